@@ -1,0 +1,1 @@
+"""The search service: everything that is not a model or a task."""

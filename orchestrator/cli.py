@@ -1,0 +1,210 @@
+"""`orchestrator train | launch | resume | status | best | report`: one entry point for the service."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from trainables.config import ConfigError, parse_trial_config, preset, set_override
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2, nothing launched."""
+
+
+def load_trial_source(source: str) -> dict:
+    """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
+    path = Path(source)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise UsageError(f"{source}: no such file")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise UsageError(f"{source}: malformed YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"{source}: expected a mapping of trial config keys")
+        return data.get("config", data)
+    if source.count("/") != 1:
+        raise UsageError(f"{source}: neither a YAML file nor a preset 'task/model' (e.g. ctl/ndr)")
+    task, model = source.split("/")
+    try:
+        return preset(task, model)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_train(args) -> int:
+    flat = load_trial_source(args.source)
+    try:
+        for assignment in args.set or []:
+            set_override(flat, assignment)
+        cfg = parse_trial_config(flat)
+    except ConfigError as e:
+        raise UsageError(f"{args.source}: {e}") from None
+    from trainables.train import train
+
+    metrics = train(cfg)
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return 0 if metrics["status"] == "completed" else 1
+
+
+def validated(spec_file: str, tracking_uri: str | None = None):
+    """The Study (with `tracking_uri` overriding the file's) and its text, with the tracking store
+    reachable; UsageError otherwise."""
+    from .spec import SpecError, load_study
+    from .tracking import TrackingError, check_store, normalize_store
+
+    try:
+        study = load_study(spec_file)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    study.tracking.uri = normalize_store(tracking_uri or study.tracking.uri)
+    try:
+        check_store(study.tracking.uri)
+    except TrackingError as e:
+        where = "--tracking-uri" if tracking_uri else f"{spec_file}: tracking.uri"
+        raise UsageError(f"{where}: {e}") from None
+    return study, Path(spec_file).read_text()
+
+
+def cmd_launch(args) -> int:
+    from . import launch
+
+    study, text = validated(args.file, args.tracking_uri)
+    print(describe_study(study), flush=True)
+    if args.dry_run:
+        return 0
+    launch.start(study, text, args.launch_id, args.address)
+    return 0
+
+
+def cmd_resume(args) -> int:
+    from . import launch
+    from .tracking import TrackingError, check_store
+
+    state = load_state(args)
+    try:
+        check_store(state.tracking_uri)
+    except TrackingError as e:
+        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
+    launch.execute(state, args.address)
+    return 0
+
+
+def load_state(args):
+    from . import launch
+
+    try:
+        return launch.LaunchState.load(launch.find_launch(args.storage_path, args.launch))
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_status(args) -> int:
+    from .tracking import pair_summaries
+
+    state = load_state(args)
+    study = state.study()
+    summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+    print(f"launch {state.launch_id} ({state.dir}); {study.metric}, {study.mode}; budget {study.budget.trials} trials per pair")
+    print(f"{'pair':40s} {'done':>5s} {'running':>8s} {'failed':>7s} {'best':>8s} {'test@best':>10s}")
+    for pair in study.pairs:
+        s = summaries.get(pair.name, {"done": 0, "running": 0, "failed": 0, "best": None})
+        best = "-" if s["best"] is None else f"{s['best']:.4f}"
+        test = "-" if s.get("test") is None else f"{s['test']:.4f}"
+        print(f"{pair.name:40s} {s['done']:5d} {s['running']:8d} {s['failed']:7d} {best:>8s} {test:>10s}")
+    return 0
+
+
+def cmd_best(args) -> int:
+    from . import launch
+
+    for path in launch.write_best(load_state(args)):
+        print(path)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from . import launch
+    from .report import write_report
+
+    state = load_state(args)
+    if not state.study().is_ablation:
+        raise UsageError(f"{state.spec_file}: grid: launch {state.launch_id} is a search, not an ablation; `orchestrator best` writes its results")
+    previous = None
+    if args.compare == "previous":
+        previous = launch.previous_launch(state)
+    elif args.compare:
+        previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))
+    paths, regressions = write_report(state, previous)
+    for path in paths:
+        print(path)
+    for r in regressions:
+        print(f"REGRESSION {r}")
+    return 1 if regressions else 0
+
+
+def describe_study(study) -> str:
+    if study.is_ablation:
+        cells = 1
+        for values in study.grid.values():
+            cells *= len(values)
+        lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs x {cells} grid cells x {len(study.seeds)} seeds, "
+                 f"{study.budget.max_concurrent} at a time; MLflow {study.tracking.uri}"]
+        lines += [f"  pair {p.name}: grid over {', '.join(study.grid) or 'seeds only'}" for p in study.pairs]
+    else:
+        lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
+                 f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {study.tracking.uri}"]
+        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}" for p in study.pairs]
+    lines += [f"  skipped (incompatible): {s}" for s in study.skipped]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orchestrator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train one trial from a preset (task/model) or a YAML trial config")
+    p.add_argument("source", help="a YAML trial config, or a preset such as ctl/ndr")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key (repeatable)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("launch", help="search every model/task pair of a search-space file on Ray Tune")
+    p.add_argument("file", help="a search-space YAML, e.g. search_spaces/ctl.yaml")
+    p.add_argument("--address", help="join this Ray cluster (default: start a local instance)")
+    p.add_argument("--tracking-uri", help="override the file's tracking.uri")
+    p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>)")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the plan; launch nothing")
+    p.set_defaults(func=cmd_launch)
+
+    for name, func, text in [
+        ("resume", cmd_resume, "continue a launch whose driver stopped"),
+        ("status", cmd_status, "trials done / running / failed and the best so far, per pair"),
+        ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
+        ("report", cmd_report, "an ablation's mean ± std tables and plots (exit 1 on a regression vs --compare)"),
+    ]:
+        p = sub.add_parser(name, help=text)
+        p.add_argument("launch", nargs="?", help="launch id or folder (default: the most recent)")
+        p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
+        if name == "resume":
+            p.add_argument("--address", help="join this Ray cluster (default: start a local instance)")
+        if name == "report":
+            p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last launch of the same file")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"orchestrator: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""Search-space files (search_spaces/*.yaml) -> a validated Study.
+
+Everything that can be wrong with a file is found here, before Ray starts or MLflow is written:
+each error is one line naming the file, the key and the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from trainables.config import TRAIN_KEYS, ConfigError, closest, defaults, parse_trial_config, preset, presets
+from trainables.models import MODELS, model_fields
+from trainables.tasks import TASKS, task_config
+from trainables.tasks.base import LOWER_IS_BETTER, SCORE_OF_KIND
+
+
+class SpecError(ValueError):
+    def __init__(self, path, key: str, reason: str):
+        super().__init__(f"{path}: {key}: {reason}")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One searched parameter: loguniform/uniform [low, high], int [low, high] (inclusive), or choice."""
+
+    kind: str
+    values: tuple
+
+    KINDS = ("loguniform", "uniform", "int", "choice")
+
+    @classmethod
+    def parse(cls, raw, where: str, path) -> "Distribution":
+        if not isinstance(raw, dict) or len(raw) != 1:
+            raise SpecError(path, where, f"expected one of {{{', '.join(cls.KINDS)}: ...}}, got {raw!r}")
+        (kind, values), = raw.items()
+        if kind not in cls.KINDS:
+            raise SpecError(path, where, f"unknown distribution {kind!r}{closest(str(kind), cls.KINDS)}")
+        if not isinstance(values, list) or not values:
+            raise SpecError(path, f"{where}.{kind}", "expected a non-empty list")
+        if kind == "choice":
+            if len(set(map(repr, values))) != len(values):
+                raise SpecError(path, f"{where}.choice", f"repeated values in {values}")
+            return cls(kind, tuple(values))
+        if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise SpecError(path, f"{where}.{kind}", f"expected [low, high] numbers, got {values}")
+        low, high = values
+        if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
+            raise SpecError(path, f"{where}.int", f"bounds must be integers, got {values}")
+        if not low < high:
+            raise SpecError(path, f"{where}.{kind}", f"empty or inverted range [{low}, {high}]: low must be below high")
+        if kind == "loguniform" and low <= 0:
+            raise SpecError(path, f"{where}.loguniform", f"low must be positive for a log scale, got {low}")
+        return cls(kind, (low, high))
+
+    def to_optuna(self):
+        import optuna.distributions as d
+
+        if self.kind == "choice":
+            return d.CategoricalDistribution(list(self.values))
+        if self.kind == "int":
+            return d.IntDistribution(int(self.values[0]), int(self.values[1]))
+        return d.FloatDistribution(float(self.values[0]), float(self.values[1]), log=self.kind == "loguniform")
+
+    def nearest(self, value):
+        """The value itself if the distribution can produce it, else the closest value it can."""
+        if self.kind == "choice":
+            if value in self.values:
+                return value
+            numeric = [v for v in self.values if isinstance(v, (int, float))]
+            if isinstance(value, (int, float)) and numeric:
+                return min(numeric, key=lambda v: abs(v - value))
+            return self.values[0]
+        low, high = self.values
+        clipped = min(max(value, low), high)
+        return int(round(clipped)) if self.kind == "int" else float(clipped)
+
+
+@dataclass
+class TaskEntry:
+    task: str
+    variant: str
+    options: dict
+
+
+@dataclass
+class Pair:
+    """One model on one task variant: its own Tune run, Optuna study and ASHA bracket."""
+
+    task: TaskEntry
+    model: str
+    space: dict[str, Distribution]
+    base: dict  # the flat trial config without the searched keys
+    warm_start: dict | None  # the paper's setting (Tables 7-9), moved into the space where needed
+    grid: dict[str, list] = field(default_factory=dict)  # ablations: the grid keys this model has
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.variant}__{self.model}"
+
+
+@dataclass
+class Budget:
+    trials: int = 8  # per model/task pair
+    max_concurrent: int = 2
+    n_iters: int | None = None  # per trial; None keeps the paper's (preset) value
+    eval_every: int | None = None
+
+
+@dataclass
+class Scheduler:
+    name: str = "asha"  # or "fifo" (no early stopping)
+    grace_period: int = 5000  # iterations before ASHA may stop a trial
+    reduction_factor: int = 3
+
+
+@dataclass
+class Resources:
+    cpu: float = 1.0
+    gpu: float = 0.0  # a fraction lets several small trials share one GPU; used only where GPUs exist
+    custom: dict = field(default_factory=dict)  # e.g. {trial_slot: 1} to spread trials over nodes
+
+
+@dataclass
+class Tracking:
+    uri: str = "sqlite:///runs/mlflow.db"
+    experiment: str | None = None  # default: the file's name
+
+
+@dataclass
+class Study:
+    path: Path
+    name: str
+    metric: str
+    mode: str
+    score: str  # what the metric measures, shared by all the file's tasks: "acc" or "l1"
+    seed: int
+    pairs: list[Pair]
+    skipped: list[str]  # incompatible pairs, with the reason
+    budget: Budget
+    scheduler: Scheduler
+    resources: Resources
+    tracking: Tracking
+    warm_start: bool
+    storage_path: str
+    grid: dict[str, list] = field(default_factory=dict)  # an ablation: every combination...
+    seeds: list[int] = field(default_factory=list)  # ...times every seed, no search
+
+    @property
+    def experiment(self) -> str:
+        return self.tracking.experiment or self.name
+
+    @property
+    def is_ablation(self) -> bool:
+        return bool(self.grid or self.seeds)
+
+
+TOP_KEYS = {
+    "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
+    "space", "per_model", "fixed", "warm_start", "storage_path", "grid", "seeds",
+}
+METRICS = tuple(f"{m}_{score}" for score in ("acc", "l1") for m in ("best_ood_valid", "ood_valid", "iid_valid")) + ("test_acc_at_best", "test_l1_at_best")
+
+
+def _section(cls, raw, key: str, path):
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise SpecError(path, key, f"expected a mapping, got {raw!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in raw:
+        if k not in names:
+            raise SpecError(path, f"{key}.{k}", f"unknown key{closest(str(k), names)}; valid: {', '.join(sorted(names))}")
+    try:
+        return cls(**raw)
+    except TypeError as e:
+        raise SpecError(path, key, str(e)) from None
+
+
+def _positive(path, key: str, value, allow_zero=False):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise SpecError(path, key, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
+
+
+def load_study(path: str | Path, text: str | None = None) -> Study:
+    path = Path(path)
+    if text is None:
+        if not path.exists():
+            raise SpecError(path, "file", "no such file")
+        text = path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "file"
+        raise SpecError(path, where, f"malformed YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(path, "file", "expected a mapping at the top level")
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise SpecError(path, str(key), f"unknown key{closest(str(key), TOP_KEYS)}; valid: {', '.join(sorted(TOP_KEYS))}")
+
+    metric = raw.get("metric", "best_ood_valid_acc")
+    if metric not in METRICS:
+        raise SpecError(path, "metric", f"unknown metric {metric!r}{closest(str(metric), METRICS)}; valid: {', '.join(METRICS)}")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int):
+        raise SpecError(path, "seed", f"must be an integer, got {seed!r}")
+
+    budget = _section(Budget, raw.get("budget"), "budget", path)
+    _positive(path, "budget.trials", budget.trials)
+    _positive(path, "budget.max_concurrent", budget.max_concurrent)
+    for key in ("n_iters", "eval_every"):
+        if getattr(budget, key) is not None:
+            _positive(path, f"budget.{key}", getattr(budget, key))
+    scheduler = _section(Scheduler, raw.get("scheduler"), "scheduler", path)
+    if scheduler.name not in ("asha", "fifo"):
+        raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{closest(str(scheduler.name), ['asha', 'fifo'])}; valid: asha, fifo")
+    _positive(path, "scheduler.grace_period", scheduler.grace_period)
+    if not isinstance(scheduler.reduction_factor, (int, float)) or scheduler.reduction_factor <= 1:
+        raise SpecError(path, "scheduler.reduction_factor", f"must be above 1, got {scheduler.reduction_factor!r}")
+    resources = _section(Resources, raw.get("resources"), "resources", path)
+    _positive(path, "resources.cpu", resources.cpu)
+    _positive(path, "resources.gpu", resources.gpu, allow_zero=True)
+    if resources.gpu > 1:
+        raise SpecError(path, "resources.gpu", f"a trial uses at most one GPU; got {resources.gpu}")
+    tracking = _section(Tracking, raw.get("tracking"), "tracking", path)
+    if not any(tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")):
+        raise SpecError(path, "tracking.uri", f"expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got {tracking.uri!r}")
+
+    tasks = _parse_tasks(raw.get("tasks"), path)
+    score = _metric_score(metric, tasks, path)
+    mode = raw.get("mode", "min" if score in LOWER_IS_BETTER else "max")
+    if mode != ("min" if score in LOWER_IS_BETTER else "max"):
+        raise SpecError(path, "mode", f"{metric} measures {score}, so mode must be {'min' if score in LOWER_IS_BETTER else 'max'}, got {mode!r}")
+    models = _parse_models(raw.get("models"), path)
+    space = _parse_space(raw.get("space") or {}, "space", path)
+    per_model = raw.get("per_model") or {}
+    if not isinstance(per_model, dict):
+        raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed}")
+    fixed = raw.get("fixed") or {}
+    if not isinstance(fixed, dict):
+        raise SpecError(path, "fixed", "expected a mapping of trial config keys")
+    grid, seeds = _parse_grid(raw, path)
+    if (grid or seeds) and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
+        raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; it cannot also have a search space")
+
+    pairs, skipped = [], []
+    for model in models:
+        overrides = per_model.get(model) or {}
+        model_space = dict(space)
+        model_space.update(_parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path))
+        for task in tasks:
+            kind = TASKS[task.task].kind
+            if kind not in MODELS[model].task_kinds:
+                skipped.append(f"{task.variant} x {model}: {model} runs {', '.join(MODELS[model].task_kinds)}, {task.task} is {kind}")
+                continue
+            pair = _make_pair(task, model, model_space, fixed, overrides.get("fixed") or {}, budget, seed, path)
+            # A grid key the model lacks (heads of an LSTM) does not apply to it.
+            pair.grid = {k: v for k, v in grid.items() if k in TRAIN_KEYS | model_fields(model)}
+            for key in pair.grid:
+                pair.base.pop(key, None)
+            pairs.append(pair)
+    for model in per_model:
+        if model not in models:
+            raise SpecError(path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}")
+        for k in per_model[model]:
+            if k not in ("space", "fixed"):
+                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, space")
+    valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
+    for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
+        for key in keys:
+            if key not in valid:
+                raise SpecError(path, f"{section}.{key}", f"no model in this file has this parameter{closest(str(key), valid)}")
+    if not pairs:
+        raise SpecError(path, "models", "no model in this file can run any of its tasks: " + "; ".join(skipped))
+
+    return Study(
+        path=path, name=str(raw.get("name", path.stem)), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
+        skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
+        warm_start=bool(raw.get("warm_start", True)), storage_path=str(raw.get("storage_path", "runs")),
+        grid=grid, seeds=seeds,
+    )
+
+
+def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:
+    """The score the metric names ("acc" or "l1"); every task of the file must report it."""
+    score = "l1" if "_l1" in metric else "acc"
+    for task in tasks:
+        reported = SCORE_OF_KIND[TASKS[task.task].kind]
+        if reported != score:
+            raise SpecError(path, "metric", f"{metric} does not exist for task {task.task!r}, which reports {reported} (e.g. best_ood_valid_{reported})")
+    return score
+
+
+def _parse_grid(raw: dict, path) -> tuple[dict[str, list], list[int]]:
+    grid = raw.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise SpecError(path, "grid", "expected a mapping of parameter -> list of values")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SpecError(path, f"grid.{key}", "expected a non-empty list of values")
+    seeds = raw.get("seeds") or ([0] if grid else [])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise SpecError(path, "seeds", f"expected a list of integers, got {seeds!r}")
+    return grid, seeds
+
+
+def _parse_tasks(raw, path) -> list[TaskEntry]:
+    if not raw:
+        raise SpecError(path, "tasks", "missing or empty: name at least one task")
+    if not isinstance(raw, list):
+        raise SpecError(path, "tasks", "expected a list")
+    out, variants = [], set()
+    for k, entry in enumerate(raw):
+        where = f"tasks[{k}]"
+        if isinstance(entry, str):
+            entry = {"task": entry}
+        if not isinstance(entry, dict) or "task" not in entry:
+            raise SpecError(path, where, "expected a task name or {task, variant, options}")
+        for key in entry:
+            if key not in ("task", "variant", "options"):
+                raise SpecError(path, f"{where}.{key}", f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; valid: task, variant, options")
+        name = entry["task"]
+        if name not in TASKS:
+            raise SpecError(path, f"{where}.task", f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}")
+        options = entry.get("options") or {}
+        try:
+            task_config(name, options)
+        except (TypeError, ValueError) as e:
+            raise SpecError(path, f"{where}.options", str(e.args[0])) from None
+        variant = str(entry.get("variant", name))
+        if variant in variants:
+            raise SpecError(path, f"{where}.variant", f"variant {variant!r} appears twice; give each task entry its own variant name")
+        variants.add(variant)
+        out.append(TaskEntry(name, variant, options))
+    return out
+
+
+def _parse_models(raw, path) -> list[str]:
+    if raw == "all":
+        return list(MODELS)
+    if not raw or not isinstance(raw, list):
+        raise SpecError(path, "models", "expected a list of model names or 'all'")
+    for k, name in enumerate(raw):
+        if name not in MODELS:
+            raise SpecError(path, f"models[{k}]", f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}")
+    return list(raw)
+
+
+def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
+    if not isinstance(raw, dict):
+        raise SpecError(path, where, "expected a mapping of parameter -> distribution")
+    return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
+
+
+def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path) -> Pair:
+    valid = TRAIN_KEYS | model_fields(model)
+    own_space = {k: v for k, v in space.items() if k in valid}  # e.g. an LSTM has no heads
+    try:
+        base = preset(task.task, model) if model in presets(task.task)["models"] else {"task": task.task, "model": model}
+    except ConfigError as e:
+        raise SpecError(path, "models", str(e)) from None
+    model_defaults = defaults(model)
+    paper_setting = {k: base.get(k, model_defaults.get(k)) for k in own_space}
+    base.update({k: v for k, v in fixed.items() if k in valid})
+    base.update(model_fixed)
+    base.update(task_options={**base.get("task_options", {}), **task.options}, seed=seed)
+    if budget.n_iters:
+        base["n_iters"] = budget.n_iters
+    if budget.eval_every:
+        base["eval_every"] = budget.eval_every
+    for key in list(own_space):
+        base.pop(key, None)
+    warm = {k: own_space[k].nearest(v) for k, v in paper_setting.items()}
+    # A midpoint trial must parse: this catches wrong keys and values in `fixed` before launch.
+    probe = {k: (d.values[0] if d.kind == "choice" else d.nearest((d.values[0] + d.values[1]) / 2)) for k, d in own_space.items()}
+    try:
+        parse_trial_config({**base, **probe, **warm})
+    except ConfigError as e:
+        raise SpecError(path, f"fixed ({task.variant} x {model})", str(e)) from None
+    if "d_model" in own_space and "n_heads" in own_space and own_space["d_model"].kind == own_space["n_heads"].kind == "choice":
+        bad = [(d, h) for d in own_space["d_model"].values for h in own_space["n_heads"].values if d % h]
+        if bad:
+            raise SpecError(path, "space.n_heads", f"{bad[0][1]} heads do not divide d_model {bad[0][0]}")
+    return Pair(task=task, model=model, space=own_space, base=base, warm_start=warm or None)

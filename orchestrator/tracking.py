@@ -1,0 +1,235 @@
+"""MLflow: one experiment per search-space file, a parent run per launch, a child run per trial.
+
+All writes happen in the driver, from a Tune callback. A single writer means eight concurrent trials
+never contend for SQLite's write lock ("database is locked"), and a local SQLite file on the head
+node works on a multi-node cluster, since workers never open the store. Runs are found again by
+their launch_id/trial_id tags, so a resumed launch continues its runs instead of duplicating them.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from trainables.tasks.base import LOWER_IS_BETTER
+
+STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed
+CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
+MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+class TrackingError(RuntimeError):
+    pass
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def normalize_store(uri: str) -> str:
+    """A relative SQLite path made absolute (so `resume` and `status` work from any folder), and a
+    bare postgresql:// given the psycopg 3 driver we install (SQLAlchemy's default is psycopg2)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    if uri.startswith("postgresql://"):
+        return "postgresql+psycopg://" + uri[len("postgresql://"):]
+    return uri
+
+
+def check_store(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, before anything launches, if the tracking store cannot be reached."""
+    if uri.startswith("sqlite:///"):
+        parent = Path(uri[len("sqlite:///"):]).resolve().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TrackingError(f"cannot create the SQLite store's folder {parent}: {e.strerror}") from None
+        return
+    if uri.startswith(("http://", "https://")):
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).read()
+        except OSError as e:
+            raise TrackingError(f"cannot reach tracking server {uri}: {getattr(e, 'reason', e)}") from None
+        return
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(timeout_s)})
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+        engine.dispose()
+    except Exception as e:  # driver errors differ per database; all mean "unreachable"
+        first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
+        raise TrackingError(f"cannot reach {uri}: {first_line}") from None
+
+
+@functools.lru_cache(maxsize=1)  # one git call per driver, not two per trial
+def code_version() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("-dirty" if dirty else "")) or "unknown"
+
+
+def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str) -> str:
+    """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its id."""
+    mlflow = client(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment)
+    found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'launch'")
+    if found:
+        mlflow.update_run(found[0].info.run_id, status="RUNNING")
+        return found[0].info.run_id
+    run = mlflow.create_run(exp_id, run_name=launch_id, tags={
+        "launch_id": launch_id, "kind": "launch", "spec_file": spec_file, "code_version": code_version(),
+        "driver_host": socket.gethostname(),
+    })
+    mlflow.log_text(run.info.run_id, spec_text, "search_space.yaml")
+    return run.info.run_id
+
+
+def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED") -> None:
+    client(uri).set_terminated(parent_run_id, status=status)
+
+
+def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The training protocol's metrics in a Tune result (Tune adds bookkeeping keys we leave out)."""
+    return {
+        k: float(v) for k, v in result.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        and (k.endswith(("_acc", "_l1", "_at_best")) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
+    }
+
+
+class TrialTracker(Callback):
+    """Tune callback that mirrors every trial of one model/task pair into MLflow."""
+
+    def __init__(self, uri: str, parent_run_id: str, launch_id: str, pair_name: str, base_config: dict, tags: dict):
+        self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
+        self.pair_name, self.base_config, self.tags = pair_name, base_config, tags
+        self.runs: dict[str, str] = {}
+        self.located: set[str] = set()  # runs whose node/device tags this driver has written
+        self._client = None
+        self._experiment_id = None
+
+    def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
+        return self.__dict__ | {"_client": None, "located": set()}
+
+    @property
+    def mlflow(self):
+        if self._client is None:
+            self._client = client(self.uri)
+        return self._client
+
+    def run_id(self, trial) -> str:
+        if trial.trial_id in self.runs:
+            return self.runs[trial.trial_id]
+        if self._experiment_id is None:
+            self._experiment_id = self.mlflow.get_run(self.parent_run_id).info.experiment_id
+        found = self.mlflow.search_runs(
+            [self._experiment_id],
+            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
+        )
+        if found:
+            run_id = found[0].info.run_id
+            self.mlflow.update_run(run_id, status="RUNNING")
+        else:
+            config = {**self.base_config, **trial.config}
+            run = self.mlflow.create_run(
+                self._experiment_id,
+                run_name=f"{self.pair_name}-{trial.trial_id}",
+                tags={
+                    "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
+                    "trial_id": trial.trial_id, "pair": self.pair_name, "code_version": code_version(),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags,
+                },
+            )
+            run_id = run.info.run_id
+            from mlflow.entities import Param
+
+            params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
+            for start in range(0, len(params), 100):
+                self.mlflow.log_batch(run_id, params=params[start : start + 100])
+        self.runs[trial.trial_id] = run_id
+        return run_id
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.run_id(trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        from mlflow.entities import Metric, RunTag
+
+        run_id = self.run_id(trial)
+        step = int(result.get("iteration", result.get("training_iteration", 0)))
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
+        tags = []
+        if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
+            self.located.add(run_id)
+            tags = [RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
+                    RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))]
+        for start in range(0, len(metrics), MAX_BATCH):
+            self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH], tags=tags if start == 0 else [])
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        status = result.get("status", "completed")
+        if status == "running":
+            status = "early_stopped"  # the scheduler ended it before its budget
+        run_id = self.run_id(trial)
+        self.mlflow.set_tag(run_id, STATUS_TAG, status)
+        self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        run_id = self.run_id(trial)
+        self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
+        if trial.error_file and os.path.exists(trial.error_file):
+            self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
+        self.mlflow.set_terminated(run_id, status="FAILED")
+
+
+def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
+    """Every trial run of a launch, all pages."""
+    mlflow = client(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs, token = [], None
+    while True:
+        page = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial'", max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict]:
+    """Per pair: trial counts by status, the best trial so far by `metric` and its test score
+    (from MLflow, the source of truth)."""
+    lower_is_better = score in LOWER_IS_BETTER
+    out: dict[str, dict] = {}
+    for run in launch_trial_runs(uri, experiment, launch_id):
+        pair = run.data.tags.get("pair", "?")
+        entry = out.setdefault(pair, {"done": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        status = run.data.tags.get(STATUS_TAG, "running")
+        entry["running" if status == "running" else "failed" if status in ("failed", "diverged") else "done"] += 1
+        value = run.data.metrics.get(metric)
+        if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
+            entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
+                         test=run.data.metrics.get(f"test_{score}_at_best"))
+    return out

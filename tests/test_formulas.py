@@ -1,0 +1,311 @@
+"""Every attention/gating formula of the NDR paper against a direct, slow implementation of its equation."""
+import math
+
+import pytest
+import torch
+
+from trainables.models.transformer import (
+    Attention,
+    Layer,
+    TransformerConfig,
+    geometric_attention_weights,
+    geometric_order,
+    sinusoids,
+)
+
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """Exact comparisons with the slow implementations, without leaking into other test modules."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def closer_set(i: int, j: int, n: int) -> list[int]:
+    """S_ij as the sentence above Eq. 8 defines it: sources closer to i than j is; at equal distance
+    the one to the right of i is the closer."""
+    out = []
+    for k in range(n):
+        if k in (i, j):
+            continue
+        if abs(i - k) < abs(i - j) or (abs(i - k) == abs(i - j) and k > i):
+            out.append(k)
+    return out
+
+
+def slow_geometric(logits: torch.Tensor) -> torch.Tensor:
+    p = torch.sigmoid(logits)
+    n = logits.shape[-1]
+    rows = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            if i == j:
+                row.append(torch.zeros_like(p[..., 0, 0]))
+                continue
+            a = p[..., i, j]
+            for k in closer_set(i, j, n):
+                a = a * (1 - p[..., i, k])
+            row.append(a)
+        rows.append(torch.stack(row, -1))
+    return torch.stack(rows, -2)
+
+
+def test_ordering_matches_figure_1_right():
+    # Figure 1/right, N = 5: rank of each source (column) for each target (row); '-' is the diagonal.
+    figure = [
+        [None, 1, 2, 3, 4],
+        [2, None, 1, 3, 4],
+        [4, 2, None, 1, 3],
+        [4, 3, 2, None, 1],
+        [4, 3, 2, 1, None],
+    ]
+    _, rank = geometric_order(5, "cpu")
+    for i, row in enumerate(figure):
+        for j, expected in enumerate(row):
+            if expected is not None:
+                assert rank[i, j].item() == expected, (i, j)
+            # The direct definition of S_ij gives the same ranks: |S_ij| + 1.
+            if i != j:
+                assert len(closer_set(i, j, 5)) + 1 == rank[i, j].item()
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_geometric_attention_values_and_gradients(n):
+    torch.manual_seed(n)
+    logits = (torch.randn(2, 3, n, n) * 3).requires_grad_()
+    fast = geometric_attention_weights(logits)
+    slow = slow_geometric(logits)
+    torch.testing.assert_close(fast, slow)
+    assert torch.all(torch.diagonal(fast, dim1=-2, dim2=-1) == 0)
+    probe = torch.randn_like(fast)
+    (g_fast,) = torch.autograd.grad((fast * probe).sum(), logits)
+    (g_slow,) = torch.autograd.grad((slow * probe).sum(), logits)
+    torch.testing.assert_close(g_fast, g_slow)
+
+
+def test_geometric_attention_masked_key_neither_receives_nor_shadows():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 1, 6, 6) * 3
+    masked = logits.clone()
+    masked[..., 2] = float("-inf")
+    fast = geometric_attention_weights(masked)
+    assert torch.all(fast[..., 2] == 0)
+    # P = 0 at the masked key: a factor (1 - 0) = 1 for every source behind it.
+    torch.testing.assert_close(fast, slow_geometric(masked))
+    assert torch.all(torch.isfinite(fast))
+
+
+def make_attention(kind: str, d=12, heads=3) -> Attention:
+    torch.manual_seed(1)
+    att = Attention(kind, d, heads, attention_dropout=0.0, query_dropout=0.0)
+    for p in att.parameters():  # biases start at zero; make every term matter
+        torch.nn.init.normal_(p, std=0.5)
+    return att.eval()
+
+
+def heads_of(linear: torch.nn.Linear, h: torch.Tensor, heads: int) -> torch.Tensor:
+    out = linear(h)
+    return out.view(*out.shape[:-1], heads, -1)  # (..., N, H, d_head)
+
+
+def test_geometric_scores_with_direction_encoding():
+    """Eq. 9-10: P_ij = sigmoid(alpha (W_q h_i + b_q)^T W_k h_j + beta D_ij + gamma)."""
+    att, heads = make_attention("geometric"), 3
+    h = torch.randn(2, 5, 12)
+    q, k = heads_of(att.query, h, heads), heads_of(att.key, h, heads)
+    w = att.direction.weight.view(2, heads, 12)
+    b = att.direction.bias.view(2, heads)
+    expected = torch.zeros(2, heads, 5, 5)
+    for bi in range(2):
+        for hd in range(heads):
+            for i in range(5):
+                for j in range(5):
+                    side = 0 if i <= j else 1  # W_LR for i <= j, W_RL otherwise
+                    direction = w[side, hd] @ h[bi, i] + b[side, hd]
+                    expected[bi, hd, i, j] = att.alpha[hd] * (q[bi, i, hd] @ k[bi, j, hd]) + att.beta[hd] * direction + att.gamma[hd]
+    torch.testing.assert_close(att.scores(h), expected)
+
+
+def slow_positional_scores(att: Attention, h: torch.Tensor, heads: int, r=None) -> torch.Tensor:
+    """Eq. 17 term by term; r=None is pure relative (Transformer-XL), else r[b, i] mixes in absolute."""
+    batch, n, d = h.shape
+    q, k = heads_of(att.query, h, heads), heads_of(att.key, h, heads)
+    d_head = d // heads
+    out = torch.zeros(batch, heads, n, n)
+    for bi in range(batch):
+        for hd in range(heads):
+            for i in range(n):
+                for j in range(n):
+                    p_rel = sinusoids(torch.tensor([i - j]), d)[0]
+                    p_abs = sinusoids(torch.tensor([j]), d)[0]
+                    p = p_rel if r is None else r[bi, i] * p_rel + (1 - r[bi, i]) * p_abs
+                    pos_key = (att.pos_key.weight @ p).view(heads, d_head)[hd]
+                    a = q[bi, i, hd] @ k[bi, j, hd]
+                    c = att.content_bias[hd] @ k[bi, j, hd]
+                    b_e = (q[bi, i, hd] + att.pos_bias[hd]) @ pos_key
+                    out[bi, hd, i, j] = (a + c + b_e) / math.sqrt(d_head)
+    return out
+
+
+def test_relative_position_scores():
+    att = make_attention("rel")
+    h = torch.randn(2, 5, 12)
+    torch.testing.assert_close(att.scores(h), slow_positional_scores(att, h, 3))
+
+
+def test_abs_rel_switch():
+    att = make_attention("absrel")
+    h = torch.randn(2, 5, 12)
+    r = torch.sigmoid(att.abs_rel_switch(h))[..., 0]  # Eq. 16
+    torch.testing.assert_close(att.scores(h), slow_positional_scores(att, h, 3, r))
+    # The switch at its extremes gives purely relative, or purely absolute, positional keys.
+    with torch.no_grad():
+        att.abs_rel_switch.weight.zero_()
+        att.abs_rel_switch.bias.fill_(50.0)
+    torch.testing.assert_close(att.scores(h), slow_positional_scores(att, h, 3))
+    with torch.no_grad():
+        att.abs_rel_switch.bias.fill_(-50.0)
+    torch.testing.assert_close(att.scores(h), slow_positional_scores(att, h, 3, torch.zeros(2, 5)))
+
+
+def test_softmax_attention_is_scaled_dot_product():
+    att = make_attention("softmax")
+    h = torch.randn(2, 4, 12)
+    q, k = heads_of(att.query, h, 3), heads_of(att.key, h, 3)
+    expected = torch.einsum("bihd,bjhd->bhij", q, k) / 2.0
+    torch.testing.assert_close(att.scores(h), expected)
+
+
+@pytest.mark.parametrize("attention", ["rel", "geometric"])
+def test_copy_gate_equations(attention):
+    """Eq. 1-5 directly; tanh replaces the update LayerNorm for gated non-geometric layers."""
+    torch.manual_seed(2)
+    cfg = TransformerConfig(d_model=12, n_heads=3, ff_multiplier=2, dropout=0.0, query_dropout=0.0)
+    layer = Layer(cfg, attention, gated=True).eval()
+    h = torch.randn(2, 5, 12)
+    padding = torch.zeros(2, 5, dtype=torch.bool)
+    attended, _ = layer.attention(h, padding)
+    a = torch.nn.functional.layer_norm(h + attended, (12,), layer.norm_attention.weight, layer.norm_attention.bias)
+
+    def ffn(block, x):  # Eq. 5
+        return block[3](torch.relu(block[0](x)))
+
+    u = ffn(layer.ff, a)
+    u = torch.tanh(u) if attention == "rel" else torch.nn.functional.layer_norm(u, (12,), layer.norm_update.weight, layer.norm_update.bias)
+    g = torch.sigmoid(ffn(layer.gate, a))
+    out, _, gate = layer(h, padding)
+    torch.testing.assert_close(gate, g)
+    torch.testing.assert_close(out, g * u + (1 - g) * h)
+    assert torch.allclose(layer.gate[-1].bias, torch.full((12,), -3.0))
+
+
+def test_closed_copy_gate_copies_its_input():
+    cfg = TransformerConfig(d_model=12, n_heads=3, dropout=0.0, query_dropout=0.0)
+    layer = Layer(cfg, "geometric", gated=True).eval()
+    with torch.no_grad():
+        layer.gate[-1].weight.zero_()
+        layer.gate[-1].bias.fill_(-1e4)  # sigma(-1e4) == 0: the gate is closed
+    h = torch.randn(2, 5, 12)
+    out, _, _ = layer(h, torch.zeros(2, 5, dtype=torch.bool))
+    assert torch.equal(out, h)
+
+
+# ---------- Compositional attention (Mittal et al., Eq. 7-14) ----------
+
+def slow_compositional(att: Attention, h: torch.Tensor) -> torch.Tensor:
+    """Eq. 7-14 written out per search i and retrieval j, one sample at a time."""
+    S, R, d, d_r = att.n_heads, att.n_retrievals, att.d_head, att.retrieval_dim
+    out = []
+    for x in h:  # (N, D)
+        q, k = heads_of(att.query, x, S), heads_of(att.key, x, S)  # (N, S, d)
+        v = heads_of(att.value, x, R)  # (N, R, d)
+        q_bar = heads_of(att.retrieval_query, x, S)  # (N, S, d_r)
+        searches = []
+        for i in range(S):
+            search = torch.softmax(q[:, i] @ k[:, i].T / math.sqrt(d), dim=-1)  # Eq. 8
+            retrievals = [search @ v[:, j] for j in range(R)]  # Eq. 10
+            keys = torch.stack([att.retrieval_key(r) for r in retrievals], 1)  # (N, R, d_r), Eq. 11-12
+            scores = torch.softmax(torch.einsum("nk,nrk->nr", q_bar[:, i], keys) / math.sqrt(d_r), dim=-1)  # Eq. 13
+            searches.append(sum(scores[:, j : j + 1] * retrievals[j] for j in range(R)))
+        out.append(att.out(torch.cat(searches, -1)))  # Eq. 14
+    return torch.stack(out)
+
+
+def test_compositional_attention_against_its_equations():
+    torch.manual_seed(3)
+    att = Attention("compositional", 12, 3, 0.0, 0.0, n_retrievals=4, retrieval_dim=5).eval()
+    h = torch.randn(2, 6, 12, requires_grad=True)
+    padding = torch.zeros(2, 6, dtype=torch.bool)
+    fast, _ = att(h, padding)
+    slow = slow_compositional(att, h)
+    torch.testing.assert_close(fast, slow)
+    (g_fast,) = torch.autograd.grad(fast.sum(), h)
+    (g_slow,) = torch.autograd.grad(slow.sum(), h)
+    torch.testing.assert_close(g_fast, g_slow)
+    assert torch.allclose(att.last_value_scores.sum(-1), torch.ones(2, 3, 6))  # value scores: a distribution over R
+
+
+def test_one_search_one_retrieval_is_one_head_attention():
+    torch.manual_seed(4)
+    comp = Attention("compositional", 8, 1, 0.0, 0.0, n_retrievals=1, retrieval_dim=4).eval()
+    plain = Attention("softmax", 8, 1, 0.0, 0.0).eval()
+    for name in ("query", "key", "value", "out"):
+        getattr(plain, name).load_state_dict(getattr(comp, name).state_dict())
+    h = torch.randn(3, 5, 8)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    torch.testing.assert_close(comp(h, padding)[0], plain(h, padding)[0])
+
+
+# ---------- PANM (Le et al., Sec. 2.2-2.3) ----------
+
+def test_address_bank_binary_codes():
+    from trainables.models.panm import address_bank
+
+    bank = address_bank(torch.tensor([3, 1022]), 4, bits=10)
+    as_int = (bank * 2 ** torch.arange(9, -1, -1).float()).sum(-1).long()
+    assert as_int.tolist() == [[3, 4, 5, 6], [1022, 1023, 0, 1]]  # consecutive, mod 2^b
+    assert set(bank.unique().tolist()) == {0.0, 1.0}
+    small = address_bank(torch.tensor([2]), 3, bits=4)
+    assert small[0].long().tolist() == [[0, 0, 1, 0], [0, 0, 1, 1], [0, 1, 0, 0]]  # the paper's example, p_B = 2... 4
+
+
+def test_one_hot_mode1_pointer_dereferences_exactly_its_slot():
+    from trainables.models.panm import dereference
+
+    memory = torch.randn(2, 7, 5)
+    for slot in range(7):
+        w = torch.zeros(2, 7)
+        w[:, slot] = 1
+        assert torch.equal(dereference(w, memory), memory[:, slot])
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3])
+def test_pointer_initialisation(heads):
+    from trainables.models.panm import address_bank, initial_pointers
+
+    lengths = torch.tensor([5, 8])
+    bank = address_bank(torch.tensor([10, 600]), 8, bits=10)
+    pointers = initial_pointers(bank, lengths, heads)
+    assert len(pointers) == heads
+    expected_slots = [[0, 0], [4, 7], [2, 3]][:heads]  # base, end, middle of lengths 5 and 8
+    for pointer, slots in zip(pointers, expected_slots):
+        assert torch.equal(pointer, torch.stack([bank[0, slots[0]], bank[1, slots[1]]]))
+
+
+def test_panm_heads_are_configurable_including_zero():
+    from trainables.models.panm import PANM, PANMConfig
+
+    tokens, lengths = torch.randint(3, 13, (2, 6)), torch.tensor([6, 4])
+    for mode1, mode2 in [(0, 0), (0, 1), (1, 0), (2, 1), (3, 2)]:
+        model = PANM(PANMConfig(d_model=16, hidden=16, mlp_hidden=8, mode1_heads=mode1, mode2_heads=mode2), vocab_size=13).eval()
+        out, trace = model(tokens, lengths, 5, return_activations=True)
+        assert out.shape == (2, 5, 13) and torch.isfinite(out).all()
+        if mode1:
+            w = trace["mode1"][0]
+            assert w.shape == (2, mode1, 6) and torch.all(w[1, :, 4:] == 0)  # padding slots get no weight
+    with pytest.raises(ValueError, match="mode1_heads"):
+        PANM(PANMConfig(mode1_heads=4), vocab_size=13)

@@ -1,0 +1,254 @@
+"""`orchestrator launch | status | best | resume` on a real local Ray instance, with real MLflow stores.
+
+Each test drives the CLI as a user would (a subprocess) and then reads what landed in the store.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+POSTGRES_AS_WRITTEN = "postgresql://postgres@127.0.0.1:5432/test"  # what users write; we add the driver
+TASK = {"train_size": 600, "eval_size": 40, "train_depths": [1, 2], "ood_valid_depths": [3, 3], "test_depths": [4, 4]}
+
+
+def spec(tmp_path: Path, uri: str, *, trials=3, concurrent=2, n_iters=20, eval_every=10, cpu=0.5, models=("ndr",), **extra) -> Path:
+    data = {
+        "name": f"it-{uuid.uuid4().hex[:8]}",
+        "tasks": [{"task": "ctl", "variant": "tiny", "options": TASK}],
+        "models": list(models),
+        "budget": {"trials": trials, "max_concurrent": concurrent, "n_iters": n_iters, "eval_every": eval_every},
+        "scheduler": {"name": "fifo"},
+        "resources": {"cpu": cpu},
+        "fixed": {"batch_size": 16},
+        "warm_start": False,
+        "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "d_model": {"choice": [16, 32]}, "n_layers": {"int": [1, 2]}, "n_heads": {"choice": [1, 2]}},
+        "tracking": {"uri": uri},
+        "storage_path": str(tmp_path / "runs"),
+        **extra,
+    }
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def orchestrator(*args, cwd, timeout=600, check=True, env_extra=None, **kw):
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0", **(env_extra or {})}
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    if check and out.returncode != 0:
+        raise AssertionError(f"orchestrator {' '.join(args)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out
+
+
+def trial_runs(uri: str, experiment: str):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("kind") == "launch"]
+    children = [r for r in runs if r.data.tags.get("kind") == "trial"]
+    return client, parents, children
+
+
+def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_every=10):
+    experiment = yaml.safe_load(path.read_text())["name"]
+    client, parents, children = trial_runs(uri, experiment)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == trials
+    steps = list(range(eval_every, n_iters + 1, eval_every))
+    for run in children:
+        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        for tag in ("model", "task", "variant", "launch_id", "trial_id", "code_version", "node", "node_id", "device"):
+            assert run.data.tags.get(tag), tag
+        assert run.data.tags["device"] == "cpu" and run.data.tags["trial_status"] == "completed"
+        config = json.loads(run.data.tags["trial_config"])
+        for key in ("lr", "d_model", "n_layers", "batch_size", "n_iters", "task", "model") + (("n_heads",) if "n_heads" in config else ()):
+            assert run.data.params[key] == (json.dumps(config[key]) if isinstance(config[key], (dict, list)) else str(config[key]))
+        for metric in ("ood_valid_acc", "iid_valid_acc", "loss", "best_ood_valid_acc"):
+            assert [m.step for m in client.get_metric_history(run.info.run_id, metric)] == steps, metric
+        assert 0 <= run.data.metrics["test_acc_at_best"] <= 1
+    return children
+
+
+def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=8, concurrent=8, cpu=0.25)
+    out = orchestrator("launch", str(path), cwd=tmp_path)
+    assert "best/tiny__ndr.yaml" in out.stdout
+    children = check_store_contents(uri, path, trials=8)
+    # Eight trials asked to run together did run together: their MLflow runs overlap in time.
+    spans = sorted((r.info.start_time, r.info.end_time) for r in children)
+    overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert overlap >= 6, spans
+
+    status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
+    assert "tiny__ndr" in status and "    8 " in status
+    best = next((tmp_path / "runs").glob("*/best/tiny__ndr.yaml"))
+    config = yaml.safe_load(best.read_text())["config"]
+    assert config["model"] == "ndr" and config["n_iters"] == 20
+    trained = orchestrator("train", str(best), cwd=tmp_path)
+    assert json.loads(trained.stdout[trained.stdout.index("{"):])["status"] == "completed"
+
+
+def test_launch_on_postgresql(tmp_path):
+    path = spec(tmp_path, POSTGRES_AS_WRITTEN, trials=2, models=("ndr", "lstm"), per_model={"lstm": {"space": {"n_layers": {"int": [1, 2]}}}})
+    orchestrator("launch", str(path), cwd=tmp_path)
+    children = check_store_contents(POSTGRES, path, trials=4)
+    assert {r.data.tags["model"] for r in children} == {"ndr", "lstm"}
+    assert "n_heads" not in next(r for r in children if r.data.tags["model"] == "lstm").data.params
+
+
+def test_asha_stops_poor_trials_and_tells_optuna_they_were_pruned(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=6, concurrent=2, n_iters=40, eval_every=10, scheduler={"name": "asha", "grace_period": 10, "reduction_factor": 2})
+    orchestrator("launch", str(path), cwd=tmp_path)
+    _, _, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
+    statuses = [r.data.tags["trial_status"] for r in children]
+    assert "early_stopped" in statuses and "completed" in statuses
+
+
+def test_resume_after_the_driver_is_killed(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=300, eval_every=50)
+    experiment = yaml.safe_load(path.read_text())["name"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # Kill the driver (and the local Ray it started) once the first trial has finished.
+    deadline = time.time() + 300
+    for line in driver.stdout:
+        if "completed after" in line or time.time() > deadline:
+            break
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    client, _, before = trial_runs(uri, experiment)
+    finished_before = {r.data.tags["trial_id"] for r in before if r.data.tags["trial_status"] == "completed"}
+    assert finished_before and len(before) < 4 or any(r.data.tags["trial_status"] == "running" for r in before)
+
+    launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
+    status = orchestrator("status", str(launch_dir), cwd=tmp_path).stdout
+    assert "tiny__ndr" in status
+    orchestrator("resume", str(launch_dir), cwd=tmp_path)
+
+    _, parents, after = trial_runs(uri, experiment)
+    assert len(parents) == 1
+    assert len(after) == 4 and len({r.data.tags["trial_id"] for r in after}) == 4  # no duplicated runs
+    assert all(r.data.tags["trial_status"] == "completed" for r in after)
+    for run in after:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")]
+        assert steps == sorted(set(steps)) and steps[-1] == 300  # each evaluation logged once
+        if run.data.tags["trial_id"] in finished_before:
+            assert run.info.end_time < parents[0].info.end_time  # not run again
+
+
+def test_two_nodes(tmp_path):
+    """A head and a worker node on this machine; a custom resource with one slot per node makes the
+    two concurrent trials land on different nodes, and MLflow shows which node ran each."""
+    port = 6400 + os.getpid() % 500
+    # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex}
+    ray = str(Path(sys.executable).parent / "ray")
+    try:
+        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=1", "--resources={\"slot\": 1}", "--include-dashboard=false"],
+                       check=True, capture_output=True, env=env, timeout=120)
+        subprocess.run([ray, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--resources={\"slot\": 1}"],
+                       check=True, capture_output=True, env=env, timeout=120)
+        uri = f"sqlite:///{tmp_path}/mlflow.db"
+        path = spec(tmp_path, uri, trials=2, concurrent=2, n_iters=200, eval_every=100, cpu=1, resources={"cpu": 1, "custom": {"slot": 1}})
+        orchestrator("launch", str(path), "--address", f"127.0.0.1:{port}", cwd=tmp_path, env_extra=env)
+        _, _, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
+        assert len(children) == 2
+        assert len({r.data.tags["node_id"] for r in children}) == 2
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, env=env)
+
+
+def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow_bin = str(Path(sys.executable).parent / "mlflow")
+    server = subprocess.Popen([mlflow_bin, "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], cwd=tmp_path,  # its ./mlartifacts
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(uri + "/health", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1)
+        path = spec(tmp_path, uri, trials=2)
+        orchestrator("launch", str(path), cwd=tmp_path)
+        check_store_contents(uri, path, trials=2)
+        page = urllib.request.urlopen(uri + "/", timeout=10).read().decode()
+        assert "MLflow" in page or "mlflow" in page  # the UI is served
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
+    """The other papers' pairs through the whole service: compositional vs multi-head attention on
+    contextual retrieval (L1, minimised) and PANM on Copy (accuracy per test length)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    retrieval = spec(tmp_path, uri, trials=2, models=("transformer", "transformer_compositional"), metric="best_ood_valid_l1", mode="min",
+                     tasks=[{"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}],
+                     space={"lr": {"loguniform": [1e-4, 1e-3]}, "d_model": {"choice": [16, 32]}}, fixed={"batch_size": 16, "n_heads": 2})
+    orchestrator("launch", str(retrieval), cwd=tmp_path)
+    _, _, children = trial_runs(uri, yaml.safe_load(retrieval.read_text())["name"])
+    assert {r.data.tags["model"] for r in children} == {"transformer", "transformer_compositional"}
+    assert all("best_ood_valid_l1" in r.data.metrics and "test_l1_at_best" in r.data.metrics for r in children)
+    best_text = next((tmp_path / "runs").glob("*/best/cr__transformer_compositional.yaml")).read_text()
+    lowest = min(r.data.metrics["best_ood_valid_l1"] for r in children if r.data.tags["model"] == "transformer_compositional")
+    assert f"best_ood_valid_l1 = {lowest:.4f}" in best_text  # the minimum, since mode is min
+    assert yaml.safe_load(best_text)["config"]["model"] == "transformer_compositional"
+    status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
+    test_at_best = [line.split()[-1] for line in status.splitlines() if line.startswith("cr__")]
+    assert len(test_at_best) == 2 and "-" not in test_at_best  # the L1 test score is shown, not "-"
+
+    copy = spec(tmp_path, uri, trials=1, models=("panm",), space={"lr": {"loguniform": [1e-4, 1e-3]}},
+                tasks=[{"task": "copy", "options": {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}}],
+                fixed={"batch_size": 16, "d_model": 16, "hidden": 16, "mlp_hidden": 8})
+    orchestrator("launch", str(copy), cwd=tmp_path)
+    _, _, children = trial_runs(uri, yaml.safe_load(copy.read_text())["name"])
+    assert {"test_x1_acc_at_best", "test_x2_acc_at_best", "test_acc_at_best"} <= set(children[0].data.metrics)
+
+
+def test_ablation_grid_over_seeds_with_report(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1], concurrent=2,
+                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2})
+    out = orchestrator("launch", str(path), cwd=tmp_path)
+    assert "ablation of 1 model/task pairs x 2 grid cells x 2 seeds" in out.stdout
+    _, parents, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
+    configs = sorted((json.loads(r.data.tags["trial_config"])["n_layers"], json.loads(r.data.tags["trial_config"])["seed"]) for r in children)
+    assert configs == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
+    assert "| n_layers | seeds |" in report and "| 1 | 2 |" in report and "| 2 | 2 |" in report and "±" in report
+    assert next((tmp_path / "runs").glob("*/report/tiny__ndr.png")).stat().st_size > 1000
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(parents[0].info.run_id, "report")}
+    assert {"report/report.md", "report/report.html", "report/tiny__ndr.png"} <= artifacts
+
+    # The same ablation again, as the nightly job would, compared with the previous night's.
+    orchestrator("launch", str(path), "--launch-id", "second", cwd=tmp_path)
+    compared = orchestrator("report", "second", "--storage-path", str(tmp_path / "runs"), "--compare", "previous", cwd=tmp_path)
+    assert "(was " in (tmp_path / "runs" / "second" / "report" / "report.md").read_text()
+    assert "REGRESSION" not in compared.stdout  # same code, same seeds: same numbers

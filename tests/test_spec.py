@@ -1,0 +1,156 @@
+"""Bad input: one clear line naming the file, key and reason, exit status 2, nothing launched or written."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.spec import SpecError, load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = {
+    "tasks": [{"task": "ctl", "variant": "fwd", "options": {"direction": "forward"}}],
+    "models": ["ndr", "lstm"],
+    "budget": {"trials": 2, "max_concurrent": 1, "n_iters": 10, "eval_every": 5},
+    "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "n_heads": {"choice": [1, 2]}},
+}
+
+
+def write(tmp_path, data, name="space.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def with_(**changes):
+    return {**GOOD, **changes}
+
+
+def test_shipped_search_spaces_are_valid():
+    for path in sorted((ROOT / "search_spaces").glob("*.yaml")):
+        study = load_study(path)
+        assert study.pairs, path
+
+
+def test_good_file_builds_pairs_with_per_model_spaces(tmp_path):
+    study = load_study(write(tmp_path, GOOD))
+    by_name = {p.name: p for p in study.pairs}
+    assert set(by_name) == {"fwd__ndr", "fwd__lstm"}
+    assert "n_heads" in by_name["fwd__ndr"].space and "n_heads" not in by_name["fwd__lstm"].space  # an LSTM has no heads
+    assert by_name["fwd__ndr"].base["n_iters"] == 10
+    assert by_name["fwd__ndr"].warm_start == {"lr": 1.5e-4, "n_heads": 1}  # Table 7: NDR row
+    assert load_study(write(tmp_path, with_(space={"attention_dropout": {"uniform": [0.0, 0.5]}}))).pairs[0].warm_start == {"attention_dropout": 0.0}
+
+
+def test_warm_start_is_moved_into_the_space(tmp_path):
+    study = load_study(write(tmp_path, with_(space={"d_model": {"choice": [128, 256, 512]}, "n_layers": {"int": [4, 20]}})))
+    lstm = next(p for p in study.pairs if p.model == "lstm")
+    assert lstm.warm_start == {"d_model": 256, "n_layers": 4}  # Table 7: 200 and 1, nearest in the space
+    ndr = next(p for p in study.pairs if p.model == "ndr")
+    assert ndr.warm_start == {"d_model": 256, "n_layers": 14}
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ("tasks: [ctl\nmodels: [", "line"),
+        (with_(modles=["ndr"]), "modles: unknown key (did you mean 'models'?)"),
+        (with_(models=["ndrr"]), "models[0]: unknown model 'ndrr' (did you mean 'ndr'?)"),
+        (with_(tasks=[{"task": "ctll"}]), "tasks[0].task: unknown task 'ctll' (did you mean 'ctl'?)"),
+        (with_(tasks=[{"task": "ctl", "options": {"directon": "backward"}}]), "tasks[0].options: "),
+        (with_(space={"lr": {"loguniform": [1e-3, 5e-5]}}), "space.lr.loguniform: empty or inverted range"),
+        (with_(space={"lr": {"uniform": [0.1, 0.1]}}), "space.lr.uniform: empty or inverted range"),
+        (with_(space={"lr": {"loguniform": [0, 1e-3]}}), "low must be positive"),
+        (with_(space={"n_heads": {"choice": []}}), "space.n_heads.choice: expected a non-empty list"),
+        (with_(space={"n_head": {"choice": [1, 2]}}), "space.n_head: no model in this file has this parameter (did you mean 'n_heads'?)"),
+        (with_(space={"lr": {"gaussian": [0, 1]}}), "space.lr: unknown distribution 'gaussian'"),
+        (with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}), "space.n_heads: 3 heads do not divide d_model 128"),
+        (with_(budget={"trials": 0}), "budget.trials: must be a positive number"),
+        (with_(budget={"trails": 3}), "budget.trails: unknown key (did you mean 'trials'?)"),
+        (with_(scheduler={"name": "ashaa"}), "scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?)"),
+        (with_(per_model={"bilstm": {"space": {}}}), "per_model.bilstm: model is not in this file's models"),
+        (with_(fixed={"batch_sise": 3}), "did you mean 'batch_size'"),
+        (with_(tracking={"uri": "mongodb://x"}), "tracking.uri: expected sqlite"),
+        (with_(metric="accuracy"), "metric: unknown metric"),
+        (with_(mode="min"), "mode: best_ood_valid_acc measures acc, so mode must be max, got 'min'"),
+        (with_(tasks=[{"task": "contextual_retrieval"}], models=["transformer"], metric="best_ood_valid_l1", mode="max", space={}),
+         "mode: best_ood_valid_l1 measures l1, so mode must be min"),
+        (with_(grid={"n_layers": [2, 4]}), "grid: an ablation (grid/seeds) runs every combination"),
+        (with_(space={}, grid={"n_layerz": [2, 4]}), "grid.n_layerz: no model in this file has this parameter (did you mean 'n_layers'?)"),
+        (with_(space={}, grid={"n_layers": []}), "grid.n_layers: expected a non-empty list"),
+        (with_(space={}, grid={"n_layers": [2]}, seeds="0-4"), "seeds: expected a list of integers"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
+    path = write(tmp_path, content)
+    with pytest.raises(SpecError) as err:
+        load_study(path)
+    message = str(err.value)
+    assert message.startswith(str(path)) and fragment in message and "\n" not in message
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_cli_bad_input_exits_2_before_launching(tmp_path):
+    path = write(tmp_path, with_(models=["ndrr"], tracking={"uri": f"sqlite:///{tmp_path}/store.db"}))
+    out = run_cli("launch", str(path), cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "did you mean 'ndr'" in out.stderr
+    assert not (tmp_path / "store.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_cli_unreachable_store_exits_2_and_writes_nothing(tmp_path):
+    path = write(tmp_path, with_(tracking={"uri": "postgresql+psycopg://nobody@127.0.0.1:1/none"}))
+    out = run_cli("launch", str(path), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "tracking.uri: cannot reach" in out.stderr and out.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_unreachable_tracking_uri_override_exits_2(tmp_path):
+    path = write(tmp_path, with_(tracking={"uri": f"sqlite:///{tmp_path}/store.db"}))
+    out = run_cli("launch", str(path), "--tracking-uri", "http://127.0.0.1:1", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --tracking-uri: cannot reach tracking server")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_models_all_expands_to_every_compatible_pair(tmp_path):
+    tasks = [{"task": "ctl", "variant": "fwd"}, {"task": "copy"}, {"task": "contextual_retrieval", "variant": "cr"}]
+    study = load_study(write(tmp_path, with_(tasks=tasks[:2], models="all", space={})))
+    pairs = {p.name for p in study.pairs}
+    assert {"fwd__ndr", "fwd__lstm", "fwd__transformer_compositional", "copy__panm", "copy__lstm_seq2seq", "copy__transformer_seq2seq"} <= pairs
+    assert "copy__ndr" not in pairs
+    assert any(s.startswith("copy x ndr: ndr runs sequence_classification, copy is sequence_to_sequence") for s in study.skipped)
+    # Set regression reports L1, so an accuracy metric is refused for it, before anything runs.
+    with pytest.raises(SpecError, match="metric: best_ood_valid_acc does not exist for task 'contextual_retrieval'"):
+        load_study(write(tmp_path, with_(tasks=tasks, models="all", space={})))
+
+
+def test_cli_prints_incompatible_pairs(tmp_path):
+    out = run_cli("launch", str(write(tmp_path, with_(tasks=[{"task": "copy"}], models="all", space={}))), "--dry-run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "copy__panm" in out.stdout and "skipped (incompatible): copy x ndr" in out.stdout
+
+
+def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
+    """What the TPE searcher learns: a finished trial is COMPLETE with its score; a trial ASHA
+    stopped (its last status 'running') or one that diverged is PRUNED, not a truncated COMPLETE."""
+    from optuna.trial import TrialState
+
+    from orchestrator.launch import make_searcher
+
+    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "max_concurrent": 3})))
+    limiter = make_searcher(study, study.pairs[0])
+    searcher = limiter.searcher
+    outcomes = {"a": "completed", "b": "running", "c": "diverged"}
+    for trial_id in outcomes:
+        assert limiter.suggest(trial_id) is not None
+        limiter.on_trial_result(trial_id, {"best_ood_valid_acc": 0.5, "training_iteration": 1})
+    for trial_id, status in outcomes.items():
+        limiter.on_trial_complete(trial_id, {"best_ood_valid_acc": 0.5, "status": status, "training_iteration": 1})
+    states = [t.state for t in searcher._ot_study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
+    assert searcher._ot_study.trials[0].params["lr"] == 1.5e-4  # the warm start (Table 7) went first

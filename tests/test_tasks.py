@@ -1,0 +1,280 @@
+"""Data generators: labels by independent evaluators, depth-disjoint balanced splits, determinism, cache."""
+import collections
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from trainables.tasks import algorithmic, arithmetic, ctl, listops, load_task, retrieval
+
+SPLITS = ("train", "iid_valid", "ood_valid", "test")
+
+
+def texts(task, split):
+    return [task.decode(ids) for ids in task.splits[split].sequences()]
+
+
+def assert_balanced_and_in_range(task, cfg):
+    for split, depth_range in [("train", cfg.train_depths), ("iid_valid", cfg.train_depths), ("ood_valid", cfg.ood_valid_depths), ("test", cfg.test_depths)]:
+        counts = collections.Counter(task.splits[split].depths.tolist())
+        assert set(counts) == set(range(depth_range[0], depth_range[1] + 1)), split
+        assert max(counts.values()) - min(counts.values()) <= 1, (split, counts)
+
+
+# ---------- compositional table lookup ----------
+
+def ctl_evaluate(tokens: list[str], tables: np.ndarray, direction: str):
+    """Independent reading of a CTL problem: returns (answer symbol, depth)."""
+    if direction == "backward":
+        tokens = tokens[::-1]
+    value = int(tokens[0], 2)  # symbols are 3-bit strings
+    for f in tokens[1:]:
+        value = tables[ord(f) - ord("a"), value]
+    return format(value, "03b"), len(tokens) - 1
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), direction=st.sampled_from(["forward", "backward"]))
+def test_ctl_labels_and_splits(seed, direction):
+    cfg = ctl.CTLConfig(direction=direction, seed=seed, train_size=3000, eval_size=200)
+    task = ctl.build(cfg)
+    tables = ctl.make_tables(np.random.default_rng(seed))
+    assert all(sorted(row) == list(range(8)) for row in tables.tolist())  # bijective
+    problems = {}
+    for split in SPLITS:
+        sp = task.splits[split]
+        for toks, label, depth in zip(texts(task, split), sp.labels, sp.depths):
+            answer, n_fns = ctl_evaluate(toks, tables, direction)
+            assert task.classes[label] == answer
+            assert n_fns == depth
+        problems[split] = {tuple(t) for t in texts(task, split)}
+    # Within a split no problem repeats; OOD and test share nothing with train or each other.
+    for a in SPLITS:
+        assert len(problems[a]) == len(task.splits[a])
+    for a, b in [("train", "ood_valid"), ("train", "test"), ("ood_valid", "test"), ("iid_valid", "test")]:
+        assert not problems[a] & problems[b], (a, b)
+    # IID matches the train split's depth distribution.
+    train_share = np.bincount(task.splits["train"].depths, minlength=11) / len(task.splits["train"])
+    iid_share = np.bincount(task.splits["iid_valid"].depths, minlength=11) / len(task.splits["iid_valid"])
+    assert np.abs(train_share - iid_share).max() <= 1 / len(task.splits["iid_valid"]) + 1e-9
+    # Every single function on every symbol is in train.
+    singles = {tuple(t) for t in texts(task, "train") if len(t) == 2}
+    assert len(singles) == 72
+    assert set(task.splits["ood_valid"].depths.tolist()) == {6, 7, 8}
+    assert set(task.splits["test"].depths.tolist()) == {9, 10}
+
+
+def test_ctl_paper_size_is_roughly_balanced():
+    task = ctl.build(ctl.CTLConfig())
+    counts = np.bincount(task.splits["train"].depths, minlength=6)[1:]
+    assert counts.sum() == 53_704
+    # Depths 1-3 hold all 72 + 648 + 5832 problems there are; 4 and 5 share the rest evenly.
+    assert counts.tolist()[:3] == [72, 648, 5832]
+    assert abs(int(counts[3]) - int(counts[4])) <= 1
+
+
+def test_ctl_backward_presents_the_forward_problems_reversed():
+    fwd = ctl.build(ctl.CTLConfig(direction="forward", train_size=2000, eval_size=100))
+    bwd = ctl.build(ctl.CTLConfig(direction="backward", train_size=2000, eval_size=100))
+    assert [t[::-1] for t in texts(fwd, "test")] == texts(bwd, "test")
+    assert np.array_equal(fwd.splits["test"].labels, bwd.splits["test"].labels)
+
+
+# ---------- simple arithmetic ----------
+
+def arithmetic_evaluate(text: str):
+    """Python's own arithmetic, reduced mod 10 at the end (mod is a ring homomorphism), and the
+    depth as the deepest bracket nesting (each operation has exactly one pair of brackets)."""
+    nesting = depth = 0
+    for c in text:
+        nesting += c == "("
+        nesting -= c == ")"
+        depth = max(depth, nesting)
+    return eval(text) % 10, depth  # noqa: S307 - digits, brackets, + and * only
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_arithmetic_labels_and_splits(seed):
+    cfg = arithmetic.ArithmeticConfig(seed=seed, train_size=1000, eval_size=100)
+    task = arithmetic.build(cfg)
+    assert_balanced_and_in_range(task, cfg)
+    for split in SPLITS:
+        sp = task.splits[split]
+        assert sp.lengths.max() <= cfg.max_tokens
+        for toks, label, depth in zip(texts(task, split), sp.labels, sp.depths):
+            assert set("".join(toks)) <= set("0123456789+*()")
+            assert arithmetic_evaluate("".join(toks)) == (int(task.classes[label]), depth)
+
+
+# ---------- ListOps ----------
+
+def listops_evaluate(tokens: list[str]):
+    """Stack machine over the token stream: (value, dependency depth, max arguments) with the pruning
+    rule of App. C.2 (MIN/MAX keep one argument, MED one or two, SM all; ties keep the shallowest)."""
+    stack = [[]]
+    max_args = 0
+    for t in tokens:
+        if t.startswith("["):
+            stack.append([t[1:]])
+        elif t == "]":
+            op, *args = stack.pop()
+            max_args = max(max_args, len(args))
+            values = [v for v, _ in args]
+            if op == "SM":
+                keep, value = args, sum(values) % 10
+            elif op in ("MIN", "MAX"):
+                value = min(values) if op == "MIN" else max(values)
+                keep = [min((a for a in args if a[0] == value), key=lambda a: a[1])]
+            else:
+                by_value = sorted(args, key=lambda a: (a[0], a[1]))
+                mid = len(by_value) // 2
+                keep = by_value[mid : mid + 1] if len(by_value) % 2 else by_value[mid - 1 : mid + 1]
+                value = sum(a[0] for a in keep) // len(keep)
+            stack[-1].append((value, 1 + max(d for _, d in keep)))
+        else:
+            stack[-1].append((int(t), 0))
+    (value, depth), = stack[0]
+    return value, depth, max_args
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_listops_labels_and_splits(seed):
+    cfg = listops.ListOpsConfig(seed=seed, train_size=1000, eval_size=100, test_depths=(7, 8))
+    task = listops.build(cfg)
+    assert_balanced_and_in_range(task, cfg)
+    for split in SPLITS:
+        sp = task.splits[split]
+        assert sp.lengths.max() <= cfg.max_tokens
+        for toks, label, depth in zip(texts(task, split), sp.labels, sp.depths):
+            value, dep_depth, max_args = listops_evaluate(toks)
+            assert (value, dep_depth) == (int(task.classes[label]), depth)
+            assert max_args <= cfg.max_args
+
+
+def test_listops_paper_example():
+    assert listops_evaluate("[MED 4 8 5 [MAX 8 4 9 ] ]".split())[0] == 6
+    # MAX needs only its 9, so the sub-list does not count towards the depth.
+    assert listops_evaluate("[MAX 9 [MIN 1 2 ] ]".split())[1] == 1
+
+
+# ---------- determinism and cache ----------
+
+@pytest.mark.parametrize(
+    "module,cfg",
+    [
+        (ctl, ctl.CTLConfig(train_size=1500, eval_size=50)),
+        (arithmetic, arithmetic.ArithmeticConfig(train_size=500, eval_size=50)),
+        (listops, listops.ListOpsConfig(train_size=500, eval_size=50)),
+    ],
+)
+def test_generators_are_deterministic_under_a_seed(module, cfg):
+    a, b = module.build(cfg), module.build(cfg)
+    c = module.build(dataclasses.replace(cfg, seed=cfg.seed + 1))
+    for split in SPLITS:
+        assert np.array_equal(a.splits[split].tokens, b.splits[split].tokens)
+        assert np.array_equal(a.splits[split].labels, b.splits[split].labels)
+    assert not np.array_equal(a.splits["train"].tokens, c.splits["train"].tokens)
+
+
+def test_parallel_generation_matches_serial(monkeypatch):
+    """Large splits are generated by a process pool; chunk seeds make the result pool-independent."""
+    cfg = listops.ListOpsConfig(train_size=50_000, eval_size=10)
+    parallel = listops.build(cfg)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    serial = listops.build(cfg)
+    assert np.array_equal(parallel.splits["train"].tokens, serial.splits["train"].tokens)
+
+
+def test_cache_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path))
+    options = {"train_size": 500, "eval_size": 50, "train_depths": [1, 3]}
+    first = load_task("arithmetic", options)
+    assert len(list(tmp_path.glob("arithmetic-*.npz"))) == 1
+    second = load_task("arithmetic", options)
+    assert second.vocab == first.vocab and second.classes == first.classes
+    for split in SPLITS:
+        assert np.array_equal(first.splits[split].tokens, second.splits[split].tokens)
+    load_task("arithmetic", {**options, "seed": 3})
+    assert len(list(tmp_path.glob("arithmetic-*.npz"))) == 2
+
+
+# ---------- PANM's algorithmic tasks ----------
+
+def algorithmic_answer(name: str, x: list[int], features) -> list[int]:
+    """Each rule written from App. D.1 / Sec. 3.1 directly, position by position."""
+    L = len(x)
+    if name == "copy":
+        return list(x)
+    if name == "reverse":
+        return x[::-1]
+    if name == "mix":
+        return [x[math.ceil(L / 2) - 1] if t % 2 == 1 else x[0] for t in range(1, L + 1)]
+    if name == "dynamic_recall":
+        body, query = x[:-1], x[-1]
+        q = body.index(query)
+        start = q - 1 if len(body) % 2 == 1 else q + 1
+        return body[start:]
+    if name == "priority_sort":
+        return [tok for _, tok in sorted(zip(features[:L, 0].tolist(), x))]
+    if name == "id_sort":
+        out = []
+        for i in range(L):
+            same = [j for j in range(L) if j != i and np.array_equal(features[i], features[j])]
+            out.append(x[same[0]] if same else x[i])
+        return out
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("name", algorithmic.TASK_NAMES)
+def test_algorithmic_labels_and_lengths(name):
+    cfg = algorithmic.AlgorithmicConfig(max_train_length=10, train_size=300, eval_size=40)
+    task = algorithmic.build(name, cfg)
+    assert task.kind == "sequence_to_sequence"
+    assert set(task.splits) == {"train", "iid_valid", "ood_valid", "test_x1", "test_x2", "test_x4", "test_x8"}
+    body = lambda split, k: task.splits[split].lengths[k] - (1 if name == "dynamic_recall" else 0)  # noqa: E731
+    for split, expected in [("ood_valid", 11), ("test_x1", 11), ("test_x2", 22), ("test_x4", 44), ("test_x8", 88)]:
+        assert all(body(split, k) == expected for k in range(40)), split
+    assert max(body("train", k) for k in range(300)) <= 10
+    for split, sp in task.splits.items():
+        features = sp.arrays.get("token_features")
+        for k, (ids, target) in enumerate(zip(sp.sequences(), sp.target_sequences())):
+            x = [int(task.vocab[i]) for i in ids]
+            y = [int(task.vocab[i]) for i in target]
+            assert y == algorithmic_answer(name, x, None if features is None else features[k]), (split, x, y)
+
+
+# ---------- contextual retrieval ----------
+
+def test_contextual_retrieval_targets_and_ood_split():
+    cfg = retrieval.RetrievalConfig(train_size=200, eval_size=50)
+    task = retrieval.build(cfg)
+    S, R = cfg.searches, cfg.retrievals
+    alpha = retrieval.alpha_of(cfg)
+    combos = {}
+    for split, sp in task.splits.items():
+        combos[split] = set()
+        for features, targets in zip(sp.features, sp.targets):
+            z, z_tilde, prefs = features[:, :S], features[:, S : S + R], features[:, S + R :].reshape(-1, S, R)
+            for i in range(cfg.n_objects):
+                y = 0.0
+                for s in range(S):
+                    j = min((abs(z[i, s] - z[j, s]), j) for j in range(cfg.n_objects) if j != i)[1]  # Eq. 17
+                    y += alpha[s] * z_tilde[j, int(prefs[i, s].argmax())]  # Eq. 18, 15
+                assert targets[i] == pytest.approx(y, abs=1e-5)
+                combos[split].add(tuple(int(p.argmax()) for p in prefs[i]))
+    held_out = set(retrieval.TABLE_5_HELD_OUT)  # Table 5 of the paper for S=2, R=4
+    assert combos["ood_valid"] == combos["test"] == held_out
+    assert combos["train"] == {(a, b) for a in range(4) for b in range(4)} - held_out
+    assert combos["iid_valid"] <= combos["train"]
+
+
+def test_contextual_retrieval_held_out_keeps_every_value_in_training():
+    cfg = retrieval.RetrievalConfig(searches=3, retrievals=4, train_size=10, eval_size=10)
+    held = retrieval.held_out_combinations(cfg, np.random.default_rng(0))
+    assert len(held) == 16
+    kept = [c for c in __import__("itertools").product(range(4), repeat=3) if c not in held]
+    assert all({c[s] for c in kept} == {0, 1, 2, 3} for s in range(3))

@@ -1,0 +1,147 @@
+"""A trial's config: one flat mapping (what a search space and `--set` speak) -> typed parts.
+
+Flat keys are either training keys (TrainConfig's fields), keys of the chosen model's config
+dataclass, or `task_options` (a mapping given to the task's config dataclass).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .models import MODELS, model_fields
+from .tasks import TASKS, task_config
+
+
+class ConfigError(ValueError):
+    """A config key or value that cannot work; the message names the key and the reason."""
+
+
+def closest(word: str, options) -> str:
+    match = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+@dataclass
+class TrainConfig:
+    task: str
+    model: str
+    task_options: dict = field(default_factory=dict)
+    model_options: dict = field(default_factory=dict)
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    batch_size: int = 512
+    n_iters: int = 30_000
+    grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
+    eval_every: int = 1000
+    eval_batch_size: int = 1024
+    seed: int = 0
+    device: str = "auto"  # "auto" picks CUDA when there is one
+    bf16: bool = False  # bf16 autocast, CUDA only
+    threads: int | None = None  # torch CPU threads; None leaves torch's default
+
+    def flat(self) -> dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "model_options"}
+        out.update(self.model_options)
+        return out
+
+
+TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
+
+
+def coerce(cls: type, key: str, value: Any) -> Any:
+    """Give a value its field's numeric type: YAML reads `1e-3` as a string, and `--set` input is text."""
+    hint = str(typing.get_type_hints(cls)[key])
+    if value is None or isinstance(value, bool):
+        return value
+    try:
+        if "float" in hint:
+            return float(value)
+        if "int" in hint and "float" not in hint:
+            number = float(value)
+            if not number.is_integer():
+                raise ValueError
+            return int(number)
+    except (TypeError, ValueError):
+        kind = "a number" if "float" in hint else "an integer"
+        raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
+    return value
+
+
+def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
+    for required in ("task", "model"):
+        if required not in flat:
+            raise ConfigError(f"{required}: missing")
+    if flat["task"] not in TASKS:
+        raise ConfigError(f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; known: {', '.join(TASKS)}")
+    if flat["model"] not in MODELS:
+        raise ConfigError(f"model: unknown model {flat['model']!r}{closest(str(flat['model']), MODELS)}; known: {', '.join(MODELS)}")
+    own = model_fields(flat["model"])
+    train, model = {}, {}
+    for key, value in flat.items():
+        if key in TRAIN_KEYS:
+            train[key] = coerce(TrainConfig, key, value)
+        elif key in own:
+            model[key] = coerce(MODELS[flat["model"]].config, key, value)
+        else:
+            raise ConfigError(f"{key}: not an option of model {flat['model']!r} or of training{closest(key, TRAIN_KEYS | own)}")
+    try:
+        task_config(train["task"], train.get("task_options"))
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"task_options: {e.args[0]}") from None
+    return TrainConfig(**train, model_options=model)
+
+
+def defaults(model: str) -> dict[str, Any]:
+    """Every key a trial of `model` can take, with its default value."""
+    out = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    out.update({f.name: f.default for f in dataclasses.fields(MODELS[model].config)})
+    return out
+
+
+def set_override(flat: dict[str, Any], assignment: str) -> None:
+    """Apply one `key=value` (value parsed as YAML; `task_options.direction=backward` reaches inside)."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected key=value")
+    key, raw = assignment.split("=", 1)
+    value = yaml.safe_load(raw)
+    *parents, last = key.strip().split(".")
+    target = flat
+    for p in parents:
+        target = target.setdefault(p, {})
+    target[last] = value
+
+
+@functools.lru_cache(maxsize=1)
+def _preset_files() -> tuple[dict, ...]:
+    """Every file of trainables/presets/, parsed once per process."""
+    folder = resources.files("trainables") / "presets"
+    return tuple(yaml.safe_load(p.read_text()) for p in sorted(folder.iterdir()) if p.name.endswith(".yaml"))
+
+
+def presets(task: str) -> dict[str, Any]:
+    """The papers' hyperparameters for one task, from the file in trainables/presets/ whose `task`
+    is it or whose `tasks` list it (its per-task `overrides` under "overrides")."""
+    for data in _preset_files():
+        if task == data.get("task") or task in data.get("tasks", ()):
+            out = copy.deepcopy({k: v for k, v in data.items() if k != "tasks"})
+            out["overrides"] = out.get("overrides", {}).get(task, {})
+            return {**out, "task": task}
+    raise ConfigError(f"no preset for task {task!r}")
+
+
+def preset(task: str, model: str) -> dict[str, Any]:
+    """The flat trial config of the paper's setting for one model on one task."""
+    data = presets(task)
+    if model not in data["models"]:
+        raise ConfigError(f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; have: {', '.join(data['models'])}")
+    shared = {k: v for k, v in data.items() if k not in ("models", "overrides")}
+    # The task's own overrides (e.g. ID Sort's longer training) win over the model's row.
+    return {**shared, "model": model, **data["models"][model], **data["overrides"]}

@@ -1,0 +1,76 @@
+"""Model registry: the name used in YAML -> a config dataclass and a constructor.
+
+Each entry says which task kinds the model can run, so the service can reject a model/task pair
+that cannot work before anything launches.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from ..tasks.base import Task
+from .lstm import LSTMClassifier, LSTMConfig
+from .panm import PANM, PANMConfig
+from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
+from .transformer import TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    config: type
+    constructor: Callable[..., nn.Module]  # (config, task) -> module
+    task_kinds: tuple[str, ...]
+    description: str
+
+
+def _token_ids(task: Task) -> dict:
+    return {"vocab_size": len(task.vocab), "n_classes": task.n_classes, "pad_id": task.pad_id, "bos_id": task.bos_id, "eos_id": task.eos_id}
+
+
+def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
+    # Position-free attention (plain or compositional, without the copy gate) also reads sets.
+    reads_sets = attention in ("softmax", "compositional") and not gated
+
+    def build(cfg, task):
+        if task.kind == "set_regression":
+            return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
+        return UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))
+
+    kinds = ("sequence_classification", "set_regression") if reads_sets else ("sequence_classification",)
+    return ModelSpec(TransformerConfig, build, kinds, description)
+
+
+def _seq2seq(config: type, cls, description: str) -> ModelSpec:
+    return ModelSpec(config, lambda cfg, task: cls(cfg, len(task.vocab), task.n_features), ("sequence_to_sequence",), description)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "transformer": _transformer("softmax", False, "Transformer, absolute sinusoidal positions"),
+    "transformer_rel": _transformer("rel", False, "Transformer + rel (Transformer-XL relative positions)"),
+    "transformer_rel_gate": _transformer("rel", True, "Transformer + rel + copy gate"),
+    "transformer_absrel_gate": _transformer("absrel", True, "Transformer + abs/rel + copy gate (App. B)"),
+    "transformer_geometric": _transformer("geometric", False, "Transformer + geometric attention"),
+    "ndr": _transformer("geometric", True, "Neural Data Router: geometric attention + copy gate"),
+    "transformer_compositional": _transformer("compositional", False, "Transformer with compositional attention (Mittal et al.)"),
+    "panm": _seq2seq(PANMConfig, PANM, "Pointer-Augmented Neural Memory (Le et al.)"),
+    "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
+    "transformer_seq2seq": _seq2seq(Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder-decoder"),
+    "lstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)), ("sequence_classification",), "LSTM"),
+    "bilstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task)), ("sequence_classification",), "bidirectional LSTM"),
+}
+
+
+def model_fields(name: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(MODELS[name].config)}
+
+
+def build_model(name: str, options: dict, task: Task) -> nn.Module:
+    if name not in MODELS:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+    spec = MODELS[name]
+    if task.kind not in spec.task_kinds:
+        raise ValueError(f"model {name!r} runs {', '.join(spec.task_kinds)}; task {task.name!r} is {task.kind}")
+    return spec.constructor(spec.config(**options), task)

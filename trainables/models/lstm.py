@@ -1,0 +1,37 @@
+"""LSTM and bidirectional LSTM classifiers, the NDR paper's recurrent baselines (no begin/end tokens)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+
+@dataclass
+class LSTMConfig:
+    d_model: int = 200  # the state size; a bidirectional LSTM gives each direction half of it
+    n_layers: int = 1
+    dropout: float = 0.5
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, cfg: LSTMConfig, bidirectional: bool, vocab_size: int, n_classes: int, pad_id: int, **_markers):  # no begin/end tokens
+        super().__init__()
+        hidden = cfg.d_model // 2 if bidirectional else cfg.d_model
+        self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.lstm = nn.LSTM(
+            cfg.d_model, hidden, num_layers=cfg.n_layers, batch_first=True,
+            bidirectional=bidirectional, dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
+        )
+        self.readout = nn.Linear(hidden * (2 if bidirectional else 1), n_classes)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.embedding(tokens))
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, (h_n, _) = self.lstm(packed)
+        # h_n holds each direction's state after its last real token: forward at the end of the
+        # sequence, backward at the start.
+        top = h_n[-2:] if self.lstm.bidirectional else h_n[-1:]
+        return self.readout(self.dropout(torch.cat(list(top), dim=-1)))

@@ -1,0 +1,164 @@
+"""Pointer-Augmented Neural Memory (Le et al.): sequence to sequence with explicit pointers.
+
+An encoder writes the input into memory M (one slot per token). Each slot is bound to a b-bit binary
+address A[n] = (p_B + n) mod 2^b, where the base p_B is drawn uniformly during training (so every
+address is seen) and is 0 at evaluation. Per decoding step t:
+  Pointer Units (Eq. 1-3), one GRU per Mode-1 head:   h_t = GRU(p_{t-1}, h_{t-1}),
+      w_t[n] = softmax_n cos(h_t, g^a(A[n])),  p_t = A w_t  (a soft address),
+  Mode-1 dereference:                                  *p_t = M w_t,
+  Mode-2 relational access (Eq. 4-6), per head:        q_t = g^c([*p_t^a ...]),
+      w_t^c[n] = softmax_n cos(q_t, M[n]),  *p_t^c = M w_t^c,
+  Controller (Eq. 7 and the output MLP):               h_t^c = GRU([*p^a..., *p^c...], h_{t-1}^c),
+      y_t = g^o([*p^a..., *p^c..., h_t^c]).
+The decoder input z_t is zero, as in the paper's algorithmic experiments (no teacher forcing).
+Mode-1 pointers start at the base, end and middle addresses (H^a = 1, 2, 3). MLPs have one hidden
+layer of 128 units; GRUs have 256.
+
+Eq. 2 and 5 take a softmax of cosine similarities, which lie in [-1, 1] and cannot make a sharp
+distribution over tens of slots; we multiply them by a learned inverse temperature (`sharpness`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .transformer import sinusoids
+
+
+@dataclass
+class PANMConfig:
+    encoder: str = "lstm"  # or "transformer"
+    d_model: int = 256  # memory slot size (the encoder's output)
+    n_layers: int = 1  # encoder layers
+    n_heads: int = 4  # Transformer encoder heads
+    hidden: int = 256  # Pointer Unit and Controller GRU size
+    mlp_hidden: int = 128
+    address_bits: int = 10
+    mode1_heads: int = 2  # H^a, 0..3
+    mode2_heads: int = 1  # H^c
+    dropout: float = 0.0
+    sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
+
+
+def address_bank(base: torch.Tensor, length: int, bits: int) -> torch.Tensor:
+    """(B,) base addresses -> (B, length, bits) binary codes of (base + n) mod 2^bits, MSB first."""
+    n = (base[:, None] + torch.arange(length, device=base.device)[None]) % (2**bits)
+    powers = 2 ** torch.arange(bits - 1, -1, -1, device=base.device)
+    return ((n[..., None] // powers) % 2).float()
+
+
+def initial_pointers(bank: torch.Tensor, lengths: torch.Tensor, heads: int) -> list[torch.Tensor]:
+    """The first pointers of the Mode-1 heads: base, end and middle addresses of each sequence."""
+    rows = torch.arange(len(lengths), device=bank.device)
+    slots = [torch.zeros_like(lengths), lengths - 1, (lengths - 1) // 2][:heads]
+    return [bank[rows, s] for s in slots]
+
+
+def dereference(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+    """*p = M w: (B, L) weights over slots, (B, L, D) memory -> (B, D)."""
+    return torch.einsum("bl,bld->bd", weights, memory)
+
+
+def cosine_attention(query: torch.Tensor, keys: torch.Tensor, padding: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """softmax over slots of scale * cos(query, key): (B, D), (B, L, D) -> (B, L)."""
+    cos = torch.einsum("bd,bld->bl", F.normalize(query, dim=-1), F.normalize(keys, dim=-1))
+    return torch.softmax((scale * cos).masked_fill(padding, float("-inf")), dim=-1)
+
+
+def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
+
+
+class SequenceEncoder(nn.Module):
+    """Tokens (+ optional per-token features) -> one memory slot per token."""
+
+    def __init__(self, kind: str, vocab_size: int, n_features: int, d_model: int, n_layers: int, n_heads: int, dropout: float):
+        super().__init__()
+        if kind not in ("lstm", "transformer"):
+            raise ValueError(f"encoder must be 'lstm' or 'transformer', got {kind!r}")
+        self.kind = kind
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.features = nn.Linear(n_features, d_model) if n_features else None
+        if kind == "lstm":
+            self.net = nn.LSTM(d_model, d_model, num_layers=n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
+        else:
+            layer = nn.TransformerEncoderLayer(d_model, n_heads, 2 * d_model, dropout, batch_first=True)
+            self.net = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, token_features: torch.Tensor | None) -> torch.Tensor:
+        x = self.embedding(tokens)
+        if self.features is not None:
+            x = x + self.features(token_features)
+        padding = torch.arange(tokens.shape[1], device=tokens.device)[None] >= lengths[:, None]
+        if self.kind == "lstm":
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, _ = self.net(packed)
+            return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=tokens.shape[1])[0]
+        x = x + sinusoids(torch.arange(tokens.shape[1], device=tokens.device), x.shape[-1])
+        return self.net(x, src_key_padding_mask=padding)
+
+
+class PANM(nn.Module):
+    def __init__(self, cfg: PANMConfig, vocab_size: int, n_features: int = 0):
+        super().__init__()
+        if not 0 <= cfg.mode1_heads <= 3:
+            raise ValueError(f"mode1_heads must be 0..3 (pointers start at base, end, middle), got {cfg.mode1_heads}")
+        if cfg.mode2_heads < 0:
+            raise ValueError(f"mode2_heads must be >= 0, got {cfg.mode2_heads}")
+        self.cfg = cfg
+        d, b = cfg.d_model, cfg.address_bits
+        self.encoder = SequenceEncoder(cfg.encoder, vocab_size, n_features, d, cfg.n_layers, cfg.n_heads, cfg.dropout)
+        self.pointer_units = nn.ModuleList(nn.GRUCell(b, cfg.hidden) for _ in range(cfg.mode1_heads))
+        self.address_keys = nn.ModuleList(mlp(b, cfg.mlp_hidden, cfg.hidden) for _ in range(cfg.mode1_heads))  # g^a
+        # Mode-2 queries come from the Mode-1 values (Eq. 4); with no Mode-1 head, from the controller.
+        query_in = cfg.mode1_heads * d or cfg.hidden
+        self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
+        read = (cfg.mode1_heads + cfg.mode2_heads) * d
+        self.controller = nn.GRUCell(max(read, 1), cfg.hidden)
+        self.controller_start = nn.Linear(d, cfg.hidden)
+        self.output = mlp(read + cfg.hidden, cfg.mlp_hidden, vocab_size)  # g^o
+        self.log_sharpness = nn.Parameter(torch.full((2,), math.log(cfg.sharpness)))
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens, lengths, n_steps: int, token_features=None, return_activations: bool = False):
+        """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights."""
+        batch, length = tokens.shape
+        memory = self.dropout(self.encoder(tokens, lengths, token_features))
+        padding = torch.arange(length, device=tokens.device)[None] >= lengths[:, None]
+        if self.training:
+            base = torch.randint(0, 2**self.cfg.address_bits, (batch,), device=tokens.device)
+        else:
+            base = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+        bank = address_bank(base, length, self.cfg.address_bits).to(memory.dtype)
+        keys = [g(bank) for g in self.address_keys]
+        pointers = initial_pointers(bank, lengths, self.cfg.mode1_heads)
+        states = [torch.zeros(batch, self.cfg.hidden, device=tokens.device) for _ in pointers]
+        rows = torch.arange(batch, device=tokens.device)
+        control = torch.tanh(self.controller_start(memory[rows, lengths - 1]))
+        sharp_a, sharp_c = self.log_sharpness.exp()
+        logits, trace = [], {"mode1": [], "mode2": []}
+        for _ in range(n_steps):
+            mode1 = []
+            for h, unit in enumerate(self.pointer_units):
+                states[h] = unit(pointers[h], states[h])  # Eq. 1
+                w = cosine_attention(states[h], keys[h], padding, sharp_a)  # Eq. 2
+                pointers[h] = torch.einsum("bl,blk->bk", w, bank)  # Eq. 3
+                mode1.append((w, dereference(w, memory)))
+            query_source = torch.cat([v for _, v in mode1], -1) if mode1 else control
+            mode2 = []
+            for g in self.mode2_queries:
+                w = cosine_attention(g(query_source), memory, padding, sharp_c)  # Eq. 5
+                mode2.append((w, dereference(w, memory)))  # Eq. 6
+            values = [v for _, v in mode1 + mode2]
+            read = torch.cat(values, -1) if values else torch.zeros(batch, 1, device=tokens.device)
+            control = self.controller(read, control)  # Eq. 7, z_t = 0
+            logits.append(self.output(torch.cat(values + [control], -1)))
+            if return_activations:
+                trace["mode1"].append(torch.stack([w for w, _ in mode1], 1) if mode1 else None)
+                trace["mode2"].append(torch.stack([w for w, _ in mode2], 1) if mode2 else None)
+        out = torch.stack(logits, 1)
+        return (out, trace) if return_activations else out

@@ -1,0 +1,290 @@
+"""Shared-weight (Universal) Transformer encoders up to the Neural Data Router (Csordás et al., ICLR 2022).
+
+One layer's weights are applied n_layers times. Variants differ in two places:
+  attention: "softmax" (absolute sinusoidal positions added to the input), "rel" (Transformer-XL
+             relative positions), "absrel" (App. B, Eq. 16-17: a per-position gate switches between
+             absolute and relative positional keys), "geometric" (Sec. 2.2: attend to the closest
+             match, with direction encoding).
+             "compositional" (Mittal et al., Eq. 7-14): n_heads searches share n_retrievals
+             value projections, each search choosing its retrieval by a second attention.
+  gate:      the copy gate of Sec. 2.1 (Eq. 1-5), which lets a column skip a layer.
+NDR = geometric attention + copy gate. The same layers also read sets (feature vectors, no
+positions) for set regression: UniversalTransformerSetRegressor.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
+
+
+@dataclass
+class TransformerConfig:
+    d_model: int = 256
+    n_heads: int = 4
+    ff_multiplier: float = 2.0  # d_FF = ff_multiplier * d_model, as in the paper's Table 10
+    n_layers: int = 14
+    dropout: float = 0.1
+    attention_dropout: float = 0.0  # on the attention weights
+    query_dropout: float = 0.1  # on the content and position queries (App. C.3)
+    readout: str = "last"  # "last" column (the end token) or "first" (Table 5)
+    eval_n_layers: int | None = None  # more layers at evaluation than in training (App. C.1)
+    gate_bias_init: float = -3.0
+    n_retrievals: int = 2  # compositional attention: R (n_heads is the number of searches S)
+    retrieval_dim: int = 32  # compositional attention: d_r, size of retrieval queries and keys
+    mask_self: bool = False  # sets: no element attends to itself (contextual retrieval searches j != i)
+
+
+def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """Vaswani et al. sinusoidal embedding of (possibly negative) integer positions."""
+    freq = torch.exp(torch.arange(0, d_model, 2, device=positions.device) * (-math.log(10000.0) / d_model))
+    angles = positions.float()[:, None] * freq[None]
+    out = torch.zeros(len(positions), d_model, device=positions.device)
+    out[:, 0::2] = torch.sin(angles)
+    out[:, 1::2] = torch.cos(angles)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _geometric_order_cpu(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each target i: the source positions sorted from closest to farthest, and each source's rank.
+
+    Rank 0 is i itself. At equal distance the source to the right of i is the closer one (the
+    sentence above Eq. 8 and Figure 1/right; Eq. 8 as printed swaps its two cases)."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    closeness = 2 * (i - j).abs() - (j > i).long()
+    order = closeness.argsort(dim=1)
+    rank = order.argsort(dim=1)
+    return order, rank
+
+
+def geometric_order(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    order, rank = _geometric_order_cpu(n)
+    return order.to(device), rank.to(device)
+
+
+def geometric_attention_weights(logits: torch.Tensor) -> torch.Tensor:
+    """Eq. 7 in log space: A_ij = P_ij * prod_{k in S_ij} (1 - P_ik), P = sigmoid(logits), A_ii = 0.
+
+    Sorting each row's sources by closeness turns the product over S_ij into an exclusive cumulative
+    sum of log(1 - P), O(N^2) like softmax attention. Masked keys carry logit -inf: P = 0 there, so
+    they neither receive weight nor shadow anything."""
+    n = logits.shape[-1]
+    order, rank = geometric_order(n, logits.device)
+    log_p = F.logsigmoid(logits)
+    log_not_p = F.logsigmoid(-logits)
+    shape = logits.shape
+    sorted_log_not_p = log_not_p.gather(-1, order.expand(shape))
+    sorted_log_not_p = torch.cat([torch.zeros_like(sorted_log_not_p[..., :1]), sorted_log_not_p[..., 1:]], dim=-1)
+    closer_sum = sorted_log_not_p.cumsum(-1) - sorted_log_not_p
+    log_a = log_p + closer_sum.gather(-1, rank.expand(shape))
+    diagonal = torch.eye(n, dtype=torch.bool, device=logits.device)
+    return torch.exp(log_a).masked_fill(diagonal, 0.0)
+
+
+class Attention(nn.Module):
+    def __init__(self, kind: str, d_model: int, n_heads: int, attention_dropout: float, query_dropout: float,
+                 n_retrievals: int = 1, retrieval_dim: int = 32):
+        super().__init__()
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.kind, self.n_heads, self.d_head = kind, n_heads, d_model // n_heads
+        self.query = nn.Linear(d_model, d_model)
+        self.key = nn.Linear(d_model, d_model, bias=False)
+        self.value = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.attention_dropout = nn.Dropout(attention_dropout)
+        self.query_dropout = nn.Dropout(query_dropout)
+        if kind in ("rel", "absrel"):
+            self.pos_key = nn.Linear(d_model, d_model, bias=False)  # W_{k,P}
+            self.content_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # b_{q,E}
+            self.pos_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # b_{q,P}
+        if kind == "absrel":
+            self.abs_rel_switch = nn.Linear(d_model, 1)  # Eq. 16: r_i = sigmoid(h_i W_ar + b_ar)
+        if kind == "compositional":
+            if n_retrievals < 1:
+                raise ValueError(f"n_retrievals must be >= 1, got {n_retrievals}")
+            self.n_retrievals, self.retrieval_dim = n_retrievals, retrieval_dim
+            self.value = nn.Linear(d_model, n_retrievals * self.d_head)  # W_v1..W_vR (Eq. 9)
+            self.retrieval_query = nn.Linear(d_model, n_heads * retrieval_dim, bias=False)  # W̄_q per search (Eq. 11)
+            self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
+        if kind == "geometric":
+            # Eq. 9-10, one set per head (the paper's CTL NDR has a single head).
+            self.direction = nn.Linear(d_model, 2 * n_heads)  # [W_LR; W_RL], [b_LR; b_RL]
+            self.alpha = nn.Parameter(torch.full((n_heads,), 1.0 / math.sqrt(self.d_head)))
+            self.beta = nn.Parameter(torch.ones(n_heads))
+            self.gamma = nn.Parameter(torch.zeros(n_heads))
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, H, N, d_head)
+        return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head).transpose(1, 2)
+
+    def scores(self, h: torch.Tensor) -> torch.Tensor:
+        """Pre-normalisation attention logits (B, H, N_target, N_source)."""
+        n = h.shape[1]
+        q, k = self.split_heads(self.query(h)), self.split_heads(self.key(h))
+        if self.kind in ("softmax", "compositional"):  # compositional: the searches, Eq. 7-8
+            return self.query_dropout(q) @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+        if self.kind == "geometric":
+            content = self.query_dropout(q) @ k.transpose(-1, -2)
+            lr, rl = self.direction(h).view(h.shape[0], n, 2, self.n_heads).permute(2, 0, 3, 1)  # (B, H, N)
+            i = torch.arange(n, device=h.device)
+            source_right = (i[:, None] <= i[None, :])  # Eq. 9: i <= j uses W_LR
+            direction = torch.where(source_right, lr[..., :, None], rl[..., :, None])
+            return self.alpha[:, None, None] * content + self.beta[:, None, None] * direction + self.gamma[:, None, None]
+        # Eq. 17: (a)+(c) content term, (b)+(d)+(e) positional term with the abs/rel switch r_i.
+        content = self.query_dropout(q + self.content_bias[:, None]) @ k.transpose(-1, -2)
+        pos_query = self.query_dropout(q + self.pos_bias[:, None])
+        offsets = torch.arange(-(n - 1), n, device=h.device)  # i - j for every pair
+        rel_keys = self.split_heads(self.pos_key(sinusoids(offsets, h.shape[-1]))[None])[0]  # (H, 2N-1, d)
+        rel_all = pos_query @ rel_keys.transpose(-1, -2)  # (B, H, N, 2N-1)
+        i = torch.arange(n, device=h.device)
+        offset_index = (i[:, None] - i[None, :] + n - 1).expand(*rel_all.shape[:2], n, n)
+        positional = rel_all.gather(-1, offset_index)
+        if self.kind == "absrel":
+            abs_keys = self.split_heads(self.pos_key(sinusoids(i, h.shape[-1]))[None])[0]  # (H, N, d)
+            absolute = pos_query @ abs_keys.transpose(-1, -2)
+            r = torch.sigmoid(self.abs_rel_switch(h))[:, None]  # (B, 1, N, 1)
+            positional = r * positional + (1 - r) * absolute
+        return (content + positional) / math.sqrt(self.d_head)
+
+    def forward(self, h: torch.Tensor, key_padding: torch.Tensor, mask_self: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (B, N, D), key_padding (B, N) True at padding -> (output (B, N, D), weights (B, H, N, N))."""
+        logits = self.scores(h).masked_fill(key_padding[:, None, None, :], float("-inf"))
+        if mask_self:
+            logits = logits.masked_fill(torch.eye(h.shape[1], dtype=torch.bool, device=h.device), float("-inf"))
+        if self.kind == "geometric":
+            weights = geometric_attention_weights(logits)
+        else:
+            weights = torch.softmax(logits, dim=-1)
+        if self.kind == "compositional":
+            mixed = self.compose(h, self.attention_dropout(weights))
+        else:
+            mixed = self.attention_dropout(weights) @ self.split_heads(self.value(h))
+        return self.out(mixed.transpose(1, 2).reshape(h.shape)), weights
+
+    def compose(self, h: torch.Tensor, search: torch.Tensor) -> torch.Tensor:
+        """Eq. 9-13: every search applied to every retrieval, then each search picks its retrievals.
+        search (B, S, N, N) -> (B, S, N, d_head)."""
+        batch, n, _ = h.shape
+        values = self.value(h).view(batch, n, self.n_retrievals, self.d_head).transpose(1, 2)  # (B, R, N, d)
+        retrieved = torch.einsum("bsij,brjd->bsrid", search, values)  # Retrieval_ij (Eq. 10)
+        queries = self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)  # (B, S, N, d_r)
+        keys = self.retrieval_key(retrieved)  # (B, S, R, N, d_r), Eq. 11-12
+        value_scores = torch.softmax(torch.einsum("bsnk,bsrnk->bsnr", queries, keys) / math.sqrt(self.retrieval_dim), dim=-1)
+        self.last_value_scores = value_scores.detach()  # Eq. 13's "value scores", for plots
+        return torch.einsum("bsnr,bsrnd->bsnd", value_scores, retrieved)
+
+
+class FeedForward(nn.Sequential):
+    """Eq. 5: W2 max(W1 x + b1, 0) + b2."""
+
+    def __init__(self, d_in: int, d_hidden: int, dropout: float):
+        super().__init__(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_hidden, d_in))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: TransformerConfig, attention: str, gated: bool):
+        super().__init__()
+        d_ff = int(cfg.ff_multiplier * cfg.d_model)
+        self.gated = gated
+        self.attention = Attention(attention, cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.query_dropout,
+                                   cfg.n_retrievals, cfg.retrieval_dim)
+        self.mask_self = cfg.mask_self
+        self.norm_attention = nn.LayerNorm(cfg.d_model)
+        self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+        if gated:
+            self.gate = FeedForward(cfg.d_model, cfg.d_model, 0.0)
+            nn.init.constant_(self.gate[-1].bias, cfg.gate_bias_init)
+            # App. C.3: gated models without geometric attention squash the update with tanh
+            # instead of LayerNorm (Eq. 2).
+            self.norm_update = nn.LayerNorm(cfg.d_model) if attention == "geometric" else nn.Tanh()
+        else:
+            self.norm_ff = nn.LayerNorm(cfg.d_model)
+
+    def forward(self, h: torch.Tensor, key_padding: torch.Tensor):
+        attended, weights = self.attention(h, key_padding, self.mask_self)
+        a = self.norm_attention(h + self.dropout(attended))  # Eq. 1
+        if not self.gated:
+            return self.norm_ff(a + self.dropout(self.ff(a))), weights, None
+        u = self.norm_update(self.dropout(self.ff(a)))  # Eq. 2, no residual around the update
+        g = torch.sigmoid(self.gate(a))  # Eq. 3
+        return g * u + (1 - g) * h, weights, g  # Eq. 4
+
+
+class UniversalTransformerClassifier(nn.Module):
+    """Embeds '<bos> tokens <eos>', applies one shared layer n_layers times, reads one column out."""
+
+    def __init__(self, cfg: TransformerConfig, attention: str, gated: bool, vocab_size: int, n_classes: int, pad_id: int, bos_id: int, eos_id: int):
+        super().__init__()
+        if cfg.readout not in ("first", "last"):
+            raise ValueError(f"readout must be 'first' or 'last', got {cfg.readout!r}")
+        self.cfg, self.attention_kind = cfg, attention
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.embedding = nn.Embedding(vocab_size, cfg.d_model)
+        self.input_dropout = nn.Dropout(cfg.dropout)
+        self.layer = Layer(cfg, attention, gated)
+        self.readout = nn.Linear(cfg.d_model, n_classes)
+
+    def add_markers(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        batch, n = tokens.shape
+        out = torch.full((batch, n + 2), self.pad_id, dtype=torch.long, device=tokens.device)
+        out[:, 0] = self.bos_id
+        out[:, 1 : n + 1] = tokens
+        out[torch.arange(batch, device=tokens.device), lengths + 1] = self.eos_id
+        return out
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, n_layers: int | None = None, return_activations: bool = False):
+        """tokens (B, N) PAD-padded without markers, lengths (B,) -> class logits (B, C).
+
+        With return_activations, also {"attention": [per layer (B, H, N+2, N+2)], "gates": [per layer
+        (B, N+2, D)]} for plots (gates only for gated variants)."""
+        seq = self.add_markers(tokens, lengths)
+        key_padding = seq == self.pad_id
+        h = self.embedding(seq)
+        if self.attention_kind == "softmax":
+            h = h + sinusoids(torch.arange(seq.shape[1], device=seq.device), h.shape[-1])
+        h = self.input_dropout(h)
+        if n_layers is None:
+            n_layers = self.cfg.n_layers if self.training or self.cfg.eval_n_layers is None else self.cfg.eval_n_layers
+        activations = {"attention": [], "gates": []}
+        for _ in range(n_layers):
+            h, weights, gate = self.layer(h, key_padding)
+            if return_activations:
+                activations["attention"].append(weights.detach())
+                if gate is not None:
+                    activations["gates"].append(gate.detach())
+        column = lengths + 1 if self.cfg.readout == "last" else torch.zeros_like(lengths)
+        logits = self.readout(h[torch.arange(len(lengths), device=h.device), column])
+        return (logits, activations) if return_activations else logits
+
+
+class UniversalTransformerSetRegressor(nn.Module):
+    """A set of feature vectors -> one scalar per element, through the same shared-weight layers.
+
+    No positional information: the input is a set. Used for contextual retrieval (Mittal et al.).
+    The features are embedded by a one-hidden-layer MLP: attending to the nearest element on a scalar
+    feature needs -(z_i - z_j)^2 as a score, whose key term -z_j^2 no linear embedding provides."""
+
+    def __init__(self, cfg: TransformerConfig, attention: str, n_features: int):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Sequential(nn.Linear(n_features, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_model))
+        self.layer = Layer(cfg, attention, gated=False)
+        self.readout = nn.Linear(cfg.d_model, 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        h = self.embed(features)
+        no_padding = torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
+        for _ in range(self.cfg.n_layers):
+            h, _, _ = self.layer(h, no_padding)
+        return self.readout(h)[..., 0]

@@ -1,0 +1,43 @@
+"""Task registry: the name used in YAML -> config dataclass, loader and task kind."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import algorithmic, arithmetic, ctl, listops, retrieval
+from .base import Task
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    config: type
+    load: Callable[[Any], Task]
+    kind: str  # see base.KINDS
+
+
+TASKS: dict[str, TaskSpec] = {
+    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, "sequence_classification"),
+    "arithmetic": TaskSpec(arithmetic.ArithmeticConfig, arithmetic.load, "sequence_classification"),
+    "listops": TaskSpec(listops.ListOpsConfig, listops.load, "sequence_classification"),
+    **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), "sequence_to_sequence") for name in algorithmic.TASK_NAMES},
+    "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, "set_regression"),
+}
+
+
+def task_config(name: str, options: dict | None = None):
+    """Typed config for a task from YAML options; unknown names and keys raise KeyError/TypeError."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}")
+    cls = TASKS[name].config
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in (options or {}).items():
+        if key not in fields:
+            raise TypeError(f"task {name!r} has no option {key!r}; options: {', '.join(fields)}")
+        values[key] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
+
+
+def load_task(name: str, options: dict | None = None) -> Task:
+    return TASKS[name].load(task_config(name, options))

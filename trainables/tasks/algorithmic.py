@@ -1,0 +1,115 @@
+"""PANM's algorithmic tasks (Le et al., Sec. 3.1, App. D.1): sequence to sequence over tokens 0-9.
+
+Training inputs have lengths 1..L (L about 10); the OOD validation set has length L+1 and the test
+sets lengths L+1, 2(L+1), 4(L+1) and 8(L+1), each scored by sequence-level accuracy.
+
+  copy             y = x
+  reverse          y = x reversed
+  mix              y_t = x_ceil(L/2) for odd t, x_1 for even t (t = 1..L)
+  dynamic_recall   a query token x_q (its first occurrence) is appended to the input; the answer
+                   starts next to it, on the left for odd L and on the right for even L, and runs on
+                   to the end of the input
+  priority_sort    each token has a priority ~ N(0, 1) (a token feature); y = x sorted by priority
+  id_sort          tokens are paired at random and each pair shares an id ~ N(0, I) (token features);
+                   y_i = the token that shares x_i's id (with odd L the last token pairs with itself)
+
+Dynamic Recall's left/right rule and ID Sort's odd lengths are not pinned down by the paper; the
+choices above are ours.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import SPECIAL_TOKENS, Split, Task, cached, pad_rows
+
+DIGITS = [str(i) for i in range(10)]
+VOCAB = SPECIAL_TOKENS + DIGITS
+FIRST_DIGIT = len(SPECIAL_TOKENS)
+TASK_NAMES = ("copy", "reverse", "mix", "dynamic_recall", "priority_sort", "id_sort")
+ID_DIM = 8  # size of ID Sort's id vectors
+
+
+@dataclass(frozen=True)
+class AlgorithmicConfig:
+    seed: int = 0
+    max_train_length: int = 10  # L
+    train_size: int = 50_000
+    eval_size: int = 500  # per validation/test set
+    test_multipliers: tuple[int, ...] = (1, 2, 4, 8)  # test lengths k * (L + 1)
+
+
+def make_sample(name: str, rng: np.random.Generator, length: int):
+    """(input digits, target digits, token features or None) for one sample of the given length."""
+    x = rng.integers(10, size=length)
+    if name == "copy":
+        return x, x.copy(), None
+    if name == "reverse":
+        return x, x[::-1].copy(), None
+    if name == "mix":
+        t = np.arange(1, length + 1)
+        middle = -(-length // 2) - 1  # ceil(L/2), 1-based -> 0-based
+        return x, np.where(t % 2 == 1, x[middle], x[0]), None
+    if name == "dynamic_recall":
+        go_left = length % 2 == 1
+        candidates = [q for q in range(length) if (q >= 1 if go_left else q <= length - 2) and x[q] not in x[:q]]
+        if not candidates:  # every usable position repeats an earlier token: redraw
+            return make_sample(name, rng, length)
+        q = candidates[rng.integers(len(candidates))]
+        start = q - 1 if go_left else q + 1
+        return np.append(x, x[q]), x[start:].copy(), None
+    if name == "priority_sort":
+        priority = rng.standard_normal(length)
+        return x, x[np.argsort(priority, kind="stable")], priority[:, None].astype(np.float32)
+    if name == "id_sort":
+        order = rng.permutation(length)
+        partner = np.arange(length)
+        for a, b in zip(order[0::2], order[1::2]):
+            partner[a], partner[b] = b, a
+        ids = rng.standard_normal((length, ID_DIM)).astype(np.float32)
+        ids = ids[np.minimum(np.arange(length), partner)]  # each pair takes its lower member's id
+        return x, x[partner], ids
+    raise ValueError(f"unknown algorithmic task {name!r}; known: {', '.join(TASK_NAMES)}")
+
+
+def make_split(name: str, rng: np.random.Generator, lengths: np.ndarray) -> Split:
+    inputs, targets, features = zip(*(make_sample(name, rng, int(n)) for n in lengths))
+    arrays = {
+        "tokens": pad_rows([x + FIRST_DIGIT for x in inputs]),
+        "lengths": np.array([len(x) for x in inputs], dtype=np.int16),
+        "targets": pad_rows([y + FIRST_DIGIT for y in targets]),
+        "target_lengths": np.array([len(y) for y in targets], dtype=np.int16),
+        "depths": np.asarray(lengths, dtype=np.int16),  # the split-defining quantity: input length
+    }
+    if features[0] is not None:
+        width = max(len(f) for f in features)
+        padded = np.zeros((len(features), width, features[0].shape[1]), dtype=np.float32)
+        for k, f in enumerate(features):
+            padded[k, : len(f)] = f
+        arrays["token_features"] = padded
+    return Split(arrays)
+
+
+def build(name: str, config: AlgorithmicConfig) -> Task:
+    rng = np.random.default_rng([config.seed, TASK_NAMES.index(name)])
+    low = 2 if name in ("dynamic_recall", "id_sort") else 1
+    L = config.max_train_length
+
+    def train_lengths(n: int) -> np.ndarray:
+        return rng.integers(low, L + 1, size=n)
+
+    splits = {
+        "train": make_split(name, rng, train_lengths(config.train_size)),
+        "iid_valid": make_split(name, rng, train_lengths(config.eval_size)),
+        "ood_valid": make_split(name, rng, np.full(config.eval_size, L + 1)),
+    }
+    for k in config.test_multipliers:
+        splits[f"test_x{k}"] = make_split(name, rng, np.full(config.eval_size, k * (L + 1)))
+    n_features = splits["train"].arrays["token_features"].shape[-1] if "token_features" in splits["train"].arrays else 0
+    return Task(name=name, kind="sequence_to_sequence", splits=splits, vocab=VOCAB, classes=DIGITS, n_features=n_features)
+
+
+def loader(name: str):
+    return lambda config: cached(name, config, functools.partial(build, name, config))

@@ -1,0 +1,232 @@
+"""What every sequence-classification task shares: splits as padded arrays, depth balancing, a disk cache."""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+SPECIAL_TOKENS = [PAD, BOS, EOS]
+
+# Bump when a generator changes its output, so stale caches are never reused.
+GENERATOR_VERSION = 3
+
+
+@dataclass
+class Split:
+    """The arrays of one split, all with the same first dimension. Which arrays exist depends on the
+    task kind (see SCORE_OF_KIND); every kind has `depths`, the split-defining depth or length per sample."""
+
+    arrays: dict[str, np.ndarray]
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["arrays"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __len__(self) -> int:
+        return len(self.arrays["depths"])
+
+    def sequences(self) -> list[list[int]]:
+        return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
+
+    def target_sequences(self) -> list[list[int]]:
+        return [row[:n].tolist() for row, n in zip(self.targets, self.target_lengths)]
+
+
+# Task kinds -> how a prediction is scored: one class per token sequence (accuracy); an output token
+# sequence per input (sequence-level accuracy); a scalar per set element (L1 error, lower is better).
+SCORE_OF_KIND = {"sequence_classification": "acc", "sequence_to_sequence": "acc", "set_regression": "l1"}
+LOWER_IS_BETTER = {"l1"}
+
+
+@dataclass
+class Task:
+    name: str
+    kind: str
+    splits: dict[str, Split]
+    vocab: list[str] = field(default_factory=list)  # token tasks: inputs (and outputs, for seq2seq)
+    classes: list[str] = field(default_factory=list)  # classification: the class names
+    n_features: int = 0  # set tasks: features per set element
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab.index(PAD)
+
+    @property
+    def bos_id(self) -> int:
+        return self.vocab.index(BOS)
+
+    @property
+    def eos_id(self) -> int:
+        return self.vocab.index(EOS)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def metric(self) -> str:
+        return SCORE_OF_KIND[self.kind]
+
+    @property
+    def test_splits(self) -> list[str]:
+        return [s for s in self.splits if s.startswith("test")]
+
+    def decode(self, ids: Sequence[int]) -> list[str]:
+        return [self.vocab[i] for i in ids]
+
+
+def pad_rows(rows: Sequence[Sequence[int]], dtype=np.int16) -> np.ndarray:
+    out = np.zeros((len(rows), max(len(r) for r in rows)), dtype=dtype)
+    for k, r in enumerate(rows):
+        out[k, : len(r)] = r
+    return out
+
+
+def pack_split(samples: Sequence[tuple[list[int], int, int]]) -> Split:
+    """(token ids, label, depth) triples -> padded arrays."""
+    return Split({
+        "tokens": pad_rows([s[0] for s in samples]),
+        "lengths": np.array([len(s[0]) for s in samples], dtype=np.int16),
+        "labels": np.array([s[1] for s in samples], dtype=np.int16),
+        "depths": np.array([s[2] for s in samples], dtype=np.int16),
+    })
+
+
+def balanced_counts(total: int, depths: Sequence[int], capacity: Callable[[int], float]) -> dict[int, int]:
+    """Split `total` over depths as evenly as the number of distinct samples per depth allows.
+
+    Water-filling: a depth that cannot hold its share (CTL depth 1 has only 72 samples) gives the rest
+    to the others, which is how the NDR paper's 53,704 CTL samples are "roughly balanced"."""
+    counts = {d: 0 for d in depths}
+    open_depths = list(depths)
+    remaining = total
+    while remaining > 0 and open_depths:
+        share, extra = divmod(remaining, len(open_depths))
+        # The remainder goes to the depths that have the fewest so far, so rounds do not stack it.
+        for k, d in enumerate(sorted(open_depths, key=lambda d: counts[d])):
+            take = int(min(share + (1 if k < extra else 0), capacity(d) - counts[d]))
+            counts[d] += take
+            remaining -= take
+        open_depths = [d for d in open_depths if counts[d] < capacity(d)]
+    if remaining > 0:
+        raise ValueError(f"cannot draw {total} distinct samples from depths {list(depths)}")
+    return counts
+
+
+def draw_unique(
+    count: int,
+    draw: Callable[[], tuple[Hashable, list[int], int]],
+    exclude: set,
+    max_tries_per_sample: int = 200,
+) -> list[tuple[Hashable, list[int], int]]:
+    """Draw `count` samples whose keys are new (not in `exclude`, not repeated); adds the keys to `exclude`."""
+    out = []
+    tries = 0
+    while len(out) < count:
+        key, ids, label = draw()
+        tries += 1
+        if key in exclude:
+            if tries > max_tries_per_sample * (count + 10):
+                raise RuntimeError(f"generator saturated after {len(out)} of {count} unique samples")
+            continue
+        exclude.add(key)
+        out.append((key, ids, label))
+    return out
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SYSGEN_DATA_CACHE", Path.home() / ".cache" / "sysgen-data"))
+
+
+def cached(name: str, config, build: Callable[[], Task]) -> Task:
+    """Load a generated task from disk, or build and store it.
+
+    Keyed by the task's full config and the generator version; written atomically so concurrent
+    trials on one machine never read a half-written file (the last writer wins with identical data)."""
+    key_src = json.dumps({"name": name, "config": dataclasses.asdict(config), "v": GENERATOR_VERSION}, sort_keys=True)
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    path = cache_dir() / f"{name}-{key}.npz"
+    if path.exists():
+        with np.load(path, allow_pickle=False) as f:
+            meta = json.loads(str(f["meta"]))
+            splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
+        return Task(splits=splits, **meta)
+    task = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {k: getattr(task, k) for k in ("name", "kind", "vocab", "classes", "n_features")}
+    meta["splits"] = {s: list(split.arrays) for s, split in task.splits.items()}
+    arrays = {"meta": json.dumps(meta)}
+    for s, split in task.splits.items():
+        for k, a in split.arrays.items():
+            arrays[f"{s}.{k}"] = a
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
+    os.close(fd)
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return task
+
+
+Drawer = Callable[[int], tuple[list[int], int]]  # depth -> (token ids, label)
+CHUNK = 20_000
+
+
+def _draw_chunk(make_drawer: Callable[[np.random.Generator], Drawer], seed: list[int], depth: int, count: int):
+    draw_at = make_drawer(np.random.default_rng(seed))
+    return [(*draw_at(depth), depth) for _ in range(count)]
+
+
+def sample_balanced(
+    depth_range: tuple[int, int],
+    size: int,
+    make_drawer: Callable[[np.random.Generator], Drawer],
+    seed: list[int],
+) -> Split:
+    """`size` samples, the same number at every depth of the inclusive range, shuffled.
+
+    Work is cut into (depth, chunk) pieces, each with its own seed derived from `seed`, so the
+    result is identical whether the pieces run in this process or in a pool (large splits, such as
+    ListOps' 1M training samples, use every core). `make_drawer` must be picklable."""
+    depths = list(range(depth_range[0], depth_range[1] + 1))
+    per_depth, extra = divmod(size, len(depths))
+    pieces = []
+    for k, d in enumerate(depths):
+        n = per_depth + (1 if k < extra else 0)
+        for c, start in enumerate(range(0, n, CHUNK)):
+            pieces.append((make_drawer, [*seed, d, c], d, min(CHUNK, n - start)))
+    workers = min(len(pieces), os.cpu_count() or 1)
+    if workers > 1 and size > 2 * CHUNK:
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            chunks = list(pool.map(_draw_chunk, *zip(*pieces)))
+    else:
+        chunks = [_draw_chunk(*piece) for piece in pieces]
+    samples = [s for chunk in chunks for s in chunk]
+    order = np.random.default_rng([*seed, -1 % 2**32]).permutation(len(samples))
+    return pack_split([samples[i] for i in order])
+
+
+def depth_splits(config, make_drawer: Callable[[np.random.Generator], Drawer]) -> dict[str, Split]:
+    """The four splits of a depth-generalization task, each balanced over its depth range.
+
+    The IID validation set is drawn independently from the training distribution (shallow problems
+    are few, so it may share some with train, as in the paper); OOD validation and test have their
+    own, deeper depths. `config` has seed, train_size, eval_size and the three depth ranges."""
+    plan = [
+        ("train", config.train_depths, config.train_size),
+        ("iid_valid", config.train_depths, config.eval_size),
+        ("ood_valid", config.ood_valid_depths, config.eval_size),
+        ("test", config.test_depths, config.eval_size),
+    ]
+    return {split: sample_balanced(depths, size, make_drawer, [config.seed, k]) for k, (split, depths, size) in enumerate(plan)}

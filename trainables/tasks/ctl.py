@@ -1,0 +1,101 @@
+"""Compositional table lookup (NDR paper Sec. 3.1, App. C.2).
+
+8 symbols (3-bit strings), 9 random bijective functions (letters). Forward '101 d a b' means
+b(a(d(101))); backward presents the same problem as 'b a d 101'. The depth is the number of
+function applications; splits are disjoint by depth: train 1-5, OOD validation 6-8, test 9-10.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import SPECIAL_TOKENS, Task, balanced_counts, cached, draw_unique, pack_split
+
+N_SYMBOLS = 8
+N_FUNCTIONS = 9
+SYMBOLS = [format(i, "03b") for i in range(N_SYMBOLS)]
+FUNCTIONS = [chr(ord("a") + i) for i in range(N_FUNCTIONS)]
+
+
+@dataclass(frozen=True)
+class CTLConfig:
+    direction: str = "forward"  # or "backward"
+    seed: int = 0
+    train_size: int = 53_704  # the paper's train set size
+    eval_size: int = 1000
+    train_depths: tuple[int, int] = (1, 5)
+    ood_valid_depths: tuple[int, int] = (6, 8)
+    test_depths: tuple[int, int] = (9, 10)
+
+
+def make_tables(rng: np.random.Generator) -> np.ndarray:
+    """(N_FUNCTIONS, N_SYMBOLS): table[f, x] = f(x); each row a random permutation, i.e. bijective."""
+    return np.stack([rng.permutation(N_SYMBOLS) for _ in range(N_FUNCTIONS)])
+
+
+def proportional(counts: dict[int, int], size: int) -> dict[int, int]:
+    """`size` split over the same keys in the proportions of `counts` (largest remainders)."""
+    total = sum(counts.values())
+    exact = {k: size * n / total for k, n in counts.items()}
+    out = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[: size - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def build(config: CTLConfig) -> Task:
+    if config.direction not in ("forward", "backward"):
+        raise ValueError(f"direction must be 'forward' or 'backward', got {config.direction!r}")
+    vocab = SPECIAL_TOKENS + SYMBOLS + FUNCTIONS
+    sym_id = {s: vocab.index(s) for s in SYMBOLS}
+    fn_id = {f: vocab.index(f) for f in FUNCTIONS}
+    rng = np.random.default_rng(config.seed)
+    tables = make_tables(rng)
+
+    def encode(symbol: int, fns: tuple[int, ...]) -> list[int]:
+        ids = [sym_id[SYMBOLS[symbol]]] + [fn_id[FUNCTIONS[f]] for f in fns]
+        return ids if config.direction == "forward" else ids[::-1]
+
+    def sample(symbol: int, fns: tuple[int, ...]):
+        value = symbol
+        for f in fns:
+            value = tables[f, value]
+        return (symbol, fns), encode(symbol, fns), int(value)
+
+    def draw_at(depth: int):
+        return lambda: sample(int(rng.integers(N_SYMBOLS)), tuple(int(f) for f in rng.integers(N_FUNCTIONS, size=depth)))
+
+    def capacity(depth: int) -> int:
+        return N_SYMBOLS * N_FUNCTIONS**depth
+
+    def make_split(counts: dict[int, int], required=()):
+        used: set = set()  # unique within a split; splits of different depths are disjoint anyway
+        samples = []
+        for key, ids, label in required:
+            used.add(key)
+            samples.append((ids, label, len(key[1])))
+            counts[len(key[1])] -= 1
+        for d, n in counts.items():
+            samples += [(ids, label, d) for _, ids, label in draw_unique(n, draw_at(d), used)]
+        order = rng.permutation(len(samples))
+        return pack_split([samples[i] for i in order])
+
+    def balanced(depth_range: tuple[int, int], size: int) -> dict[int, int]:
+        return balanced_counts(size, list(range(depth_range[0], depth_range[1] + 1)), capacity)
+
+    # Every single function on every symbol is in the train set (App. C.2).
+    singles = [sample(x, (f,)) for x in range(N_SYMBOLS) for f in range(N_FUNCTIONS)]
+    train_counts = balanced(config.train_depths, config.train_size)
+    splits = {"train": make_split(dict(train_counts), required=singles)}
+    # The IID set "matches the distribution of the train set" (App. C.2): the same depth
+    # proportions, drawn independently. With the paper's sizes every depth-1..3 problem is in train,
+    # so IID necessarily shares problems with it; OOD and test are disjoint from train by depth.
+    splits["iid_valid"] = make_split(proportional(train_counts, config.eval_size))
+    splits["ood_valid"] = make_split(balanced(config.ood_valid_depths, config.eval_size))
+    splits["test"] = make_split(balanced(config.test_depths, config.eval_size))
+    return Task(name=f"ctl_{config.direction}", vocab=vocab, classes=SYMBOLS, splits=splits, kind="sequence_classification")
+
+
+def load(config: CTLConfig) -> Task:
+    return cached("ctl", config, lambda: build(config))

@@ -1,0 +1,179 @@
+"""The NDR paper's training protocol, framework-free, for every task kind.
+
+AdamW with gradient clipping for a fixed number of iterations; every `eval_every` iterations the
+model is evaluated on the IID and OOD validation sets; the checkpoint with the best OOD validation
+score is the one whose test score is reported (NDR App. C.3). Scores are accuracy (sequence-level
+for sequence-to-sequence tasks) or, for set regression, L1 error, where lower is better. Ray and
+MLflow attach through the `report` callback, never by import.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .config import TrainConfig
+from .models import build_model
+from .tasks import load_task
+from .tasks.base import LOWER_IS_BETTER, Split, Task
+
+# report(metrics, state): called after every evaluation; `state()` returns a resumable snapshot.
+Reporter = Callable[[dict[str, Any], Callable[[], dict]], None]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def batch_tensors(split: Split, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    """The arrays of `split` at `index` as tensors, token rows trimmed to the batch's longest."""
+    widths = {"tokens": "lengths", "token_features": "lengths", "targets": "target_lengths"}
+    out = {}
+    for name, array in split.arrays.items():
+        if name == "depths":
+            continue
+        rows = array[index]
+        if name in widths and widths[name] in split.arrays:
+            rows = rows[:, : int(split.arrays[widths[name]][index].max())]
+        out[name] = torch.from_numpy(rows.astype(np.float32 if rows.dtype.kind == "f" else np.int64)).to(device)
+    return out
+
+
+def predict(model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    if kind == "set_regression":
+        return model(batch["features"])
+    if kind == "sequence_to_sequence":
+        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"))
+    return model(batch["tokens"], batch["lengths"])
+
+
+def target_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    positions = torch.arange(batch["targets"].shape[1], device=batch["targets"].device)
+    return positions[None] < batch["target_lengths"][:, None]
+
+
+def loss_of(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    if kind == "set_regression":
+        return (out.float() - batch["targets"]).abs().mean()
+    if kind == "sequence_to_sequence":
+        mask = target_mask(batch)
+        return F.cross_entropy(out.float()[mask], batch["targets"][mask])
+    return F.cross_entropy(out.float(), batch["labels"])
+
+
+def score_sum(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> float:
+    """Sum over the batch of each sample's score: correct (0/1), or mean absolute error."""
+    if kind == "set_regression":
+        return (out.float() - batch["targets"]).abs().mean(-1).sum().item()
+    if kind == "sequence_to_sequence":
+        return ((out.argmax(-1) == batch["targets"]) | ~target_mask(batch)).all(-1).sum().item()
+    return (out.argmax(-1) == batch["labels"]).sum().item()
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, device: torch.device, bf16: bool = False) -> float:
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for start in range(0, len(split), batch_size):
+        batch = batch_tensors(split, np.arange(start, min(start + batch_size, len(split))), device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+            total += score_sum(task.kind, predict(model, task.kind, batch), batch)
+    model.train(was_training)
+    return total / len(split)
+
+
+def make_model(cfg: TrainConfig, task: Task) -> torch.nn.Module:
+    return build_model(cfg.model, cfg.model_options, task)
+
+
+def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    batch_rng = np.random.default_rng(cfg.seed)
+    task = load_task(cfg.task, cfg.task_options)
+    m, kind = task.metric, task.kind
+    better = (lambda a, b: a < b) if m in LOWER_IS_BETTER else (lambda a, b: a > b)
+    train_split = task.splits["train"]
+    model = make_model(cfg, task).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    best: dict[str, Any] = {f"best_ood_valid_{m}": math.inf if m in LOWER_IS_BETTER else -1.0, "best_iteration": 0}
+    start = 0
+    if resume_state:
+        model.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        batch_rng.bit_generator.state = resume_state["batch_rng"]
+        torch.set_rng_state(resume_state["torch_rng"])
+        best, start = resume_state["best"], resume_state["iteration"]
+
+    def snapshot() -> dict:
+        # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
+        return copy.deepcopy({
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+            "batch_rng": batch_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "best": best,
+        })
+
+    def evaluate_split(name: str) -> float:
+        return evaluate(model, task, task.splits[name], cfg.eval_batch_size, device, cfg.bf16)
+
+    model.train()
+    metrics: dict[str, Any] = {"status": "completed", **best}
+    loss_sum, score_total, seen, since = 0.0, 0.0, 0, time.perf_counter()
+    iteration = start
+    for iteration in range(start + 1, cfg.n_iters + 1):
+        batch = batch_tensors(train_split, batch_rng.integers(len(train_split), size=cfg.batch_size), device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+            out = predict(model, kind, batch)
+        loss = loss_of(kind, out, batch)
+        if not math.isfinite(loss.item()):
+            # Training on from a NaN/inf loss only produces garbage; stop with the best so far.
+            metrics.update(status="diverged", iteration=iteration, loss=loss.item())
+            if log:
+                log(f"[{cfg.task}/{cfg.model}] loss became {loss.item()} at iteration {iteration}: stopping (status diverged)")
+            if report:
+                report(metrics, snapshot)
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        loss_sum += loss.item()
+        score_total += score_sum(kind, out.detach(), batch)
+        seen += cfg.batch_size
+
+        if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
+            elapsed = time.perf_counter() - since
+            steps = seen / cfg.batch_size
+            iid, ood = evaluate_split("iid_valid"), evaluate_split("ood_valid")
+            if better(ood, best[f"best_ood_valid_{m}"]):
+                tests = {name: evaluate_split(name) for name in task.test_splits}
+                best = {f"best_ood_valid_{m}": ood, f"iid_valid_{m}_at_best": iid, "best_iteration": iteration,
+                        f"test_{m}_at_best": float(np.mean(list(tests.values())))}
+                if len(tests) > 1:  # e.g. PANM's test lengths: each one, and their mean above
+                    best.update({f"{name}_{m}_at_best": v for name, v in tests.items()})
+            metrics = {
+                "status": "running" if iteration < cfg.n_iters else "completed",
+                "iteration": iteration, "loss": loss_sum / max(steps, 1), f"train_{m}": score_total / max(seen, 1),
+                f"iid_valid_{m}": iid, f"ood_valid_{m}": ood, **best, "steps_per_s": steps / max(elapsed, 1e-9),
+            }
+            if log:
+                log(
+                    f"[{cfg.task}/{cfg.model}] it {iteration}/{cfg.n_iters} loss {metrics['loss']:.4f} "
+                    f"train {metrics[f'train_{m}']:.3f} iid {iid:.3f} ood {ood:.3f} "
+                    f"test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({metrics['steps_per_s']:.1f} it/s)"
+                )
+            if report:
+                report(metrics, snapshot)
+            loss_sum, score_total, seen, since = 0.0, 0.0, 0, time.perf_counter()
+    return metrics
