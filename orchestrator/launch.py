@@ -97,7 +97,7 @@ def run_trial(config: dict, base: dict, cpus: float) -> None:
     train(cfg, report=report, resume_state=resume_state)
 
 
-def make_searcher(study: Study, pair: Pair):
+def make_searcher(study: Study, pair: Pair, state: LaunchState):
     import optuna
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
@@ -113,13 +113,20 @@ def make_searcher(study: Study, pair: Pair):
                 result = None
             super().on_trial_complete(trial_id, result=result, error=error)
 
+    url, engine_kwargs = tracking.search_store(state.tracking_uri, state.dir)
     searcher = TruncationAwareOptunaSearch(
         space={k: d.to_optuna() for k, d in pair.space.items()},
+        storage=optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs),
+        study_name=optuna_study_name(state, pair),
         metric=study.metric, mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
         sampler=optuna.samplers.TPESampler(seed=study.seed),
     )
     return ConcurrencyLimiter(searcher, max_concurrent=study.budget.max_concurrent)
+
+
+def optuna_study_name(state: LaunchState, pair: Pair) -> str:
+    return f"{state.experiment}/{state.launch_id}/{pair.name}"
 
 
 def make_trainable(study: Study, pair: Pair, use_gpu: bool):
@@ -159,7 +166,7 @@ def run_pair(study: Study, pair: Pair, state: LaunchState, use_gpu: bool) -> Non
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
-                metric=study.metric, mode=study.mode, search_alg=make_searcher(study, pair),
+                metric=study.metric, mode=study.mode, search_alg=make_searcher(study, pair, state),
                 scheduler=scheduler, num_samples=study.budget.trials,
                 reuse_actors=True,  # a finished trial's process takes the next trial: no restart, no re-import
             ),

@@ -75,6 +75,25 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
         raise TrackingError(f"cannot reach {uri}: {first_line}") from None
 
 
+def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
+    """Where the Optuna study of a launch lives: in SQL beside the MLflow runs, so the search's
+    history survives a driver crash independently of Tune's checkpoint. Returns a SQLAlchemy URL and
+    engine arguments. Optuna and MLflow both keep an `alembic_version` table, so they cannot share
+    one schema: PostgreSQL gets a schema `optuna` in the same database, SQLite a sibling file
+    (`mlflow.db` -> `mlflow.optuna.db`); other stores (an http:// server) a file in the launch folder."""
+    if uri.startswith("postgresql"):
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(uri)
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE SCHEMA IF NOT EXISTS optuna"))
+        engine.dispose()
+        return uri, {"connect_args": {"options": "-csearch_path=optuna"}}
+    if uri.startswith("sqlite:///"):
+        return os.path.splitext(uri)[0] + ".optuna.db", {}
+    return f"sqlite:///{launch_dir.resolve() / 'optuna.db'}", {}
+
+
 @functools.lru_cache(maxsize=1)  # one git call per driver, not two per trial
 def code_version() -> str:
     root = Path(__file__).resolve().parent.parent

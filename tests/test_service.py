@@ -106,15 +106,38 @@ def test_launch_on_postgresql(tmp_path):
     children = check_store_contents(POSTGRES, path, trials=4)
     assert {r.data.tags["model"] for r in children} == {"ndr", "lstm"}
     assert "n_heads" not in next(r for r in children if r.data.tags["model"] == "lstm").data.params
+    # The Optuna studies live in the same database, in their own schema (both libraries keep an alembic_version table).
+    import optuna
+
+    storage = optuna.storages.RDBStorage(POSTGRES, engine_kwargs={"connect_args": {"options": "-csearch_path=optuna"}})
+    states = optuna_trial_states(storage, yaml.safe_load(path.read_text())["name"])
+    assert states == {"tiny__ndr": ["COMPLETE"] * 2, "tiny__lstm": ["COMPLETE"] * 2}
+
+
+def optuna_trial_states(storage, experiment: str) -> dict[str, list[str]]:
+    """The Optuna studies of an experiment's launches, kept in SQL beside MLflow: pair -> trial states."""
+    import optuna
+
+    return {name.rsplit("/", 1)[-1]: [t.state.name for t in optuna.load_study(study_name=name, storage=storage).trials]
+            for name in optuna.get_all_study_names(storage) if name.startswith(experiment + "/")}
 
 
 def test_asha_stops_poor_trials_and_tells_optuna_they_were_pruned(tmp_path):
+    """One trial at a time, on a score without ties (L1 on contextual retrieval), over a learning-rate
+    range so wide that some trials barely move: ASHA stops some at a rung and lets others finish, and
+    the Optuna study holds the stopped ones as PRUNED, not as COMPLETE with a truncated score."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    path = spec(tmp_path, uri, trials=6, concurrent=2, n_iters=40, eval_every=10, scheduler={"name": "asha", "grace_period": 10, "reduction_factor": 2})
+    path = spec(tmp_path, uri, trials=8, concurrent=1, n_iters=40, eval_every=10, models=("transformer",),
+                metric="best_ood_valid_l1", mode="min", scheduler={"name": "asha", "grace_period": 10, "reduction_factor": 2},
+                tasks=[{"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}],
+                space={"lr": {"loguniform": [1e-6, 1e-2]}}, fixed={"batch_size": 16, "d_model": 16, "n_heads": 2})
     orchestrator("launch", str(path), cwd=tmp_path)
-    _, _, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
-    statuses = [r.data.tags["trial_status"] for r in children]
-    assert "early_stopped" in statuses and "completed" in statuses
+    experiment = yaml.safe_load(path.read_text())["name"]
+    _, _, children = trial_runs(uri, experiment)
+    statuses = sorted(r.data.tags["trial_status"] for r in children)
+    assert "early_stopped" in statuses and "completed" in statuses, statuses
+    states = optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)
+    assert sorted(states["cr__transformer"]) == sorted({"completed": "COMPLETE", "early_stopped": "PRUNED"}[s] for s in statuses)
 
 
 def test_resume_after_the_driver_is_killed(tmp_path):
