@@ -137,20 +137,22 @@ def test_cli_prints_incompatible_pairs(tmp_path):
 
 def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     """What the TPE searcher learns: a finished trial is COMPLETE with its score; a trial ASHA
-    stopped (its last status 'running') or one that diverged is PRUNED, not a truncated COMPLETE."""
+    stopped (its last status 'running') or one that diverged is PRUNED, not a truncated COMPLETE.
+    The study lives in SQL beside the MLflow store, where anyone can load it."""
+    import optuna
     from optuna.trial import TrialState
 
-    from orchestrator.launch import make_searcher
+    from orchestrator.launch import LaunchState, make_searcher, optuna_study_name
 
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "max_concurrent": 3})))
-    limiter = make_searcher(study, study.pairs[0])
-    searcher = limiter.searcher
+    state = LaunchState("l1", tmp_path, study.experiment, str(study.path), "", f"sqlite:///{tmp_path}/mlflow.db", "parent", [])
+    limiter = make_searcher(study, study.pairs[0], state)
     outcomes = {"a": "completed", "b": "running", "c": "diverged"}
     for trial_id in outcomes:
         assert limiter.suggest(trial_id) is not None
         limiter.on_trial_result(trial_id, {"best_ood_valid_acc": 0.5, "training_iteration": 1})
     for trial_id, status in outcomes.items():
         limiter.on_trial_complete(trial_id, {"best_ood_valid_acc": 0.5, "status": status, "training_iteration": 1})
-    states = [t.state for t in searcher._ot_study.trials]
-    assert states == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
-    assert searcher._ot_study.trials[0].params["lr"] == 1.5e-4  # the warm start (Table 7) went first
+    stored = optuna.load_study(study_name=optuna_study_name(state, study.pairs[0]), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db")
+    assert [t.state for t in stored.trials] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
+    assert stored.trials[0].params["lr"] == 1.5e-4  # the warm start (Table 7) went first
