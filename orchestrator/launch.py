@@ -113,10 +113,9 @@ def make_searcher(study: Study, pair: Pair, state: LaunchState):
                 result = None
             super().on_trial_complete(trial_id, result=result, error=error)
 
-    url, engine_kwargs = tracking.search_store(state.tracking_uri, state.dir)
     searcher = TruncationAwareOptunaSearch(
         space={k: d.to_optuna() for k, d in pair.space.items()},
-        storage=optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs),
+        storage=optuna_storage(state),
         study_name=optuna_study_name(state, pair),
         metric=study.metric, mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
@@ -125,8 +124,25 @@ def make_searcher(study: Study, pair: Pair, state: LaunchState):
     return ConcurrencyLimiter(searcher, max_concurrent=study.budget.max_concurrent)
 
 
+def optuna_storage(state: LaunchState):
+    import optuna
+
+    url, engine_kwargs = tracking.search_store(state.tracking_uri, state.dir)
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
 def optuna_study_name(state: LaunchState, pair: Pair) -> str:
     return f"{state.experiment}/{state.launch_id}/{pair.name}"
+
+
+def fail_stale_proposals(state: LaunchState, pair: Pair) -> None:
+    """Once a pair's search has ended no trial runs, yet proposals made after the searcher's last
+    checkpoint before a driver crash stay RUNNING in the Optuna study; say they failed."""
+    import optuna
+
+    study = optuna.load_study(study_name=optuna_study_name(state, pair), storage=optuna_storage(state))
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
 def make_trainable(study: Study, pair: Pair, use_gpu: bool):
@@ -173,6 +189,8 @@ def run_pair(study: Study, pair: Pair, state: LaunchState, use_gpu: bool) -> Non
             run_config=run_config(study, pair, state, tune_dir),
         )
     tuner.fit()
+    if not study.is_ablation:
+        fail_stale_proposals(state, pair)
 
 
 def run_config(study: Study, pair: Pair, state: "LaunchState", tune_dir: Path):

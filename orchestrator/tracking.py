@@ -21,7 +21,7 @@ from ray.tune import Callback
 
 from trainables.tasks.base import LOWER_IS_BETTER
 
-STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed
+STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | lost
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
@@ -143,11 +143,12 @@ class TrialTracker(Callback):
         self.pair_name, self.base_config, self.tags = pair_name, base_config, tags
         self.runs: dict[str, str] = {}
         self.located: set[str] = set()  # runs whose node/device tags this driver has written
+        self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
         self._client = None
         self._experiment_id = None
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
-        return self.__dict__ | {"_client": None, "located": set()}
+        return self.__dict__ | {"_client": None, "located": set(), "last_step": {}}
 
     @property
     def mlflow(self):
@@ -158,19 +159,17 @@ class TrialTracker(Callback):
     def run_id(self, trial) -> str:
         if trial.trial_id in self.runs:
             return self.runs[trial.trial_id]
-        if self._experiment_id is None:
-            self._experiment_id = self.mlflow.get_run(self.parent_run_id).info.experiment_id
         found = self.mlflow.search_runs(
-            [self._experiment_id],
+            [self.experiment_id()],
             filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
         )
+        config = {**self.base_config, **trial.config}
         if found:
             run_id = found[0].info.run_id
             self.mlflow.update_run(run_id, status="RUNNING")
         else:
-            config = {**self.base_config, **trial.config}
             run = self.mlflow.create_run(
-                self._experiment_id,
+                self.experiment_id(),
                 run_name=f"{self.pair_name}-{trial.trial_id}",
                 tags={
                     "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
@@ -179,13 +178,26 @@ class TrialTracker(Callback):
                 },
             )
             run_id = run.info.run_id
-            from mlflow.entities import Param
+            self.last_step[run_id] = -1
+        from mlflow.entities import Param
 
-            params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
-            for start in range(0, len(params), 100):
-                self.mlflow.log_batch(run_id, params=params[start : start + 100])
+        # Again for a run found again: a driver killed between create_run and here left it without
+        # some params (logging a param again with the same value is allowed).
+        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
+        for start in range(0, len(params), 100):
+            self.mlflow.log_batch(run_id, params=params[start : start + 100])
         self.runs[trial.trial_id] = run_id
         return run_id
+
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            self._experiment_id = self.mlflow.get_run(self.parent_run_id).info.experiment_id
+        return self._experiment_id
+
+    def logged_until(self, run_id: str) -> int:
+        if run_id not in self.last_step:  # a run from before a driver restart: ask the store, once
+            self.last_step[run_id] = max((m.step for m in self.mlflow.get_metric_history(run_id, "loss")), default=-1)
+        return self.last_step[run_id]
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.run_id(trial)
@@ -195,6 +207,11 @@ class TrialTracker(Callback):
 
         run_id = self.run_id(trial)
         step = int(result.get("iteration", result.get("training_iteration", 0)))
+        if step <= self.logged_until(run_id):
+            # A trial restored after a driver crash may restart from a checkpoint older than the
+            # last evaluation MLflow has; that evaluation is replayed exactly, so log it once.
+            return
+        self.last_step[run_id] = step
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
         tags = []
@@ -222,6 +239,21 @@ class TrialTracker(Callback):
         self.mlflow.set_terminated(run_id, status="FAILED")
 
 
+    def on_experiment_end(self, trials, **info):
+        """A trial that started after Tune's last experiment checkpoint is forgotten when a killed
+        driver is resumed: Tune proposes a new trial in its place. Its MLflow run would stay
+        "running" forever; mark it lost."""
+        known = {trial.trial_id for trial in trials}
+        stale = self.mlflow.search_runs(
+            [self.experiment_id()],
+            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.pair = '{self.pair_name}' and tags.{STATUS_TAG} = 'running'",
+        )
+        for run in stale:
+            if run.data.tags.get("trial_id") not in known:
+                self.mlflow.set_tag(run.info.run_id, STATUS_TAG, "lost")
+                self.mlflow.set_terminated(run.info.run_id, status="KILLED")
+
+
 def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
     """Every trial run of a launch, all pages."""
     mlflow = client(uri)
@@ -246,6 +278,8 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         pair = run.data.tags.get("pair", "?")
         entry = out.setdefault(pair, {"done": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
         status = run.data.tags.get(STATUS_TAG, "running")
+        if status == "lost":  # replaced by another trial on resume
+            continue
         entry["running" if status == "running" else "failed" if status in ("failed", "diverged") else "done"] += 1
         value = run.data.metrics.get(metric)
         if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):

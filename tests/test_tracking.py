@@ -1,0 +1,55 @@
+"""The MLflow side of a driver crash, on a real SQLite store: what a new driver does with the runs
+the killed one left behind. (The whole kill-and-resume path runs in test_service.py; the moments
+tested here are too brief to hit reliably by killing a process.)"""
+import pickle
+from types import SimpleNamespace
+
+from mlflow.tracking import MlflowClient
+
+from orchestrator import tracking
+
+
+def tracker_with_parent(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the launch's artifacts go to ./mlruns
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
+    return uri, tracking.TrialTracker(uri, parent, "launch-1", "tiny__ndr", {"model": "ndr", "n_iters": 20}, {"model": "ndr"})
+
+
+def trial(trial_id: str):
+    """What the tracker reads of a Tune trial."""
+    return SimpleNamespace(trial_id=trial_id, config={"lr": 1e-3}, last_result={}, error_file=None)
+
+
+def result(step: int, loss: float) -> dict:
+    return {"iteration": step, "loss": loss, "ood_valid_acc": 0.5, "hostname": "h", "node_ip": "ip", "device": "cpu", "node_id": "n"}
+
+
+def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeypatch):
+    uri, first_driver = tracker_with_parent(tmp_path, monkeypatch)
+    a = trial("a")
+    first_driver.on_trial_start(0, [], a)
+    for step in (10, 20):
+        first_driver.on_trial_result(0, [], a, result(step, 1.0 / step))
+    # The driver dies; Tune's checkpoint held the tracker as it was, and the trial restarts from its
+    # iteration-10 checkpoint, so iteration 20 is reported again (with the same values).
+    second_driver = pickle.loads(pickle.dumps(first_driver))
+    for step in (20, 30):
+        second_driver.on_trial_result(0, [], a, result(step, 1.0 / step))
+    history = MlflowClient(uri).get_metric_history(first_driver.runs["a"], "loss")
+    assert [m.step for m in history] == [10, 20, 30]
+
+
+def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, monkeypatch):
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    forgotten, replacement = trial("a"), trial("b")
+    tracker.on_trial_start(0, [], forgotten)
+    tracker.on_trial_start(0, [], replacement)
+    tracker.on_experiment_end([replacement])  # Tune no longer knows trial "a"
+    client = MlflowClient(uri)
+    lost = client.get_run(tracker.runs["a"])
+    assert lost.data.tags[tracking.STATUS_TAG] == "lost" and lost.info.status == "KILLED"
+    assert client.get_run(tracker.runs["b"]).data.tags[tracking.STATUS_TAG] == "running"
+    assert lost.data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
+    summaries = tracking.pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")
+    assert summaries["tiny__ndr"]["running"] == 1 and summaries["tiny__ndr"]["done"] == 0  # a lost run counts nowhere
