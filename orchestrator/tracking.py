@@ -238,7 +238,6 @@ class TrialTracker(Callback):
             self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
         self.mlflow.set_terminated(run_id, status="FAILED")
 
-
     def on_experiment_end(self, trials, **info):
         """A trial that started after Tune's last experiment checkpoint is forgotten when a killed
         driver is resumed: Tune proposes a new trial in its place. Its MLflow run would stay
