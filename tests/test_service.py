@@ -188,11 +188,20 @@ def test_two_nodes(tmp_path):
     # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex}
     ray = str(Path(sys.executable).parent / "ray")
+    # Each node in a process group of its own, stopped by killing that group: `ray stop` would also
+    # stop every other Ray on the machine (a launch the developer is running, say).
+    node_groups = []
+
+    def start_node(*args):
+        node = subprocess.Popen([ray, "start", *args, "--num-cpus=1", "--resources={\"slot\": 1}"], start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        node_groups.append(node.pid)
+        out, _ = node.communicate(timeout=120)
+        assert node.returncode == 0, out
+
     try:
-        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=1", "--resources={\"slot\": 1}", "--include-dashboard=false"],
-                       check=True, capture_output=True, env=env, timeout=120)
-        subprocess.run([ray, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--resources={\"slot\": 1}"],
-                       check=True, capture_output=True, env=env, timeout=120)
+        start_node("--head", f"--port={port}", "--include-dashboard=false")
+        start_node(f"--address=127.0.0.1:{port}")
         uri = f"sqlite:///{tmp_path}/mlflow.db"
         path = spec(tmp_path, uri, trials=2, concurrent=2, n_iters=200, eval_every=100, cpu=1, resources={"cpu": 1, "custom": {"slot": 1}})
         orchestrator("launch", str(path), "--address", f"127.0.0.1:{port}", cwd=tmp_path, env_extra=env)
@@ -200,7 +209,11 @@ def test_two_nodes(tmp_path):
         assert len(children) == 2
         assert len({r.data.tags["node_id"] for r in children}) == 2
     finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        for group in node_groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
