@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -164,6 +165,10 @@ def describe_study(study) -> str:
     return "\n".join(lines)
 
 
+ADDRESS = {"default": os.environ.get("RAY_ADDRESS"),
+           "help": "join this Ray cluster, HOST:PORT or auto (default: $RAY_ADDRESS, else start a new local instance)"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orchestrator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -174,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("launch", help="search every model/task pair of a search-space file on Ray Tune")
     p.add_argument("file", help="a search-space YAML, e.g. search_spaces/ctl.yaml")
-    p.add_argument("--address", help="join this Ray cluster (default: start a local instance)")
+    p.add_argument("--address", **ADDRESS)
     p.add_argument("--tracking-uri", help="override the file's tracking.uri")
     p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan; launch nothing")
@@ -190,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the most recent)")
         p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
         if name == "resume":
-            p.add_argument("--address", help="join this Ray cluster (default: start a local instance)")
+            p.add_argument("--address", **ADDRESS)
         if name == "report":
             p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last launch of the same file")
         p.set_defaults(func=func)

@@ -214,7 +214,9 @@ def start_ray(address: str | None) -> bool:
         if address:
             ray.init(address=address, log_to_driver=True)
         else:
-            ray.init(include_dashboard=False, log_to_driver=True)
+            # "local", not None: with no address Ray attaches to the last cluster `ray start` made
+            # on this machine (/tmp/ray/ray_current_cluster), and waits for ever if that one died.
+            ray.init(address="local", include_dashboard=False, log_to_driver=True)
     return ray.cluster_resources().get("GPU", 0) > 0
 
 
