@@ -97,7 +97,7 @@ def run_trial(config: dict, base: dict, cpus: float) -> None:
     train(cfg, report=report, resume_state=resume_state)
 
 
-def make_searcher(study: Study, pair: Pair, state: LaunchState):
+def make_searcher(study: Study, pair: Pair, storage, study_name: str):
     import optuna
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
@@ -115,8 +115,7 @@ def make_searcher(study: Study, pair: Pair, state: LaunchState):
 
     searcher = TruncationAwareOptunaSearch(
         space={k: d.to_optuna() for k, d in pair.space.items()},
-        storage=optuna_storage(state),
-        study_name=optuna_study_name(state, pair),
+        storage=storage, study_name=study_name,
         metric=study.metric, mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
         sampler=optuna.samplers.TPESampler(seed=study.seed),
@@ -135,12 +134,12 @@ def optuna_study_name(state: LaunchState, pair: Pair) -> str:
     return f"{state.experiment}/{state.launch_id}/{pair.name}"
 
 
-def fail_stale_proposals(state: LaunchState, pair: Pair) -> None:
+def fail_stale_proposals(storage, study_name: str) -> None:
     """Once a pair's search has ended no trial runs, yet proposals made after the searcher's last
     checkpoint before a driver crash stay RUNNING in the Optuna study; say they failed."""
     import optuna
 
-    study = optuna.load_study(study_name=optuna_study_name(state, pair), storage=optuna_storage(state))
+    study = optuna.load_study(study_name=study_name, storage=storage)
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
@@ -158,6 +157,9 @@ def run_pair(study: Study, pair: Pair, state: LaunchState, use_gpu: bool) -> Non
 
     tune_dir = (state.dir / "tune").resolve()
     trainable = make_trainable(study, pair, use_gpu)
+    # One connection to the search's SQL store per pair (a restored searcher brings its own).
+    storage = None if study.is_ablation else optuna_storage(state)
+    study_name = optuna_study_name(state, pair)
     if tune.Tuner.can_restore(tune_dir / pair.name):
         print(f"[launch] {pair.name}: resuming from {tune_dir / pair.name}", flush=True)
         tuner = tune.Tuner.restore(str(tune_dir / pair.name), trainable=trainable, resume_unfinished=True, resume_errored=True)
@@ -182,15 +184,15 @@ def run_pair(study: Study, pair: Pair, state: LaunchState, use_gpu: bool) -> Non
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
-                metric=study.metric, mode=study.mode, search_alg=make_searcher(study, pair, state),
+                metric=study.metric, mode=study.mode, search_alg=make_searcher(study, pair, storage, study_name),
                 scheduler=scheduler, num_samples=study.budget.trials,
                 reuse_actors=True,  # a finished trial's process takes the next trial: no restart, no re-import
             ),
             run_config=run_config(study, pair, state, tune_dir),
         )
     tuner.fit()
-    if not study.is_ablation:
-        fail_stale_proposals(state, pair)
+    if storage is not None:
+        fail_stale_proposals(storage, study_name)
 
 
 def run_config(study: Study, pair: Pair, state: "LaunchState", tune_dir: Path):

@@ -183,7 +183,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
             assert run.info.end_time < parents[0].info.end_time  # not run again
 
 
-def test_two_nodes(tmp_path):
+def test_two_nodes(tmp_path, request):
     """A head and a worker node on this machine; a custom resource with one slot per node makes the
     two concurrent trials land on different nodes, and MLflow shows which node ran each. Then, with
     that cluster dead, a launch without --address starts its own local instance instead of waiting
@@ -193,6 +193,7 @@ def test_two_nodes(tmp_path):
     # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex, "RAY_TMPDIR": ray_tmp}
     ray = str(Path(sys.executable).parent / "ray")
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     # Each node in a process group of its own, stopped by killing that group: `ray stop` would also
     # stop every other Ray on the machine (a launch the developer is running, say).
     node_groups = []
@@ -222,7 +223,6 @@ def test_two_nodes(tmp_path):
     assert (Path(ray_tmp) / "ray" / "ray_current_cluster").exists()  # the dead cluster, still recorded
     again = spec(tmp_path, uri, trials=1)
     orchestrator("launch", str(again), cwd=tmp_path, env_extra=env, timeout=180)
-    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_launch_tracked_by_a_real_mlflow_server(tmp_path):

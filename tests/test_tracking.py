@@ -53,3 +53,17 @@ def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, 
     assert lost.data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
     summaries = tracking.pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")
     assert summaries["tiny__ndr"]["running"] == 1 and summaries["tiny__ndr"]["done"] == 0  # a lost run counts nowhere
+
+
+def test_a_run_found_again_gets_its_missing_params(tmp_path, monkeypatch):
+    """A driver killed between creating a trial's run and logging its params: the next driver finds
+    the run by its tags and completes the params instead of creating a second run."""
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    client = MlflowClient(uri)
+    parent = client.get_run(tracker.parent_run_id)
+    half_made = client.create_run(parent.info.experiment_id, tags={
+        "mlflow.parentRunId": tracker.parent_run_id, "launch_id": "launch-1", "kind": "trial", "trial_id": "a",
+        "pair": "tiny__ndr", tracking.STATUS_TAG: "running"})
+    tracker.on_trial_start(0, [], trial("a"))
+    assert tracker.runs["a"] == half_made.info.run_id
+    assert client.get_run(half_made.info.run_id).data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
