@@ -53,16 +53,24 @@ def cmd_train(args) -> int:
     return 0 if metrics["status"] == "completed" else 1
 
 
-def validated(spec_file: str, tracking_uri: str | None = None):
-    """The Study (with `tracking_uri` overriding the file's) and its text, with the tracking store
-    reachable; UsageError otherwise."""
+def validated(spec_file: str, tracking_uri: str | None = None, storage: str | None = None):
+    """The Study (with `tracking_uri` and `storage` overriding the file's) and its text, with the
+    tracking store reachable; UsageError otherwise."""
     from .spec import SpecError, load_study
+    from .storage import TrialStorage
     from .tracking import TrackingError, check_store, normalize_store
 
     try:
         study = load_study(spec_file)
     except SpecError as e:
         raise UsageError(str(e)) from None
+    if storage:
+        # The endpoint of an object store stays the file's: the flag moves the data, not the server.
+        study.storage = TrialStorage(storage, study.storage.endpoint if TrialStorage(storage).is_object_store else None)
+        try:
+            study.storage.validate()
+        except ValueError as e:
+            raise UsageError(f"--storage: {e}") from None
     study.tracking.uri = normalize_store(tracking_uri or study.tracking.uri)
     try:
         check_store(study.tracking.uri)
@@ -75,16 +83,21 @@ def validated(spec_file: str, tracking_uri: str | None = None):
 def cmd_launch(args) -> int:
     from . import launch
 
-    study, text = validated(args.file, args.tracking_uri)
+    from .storage import StorageError
+
+    study, text = validated(args.file, args.tracking_uri, args.storage)
     print(describe_study(study), flush=True)
     if args.dry_run:
         return 0
-    launch.start(study, text, args.launch_id, args.address)
-    return 0
+    try:
+        return launch.start(study, text, args.launch_id, args.address)
+    except StorageError as e:
+        raise UsageError(f"{'--storage' if args.storage else args.file}: {e}") from None
 
 
 def cmd_resume(args) -> int:
     from . import launch
+    from .storage import StorageError
     from .tracking import TrackingError, check_store
 
     state = load_state(args)
@@ -92,8 +105,14 @@ def cmd_resume(args) -> int:
         check_store(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
-    launch.execute(state, args.address)
-    return 0
+    if launch.driver_alive(state.dir):
+        raise UsageError(f"{state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress")
+    launch.start_ray(args.address)
+    try:
+        launch.check_storage(state.trial_storage(), "storage")
+    except StorageError as e:
+        raise UsageError(f"{state.dir / 'launch.json'}: {e}") from None
+    return launch.execute(state, args.address)
 
 
 def load_state(args):
@@ -106,12 +125,22 @@ def load_state(args):
 
 
 def cmd_status(args) -> int:
+    from .launch import driver_alive
     from .tracking import pair_summaries
 
     state = load_state(args)
     study = state.study()
     summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
-    print(f"launch {state.launch_id} ({state.dir}); {study.metric}, {study.mode}; budget {study.budget.trials} trials per pair")
+    if driver_alive(state.dir):
+        where = "running (its driver is alive)"
+    elif state.state == "running":
+        where = f"driver gone (killed?); continue with: orchestrator resume {state.dir}"
+    elif state.state in ("interrupted", "failed"):
+        where = f"{state.state}; continue with: orchestrator resume {state.dir}"
+    else:
+        where = state.state
+    print(f"launch {state.launch_id} ({state.dir}): {where}")
+    print(f"{study.metric}, {study.mode}; budget {study.budget.trials} trials per pair")
     print(f"{'pair':40s} {'done':>5s} {'running':>8s} {'failed':>7s} {'best':>8s} {'test@best':>10s}")
     for pair in study.pairs:
         s = summaries.get(pair.name, {"done": 0, "running": 0, "failed": 0, "best": None})
@@ -161,6 +190,7 @@ def describe_study(study) -> str:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {study.tracking.uri}"]
         lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}" for p in study.pairs]
+    lines.append(f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one")
     lines += [f"  skipped (incompatible): {s}" for s in study.skipped]
     return "\n".join(lines)
 
@@ -181,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a search-space YAML, e.g. search_spaces/ctl.yaml")
     p.add_argument("--address", **ADDRESS)
     p.add_argument("--tracking-uri", help="override the file's tracking.uri")
+    p.add_argument("--storage", help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)")
     p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan; launch nothing")
     p.set_defaults(func=cmd_launch)

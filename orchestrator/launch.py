@@ -1,23 +1,34 @@
-"""Run a Study on Ray Tune: one Tuner per model/task pair, Optuna TPE proposing, ASHA stopping.
+"""Run a Study on Ray Tune: every model/task pair in one experiment, Optuna TPE proposing per pair,
+ASHA stopping per pair, every trial checkpointed to storage the whole cluster sees.
 
-A launch lives in `<storage_path>/<launch_id>/`: `launch.json` (the spec text, tracking store,
-parent run, finished pairs), `tune/<pair>/` (Tune's experiment state and trial checkpoints) and
-`best/<pair>.yaml` (the best config per pair, accepted by `orchestrator train`).
+A launch lives in `<storage_path>/<launch_id>/` on the driver: `launch.json` (the spec text,
+tracking store, parent run, trial storage, state), `driver.lock` (held while a driver runs it) and
+`best/<pair>.yaml` (the best config per pair, accepted by `orchestrator train`). Tune's experiment
+state and the trial checkpoints live in `<storage>/<launch_id>/tune`, where `storage` defaults to
+`storage_path` (one machine) and is a shared folder or an object store on a real cluster.
 """
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
+import fcntl
 import json
+import math
 import os
+import signal
+import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
 
 from . import tracking
+from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
 from .spec import Pair, Study, load_study
+from .storage import StorageError, TrialStorage, check_cluster_sees
+
+EXIT_INTERRUPTED = 130
 
 
 @dataclass
@@ -29,7 +40,8 @@ class LaunchState:
     spec_text: str
     tracking_uri: str
     parent_run_id: str
-    finished_pairs: list[str]
+    storage: dict = field(default_factory=dict)  # TrialStorage fields: where Tune's experiment lives
+    state: str = "running"  # running | interrupted | failed | finished
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -41,10 +53,13 @@ class LaunchState:
     def load(cls, launch_dir: Path) -> "LaunchState":
         data = json.loads((launch_dir / "launch.json").read_text())
         data["dir"] = Path(data["dir"])
-        return cls(**data)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def study(self) -> Study:
         return load_study(self.spec_file, text=self.spec_text)
+
+    def trial_storage(self) -> TrialStorage:
+        return TrialStorage(**self.storage)
 
 
 def previous_launch(state: LaunchState) -> "LaunchState | None":
@@ -70,7 +85,21 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
     return launches[-1].parent.resolve()
 
 
-def run_trial(config: dict, base: dict, cpus: float) -> None:
+def driver_alive(launch_dir: Path) -> bool:
+    """Whether a driver on this machine holds the launch's lock (a dead driver's lock is released)."""
+    lock = launch_dir / "driver.lock"
+    if not lock.exists():
+        return False
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def run_trial(config: dict, bases: dict, cpus: float) -> None:
     """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation."""
     import ray
     import torch
@@ -79,7 +108,8 @@ def run_trial(config: dict, base: dict, cpus: float) -> None:
     from trainables.config import parse_trial_config
     from trainables.train import pick_device, train
 
-    cfg = parse_trial_config({**base, **config})
+    own = {k: v for k, v in config.items() if k != PAIR_KEY}
+    cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own})
     cfg.threads = max(1, int(cpus))
     # Two Ray nodes on one machine share a hostname; the node id tells them apart.
     where = {"device": str(pick_device(cfg.device)), "node_id": ray.get_runtime_context().get_node_id()}
@@ -97,30 +127,64 @@ def run_trial(config: dict, base: dict, cpus: float) -> None:
     train(cfg, report=report, resume_state=resume_state)
 
 
+def newest_existing_checkpoint(result):
+    """Tune restores a trial from the checkpoint its experiment snapshot names. That one may be
+    gone: Tune deletes the previous checkpoint when it registers a new one, before the snapshot is
+    rewritten, so a driver killed in between (or a snapshot older than the last few evaluations)
+    names a deleted folder. Then the newest checkpoint of the trial that does exist is as good (the
+    tracker skips evaluations MLflow already has); with none left the trial starts over."""
+    from ray.train._internal.storage import _exists_at_fs_path, _list_at_fs_path
+    from ray.tune import Checkpoint
+
+    checkpoint = result.checkpoint
+    if checkpoint is None or _exists_at_fs_path(checkpoint.filesystem, checkpoint.path):
+        return result
+    trial_dir = os.path.dirname(checkpoint.path)
+    names = sorted(n for n in _list_at_fs_path(checkpoint.filesystem, trial_dir) if n.startswith("checkpoint_"))
+    if not names:
+        print(f"[trial] {checkpoint.path} is gone and no other checkpoint exists: starting over", flush=True)
+        return None
+    newest = f"{trial_dir}/{names[-1]}"
+    print(f"[trial] {checkpoint.path} is gone: restoring from {newest}", flush=True)
+    return type(result)(checkpoint=Checkpoint(newest, filesystem=checkpoint.filesystem), metrics=result.metrics)
+
+
+def make_trainable(study: Study, use_gpu: bool):
+    from ray import tune
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    bases = {pair.name: pair.base for pair in study.pairs}
+    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu), name="trial")
+
+    class Trial(function_trainable):
+        def restore(self, checkpoint_path):
+            found = newest_existing_checkpoint(checkpoint_path) if hasattr(checkpoint_path, "checkpoint") else checkpoint_path
+            if found is not None:
+                return super().restore(found)
+
+    resources = {"cpu": study.resources.cpu, "gpu": study.resources.gpu if use_gpu else 0, **study.resources.custom}
+    return tune.with_resources(Trial, resources)
+
+
 def make_searcher(study: Study, pair: Pair, storage, study_name: str):
     import optuna
-    from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
 
-    class TruncationAwareOptunaSearch(OptunaSearch):
-        """Ray tells Optuna a trial that ASHA stopped is COMPLETE with its truncated score, so TPE
-        would learn from scores of unequal budgets. We tell it PRUNED instead (and the same for a
-        diverged trial): TPE then ranks it below every completed trial, ordered by the intermediate
-        values it reported, so the search learns "worse than finished ones" and no more."""
-
-        def on_trial_complete(self, trial_id, result=None, error=False):
-            if result and result.get("status") != "completed":
-                result = None
-            super().on_trial_complete(trial_id, result=result, error=error)
-
-    searcher = TruncationAwareOptunaSearch(
+    return TruncationAwareOptunaSearch(
         space={k: d.to_optuna() for k, d in pair.space.items()},
         storage=storage, study_name=study_name,
         metric=study.metric, mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
         sampler=optuna.samplers.TPESampler(seed=study.seed),
     )
-    return ConcurrencyLimiter(searcher, max_concurrent=study.budget.max_concurrent)
+
+
+def ablation_cells(study: Study, pair: Pair) -> list[dict]:
+    """Every combination of the pair's grid values, for every seed, in order."""
+    import itertools
+
+    keys = list(pair.grid)
+    return [{**dict(zip(keys, values)), "seed": seed}
+            for values in itertools.product(*(pair.grid[k] for k in keys)) for seed in study.seeds]
 
 
 def optuna_storage(state: LaunchState):
@@ -135,7 +199,7 @@ def optuna_study_name(state: LaunchState, pair: Pair) -> str:
 
 
 def fail_stale_proposals(storage, study_name: str) -> None:
-    """Once a pair's search has ended no trial runs, yet proposals made after the searcher's last
+    """Once the search has ended no trial runs, yet proposals made after the searcher's last
     checkpoint before a driver crash stay RUNNING in the Optuna study; say they failed."""
     import optuna
 
@@ -144,66 +208,85 @@ def fail_stale_proposals(storage, study_name: str) -> None:
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
-def make_trainable(study: Study, pair: Pair, use_gpu: bool):
+def trial_budget(study: Study, pair: Pair) -> int:
+    return len(ablation_cells(study, pair)) if study.is_ablation else study.budget.trials
+
+
+def cluster_slots(study: Study, use_gpu: bool) -> int:
+    """How many trials the cluster runs at once: `budget.cluster_concurrent`, else as many as its
+    resources hold. Never more than the pairs' own limits allow together."""
+    import ray
+
+    limit = sum(min(study.budget.max_concurrent, trial_budget(study, p)) for p in study.pairs)
+    if study.budget.cluster_concurrent:
+        return min(limit, study.budget.cluster_concurrent)
+    total = ray.cluster_resources()
+    fits = [total.get("CPU", 0) / study.resources.cpu]
+    if use_gpu and study.resources.gpu:
+        fits.append(total.get("GPU", 0) / study.resources.gpu)
+    fits += [total.get(name, 0) / amount for name, amount in study.resources.custom.items() if amount]
+    return max(1, min(limit, math.floor(min(fits) + 1e-9)))
+
+
+def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int):
     from ray import tune
+    from ray.tune.schedulers import FIFOScheduler
 
-    resources = {"cpu": study.resources.cpu, "gpu": study.resources.gpu if use_gpu else 0, **study.resources.custom}
-    return tune.with_resources(tune.with_parameters(run_trial, base=pair.base, cpus=study.resources.cpu), resources)
+    if study.is_ablation:
+        # Every grid cell for every seed: no TPE, no early stopping (it would bias the table).
+        searchers = {p.name: CellSearch(ablation_cells(study, p), study.metric, study.mode) for p in study.pairs}
+        schedulers = {p.name: FIFOScheduler() for p in study.pairs}
+    else:
+        storage = optuna_storage(state)
+        searchers = {p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs}
+        schedulers = {p.name: pair_scheduler(study, p) for p in study.pairs}
+    budgets = {p.name: trial_budget(study, p) for p in study.pairs}
+    search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
+    return tune.Tuner(
+        make_trainable(study, use_gpu),
+        tune_config=tune.TuneConfig(
+            metric=study.metric, mode=study.mode, search_alg=search, scheduler=PairScheduler(schedulers),
+            num_samples=sum(budgets.values()), max_concurrent_trials=slots, trial_dirname_creator=trial_dirname,
+            reuse_actors=True,  # a finished trial's process takes the next trial: no restart, no re-import
+        ),
+        run_config=run_config(study, state),
+    )
 
 
-def run_pair(study: Study, pair: Pair, state: LaunchState, use_gpu: bool) -> None:
-    from ray import tune
+def trial_dirname(trial) -> str:
+    return f"{trial.config[PAIR_KEY]}_{trial.trial_id}"
+
+
+def pair_scheduler(study: Study, pair: Pair):
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    tune_dir = (state.dir / "tune").resolve()
-    trainable = make_trainable(study, pair, use_gpu)
-    # One connection to the search's SQL store per pair (a restored searcher brings its own).
-    storage = None if study.is_ablation else optuna_storage(state)
-    study_name = optuna_study_name(state, pair)
-    if tune.Tuner.can_restore(tune_dir / pair.name):
-        print(f"[launch] {pair.name}: resuming from {tune_dir / pair.name}", flush=True)
-        tuner = tune.Tuner.restore(str(tune_dir / pair.name), trainable=trainable, resume_unfinished=True, resume_errored=True)
-    elif study.is_ablation:
-        # Every grid combination for every seed: no searcher, no early stopping (it would bias the table).
-        grid = {k: tune.grid_search(v) for k, v in pair.grid.items()}
-        tuner = tune.Tuner(
-            trainable,
-            param_space={**grid, "seed": tune.grid_search(study.seeds)},
-            tune_config=tune.TuneConfig(metric=study.metric, mode=study.mode, max_concurrent_trials=study.budget.max_concurrent, reuse_actors=True),
-            run_config=run_config(study, pair, state, tune_dir),
-        )
-    else:
-        n_iters = int(pair.base["n_iters"])
-        if study.scheduler.name == "asha":
-            scheduler = ASHAScheduler(
-                time_attr="iteration", max_t=n_iters, grace_period=min(study.scheduler.grace_period, n_iters),
-                reduction_factor=study.scheduler.reduction_factor,
-            )
-        else:
-            scheduler = FIFOScheduler()
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                metric=study.metric, mode=study.mode, search_alg=make_searcher(study, pair, storage, study_name),
-                scheduler=scheduler, num_samples=study.budget.trials,
-                reuse_actors=True,  # a finished trial's process takes the next trial: no restart, no re-import
-            ),
-            run_config=run_config(study, pair, state, tune_dir),
-        )
-    tuner.fit()
-    if storage is not None:
-        fail_stale_proposals(storage, study_name)
+    if study.scheduler.name != "asha":
+        return FIFOScheduler()
+    n_iters = int(pair.base["n_iters"])
+    return ASHAScheduler(time_attr="iteration", max_t=n_iters, grace_period=min(study.scheduler.grace_period, n_iters),
+                         reduction_factor=study.scheduler.reduction_factor)
 
 
-def run_config(study: Study, pair: Pair, state: "LaunchState", tune_dir: Path):
+def experiment_location(state: LaunchState) -> tuple:
+    """(pyarrow filesystem or None, storage path, experiment name) of the launch's Tune experiment."""
+    fs, root = state.trial_storage().filesystem()
+    return fs, f"{root}/{state.launch_id}", "tune"
+
+
+def run_config(study: Study, state: LaunchState):
     from ray import tune
 
-    tags = {"model": pair.model, "task": pair.task.task, "variant": pair.task.variant}
+    fs, storage_path, name = experiment_location(state)
+    tags = {p.name: {"model": p.model, "task": p.task.task, "variant": p.task.variant} for p in study.pairs}
     return tune.RunConfig(
-        name=pair.name, storage_path=str(tune_dir),
-        callbacks=[tracking.TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id, pair.name, pair.base, tags)],
+        name=name, storage_path=storage_path, storage_filesystem=fs,
+        callbacks=[tracking.TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id,
+                                         {p.name: p.base for p in study.pairs}, tags)],
+        # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
+        # named one gone falls back to the newest that exists (newest_existing_checkpoint).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-        failure_config=tune.FailureConfig(max_failures=0),
+        # A trial whose node dies (or whose process fails) starts again from its last checkpoint.
+        failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
         verbose=1,
     )
 
@@ -222,57 +305,106 @@ def start_ray(address: str | None) -> bool:
     return ray.cluster_resources().get("GPU", 0) > 0
 
 
-def start(study: Study, spec_text: str, launch_id: str | None, address: str | None) -> LaunchState:
-    """Register a new launch in MLflow while Ray starts (the two take seconds each), then run it."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        registering = pool.submit(new_launch, study, spec_text, launch_id)
-        try:
-            start_ray(address)
-        except BaseException:
-            state = registering.result()
-            tracking.close_launch(state.tracking_uri, state.parent_run_id, status="FAILED")
-            raise
-        state = registering.result()
+def check_storage(storage: TrialStorage, key: str) -> None:
+    """On a cluster of several nodes, every node must see the trial storage: checked by reading a
+    marker back on each node, before anything of the launch is written."""
+    n_nodes = check_cluster_sees(storage, key)
+    if n_nodes > 1:
+        print(f"[launch] trial storage {storage.uri}: seen by all {n_nodes} nodes", flush=True)
+
+
+def start(study: Study, spec_text: str, launch_id: str | None, address: str | None) -> int:
+    """Join (or start) Ray, check the trial storage, register the launch, then run it."""
+    start_ray(address)
+    check_storage(study.storage, "storage")
+    state = new_launch(study, spec_text, launch_id)
     print(f"[launch] id {state.launch_id}; resume with: orchestrator resume {state.dir}", flush=True)
     return execute(state, address)
 
 
-def execute(state: LaunchState, address: str | None) -> LaunchState:
-    """Run (or continue) every pair of a launch that has not finished, then write the best configs."""
-    study = state.study()
-    # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
-    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(study.budget.max_concurrent))
-    use_gpu = start_ray(address)
-    print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs on {'GPU' if use_gpu else 'CPU'}; MLflow {state.tracking_uri} "
-          f"experiment {study.experiment!r}", flush=True)
-    for pair in study.pairs:
-        if pair.name in state.finished_pairs:
-            print(f"[launch] {pair.name}: finished earlier, skipping", flush=True)
-            continue
-        run_pair(study, pair, state, use_gpu)
-        state.finished_pairs.append(pair.name)
-        state.save()
-    if study.is_ablation:
-        from .report import write_report
+def execute(state: LaunchState, address: str | None) -> int:
+    """Run (or continue) a launch until every trial has ended; then write the best configs (or the
+    ablation report). Returns the exit status: 0, or EXIT_INTERRUPTED after Ctrl-C / SIGTERM."""
+    from ray import tune
 
-        written, _ = write_report(state)
-    else:
-        written = write_best(state)
-    tracking.close_launch(state.tracking_uri, state.parent_run_id)
+    study = state.study()
+    use_gpu = start_ray(address)
+    slots = cluster_slots(study, use_gpu)
+    # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(slots))
+    # A snapshot after every checkpoint is what keeps resume exact; Tune warns about it each time.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
+          f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
+    fs, storage_path, name = experiment_location(state)
+    experiment = f"{storage_path}/{name}"
+    with open(state.dir / "driver.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write(f"{socket.gethostname()} {os.getpid()}\n")
+        lock.flush()
+        state.state = "running"
+        state.save()
+        if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
+            print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
+            tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu), resume_unfinished=True,
+                                       resume_errored=True, storage_filesystem=fs)
+        else:
+            tuner = build_tuner(study, state, use_gpu, slots)
+        # Tune stops cleanly on SIGINT (saving its state); treat SIGTERM (a scheduler's stop) the same.
+        previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+        try:
+            results = tuner.fit()
+        except Exception as e:
+            unavailable = tracking.store_outage(e)
+            if unavailable is None:
+                raise
+            state.state = "failed"
+            state.save()
+            print(f"orchestrator: error: {unavailable}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`",
+                  flush=True)
+            return 1
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        total = sum(trial_budget(study, p) for p in study.pairs)
+        ended = results.num_terminated + results.num_errors
+        if len(results) < total or ended < len(results):
+            state.state = "interrupted"
+            state.save()
+            tracking.close_launch(state.tracking_uri, state.parent_run_id, status="KILLED", launch_status="interrupted")
+            print(f"[launch] interrupted with {ended} of {total} trials ended; nothing is lost: "
+                  f"orchestrator resume {state.dir}", flush=True)
+            return EXIT_INTERRUPTED
+        if not study.is_ablation:
+            storage = optuna_storage(state)
+            for pair in study.pairs:
+                fail_stale_proposals(storage, optuna_study_name(state, pair))
+        if study.is_ablation:
+            from .report import write_report
+
+            written, _ = write_report(state)
+        else:
+            written = write_best(state)
+        tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
+        state.state = "finished"
+        state.save()
     for path in written:
         print(f"[launch] wrote {path}", flush=True)
-    return state
+    if results.num_errors:
+        print(f"[launch] {results.num_errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag",
+              flush=True)
+    return 0
 
 
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> LaunchState:
-    """Register a launch: its folder and its MLflow parent run. Call only after the spec validated
-    and the store answered."""
+    """Register a launch: its folder and its MLflow parent run. Call only after the spec validated,
+    the store answered and the cluster saw the trial storage."""
     launch_id = launch_id or f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     launch_dir = (Path(study.storage_path) / launch_id).resolve()
     launch_dir.mkdir(parents=True, exist_ok=True)
     uri = tracking.normalize_store(study.tracking.uri)
     parent = tracking.open_launch(uri, study.experiment, launch_id, str(study.path), spec_text)
-    state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, uri, parent, [])
+    state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, uri, parent,
+                        storage=dataclasses.asdict(study.storage.resolved()))
     state.save()
     return state
 

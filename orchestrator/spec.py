@@ -16,6 +16,8 @@ from trainables.models import MODELS, model_fields
 from trainables.tasks import TASKS, task_config
 from trainables.tasks.base import LOWER_IS_BETTER, SCORE_OF_KIND
 
+from .storage import TrialStorage
+
 
 class SpecError(ValueError):
     def __init__(self, path, key: str, reason: str):
@@ -107,6 +109,8 @@ class Budget:
     max_concurrent: int = 2
     n_iters: int | None = None  # per trial; None keeps the paper's (preset) value
     eval_every: int | None = None
+    cluster_concurrent: int | None = None  # trials of all pairs at once; None: as many as the cluster holds
+    max_failures: int = 3  # times a trial restarts from its last checkpoint after its node or process died
 
 
 @dataclass
@@ -144,7 +148,8 @@ class Study:
     resources: Resources
     tracking: Tracking
     warm_start: bool
-    storage_path: str
+    storage_path: str  # where launch folders live, on the driver
+    storage: TrialStorage  # where Tune's experiment state and the trial checkpoints live
     grid: dict[str, list] = field(default_factory=dict)  # an ablation: every combination...
     seeds: list[int] = field(default_factory=list)  # ...times every seed, no search
 
@@ -159,7 +164,7 @@ class Study:
 
 TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
-    "space", "per_model", "fixed", "warm_start", "storage_path", "grid", "seeds",
+    "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds",
 }
 METRICS = tuple(f"{m}_{score}" for score in ("acc", "l1") for m in ("best_ood_valid", "ood_valid", "iid_valid")) + ("test_acc_at_best", "test_l1_at_best")
 
@@ -213,9 +218,11 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     budget = _section(Budget, raw.get("budget"), "budget", path)
     _positive(path, "budget.trials", budget.trials)
     _positive(path, "budget.max_concurrent", budget.max_concurrent)
-    for key in ("n_iters", "eval_every"):
+    for key in ("n_iters", "eval_every", "cluster_concurrent"):
         if getattr(budget, key) is not None:
             _positive(path, f"budget.{key}", getattr(budget, key))
+    if not isinstance(budget.max_failures, int) or isinstance(budget.max_failures, bool) or budget.max_failures < 0:
+        raise SpecError(path, "budget.max_failures", f"must be a non-negative integer, got {budget.max_failures!r}")
     scheduler = _section(Scheduler, raw.get("scheduler"), "scheduler", path)
     if scheduler.name not in ("asha", "fifo"):
         raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{closest(str(scheduler.name), ['asha', 'fifo'])}; valid: asha, fifo")
@@ -247,6 +254,11 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     grid, seeds = _parse_grid(raw, path)
     if (grid or seeds) and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
         raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; it cannot also have a search space")
+
+    storage_path = raw.get("storage_path", "runs")
+    if not isinstance(storage_path, str) or "://" in storage_path:
+        raise SpecError(path, "storage_path", f"must be a local folder for launch records, got {storage_path!r}; "
+                        "put trial checkpoints on shared or object storage with the `storage` key")
 
     pairs, skipped = [], []
     for model in models:
@@ -281,9 +293,29 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     return Study(
         path=path, name=str(raw.get("name", path.stem)), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
-        warm_start=bool(raw.get("warm_start", True)), storage_path=str(raw.get("storage_path", "runs")),
-        grid=grid, seeds=seeds,
+        warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
+        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds,
     )
+
+
+def _parse_storage(raw, storage_path: str, path) -> TrialStorage:
+    """`storage: <folder or s3://bucket/prefix>` or `storage: {uri: ..., endpoint: http://host:port}`;
+    by default the launch folders' own `storage_path` (right for one machine only)."""
+    if raw is None:
+        return TrialStorage(storage_path)
+    if isinstance(raw, str):
+        raw = {"uri": raw}
+    if not isinstance(raw, dict) or not isinstance(raw.get("uri"), str):
+        raise SpecError(path, "storage", f"expected a folder, an s3:// URI or {{uri, endpoint}}, got {raw!r}")
+    for key in raw:
+        if key not in ("uri", "endpoint"):
+            raise SpecError(path, f"storage.{key}", f"unknown key{closest(str(key), ['uri', 'endpoint'])}; valid: endpoint, uri")
+    storage = TrialStorage(raw["uri"], raw.get("endpoint"))
+    try:
+        storage.validate()
+    except ValueError as e:
+        raise SpecError(path, "storage", str(e)) from None
+    return storage
 
 
 def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:

@@ -21,19 +21,90 @@ from ray.tune import Callback
 
 from trainables.tasks.base import LOWER_IS_BETTER
 
-STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | lost
+from .search import PAIR_KEY
+
+STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+RETRY_DELAYS_S = (0.5, 1, 2, 4, 8, 16)  # a store that drops connections gets about 30 s to come back
 
 
 class TrackingError(RuntimeError):
     pass
 
 
-def client(uri: str):
-    from mlflow.tracking import MlflowClient
+class StoreUnavailable(RuntimeError):
+    """A store stayed unreachable through every retry."""
 
-    return MlflowClient(tracking_uri=uri)
+
+def redact(uri: str) -> str:
+    """The URI without its password, for messages."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    return uri.replace(f":{parts.password}@", ":***@", 1)
+
+
+def transient(error: BaseException) -> bool:
+    """Whether an error means "the store is unreachable right now" (worth retrying) rather than a
+    request it refused."""
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    seen = error
+    while seen is not None:
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, ConnectionError, TimeoutError)):
+            return True
+        if isinstance(seen, MlflowException) and seen.error_code == "TEMPORARILY_UNAVAILABLE":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def store_outage(error: BaseException) -> str | None:
+    """The one-line reason if `error` (as Tune re-raises it) comes from a store outage."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, StoreUnavailable):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    if transient(error):
+        return f"a store became unreachable: {str(error).strip().splitlines()[0][:300]}"
+    return None
+
+
+class RetryingClient:
+    """An MlflowClient whose calls survive a store that drops its connections for a while."""
+
+    def __init__(self, uri: str):
+        from mlflow.tracking import MlflowClient
+
+        self._client, self._uri = MlflowClient(tracking_uri=uri), uri
+
+    def __getattr__(self, name):
+        method = getattr(self._client, name)
+
+        def call(*args, **kwargs):
+            for delay in (*RETRY_DELAYS_S, None):
+                try:
+                    return method(*args, **kwargs)
+                except Exception as e:
+                    if not transient(e):
+                        raise
+                    if delay is None:
+                        raise StoreUnavailable(f"tracking store {redact(self._uri)} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
+                                               f"({len(RETRY_DELAYS_S) + 1} tries): {str(e).strip().splitlines()[0][:200]}") from e
+                    time.sleep(delay)
+
+        return call
+
+
+def client(uri: str) -> RetryingClient:
+    return RetryingClient(uri)
 
 
 def normalize_store(uri: str) -> str:
@@ -88,7 +159,8 @@ def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
         with engine.begin() as conn:
             conn.execute(sqlalchemy.text("CREATE SCHEMA IF NOT EXISTS optuna"))
         engine.dispose()
-        return uri, {"connect_args": {"options": "-csearch_path=optuna"}}
+        # pre-ping: a connection the server dropped is replaced at checkout, not used and failed.
+        return uri, {"connect_args": {"options": "-csearch_path=optuna"}, "pool_pre_ping": True}
     if uri.startswith("sqlite:///"):
         return os.path.splitext(uri)[0] + ".optuna.db", {}
     return f"sqlite:///{launch_dir.resolve() / 'optuna.db'}", {}
@@ -122,8 +194,10 @@ def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_
     return run.info.run_id
 
 
-def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED") -> None:
-    client(uri).set_terminated(parent_run_id, status=status)
+def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED", launch_status: str = "finished") -> None:
+    mlflow = client(uri)
+    mlflow.set_tag(parent_run_id, "launch_status", launch_status)
+    mlflow.set_terminated(parent_run_id, status=status)
 
 
 def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -136,11 +210,12 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
 
 
 class TrialTracker(Callback):
-    """Tune callback that mirrors every trial of one model/task pair into MLflow."""
+    """Tune callback that mirrors every trial of a launch into MLflow, as a child of the launch's run.
+    `base_configs` and `tags` are per pair, keyed by the pair named in each trial's config."""
 
-    def __init__(self, uri: str, parent_run_id: str, launch_id: str, pair_name: str, base_config: dict, tags: dict):
+    def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
         self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
-        self.pair_name, self.base_config, self.tags = pair_name, base_config, tags
+        self.base_configs, self.tags = base_configs, tags
         self.runs: dict[str, str] = {}
         self.located: set[str] = set()  # runs whose node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
@@ -163,18 +238,20 @@ class TrialTracker(Callback):
             [self.experiment_id()],
             filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
         )
-        config = {**self.base_config, **trial.config}
+        pair = trial.config[PAIR_KEY]
+        config = {**self.base_configs[pair], **{k: v for k, v in trial.config.items() if k != PAIR_KEY}}
         if found:
             run_id = found[0].info.run_id
             self.mlflow.update_run(run_id, status="RUNNING")
+            self.mlflow.set_tag(run_id, STATUS_TAG, "running")  # it may have been interrupted
         else:
             run = self.mlflow.create_run(
                 self.experiment_id(),
-                run_name=f"{self.pair_name}-{trial.trial_id}",
+                run_name=f"{pair}-{trial.trial_id}",
                 tags={
                     "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
-                    "trial_id": trial.trial_id, "pair": self.pair_name, "code_version": code_version(),
-                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags,
+                    "trial_id": trial.trial_id, "pair": pair, "code_version": code_version(),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair],
                 },
             )
             run_id = run.info.run_id
@@ -231,6 +308,13 @@ class TrialTracker(Callback):
         self.mlflow.set_tag(run_id, STATUS_TAG, status)
         self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
+        run_id = self.run_id(trial)
+        self.located.discard(run_id)  # tag the node it lands on next
+        print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)); restarting it from its last "
+              f"checkpoint", flush=True)
+
     def on_trial_error(self, iteration, trials, trial, **info):
         run_id = self.run_id(trial)
         self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
@@ -239,17 +323,20 @@ class TrialTracker(Callback):
         self.mlflow.set_terminated(run_id, status="FAILED")
 
     def on_experiment_end(self, trials, **info):
-        """A trial that started after Tune's last experiment checkpoint is forgotten when a killed
-        driver is resumed: Tune proposes a new trial in its place. Its MLflow run would stay
-        "running" forever; mark it lost."""
+        """Runs still "running" when Tune stops: a trial that Ctrl-C or SIGTERM interrupted is
+        marked so (resume continues it from its checkpoint). A trial that started after Tune's last
+        experiment checkpoint is forgotten when a killed driver is resumed, and Tune proposes a new
+        trial in its place; its run is marked lost."""
+        live = {trial.trial_id for trial in trials if trial.status not in ("TERMINATED", "ERROR")}
         known = {trial.trial_id for trial in trials}
         stale = self.mlflow.search_runs(
             [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.pair = '{self.pair_name}' and tags.{STATUS_TAG} = 'running'",
+            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.kind = 'trial' and tags.{STATUS_TAG} = 'running'",
         )
         for run in stale:
-            if run.data.tags.get("trial_id") not in known:
-                self.mlflow.set_tag(run.info.run_id, STATUS_TAG, "lost")
+            trial_id = run.data.tags.get("trial_id")
+            if trial_id in live or trial_id not in known:
+                self.mlflow.set_tag(run.info.run_id, STATUS_TAG, "interrupted" if trial_id in live else "lost")
                 self.mlflow.set_terminated(run.info.run_id, status="KILLED")
 
 
@@ -279,7 +366,7 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         status = run.data.tags.get(STATUS_TAG, "running")
         if status == "lost":  # replaced by another trial on resume
             continue
-        entry["running" if status == "running" else "failed" if status in ("failed", "diverged") else "done"] += 1
+        entry["running" if status in ("running", "interrupted") else "failed" if status in ("failed", "diverged") else "done"] += 1
         value = run.data.metrics.get(metric)
         if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),

@@ -145,7 +145,7 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     from orchestrator.launch import LaunchState, make_searcher, optuna_storage, optuna_study_name
 
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "max_concurrent": 3})))
-    state = LaunchState("l1", tmp_path, study.experiment, str(study.path), "", f"sqlite:///{tmp_path}/mlflow.db", "parent", [])
+    state = LaunchState("l1", tmp_path, study.experiment, str(study.path), "", f"sqlite:///{tmp_path}/mlflow.db", "parent")
     limiter = make_searcher(study, study.pairs[0], optuna_storage(state), optuna_study_name(state, study.pairs[0]))
     outcomes = {"a": "completed", "b": "running", "c": "diverged"}
     for trial_id in outcomes:

@@ -1,0 +1,139 @@
+"""Every model/task pair of a launch in one Tune experiment.
+
+Each pair keeps what makes its search its own: an Optuna TPE study over its own space (or, for an
+ablation, its own list of grid cells x seeds), its own concurrency limit and its own ASHA brackets.
+`PairSearch` interleaves the pairs' suggestions and `PairScheduler` routes each trial to its pair's
+scheduler, so one Tuner keeps the whole cluster busy: when one pair's search runs out of trials to
+start (its tail), another pair's trials take the free slots.
+"""
+from __future__ import annotations
+
+import pickle
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+PAIR_KEY = "pair"  # the trial config key that names the trial's pair
+
+
+class TruncationAwareOptunaSearch(OptunaSearch):
+    """Ray tells Optuna a trial that ASHA stopped is COMPLETE with its truncated score, so TPE would
+    learn from scores of unequal budgets. We tell it PRUNED instead (and the same for a diverged
+    trial): TPE then ranks it below every completed trial, ordered by the intermediate values it
+    reported, so the search learns "worse than finished ones" and no more."""
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        if result and result.get("status") != "completed":
+            result = None
+        super().on_trial_complete(trial_id, result=result, error=error)
+
+
+class CellSearch(Searcher):
+    """An ablation pair: its grid cells x seeds, in order, once each."""
+
+    def __init__(self, cells: list[dict], metric: str, mode: str):
+        super().__init__(metric=metric, mode=mode)
+        self.cells, self.next = cells, 0
+
+    def suggest(self, trial_id):
+        if self.next >= len(self.cells):
+            return Searcher.FINISHED
+        self.next += 1
+        return dict(self.cells[self.next - 1])
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+class PairSearch(Searcher):
+    """Suggests trials for every pair, round-robin over the pairs that may start one: a pair may
+    start one while it has budget left and fewer than `max_concurrent` trials live."""
+
+    def __init__(self, searchers: dict[str, Searcher], budgets: dict[str, int], max_concurrent: int, metric: str, mode: str):
+        super().__init__(metric=metric, mode=mode)
+        self.searchers, self.budgets, self.max_concurrent = searchers, budgets, max_concurrent
+        self.started = {name: 0 for name in searchers}
+        self.exhausted: set[str] = set()
+        self.live: dict[str, str] = {}  # trial id -> pair
+        self.turn = 0
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True  # each pair's searcher was built with its own space, metric and mode
+
+    def suggest(self, trial_id):
+        names = list(self.searchers)
+        for k in range(len(names)):
+            name = names[(self.turn + k) % len(names)]
+            if name in self.exhausted or self.started[name] >= self.budgets[name]:
+                continue
+            if sum(1 for pair in self.live.values() if pair == name) >= self.max_concurrent:
+                continue
+            config = self.searchers[name].suggest(trial_id)
+            if config == Searcher.FINISHED:
+                self.exhausted.add(name)
+                continue
+            if config is None:
+                continue
+            self.turn = (self.turn + k + 1) % len(names)
+            self.started[name] += 1
+            self.live[trial_id] = name
+            return {**config, PAIR_KEY: name}
+        if all(name in self.exhausted or self.started[name] >= self.budgets[name] for name in names):
+            return Searcher.FINISHED
+        return None
+
+    def on_trial_result(self, trial_id, result):
+        if trial_id in self.live:
+            self.searchers[self.live[trial_id]].on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        if trial_id in self.live:
+            self.searchers[self.live.pop(trial_id)].on_trial_complete(trial_id, result=result, error=error)
+
+    def save(self, checkpoint_path: str):
+        # OptunaSearch pickles its __dict__ (the study handle included, whose RDB storage reconnects).
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"own": {k: v for k, v in self.__dict__.items() if k != "searchers"},
+                         "searchers": {name: s.__dict__ for name, s in self.searchers.items()}}, f)
+
+    def restore(self, checkpoint_path: str):
+        with open(checkpoint_path, "rb") as f:
+            saved = pickle.load(f)
+        self.__dict__.update(saved["own"])
+        for name, state in saved["searchers"].items():
+            self.searchers[name].__dict__.update(state)
+
+
+class PairScheduler(FIFOScheduler):
+    """Routes each trial to its pair's scheduler, so ASHA compares a trial only with its own pair's."""
+
+    def __init__(self, schedulers: dict[str, TrialScheduler]):
+        super().__init__()
+        self.schedulers = schedulers
+
+    def _of(self, trial) -> TrialScheduler:
+        return self.schedulers[trial.config[PAIR_KEY]]
+
+    def set_search_properties(self, metric, mode, **spec) -> bool:
+        for scheduler in self.schedulers.values():
+            scheduler.set_search_properties(metric, mode, **spec)
+        return True
+
+    def on_trial_add(self, tune_controller, trial):
+        self._of(trial).on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial):
+        self._of(trial).on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        return self._of(trial).on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        self._of(trial).on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller, trial):
+        self._of(trial).on_trial_remove(tune_controller, trial)
+
+    def debug_string(self) -> str:
+        return "\n".join(f"{name}: {s.debug_string()}" for name, s in self.schedulers.items())

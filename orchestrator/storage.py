@@ -1,0 +1,129 @@
+"""Where Tune keeps experiment state and trial checkpoints: storage that every node of the cluster sees.
+
+Since Ray 2.7 every node writes its trials' checkpoints straight to the storage path, so on a cluster
+of more than one machine it must be a shared filesystem (NFS, ...) or an object store. Credentials
+for an object store come from the environment of each node (AWS_ACCESS_KEY_ID, ... for s3://) and
+are never part of the URI, the search-space file or anything we write.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+OBJECT_STORE_SCHEMES = ("s3", "gs")
+
+
+class StorageError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class TrialStorage:
+    """`uri` is a local or shared folder, or s3://bucket/prefix (`endpoint` for S3-compatible stores)."""
+
+    uri: str
+    endpoint: str | None = None
+
+    @property
+    def is_object_store(self) -> bool:
+        return urlsplit(self.uri).scheme in OBJECT_STORE_SCHEMES
+
+    def validate(self) -> None:
+        """Raises ValueError with the reason; called while the search-space file is read."""
+        parts = urlsplit(self.uri)
+        if parts.scheme and parts.scheme not in OBJECT_STORE_SCHEMES:
+            raise ValueError(f"unsupported scheme {parts.scheme!r}: use a folder (local or shared, e.g. NFS) or s3://bucket/prefix")
+        if self.is_object_store:
+            if not parts.netloc:
+                raise ValueError(f"{self.uri!r} names no bucket")
+            if "@" in parts.netloc or parts.query:
+                raise ValueError("credentials and options do not belong in the URI: set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                                 "on every node and the endpoint under storage.endpoint")
+        elif self.endpoint:
+            raise ValueError("endpoint applies only to an object store (s3://...)")
+        if self.endpoint and urlsplit(self.endpoint).scheme not in ("http", "https"):
+            raise ValueError(f"endpoint must be http(s)://host:port, got {self.endpoint!r}")
+
+    def resolved(self) -> "TrialStorage":
+        """A local folder made absolute, so a resume from another folder finds the same place."""
+        return self if self.is_object_store else TrialStorage(str(Path(self.uri).expanduser().resolve()))
+
+    def filesystem(self):
+        """(pyarrow filesystem, path inside it). Without an object store: the local filesystem, and
+        Tune's own handling of a plain path."""
+        if not self.is_object_store:
+            return None, str(Path(self.uri).expanduser().resolve())
+        import pyarrow.fs
+
+        parts = urlsplit(self.uri)
+        if parts.scheme == "s3":
+            kwargs = {}
+            if self.endpoint:
+                endpoint = urlsplit(self.endpoint)
+                kwargs = {"endpoint_override": endpoint.netloc, "scheme": endpoint.scheme}
+            # No keys given: each node resolves its own from its environment, so pickles carry none.
+            fs = pyarrow.fs.S3FileSystem(**kwargs)
+        else:
+            fs = pyarrow.fs.GcsFileSystem()
+        return fs, (parts.netloc + parts.path).rstrip("/")
+
+    def join(self, *names: str) -> str:
+        return "/".join([self.uri.rstrip("/"), *names])
+
+
+def _read_marker(fs, path: str) -> str:
+    import pyarrow.fs
+
+    fs = fs or pyarrow.fs.LocalFileSystem()
+    with fs.open_input_stream(path) as f:
+        return f.read().decode()
+
+
+def check_cluster_sees(storage: TrialStorage, key: str) -> int:
+    """Write a marker to the storage from the driver and read it back from a task pinned to every
+    alive node. Returns the number of nodes; raises StorageError naming the first node that cannot
+    see it. Assumes Ray is initialised."""
+    import pyarrow.fs
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    fs, root = storage.filesystem()
+    local = fs or pyarrow.fs.LocalFileSystem()
+    token = uuid.uuid4().hex
+    marker = f"{root}/.sysgen-storage-check-{token}"
+    try:
+        local.create_dir(root, recursive=True)
+        with local.open_output_stream(marker) as f:
+            f.write(token.encode())
+    except (OSError, pyarrow.ArrowException) as e:
+        raise StorageError(f"{key}: the driver cannot write to {storage.uri}: {str(e).splitlines()[0]}") from None
+    try:
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        if len(nodes) < 2:
+            return len(nodes)
+        read = ray.remote(num_cpus=0, max_retries=0)(_read_marker)
+        pending = {
+            read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(fs, marker): node
+            for node in nodes
+        }
+        for ref, node in pending.items():
+            try:
+                seen = ray.get(ref, timeout=60)
+            except Exception as e:  # the task's error, whatever the filesystem raised
+                cause = str(getattr(e, "cause", e)).strip().splitlines()[-1]
+                seen, reason = None, cause
+            else:
+                reason = "it reads other contents"
+            if seen != token:
+                fix = ("put it on a filesystem every node mounts at the same path (NFS, ...) or use s3://bucket/prefix"
+                       if not storage.is_object_store else "give every node the same credentials and endpoint")
+                raise StorageError(f"{key}: node {node['NodeManagerAddress']} ({node['NodeID'][:8]}) cannot see {storage.uri} "
+                                   f"({reason}); {fix} (see deploy/README.md)")
+        return len(nodes)
+    finally:
+        try:
+            local.delete_file(marker)
+        except (OSError, pyarrow.ArrowException):
+            pass
