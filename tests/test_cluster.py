@@ -1,0 +1,295 @@
+"""A real multi-node Ray cluster on this machine, and faults caused for real: a worker node that
+cannot see the driver's disk, a node killed mid-trial, a driver killed the moment a checkpoint is
+pruned, SIGINT to a launch, PostgreSQL connections terminated mid-launch.
+
+Nodes are started with `ray start`, each in a process group of its own (stopped by killing that
+group, never with `ray stop`, which would stop every Ray on the machine)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from test_service import optuna_trial_states, orchestrator, spec, trial_runs
+
+pytestmark = pytest.mark.slow
+
+RAY = str(Path(sys.executable).parent / "ray")
+S3_ENV = {"AWS_ACCESS_KEY_ID": "sysgen-test", "AWS_SECRET_ACCESS_KEY": "sysgen-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A head node (no CPUs: it only coordinates) and worker nodes with one CPU each."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
+        # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
+        self.env = {**os.environ, **S3_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2,
+                    "RAY_TMPDIR": self.tmp, "RAY_DEDUP_LOGS": "0"}
+        self.groups: list[int] = []
+        self.start("--head", f"--port={self.port}", "--include-dashboard=false", "--num-cpus=0")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, *args, hide: Path | None = None) -> int:
+        """Start a node; with `hide`, in a private mount namespace with an empty tmpfs over that
+        folder, as a second machine would be. Returns its process group."""
+        command = [RAY, "start", *args]
+        if hide is not None:
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       f'mount -t tmpfs tmpfs "{hide}" && exec "$@"', "sh", *command]
+        node = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+        self.groups.append(node.pid)
+        out, _ = node.communicate(timeout=120)
+        assert node.returncode == 0, out
+        return node.pid
+
+    def worker(self, hide: Path | None = None) -> int:
+        return self.start(f"--address={self.address}", "--num-cpus=1", hide=hide)
+
+    def kill(self, group: int) -> None:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        for group in self.groups:
+            self.kill(group)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster()
+    yield c
+    c.stop()
+
+
+def popen_launch(*args, cwd, env):
+    """A driver in a process group of its own (with the local Ray it may start), output to a file:
+    a pipe nobody reads while the test waits would fill up and stall it."""
+    log = Path(cwd) / f"driver-{uuid.uuid4().hex[:6]}.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    process.log = log
+    return process
+
+
+def finish(process, timeout=300) -> str:
+    process.wait(timeout=timeout)
+    return process.log.read_text()
+
+
+def wait_for_checkpoint(root: Path | None, process, fs=None, path: str = "", timeout=300) -> None:
+    """Until a trial checkpoint exists under `root` (or under `path` in pyarrow filesystem `fs`)."""
+    import pyarrow.fs
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert process.poll() is None, process.log.read_text()[-3000:]
+        if fs is not None:
+            try:
+                infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=True))
+            except OSError:
+                infos = []
+            if any(Path(i.path).name.startswith("checkpoint_") for i in infos):
+                return
+        elif root.exists() and any(root.glob("**/checkpoint_*")):
+            return
+        time.sleep(0.2)
+    raise AssertionError("no checkpoint appeared")
+
+
+def interrupt_then_resume(process, tmp_path, env, address) -> str:
+    """SIGINT to the driver as Ctrl-C would send it; it must stop the whole launch cleanly."""
+    os.kill(process.pid, signal.SIGINT)
+    out = finish(process, timeout=180)
+    assert process.returncode == 130, out[-3000:]
+    assert "interrupted" in out and "orchestrator resume" in out
+    launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
+    assert json.loads((launch_dir / "launch.json").read_text())["state"] == "interrupted"
+    assert not (launch_dir / "best").exists()  # no best configs from partial trials
+    status = orchestrator("status", str(launch_dir), cwd=tmp_path, env_extra=env).stdout
+    assert "interrupted; continue with: orchestrator resume" in status
+    return orchestrator("resume", str(launch_dir), "--address", address, cwd=tmp_path, env_extra=env).stdout
+
+
+def check_complete(uri: str, path: Path, trials: int, n_iters: int, eval_every: int):
+    """Every trial completed, in one MLflow run each, every evaluation step logged exactly once;
+    the parent run finished; the Optuna study holds every trial as COMPLETE."""
+    experiment = yaml.safe_load(path.read_text())["name"]
+    client, parents, children = trial_runs(uri, experiment)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["launch_status"] == "finished"
+    children = [r for r in children if r.data.tags["trial_status"] != "lost"]
+    assert len(children) == trials and len({r.data.tags["trial_id"] for r in children}) == trials
+    for run in children:
+        assert run.data.tags["trial_status"] == "completed", run.data.tags
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")]
+        assert steps == list(range(eval_every, n_iters + 1, eval_every)), steps
+    states = optuna_trial_states(uri.rsplit(".", 1)[0] + ".optuna.db", experiment) if uri.startswith("sqlite") else None
+    if states is not None:
+        assert all(s == "COMPLETE" for pair in states.values() for s in pair), states
+    return children
+
+
+def test_storage_every_node_must_see(tmp_path, cluster):
+    """A worker in a private mount namespace cannot see the driver's launch folder: local storage
+    is refused before anything is written; a path both nodes see, and an S3-compatible object
+    store on a loopback port, both carry a launch through SIGINT and resume to the end."""
+    cluster.worker()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cluster.worker(hide=runs)  # the second "machine" sees an empty folder there
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    n_iters, every = 200, 20
+    path = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=n_iters, eval_every=every, cpu=1, models=("ndr",))
+
+    refused = orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env, check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    [line] = [l for l in refused.stderr.splitlines() if l.startswith("orchestrator:")]
+    assert line.startswith(f"orchestrator: error: {path}: storage: node ") and "cannot see" in line and "deploy/README.md" in line
+    assert list(runs.iterdir()) == []  # no launch folder, no marker left behind
+    assert MlflowClient(uri).get_experiment_by_name(yaml.safe_load(path.read_text())["name"]) is None
+
+    shared = Path(tempfile.mkdtemp(prefix="sysgen-shared-", dir="/tmp"))  # outside the hidden folder
+    try:
+        driver = popen_launch("launch", str(path), "--address", cluster.address, "--storage", str(shared), cwd=tmp_path, env=cluster.env)
+        wait_for_checkpoint(shared, driver)
+        out = interrupt_then_resume(driver, tmp_path, cluster.env, cluster.address)
+        assert "resuming from" in out
+        children = check_complete(uri, path, trials=3, n_iters=n_iters, eval_every=every)
+        assert len({r.data.tags["node_id"] for r in children}) == 2  # both nodes ran trials
+        launch_id = next(runs.glob("*/launch.json")).parent.name
+        assert len(list((shared / launch_id / "tune").glob("tiny__ndr_*/checkpoint_*"))) == 3  # the last of each trial
+        assert not list(runs.glob("*/tune"))
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+    # The same cluster with an S3-compatible object store: a real server on a loopback port.
+    import pyarrow.fs
+
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=cluster.env)
+    try:
+        os.environ.update(S3_ENV)
+        for _ in range(100):
+            try:
+                pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True).create_dir("ckpt")
+                break
+            except OSError:
+                time.sleep(0.2)
+        shutil.rmtree(runs)
+        runs.mkdir()
+        s3 = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=n_iters, eval_every=every, cpu=1, models=("ndr",),
+                  storage={"uri": "s3://ckpt/sweeps", "endpoint": f"http://127.0.0.1:{port}"})
+        driver = popen_launch("launch", str(s3), "--address", cluster.address, cwd=tmp_path, env=cluster.env)
+        fs = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http")
+        wait_for_checkpoint(None, driver, fs=fs, path="ckpt/sweeps")
+        interrupt_then_resume(driver, tmp_path, cluster.env, cluster.address)
+        check_complete(uri, s3, trials=3, n_iters=n_iters, eval_every=every)
+        stored = [i.path for i in fs.get_file_info(pyarrow.fs.FileSelector("ckpt/sweeps", recursive=True))]
+        assert sum(1 for p in stored if Path(p).name.startswith("checkpoint_")) == 3
+        assert any(p.endswith(".json") and "experiment_state" in p for p in stored)
+        launch_json = next(runs.glob("*/launch.json")).read_text()
+        assert S3_ENV["AWS_SECRET_ACCESS_KEY"] not in launch_json  # credentials stay in the environment
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
+    """SIGKILL every process of the node running the only trial: Tune restarts it from its last
+    checkpoint on the other node; one MLflow run, every evaluation step exactly once."""
+    first = cluster.worker()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    n_iters, every = 300, 20
+    path = spec(tmp_path, uri, trials=1, concurrent=1, n_iters=n_iters, eval_every=every, cpu=1)
+    driver = popen_launch("launch", str(path), "--address", cluster.address, cwd=tmp_path, env=cluster.env)
+    wait_for_checkpoint(tmp_path / "runs", driver)
+    cluster.worker()  # a node to fail over to, joining only now, so the trial surely ran on the first
+    experiment = yaml.safe_load(path.read_text())["name"]
+    _, _, [before] = trial_runs(uri, experiment)
+    cluster.kill(first)
+    out = finish(driver)
+    assert driver.returncode == 0, out[-3000:]
+    assert "restarting it from its last checkpoint" in out
+    [run] = check_complete(uri, path, trials=1, n_iters=n_iters, eval_every=every)
+    assert run.data.tags["node_id"] != before.data.tags["node_id"]  # finished elsewhere
+
+
+def test_resume_after_the_driver_dies_as_a_checkpoint_is_pruned(tmp_path):
+    """Tune deletes a trial's previous checkpoint as it registers a new one, a moment before the
+    experiment snapshot that resume reads is rewritten. Kill the driver (and its local Ray) the
+    moment a checkpoint folder disappears, then resume: no trial is lost or failed."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    n_iters, every = 400, 10
+    path = spec(tmp_path, uri, trials=2, concurrent=2, n_iters=n_iters, eval_every=every)
+    driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
+    runs = tmp_path / "runs"
+    wait_for_checkpoint(runs, driver)
+    seen: set[Path] = set()
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        now = set(runs.glob("*/tune/*/checkpoint_*"))
+        if seen - now:
+            os.killpg(driver.pid, signal.SIGKILL)
+            break
+        seen |= now
+    else:
+        raise AssertionError("no checkpoint was ever pruned")
+    driver.wait()
+    launch_dir = next(runs.glob("*/launch.json")).parent
+    out = orchestrator("resume", str(launch_dir), cwd=tmp_path).stdout
+    assert "resuming from" in out
+    check_complete(uri, path, trials=2, n_iters=n_iters, eval_every=every)
+
+
+def test_launch_survives_postgresql_dropping_its_connections(tmp_path):
+    """Terminate every server connection of the launch's database, repeatedly, mid-launch: MLflow
+    and the Optuna storage reconnect and the launch completes."""
+    import psycopg
+
+    database = f"sysgen_fault_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+    try:
+        n_iters, every = 200, 20
+        path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=n_iters, eval_every=every)
+        driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
+        wait_for_checkpoint(tmp_path / "runs", driver)
+        terminated = 0
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+            while driver.poll() is None:
+                terminated += len(admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                                                (database,)).fetchall())
+                time.sleep(2)
+        out = finish(driver)
+        assert driver.returncode == 0, out[-3000:]
+        assert terminated > 0
+        check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
+    finally:
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
