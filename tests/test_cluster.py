@@ -224,7 +224,7 @@ def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
     checkpoint on the other node; one MLflow run, every evaluation step exactly once."""
     first = cluster.worker()
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    n_iters, every = 300, 20
+    n_iters, every = 4000, 200  # about half a minute: the trial is still running when its node dies
     path = spec(tmp_path, uri, trials=1, concurrent=1, n_iters=n_iters, eval_every=every, cpu=1)
     driver = popen_launch("launch", str(path), "--address", cluster.address, cwd=tmp_path, env=cluster.env)
     wait_for_checkpoint(tmp_path / "runs", driver)
