@@ -188,10 +188,7 @@ def ablation_cells(study: Study, pair: Pair) -> list[dict]:
 
 
 def optuna_storage(state: LaunchState):
-    import optuna
-
-    url, engine_kwargs = tracking.search_store(state.tracking_uri, state.dir)
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    return tracking.search_storage(state.tracking_uri, state.dir)
 
 
 def optuna_study_name(state: LaunchState, pair: Pair) -> str:

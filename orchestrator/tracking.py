@@ -72,9 +72,28 @@ def store_outage(error: BaseException) -> str | None:
         if isinstance(seen, StoreUnavailable):
             return str(seen)
         seen = seen.__cause__ or seen.__context__
-    if transient(error):
-        return f"a store became unreachable: {str(error).strip().splitlines()[0][:300]}"
     return None
+
+
+def retried(method, what: str):
+    """`method`, called again with backoff while the store is unreachable; StoreUnavailable once
+    RETRY_DELAYS_S are spent."""
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        for delay in (*RETRY_DELAYS_S, None):
+            try:
+                return method(*args, **kwargs)
+            except Exception as e:
+                if not transient(e):
+                    raise
+                if delay is None:
+                    reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0][:200]
+                    raise StoreUnavailable(f"{what} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
+                                           f"({len(RETRY_DELAYS_S) + 1} tries): {reason}") from e
+                time.sleep(delay)
+
+    return call
 
 
 class RetryingClient:
@@ -86,21 +105,30 @@ class RetryingClient:
         self._client, self._uri = MlflowClient(tracking_uri=uri), uri
 
     def __getattr__(self, name):
-        method = getattr(self._client, name)
+        return retried(getattr(self._client, name), f"tracking store {redact(self._uri)}")
 
-        def call(*args, **kwargs):
-            for delay in (*RETRY_DELAYS_S, None):
-                try:
-                    return method(*args, **kwargs)
-                except Exception as e:
-                    if not transient(e):
-                        raise
-                    if delay is None:
-                        raise StoreUnavailable(f"tracking store {redact(self._uri)} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
-                                               f"({len(RETRY_DELAYS_S) + 1} tries): {str(e).strip().splitlines()[0][:200]}") from e
-                    time.sleep(delay)
 
-        return call
+def search_storage(uri: str, launch_dir: Path):
+    """The Optuna storage of a launch (see search_store), its calls retried like MLflow's."""
+    url, engine_kwargs = search_store(uri, launch_dir)
+    return ReconnectingRDBStorage(url, engine_kwargs=engine_kwargs)
+
+
+def _reconnecting_rdb_storage():
+    import optuna
+
+    class ReconnectingRDBStorage(optuna.storages.RDBStorage):
+        """Optuna's SQL storage, each public call retried while the database is unreachable: a
+        connection the server dropped mid-call is replaced (pool_pre_ping covers idle ones)."""
+
+    for name, method in vars(optuna.storages.RDBStorage).items():
+        if callable(method) and not name.startswith("_"):
+            setattr(ReconnectingRDBStorage, name, retried(method, "search store (Optuna)"))
+    ReconnectingRDBStorage.__module__, ReconnectingRDBStorage.__qualname__ = __name__, "ReconnectingRDBStorage"
+    return ReconnectingRDBStorage
+
+
+ReconnectingRDBStorage = _reconnecting_rdb_storage()
 
 
 def client(uri: str) -> RetryingClient:
