@@ -1,10 +1,12 @@
-"""Orchestration efficiency of `orchestrator launch` on this machine.
+"""Cluster utilization of `orchestrator launch` on this machine.
 
-  python benchmarks/bench_orchestration.py [--trials 4] [--concurrent 2] [--seconds 30]
+  python benchmarks/bench_orchestration.py [--pairs 1] [--trials 4] [--concurrent 2] [--seconds 30]
 
-Launches N trials of fixed work (the same small NDR, lr searched, no early stopping) through the
-real CLI on a local Ray instance with a SQLite MLflow store, then prints
-  efficiency = total trial time / (launch wall time x concurrent trials)   (target >= 0.85 for 30 s trials)
+Launches P model/task pairs (the same small NDR on P variants of the task) of N trials each, with
+fixed work (lr searched, no early stopping), through the real CLI on a local Ray instance with a
+SQLite MLflow store, at most `--concurrent` trials of a pair and `--concurrent` trials in all at
+once (one CPU each), then prints
+  utilization = total trial time / (launch wall time x concurrent trials)   (target >= 0.85 for 30 s trials)
 and the time from `launch` to the first trial running. Trial time is Tune's time_total_s of each
 trial, read back from MLflow; the wall time includes starting Ray and writing the best configs.
 """
@@ -35,7 +37,8 @@ def calibrate_steps_per_s() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=1, help="model/task pairs in the launch")
+    parser.add_argument("--trials", type=int, default=4, help="trials per pair")
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=30.0, help="target training time per trial")
     args = parser.parse_args()
@@ -47,9 +50,10 @@ def main() -> None:
         uri = f"sqlite:///{tmp}/mlflow.db"
         spec = {
             "name": "orchestration-benchmark",
-            "tasks": [{"task": "ctl", "variant": "bench", "options": TASK}],
+            "tasks": [{"task": "ctl", "variant": f"bench{k}", "options": TASK} for k in range(args.pairs)],
             "models": ["ndr"],
-            "budget": {"trials": args.trials, "max_concurrent": args.concurrent, "n_iters": n_iters, "eval_every": max(50, n_iters // 5)},
+            "budget": {"trials": args.trials, "max_concurrent": args.concurrent, "cluster_concurrent": args.concurrent,
+                       "n_iters": n_iters, "eval_every": max(50, n_iters // 5)},
             "scheduler": {"name": "fifo"},
             "resources": {"cpu": 1},
             "fixed": MODEL,
@@ -73,8 +77,8 @@ def main() -> None:
         trial_time = sum(r.data.metrics["time_total_s"] for r in runs)
         first_start = min(r.info.start_time for r in runs) / 1000
         spans = sorted((r.info.start_time / 1000 - start, r.info.end_time / 1000 - start, r.data.metrics["time_total_s"]) for r in runs)
-    print(f"trials {len(runs)}, concurrent {args.concurrent}, total trial time {trial_time:.1f} s, launch wall time {wall:.1f} s")
-    print(f"orchestration efficiency: {trial_time / (wall * args.concurrent):.3f}")
+    print(f"pairs {args.pairs}, trials {len(runs)}, concurrent {args.concurrent}, total trial time {trial_time:.1f} s, launch wall time {wall:.1f} s")
+    print(f"cluster utilization: {trial_time / (wall * args.concurrent):.3f}")
     print(f"launch -> first trial running: {first_start - start:.1f} s")
     print("trial spans (MLflow run start / end, s after launch; Tune time_total_s):")
     for begin, end, total in spans:

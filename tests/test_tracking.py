@@ -13,12 +13,12 @@ def tracker_with_parent(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the launch's artifacts go to ./mlruns
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
-    return uri, tracking.TrialTracker(uri, parent, "launch-1", "tiny__ndr", {"model": "ndr", "n_iters": 20}, {"model": "ndr"})
+    return uri, tracking.TrialTracker(uri, parent, "launch-1", {"tiny__ndr": {"model": "ndr", "n_iters": 20}}, {"tiny__ndr": {"model": "ndr"}})
 
 
-def trial(trial_id: str):
+def trial(trial_id: str, status: str = "RUNNING"):
     """What the tracker reads of a Tune trial."""
-    return SimpleNamespace(trial_id=trial_id, config={"lr": 1e-3}, last_result={}, error_file=None)
+    return SimpleNamespace(trial_id=trial_id, config={"lr": 1e-3, "pair": "tiny__ndr"}, last_result={}, error_file=None, status=status)
 
 
 def result(step: int, loss: float) -> dict:
@@ -45,14 +45,34 @@ def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, 
     forgotten, replacement = trial("a"), trial("b")
     tracker.on_trial_start(0, [], forgotten)
     tracker.on_trial_start(0, [], replacement)
+    replacement.status = "TERMINATED"
+    tracker.on_trial_complete(0, [], replacement)
     tracker.on_experiment_end([replacement])  # Tune no longer knows trial "a"
     client = MlflowClient(uri)
     lost = client.get_run(tracker.runs["a"])
     assert lost.data.tags[tracking.STATUS_TAG] == "lost" and lost.info.status == "KILLED"
-    assert client.get_run(tracker.runs["b"]).data.tags[tracking.STATUS_TAG] == "running"
+    assert client.get_run(tracker.runs["b"]).data.tags[tracking.STATUS_TAG] == "completed"
     assert lost.data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
     summaries = tracking.pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")
-    assert summaries["tiny__ndr"]["running"] == 1 and summaries["tiny__ndr"]["done"] == 0  # a lost run counts nowhere
+    assert summaries["tiny__ndr"]["running"] == 0 and summaries["tiny__ndr"]["done"] == 1  # a lost run counts nowhere
+
+
+def test_an_interrupted_trial_is_marked_so_and_running_again_on_resume(tmp_path, monkeypatch):
+    """Ctrl-C: Tune stops with the trial unfinished; its run says interrupted (KILLED), and the
+    resumed driver's tracker finds the same run and marks it running again."""
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    a = trial("a")
+    tracker.on_trial_start(0, [], a)
+    tracker.on_experiment_end([a])
+    client = MlflowClient(uri)
+    run = client.get_run(tracker.runs["a"])
+    assert run.data.tags[tracking.STATUS_TAG] == "interrupted" and run.info.status == "KILLED"
+    resumed = pickle.loads(pickle.dumps(tracker))
+    resumed.runs.clear()
+    resumed.on_trial_start(0, [], a)
+    run = client.get_run(resumed.runs["a"])
+    assert resumed.runs["a"] == tracker.runs["a"]
+    assert run.data.tags[tracking.STATUS_TAG] == "running" and run.info.status == "RUNNING"
 
 
 def test_a_run_found_again_gets_its_missing_params(tmp_path, monkeypatch):

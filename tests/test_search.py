@@ -1,0 +1,125 @@
+"""The pieces that put every pair of a launch in one Tune experiment, and the checkpoint fallback,
+without Ray running (the whole path runs in test_service.py and test_cluster.py)."""
+import pickle
+from types import SimpleNamespace
+
+import pyarrow.fs
+import pytest
+from ray.train._internal.session import _TrainingResult
+from ray.tune import Checkpoint
+from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
+
+from orchestrator.launch import newest_existing_checkpoint
+from orchestrator.search import PAIR_KEY, CellSearch, PairScheduler, PairSearch
+from orchestrator.spec import SpecError, load_study
+
+
+class Counting(Searcher):
+    """A stand-in for a pair's TPE searcher: suggests {"k": n} and remembers what it was told."""
+
+    def __init__(self):
+        super().__init__(metric="m", mode="max")
+        self.n, self.completed = 0, []
+
+    def suggest(self, trial_id):
+        self.n += 1
+        return {"k": self.n}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.completed.append(trial_id)
+
+
+def test_pairs_take_turns_within_their_own_limits_and_budgets():
+    a, b = Counting(), Counting()
+    search = PairSearch({"a": a, "b": b}, {"a": 3, "b": 1}, max_concurrent=2, metric="m", mode="max")
+    got = [search.suggest(f"t{k}") for k in range(4)]
+    assert [g[PAIR_KEY] for g in got[:3]] == ["a", "b", "a"]
+    assert got[3] is None  # a has 2 live (its limit), b has used its budget of 1: wait
+    search.on_trial_complete("t0")
+    assert a.completed == ["t0"] and b.completed == []
+    assert search.suggest("t4") == {"k": 3, PAIR_KEY: "a"}  # a's third and last
+    assert search.suggest("t5") == Searcher.FINISHED
+
+
+def test_pair_search_state_survives_a_save_and_restore(tmp_path):
+    def fresh():
+        return PairSearch({"a": Counting(), "b": Counting()}, {"a": 2, "b": 2}, max_concurrent=1, metric="m", mode="max")
+
+    search = fresh()
+    search.suggest("t0"), search.suggest("t1")
+    search.save(str(tmp_path / "s.pkl"))
+    restored = fresh()
+    restored.restore(str(tmp_path / "s.pkl"))
+    assert restored.live == {"t0": "a", "t1": "b"} and restored.started == {"a": 1, "b": 1}
+    restored.on_trial_complete("t1")
+    assert restored.suggest("t2") == {"k": 2, PAIR_KEY: "b"}  # b's searcher went on from its own state
+
+
+def test_cell_search_gives_each_cell_once():
+    cells = [{"n_layers": 1, "seed": 0}, {"n_layers": 1, "seed": 1}]
+    search = CellSearch(cells, "m", "max")
+    assert [search.suggest(t) for t in "abc"] == [*cells, Searcher.FINISHED]
+
+
+def test_each_pair_has_its_own_scheduler():
+    calls = []
+
+    class Recording(TrialScheduler):
+        def __init__(self, name):
+            self.name = name
+
+        def on_trial_result(self, controller, trial, result):
+            calls.append((self.name, trial.trial_id))
+            return TrialScheduler.STOP if self.name == "b" else TrialScheduler.CONTINUE
+
+    scheduler = PairScheduler({"a": Recording("a"), "b": Recording("b")})
+    trial = SimpleNamespace(trial_id="x", config={PAIR_KEY: "b"})
+    assert scheduler.on_trial_result(None, trial, {}) == TrialScheduler.STOP and calls == [("b", "x")]
+
+
+def test_a_pruned_checkpoint_falls_back_to_the_newest_that_exists(tmp_path):
+    fs = pyarrow.fs.LocalFileSystem()
+    for name in ("checkpoint_000003", "checkpoint_000004"):
+        (tmp_path / name).mkdir()
+    named = _TrainingResult(checkpoint=Checkpoint(str(tmp_path / "checkpoint_000002"), filesystem=fs), metrics={"training_iteration": 3})
+    found = newest_existing_checkpoint(named)
+    assert found.checkpoint.path == str(tmp_path / "checkpoint_000004") and found.metrics == named.metrics
+    present = _TrainingResult(checkpoint=Checkpoint(str(tmp_path / "checkpoint_000003"), filesystem=fs), metrics={})
+    assert newest_existing_checkpoint(present) is present
+    for name in ("checkpoint_000003", "checkpoint_000004"):
+        (tmp_path / name).rmdir()
+    assert newest_existing_checkpoint(named) is None  # nothing left: the trial starts over
+
+
+SPACE = "tasks: [ctl]\nmodels: [ndr]\nspace: {lr: {loguniform: [1.0e-4, 1.0e-3]}}\n"
+
+
+@pytest.mark.parametrize("extra, key", [
+    ("storage_path: s3://bucket/runs\n", "storage_path"),
+    ("storage: ftp://host/x\n", "storage"),
+    ("storage: s3://KEY:hunter2@bucket/x\n", "storage"),
+    ("storage: {uri: /mnt/x, endpoint: http://minio:9000}\n", "storage"),
+    ("storage: {uri: s3://bucket/x, endpoint: minio:9000}\n", "storage"),
+    ("storage: {uri: s3://bucket/x, region: eu}\n", "storage.region"),
+    ("budget: {max_failures: -1}\n", "budget.max_failures"),
+    ("budget: {cluster_concurrent: 0}\n", "budget.cluster_concurrent"),
+])
+def test_bad_storage_and_fault_settings_are_one_line_errors(tmp_path, extra, key):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE + extra)
+    with pytest.raises(SpecError) as error:
+        load_study(path)
+    assert str(error.value).startswith(f"{path}: {key}: ")
+    assert "hunter2" not in str(error.value)
+
+
+def test_storage_defaults_to_the_launch_folders_and_accepts_an_object_store(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE)
+    assert load_study(path).storage.uri == "runs"
+    path.write_text(SPACE + "storage: {uri: s3://bucket/sweeps, endpoint: http://127.0.0.1:9000}\n")
+    storage = load_study(path).storage
+    fs, root = storage.filesystem()
+    assert root == "bucket/sweeps" and fs.type_name == "s3"
+    assert b"AWS" not in pickle.dumps(fs)  # keys are resolved on each node, never pickled
