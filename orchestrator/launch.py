@@ -9,6 +9,7 @@ state and the trial checkpoints live in `<storage>/<launch_id>/tune`, where `sto
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fcntl
 import json
@@ -26,7 +27,7 @@ import yaml
 from . import tracking
 from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
 from .spec import Pair, Study, load_study
-from .storage import StorageError, TrialStorage, check_cluster_sees
+from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
 
@@ -156,14 +157,14 @@ def make_trainable(study: Study, use_gpu: bool):
     bases = {pair.name: pair.base for pair in study.pairs}
     function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu), name="trial")
 
-    class Trial(function_trainable):
+    class CheckpointFallbackTrial(function_trainable):
         def restore(self, checkpoint_path):
             found = newest_existing_checkpoint(checkpoint_path) if hasattr(checkpoint_path, "checkpoint") else checkpoint_path
             if found is not None:
                 return super().restore(found)
 
     resources = {"cpu": study.resources.cpu, "gpu": study.resources.gpu if use_gpu else 0, **study.resources.custom}
-    return tune.with_resources(Trial, resources)
+    return tune.with_resources(CheckpointFallbackTrial, resources)
 
 
 def make_searcher(study: Study, pair: Pair, storage, study_name: str):
@@ -312,8 +313,13 @@ def check_storage(storage: TrialStorage, key: str) -> None:
 
 def start(study: Study, spec_text: str, launch_id: str | None, address: str | None) -> int:
     """Join (or start) Ray, check the trial storage, register the launch, then run it."""
-    start_ray(address)
-    check_storage(study.storage, "storage")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # Seconds of imports and store set-up (a new SQLite store creates its tables) while Ray
+        # starts; the launch itself is registered only once the cluster has seen the storage.
+        warming = pool.submit(tracking.warm_up, tracking.normalize_store(study.tracking.uri))
+        start_ray(address)
+        check_storage(study.storage, "storage")
+        warming.result()
     state = new_launch(study, spec_text, launch_id)
     print(f"[launch] id {state.launch_id}; resume with: orchestrator resume {state.dir}", flush=True)
     return execute(state, address)

@@ -205,6 +205,11 @@ def code_version() -> str:
     return (sha + ("-dirty" if dirty else "")) or "unknown"
 
 
+def warm_up(uri: str) -> None:
+    """Open the store once (imports, connection, a new store's tables), writing no run."""
+    client(uri).search_experiments(max_results=1)
+
+
 def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str) -> str:
     """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its id."""
     mlflow = client(uri)
