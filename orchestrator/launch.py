@@ -114,16 +114,24 @@ def run_trial(config: dict, bases: dict, cpus: float) -> None:
     cfg.threads = max(1, int(cpus))
     # Two Ray nodes on one machine share a hostname; the node id tells them apart.
     where = {"device": str(pick_device(cfg.device)), "node_id": ray.get_runtime_context().get_node_id()}
-    resume_state = None
+    resume_state, history, replay = None, [], None  # history: every evaluation so far, kept in each checkpoint
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d:
             resume_state = torch.load(Path(d) / "state.pt", weights_only=False)
+            if (Path(d) / "history.json").exists():
+                history = json.loads((Path(d) / "history.json").read_text())
+        replay = list(history)
 
     def report(metrics: dict, state) -> None:
+        nonlocal replay
+        history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        extra = {tracking.REPLAY_KEY: replay} if replay else {}
+        replay = None
         with tempfile.TemporaryDirectory() as d:
             torch.save(state(), Path(d) / "state.pt")
-            tune.report({**metrics, **where}, checkpoint=tune.Checkpoint.from_directory(d))
+            (Path(d) / "history.json").write_text(json.dumps(history))
+            tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
     train(cfg, report=report, resume_state=resume_state)
 

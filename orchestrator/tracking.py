@@ -26,6 +26,7 @@ from .search import PAIR_KEY
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds
 
 
 RETRY_DELAYS_S = (0.5, 1, 2, 4, 8, 16)  # a store that drops connections gets about 30 s to come back
@@ -313,24 +314,33 @@ class TrialTracker(Callback):
         self.run_id(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import RunTag
 
         run_id = self.run_id(trial)
+        # A restored trial first replays the evaluations its checkpoint holds: the driver may have
+        # died after the trial wrote a checkpoint and before it logged that evaluation.
+        for record in result.get(REPLAY_KEY) or ():
+            self.log_evaluation(run_id, record)
+        self.log_evaluation(run_id, result)
+        if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
+            self.located.add(run_id)
+            self.mlflow.log_batch(run_id, tags=[
+                RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
+                RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))])
+
+    def log_evaluation(self, run_id: str, result: dict) -> None:
+        from mlflow.entities import Metric
+
         step = int(result.get("iteration", result.get("training_iteration", 0)))
         if step <= self.logged_until(run_id):
-            # A trial restored after a driver crash may restart from a checkpoint older than the
-            # last evaluation MLflow has; that evaluation is replayed exactly, so log it once.
+            # A trial restored from a checkpoint older than the last evaluation MLflow has
+            # replays that evaluation exactly: log it once.
             return
         self.last_step[run_id] = step
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
-        tags = []
-        if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
-            self.located.add(run_id)
-            tags = [RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
-                    RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))]
         for start in range(0, len(metrics), MAX_BATCH):
-            self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH], tags=tags if start == 0 else [])
+            self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = trial.last_result or {}

@@ -87,3 +87,19 @@ def test_a_run_found_again_gets_its_missing_params(tmp_path, monkeypatch):
     tracker.on_trial_start(0, [], trial("a"))
     assert tracker.runs["a"] == half_made.info.run_id
     assert client.get_run(half_made.info.run_id).data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
+
+
+def test_evaluations_the_dead_driver_never_logged_are_replayed_from_the_checkpoint(tmp_path, monkeypatch):
+    """The driver dies after the trial wrote the checkpoint of iteration 30 and before it logged
+    that evaluation; the trial restores from it and its first result carries the checkpoint's
+    history, so MLflow still gets every step once."""
+    uri, first_driver = tracker_with_parent(tmp_path, monkeypatch)
+    a = trial("a")
+    first_driver.on_trial_start(0, [], a)
+    for step in (10, 20):
+        first_driver.on_trial_result(0, [], a, result(step, 1.0 / step))
+    second_driver = pickle.loads(pickle.dumps(first_driver))
+    history = [{"iteration": step, "loss": 1.0 / step} for step in (10, 20, 30)]
+    second_driver.on_trial_result(0, [], a, {**result(40, 1.0 / 40), tracking.REPLAY_KEY: history})
+    logged = MlflowClient(uri).get_metric_history(first_driver.runs["a"], "loss")
+    assert [(m.step, m.value) for m in logged] == [(step, 1.0 / step) for step in (10, 20, 30, 40)]
