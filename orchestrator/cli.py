@@ -66,7 +66,8 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
         raise UsageError(str(e)) from None
     if storage:
         # The endpoint of an object store stays the file's: the flag moves the data, not the server.
-        study.storage = TrialStorage(storage, study.storage.endpoint if TrialStorage(storage).is_object_store else None)
+        flag = TrialStorage(storage)
+        study.storage = TrialStorage(storage, study.storage.endpoint) if flag.is_object_store else flag
         try:
             study.storage.validate()
         except ValueError as e:

@@ -142,20 +142,22 @@ def newest_existing_checkpoint(result):
     rewritten, so a driver killed in between (or a snapshot older than the last few evaluations)
     names a deleted folder. Then the newest checkpoint of the trial that does exist is as good (the
     tracker skips evaluations MLflow already has); with none left the trial starts over."""
-    from ray.train._internal.storage import _exists_at_fs_path, _list_at_fs_path
+    import pyarrow.fs
     from ray.tune import Checkpoint
 
     checkpoint = result.checkpoint
-    if checkpoint is None or _exists_at_fs_path(checkpoint.filesystem, checkpoint.path):
+    fs = checkpoint.filesystem if checkpoint else None
+    if checkpoint is None or fs.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
         return result
     trial_dir = os.path.dirname(checkpoint.path)
-    names = sorted(n for n in _list_at_fs_path(checkpoint.filesystem, trial_dir) if n.startswith("checkpoint_"))
+    names = sorted(info.base_name for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
+                   if info.base_name.startswith("checkpoint_"))
     if not names:
         print(f"[trial] {checkpoint.path} is gone and no other checkpoint exists: starting over", flush=True)
         return None
     newest = f"{trial_dir}/{names[-1]}"
     print(f"[trial] {checkpoint.path} is gone: restoring from {newest}", flush=True)
-    return type(result)(checkpoint=Checkpoint(newest, filesystem=checkpoint.filesystem), metrics=result.metrics)
+    return type(result)(checkpoint=Checkpoint(newest, filesystem=fs), metrics=result.metrics)
 
 
 def make_trainable(study: Study, use_gpu: bool):
@@ -385,15 +387,14 @@ def execute(state: LaunchState, address: str | None) -> int:
             print(f"[launch] interrupted with {ended} of {total} trials ended; nothing is lost: "
                   f"orchestrator resume {state.dir}", flush=True)
             return EXIT_INTERRUPTED
-        if not study.is_ablation:
-            storage = optuna_storage(state)
-            for pair in study.pairs:
-                fail_stale_proposals(storage, optuna_study_name(state, pair))
         if study.is_ablation:
             from .report import write_report
 
             written, _ = write_report(state)
         else:
+            storage = optuna_storage(state)
+            for pair in study.pairs:
+                fail_stale_proposals(storage, optuna_study_name(state, pair))
             written = write_best(state)
         tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
         state.state = "finished"

@@ -25,15 +25,21 @@ def result(step: int, loss: float) -> dict:
     return {"iteration": step, "loss": loss, "ood_valid_acc": 0.5, "hostname": "h", "node_ip": "ip", "device": "cpu", "node_id": "n"}
 
 
-def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeypatch):
+def driver_died_after_logging(tmp_path, monkeypatch, steps):
+    """A tracker that logged `steps` of trial "a", and the tracker a new driver restores from
+    Tune's checkpoint of it: (uri, first, second, trial)."""
     uri, first_driver = tracker_with_parent(tmp_path, monkeypatch)
     a = trial("a")
     first_driver.on_trial_start(0, [], a)
-    for step in (10, 20):
+    for step in steps:
         first_driver.on_trial_result(0, [], a, result(step, 1.0 / step))
+    return uri, first_driver, pickle.loads(pickle.dumps(first_driver)), a
+
+
+def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeypatch):
     # The driver dies; Tune's checkpoint held the tracker as it was, and the trial restarts from its
     # iteration-10 checkpoint, so iteration 20 is reported again (with the same values).
-    second_driver = pickle.loads(pickle.dumps(first_driver))
+    uri, first_driver, second_driver, a = driver_died_after_logging(tmp_path, monkeypatch, (10, 20))
     for step in (20, 30):
         second_driver.on_trial_result(0, [], a, result(step, 1.0 / step))
     history = MlflowClient(uri).get_metric_history(first_driver.runs["a"], "loss")
@@ -93,12 +99,7 @@ def test_evaluations_the_dead_driver_never_logged_are_replayed_from_the_checkpoi
     """The driver dies after the trial wrote the checkpoint of iteration 30 and before it logged
     that evaluation; the trial restores from it and its first result carries the checkpoint's
     history, so MLflow still gets every step once."""
-    uri, first_driver = tracker_with_parent(tmp_path, monkeypatch)
-    a = trial("a")
-    first_driver.on_trial_start(0, [], a)
-    for step in (10, 20):
-        first_driver.on_trial_result(0, [], a, result(step, 1.0 / step))
-    second_driver = pickle.loads(pickle.dumps(first_driver))
+    uri, first_driver, second_driver, a = driver_died_after_logging(tmp_path, monkeypatch, (10, 20))
     history = [{"iteration": step, "loss": 1.0 / step} for step in (10, 20, 30)]
     second_driver.on_trial_result(0, [], a, {**result(40, 1.0 / 40), tracking.REPLAY_KEY: history})
     logged = MlflowClient(uri).get_metric_history(first_driver.runs["a"], "loss")
