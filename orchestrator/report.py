@@ -31,7 +31,7 @@ def collect(state) -> tuple[list[str], dict[str, dict[Cell, dict[str, list[float
         config = json.loads(run.data.tags[tracking.CONFIG_TAG])
         cell = tuple(config.get(k, "n/a") for k in keys)
         for metric, value in run.data.metrics.items():
-            if metric.endswith("_at_best"):
+            if metric.endswith(("_at_best", "_final")):
                 table[run.data.tags["pair"]][cell][metric].append(value)
     return keys, table
 

@@ -239,7 +239,7 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     return {
         k: float(v) for k, v in result.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        and (k.endswith(("_acc", "_l1", "_at_best")) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
+        and (k.endswith(("_acc", "_l1", "_at_best", "_final", "_early")) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
     }
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from trainables.tasks import algorithmic, arithmetic, ctl, listops, load_task, retrieval
+from trainables.tasks import algorithmic, arithmetic, base, ctl, listops, load_task, retrieval
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
 
@@ -95,70 +95,146 @@ def arithmetic_evaluate(text: str):
     return eval(text) % 10, depth  # noqa: S307 - digits, brackets, + and * only
 
 
-@settings(max_examples=5, deadline=None)
+def assert_unique(task):
+    for split in SPLITS:
+        sequences = task.splits[split].sequences()
+        assert len({tuple(s) for s in sequences}) == len(sequences), split
+
+
+@settings(max_examples=4, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_arithmetic_labels_and_splits(seed):
     cfg = arithmetic.ArithmeticConfig(seed=seed, train_size=1000, eval_size=100)
     task = arithmetic.build(cfg)
-    assert_balanced_and_in_range(task, cfg)
+    assert_unique(task)
     for split in SPLITS:
         sp = task.splits[split]
         assert sp.lengths.max() <= cfg.max_tokens
         for toks, label, depth in zip(texts(task, split), sp.labels, sp.depths):
             assert set("".join(toks)) <= set("0123456789+*()")
             assert arithmetic_evaluate("".join(toks)) == (int(task.classes[label]), depth)
+    # The authors' plan: each one-operation expression once, the size spread over depths 2-5.
+    for split, size in (("train", 1000), ("iid_valid", 100)):
+        counts = collections.Counter(task.splits[split].depths.tolist())
+        assert counts == {1: 200, 2: size // 4, 3: size // 4, 4: size // 4, 5: size // 4}
+    assert collections.Counter(task.splits["ood_valid"].depths.tolist()) == {6: 100}
+    assert collections.Counter(task.splits["test"].depths.tolist()) == {7: 50, 8: 50}
+
+
+def test_arithmetic_paper_size_plan():
+    """100,000 training samples: 25,000 distinct at each of depths 2-5, plus the 200 one-operation ones."""
+    # Depth 1: 2 operations x 10 x 10 digits; depth 2: 2 operations x pairs of depth <= 1 (10 + 200) that are not both digits.
+    assert [arithmetic.distinct_at(d) for d in (1, 2)] == [200, 2 * (210**2 - 10**2)]
+    ones = arithmetic.one_operation_samples()
+    assert len({tuple(ids) for ids, _, _ in ones}) == 200
+    train = base.split_plans(arithmetic.ArithmeticConfig())[0]
+    assert arithmetic.drawn_counts(train) == {2: 25_000, 3: 25_000, 4: 25_000, 5: 25_000}
+    # With a million, depth 2 is capped at 3/4 of its 88,000 expressions and the rest goes deeper.
+    big = base.SplitPlan("train", (1, 5), 1_000_000)
+    assert arithmetic.drawn_counts(big)[2] == 66_000 and sum(arithmetic.drawn_counts(big).values()) == 1_000_000
+
+
+@pytest.mark.parametrize("split,p", [("train", 0.2), ("iid_valid", 0.2), ("ood_valid", 0.3), ("test", 0.3)])
+def test_arithmetic_subexpression_probability_per_split(split, p):
+    """Without wrapping, every position with depth budget left holds an operation with probability p."""
+    assert arithmetic.p_subexpression(arithmetic.ArithmeticConfig(), split) == p
+    rng = np.random.default_rng(0)
+    positions = operations = 0
+    for _ in range(5000):
+        pending = [(arithmetic.draw_expression(rng, p, 0, 4), 4)]
+        while pending:
+            tree, levels = pending.pop()
+            if levels > 0:
+                positions += 1
+                operations += not isinstance(tree, int)
+            if not isinstance(tree, int):
+                pending += [(tree[1], levels - 1), (tree[2], levels - 1)]
+    assert abs(operations / positions - p) < 4 * math.sqrt(p * (1 - p) / positions)
 
 
 # ---------- ListOps ----------
 
-def listops_evaluate(tokens: list[str]):
-    """Stack machine over the token stream: (value, dependency depth, max arguments) with the pruning
-    rule of App. C.2 (MIN/MAX keep one argument, MED one or two, SM all; ties keep the shallowest)."""
+def listops_read(tokens: list[str]):
+    """Stack machine over the token stream with the authors' tie rule (MIN/MAX select the first
+    extreme argument, MED orders by value with equal values in position order) -> per sample:
+    value, dependency depth, the smallest dependency depth any tie choice gives, tree depth, the
+    argument counts of every operation and the number of operations."""
     stack = [[]]
-    max_args = 0
+    arg_counts = []
     for t in tokens:
         if t.startswith("["):
             stack.append([t[1:]])
         elif t == "]":
             op, *args = stack.pop()
-            max_args = max(max_args, len(args))
-            values = [v for v, _ in args]
+            arg_counts.append(len(args))
+            values = [a["value"] for a in args]
             if op == "SM":
-                keep, value = args, sum(values) % 10
+                value, keep, choices = sum(values) % 10, list(range(len(args))), [list(range(len(args)))]
             elif op in ("MIN", "MAX"):
                 value = min(values) if op == "MIN" else max(values)
-                keep = [min((a for a in args if a[0] == value), key=lambda a: a[1])]
+                ties = [i for i, v in enumerate(values) if v == value]
+                keep, choices = [ties[0]], [[i] for i in ties]
             else:
-                by_value = sorted(args, key=lambda a: (a[0], a[1]))
-                mid = len(by_value) // 2
-                keep = by_value[mid : mid + 1] if len(by_value) % 2 else by_value[mid - 1 : mid + 1]
-                value = sum(a[0] for a in keep) // len(keep)
-            stack[-1].append((value, 1 + max(d for _, d in keep)))
+                ranked = sorted(range(len(values)), key=lambda i: values[i])  # Python's sort is stable
+                mid = len(ranked) // 2
+                keep = ranked[mid : mid + 1] if len(ranked) % 2 else ranked[mid - 1 : mid + 1]
+                value = sum(values[i] for i in keep) // len(keep)
+                # Any argument with the same value could stand in for a selected one.
+                choices = [[min((j for j in range(len(values)) if values[j] == values[i]), key=lambda j: args[j]["easiest"])
+                            for i in keep]]
+            stack[-1].append({
+                "value": value,
+                "dependency": 1 + max(args[i]["dependency"] for i in keep),
+                "easiest": 1 + min(max(args[i]["easiest"] for i in c) for c in choices),
+                "tree": 1 + max(a["tree"] for a in args),
+            })
         else:
-            stack[-1].append((int(t), 0))
-    (value, depth), = stack[0]
-    return value, depth, max_args
+            stack[-1].append({"value": int(t), "dependency": 0, "easiest": 0, "tree": 0})
+    (root,) = stack[0]
+    return {**root, "arg_counts": arg_counts, "operations": len(arg_counts)}
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_listops_labels_and_splits(seed):
-    cfg = listops.ListOpsConfig(seed=seed, train_size=1000, eval_size=100, test_depths=(7, 8))
+    cfg = listops.ListOpsConfig(seed=seed, train_size=1000, eval_size=20)
     task = listops.build(cfg)
     assert_balanced_and_in_range(task, cfg)
+    assert_unique(task)
     for split in SPLITS:
         sp = task.splits[split]
-        assert sp.lengths.max() <= cfg.max_tokens
         for toks, label, depth in zip(texts(task, split), sp.labels, sp.depths):
-            value, dep_depth, max_args = listops_evaluate(toks)
-            assert (value, dep_depth) == (int(task.classes[label]), depth)
-            assert max_args <= cfg.max_args
+            read = listops_read(toks)
+            assert (read["value"], read["dependency"]) == (int(task.classes[label]), depth)
+            assert all(2 <= n <= cfg.max_args for n in read["arg_counts"]), toks
+            assert len(toks) + read["operations"] <= cfg.max_length, toks  # the authors' length rule
+            assert read["easiest"] <= read["dependency"]
 
 
-def test_listops_paper_example():
-    assert listops_evaluate("[MED 4 8 5 [MAX 8 4 9 ] ]".split())[0] == 6
+def test_listops_training_holds_deeper_branches_that_no_operation_selects():
+    """In the authors' data 37-62% of training samples at dependency depths 1-4 are deeper trees."""
+    task = listops.build(listops.ListOpsConfig(train_size=4000, eval_size=10, ood_valid_depths=(5, 5), test_depths=(5, 5)))
+    deeper = collections.defaultdict(list)
+    for toks in texts(task, "train"):
+        read = listops_read(toks)
+        deeper[read["dependency"]].append(read["tree"] > read["dependency"])
+    for depth in (1, 2, 3, 4):
+        assert 0.3 <= np.mean(deeper[depth]) <= 0.7, (depth, np.mean(deeper[depth]))
+    assert not any(deeper[5])  # the depth budget is 5
+
+
+def test_listops_paper_example_and_tie_rule():
+    assert listops_read("[MED 4 8 5 [MAX 8 4 9 ] ]".split())["value"] == 6
     # MAX needs only its 9, so the sub-list does not count towards the depth.
-    assert listops_evaluate("[MAX 9 [MIN 1 2 ] ]".split())[1] == 1
+    assert listops_read("[MAX 9 [MIN 1 2 ] ]".split())["dependency"] == 1
+    # Ties select the first extreme argument, even where a later one would be shallower.
+    assert listops_read("[MIN 1 [SM 1 0 ] ]".split())["dependency"] == 1
+    tied = listops_read("[MIN [SM 1 0 ] 1 ]".split())
+    assert (tied["dependency"], tied["easiest"]) == (2, 1)
+    # The issue's example: the inner MED selects the MIN sub-list (position order among the 3s)
+    # where the digit 3 would do, so the authors' rule labels 5 a sample that 4 levels solve.
+    example = listops_read("[MED 8 [MAX [SM 7 4 [MED 3 4 6 [MIN 3 4 6 ] ] 3 ] 0 ] ]".split())
+    assert (example["dependency"], example["easiest"]) == (5, 4)
 
 
 # ---------- determinism and cache ----------
@@ -168,7 +244,7 @@ def test_listops_paper_example():
     [
         (ctl, ctl.CTLConfig(train_size=1500, eval_size=50)),
         (arithmetic, arithmetic.ArithmeticConfig(train_size=500, eval_size=50)),
-        (listops, listops.ListOpsConfig(train_size=500, eval_size=50)),
+        (listops, listops.ListOpsConfig(train_size=500, eval_size=50, ood_valid_depths=(5, 5), test_depths=(6, 6))),
     ],
 )
 def test_generators_are_deterministic_under_a_seed(module, cfg):
@@ -182,7 +258,7 @@ def test_generators_are_deterministic_under_a_seed(module, cfg):
 
 def test_parallel_generation_matches_serial(monkeypatch):
     """Large splits are generated by a process pool; chunk seeds make the result pool-independent."""
-    cfg = listops.ListOpsConfig(train_size=50_000, eval_size=10)
+    cfg = listops.ListOpsConfig(train_size=50_000, eval_size=10, train_depths=(1, 3), ood_valid_depths=(4, 4), test_depths=(4, 4))
     parallel = listops.build(cfg)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     serial = listops.build(cfg)

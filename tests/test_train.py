@@ -68,6 +68,17 @@ def test_resume_from_snapshot_continues_exactly():
     assert resumed["test_acc_at_best"] == full["test_acc_at_best"]
 
 
+def test_equal_ood_scores_select_the_latest_checkpoint_and_final_scores_are_reported():
+    # lr 0: the model never changes, so every evaluation ties; the authors keep the latest.
+    metrics = train(tiny(lr=0.0, early_budget=6), log=None)
+    assert metrics["best_iteration"] == 12
+    assert metrics["best_iteration_early"] == 6
+    for key in ("iid_valid_acc_final", "ood_valid_acc_final", "test_acc_final", "test_acc_at_best_early"):
+        assert key in metrics
+    assert metrics["test_acc_final"] == metrics["test_acc_at_best"]
+    assert metrics["ood_valid_acc_final"] == metrics["best_ood_valid_acc_early"]
+
+
 def test_nan_loss_stops_with_a_clear_status():
     reports = []
     metrics = train(tiny(lr=1e30, n_iters=50, eval_every=25), report=lambda m, s: reports.append(m), log=None)

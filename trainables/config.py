@@ -41,6 +41,7 @@ class TrainConfig:
     n_iters: int = 30_000
     grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
     eval_every: int = 1000
+    early_budget: int | None = None  # also report the best checkpoint within this many iterations (Table 2: 50K)
     eval_batch_size: int = 1024
     seed: int = 0
     device: str = "auto"  # "auto" picks CUDA when there is one

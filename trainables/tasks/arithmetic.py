@@ -1,9 +1,14 @@
-"""Simple arithmetic (NDR paper Sec. 3.2, App. C.2): nested modulo-10 '+' and '*' in brackets.
+"""Simple arithmetic (NDR paper Sec. 3.2, App. C.2), drawn as the authors' generator draws it.
 
-'((4*7)+2)' evaluates to 0. The depth is the number of operations on the deepest path (that example
-has depth 2). Sec. 3.2 says the test set has depths 7-8, App. C.2 says 7: we default to App. C.2's
-7 and keep every depth range configurable. App. C.2 lists train depths 0-5; a depth-0 sample is a
-lone digit (only 10 exist), so we default to 1-5 rather than spend a sixth of the set on them.
+'((4*7)+2)' evaluates to 0: nested modulo-10 '+' and '*', every operation in brackets, one token
+per character, at most 50. The depth is the number of operations on the deepest path (that example
+has depth 2). Train depths 1-5, OOD validation 6, test 7-8 (Sec. 3.2, Table 2 and the authors'
+code; App. C.2 says 7). An operand is a sub-expression with probability 0.2 in train and IID
+validation, 0.3 in OOD validation and test; an expression shallower than its split's smallest depth
+becomes the right operand of a new operation until it is deep enough. A split whose range starts at
+one operation holds each of the 200 one-operation expressions once; its size is spread over the
+deeper depths (the authors' 100,000 training samples: 25,000 at each of depths 2-5, plus those
+200). Samples are unique within a split.
 """
 from __future__ import annotations
 
@@ -12,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Task, cached, depth_splits
+from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, sample_balanced, split_plans
 
 DIGITS = [str(i) for i in range(10)]
 OPS = ["+", "*"]
 VOCAB = SPECIAL_TOKENS + DIGITS + OPS + ["(", ")"]
+IID_SPLITS = ("train", "iid_valid")
 
 
 @dataclass(frozen=True)
@@ -26,9 +32,10 @@ class ArithmeticConfig:
     eval_size: int = 1000
     train_depths: tuple[int, int] = (1, 5)
     ood_valid_depths: tuple[int, int] = (6, 6)
-    test_depths: tuple[int, int] = (7, 7)
+    test_depths: tuple[int, int] = (7, 8)
     max_tokens: int = 50
-    p_subexpression: float = 0.2
+    p_subexpression: float = 0.2  # train and IID validation
+    p_subexpression_ood: float = 0.3  # OOD validation and test, as in the authors' data
 
 
 def evaluate(tree) -> int:
@@ -39,6 +46,10 @@ def evaluate(tree) -> int:
     return (a + b) % 10 if op == "+" else (a * b) % 10
 
 
+def depth_of(tree) -> int:
+    return 0 if isinstance(tree, int) else 1 + max(depth_of(tree[1]), depth_of(tree[2]))
+
+
 def to_text(tree) -> str:
     if isinstance(tree, int):
         return str(tree)
@@ -46,35 +57,69 @@ def to_text(tree) -> str:
     return f"({to_text(left)}{op}{to_text(right)})"
 
 
-def make_drawer(config: ArithmeticConfig, rng: np.random.Generator):
-    token_id = {t: i for i, t in enumerate(VOCAB)}
+def distinct_at(depth: int) -> int:
+    """How many different expressions have exactly this depth (length limit aside)."""
+    at_most = 10  # expressions of depth <= d: a digit, or an operation on two of depth <= d - 1
+    previous = 0
+    for _ in range(depth):
+        previous, at_most = at_most, 10 + 2 * at_most**2
+    return at_most - previous
 
-    def free_tree(max_depth: int):
-        if max_depth > 0 and rng.random() < config.p_subexpression:
-            return (OPS[rng.integers(2)], free_tree(max_depth - 1), free_tree(max_depth - 1))
-        return int(rng.integers(10))
 
-    def tree_at(depth: int):
-        # One operand carries the exact remaining depth; the other is a free subtree that cannot
-        # exceed it, so the depth is exact without rejecting whole trees.
-        if depth == 0:
+def token_ids(tree) -> list[int]:
+    return [VOCAB.index(c) for c in to_text(tree)]
+
+
+def one_operation_samples() -> list[tuple[list[int], int, int]]:
+    return [(token_ids(t), evaluate(t), 1) for t in ((op, a, b) for op in OPS for a in range(10) for b in range(10))]
+
+
+def p_subexpression(config: ArithmeticConfig, split: str) -> float:
+    return config.p_subexpression if split in IID_SPLITS else config.p_subexpression_ood
+
+
+def draw_expression(rng: np.random.Generator, p: float, min_depth: int, max_depth: int):
+    """One expression of the authors' process: at most max_depth operations deep, wrapped until at
+    least min_depth deep."""
+
+    def subtree(levels: int):
+        # `levels` operations may still nest below this position.
+        if levels == 0 or rng.random() >= p:
             return int(rng.integers(10))
-        deep, free = tree_at(depth - 1), free_tree(depth - 1)
-        left, right = (deep, free) if rng.random() < 0.5 else (free, deep)
-        return (OPS[rng.integers(2)], left, right)
+        return (OPS[rng.integers(2)], subtree(levels - 1), subtree(levels - 1))
+
+    tree = subtree(max_depth)
+    while depth_of(tree) < min_depth:
+        tree = (OPS[rng.integers(2)], subtree(max_depth - 1), tree)
+    return tree
+
+
+def make_drawer(config: ArithmeticConfig, plan: SplitPlan, rng: np.random.Generator):
+    p = p_subexpression(config, plan.name)
 
     def draw_at(depth: int):
+        # Kept when its depth is the one asked for: the authors bin the same draws by depth.
         while True:
-            tree = tree_at(depth)
-            text = to_text(tree)
-            if len(text) <= config.max_tokens:
-                return [token_id[c] for c in text], evaluate(tree)
+            tree = draw_expression(rng, p, max(plan.depths[0], 2), plan.depths[1])  # one-operation ones are listed
+            if depth_of(tree) == depth and len(to_text(tree)) <= config.max_tokens:
+                return token_ids(tree), evaluate(tree)
 
     return draw_at
 
 
+def drawn_counts(plan: SplitPlan) -> dict[int, int]:
+    """How many expressions to draw per depth of 2 or more. The authors cap a depth at 3/4 of its
+    distinct expressions and give the rest to deeper ones."""
+    depths = list(range(max(plan.depths[0], 2), plan.depths[1] + 1))
+    return balanced_counts(plan.size, depths, lambda d: distinct_at(d) * 3 // 4) if depths else {}
+
+
 def build(config: ArithmeticConfig) -> Task:
-    splits = depth_splits(config, functools.partial(make_drawer, config))
+    splits = {}
+    for k, plan in enumerate(split_plans(config)):
+        given = one_operation_samples() if plan.depths[0] <= 1 <= plan.depths[1] else []
+        counts = drawn_counts(plan)
+        splits[plan.name] = sample_balanced(counts, functools.partial(make_drawer, config, plan), [config.seed, k], given)
     return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits=splits, kind="sequence_classification")
 
 

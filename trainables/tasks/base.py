@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import fcntl
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -18,7 +20,7 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 
 # Bump when a generator changes its output, so stale caches are never reused.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 
 @dataclass
@@ -153,18 +155,26 @@ def cache_dir() -> Path:
 def cached(name: str, config, build: Callable[[], Task]) -> Task:
     """Load a generated task from disk, or build and store it.
 
-    Keyed by the task's full config and the generator version; written atomically so concurrent
-    trials on one machine never read a half-written file (the last writer wins with identical data)."""
+    Keyed by the task's full config and the generator version; written atomically, so a reader never
+    sees a half-written file, even from another machine sharing the folder."""
     key_src = json.dumps({"name": name, "config": dataclasses.asdict(config), "v": GENERATOR_VERSION}, sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = cache_dir() / f"{name}-{key}.npz"
-    if path.exists():
-        with np.load(path, allow_pickle=False) as f:
-            meta = json.loads(str(f["meta"]))
-            splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
-        return Task(splits=splits, **meta)
-    task = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One process generates while the others on this machine wait for its file: ListOps'
+        # million training samples take minutes, and every trial of a launch asks at once.
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                store(path, build())
+    with np.load(path, allow_pickle=False) as f:
+        meta = json.loads(str(f["meta"]))
+        splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
+    return Task(splits=splits, **meta)
+
+
+def store(path: Path, task: Task) -> None:
     meta = {k: getattr(task, k) for k in ("name", "kind", "vocab", "classes", "n_features")}
     meta["splits"] = {s: list(split.arrays) for s, split in task.splits.items()}
     arrays = {"meta": json.dumps(meta)}
@@ -175,11 +185,18 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
     os.close(fd)
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
-    return task
 
 
 Drawer = Callable[[int], tuple[list[int], int]]  # depth -> (token ids, label)
 CHUNK = 20_000
+MAX_ROUNDS = 100
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    name: str  # train, iid_valid, ood_valid or test
+    depths: tuple[int, int]  # inclusive range
+    size: int
 
 
 def _draw_chunk(make_drawer: Callable[[np.random.Generator], Drawer], seed: list[int], depth: int, count: int):
@@ -187,46 +204,73 @@ def _draw_chunk(make_drawer: Callable[[np.random.Generator], Drawer], seed: list
     return [(*draw_at(depth), depth) for _ in range(count)]
 
 
-def sample_balanced(
-    depth_range: tuple[int, int],
-    size: int,
-    make_drawer: Callable[[np.random.Generator], Drawer],
-    seed: list[int],
-) -> Split:
-    """`size` samples, the same number at every depth of the inclusive range, shuffled.
-
-    Work is cut into (depth, chunk) pieces, each with its own seed derived from `seed`, so the
-    result is identical whether the pieces run in this process or in a pool (large splits, such as
-    ListOps' 1M training samples, use every core). `make_drawer` must be picklable."""
-    depths = list(range(depth_range[0], depth_range[1] + 1))
-    per_depth, extra = divmod(size, len(depths))
-    pieces = []
-    for k, d in enumerate(depths):
-        n = per_depth + (1 if k < extra else 0)
-        for c, start in enumerate(range(0, n, CHUNK)):
-            pieces.append((make_drawer, [*seed, d, c], d, min(CHUNK, n - start)))
+def _draw_pieces(pieces: list[tuple]) -> list[list]:
     workers = min(len(pieces), os.cpu_count() or 1)
-    if workers > 1 and size > 2 * CHUNK:
+    if workers > 1 and sum(p[-1] for p in pieces) > 2 * CHUNK:
         ctx = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            chunks = list(pool.map(_draw_chunk, *zip(*pieces)))
+            return list(pool.map(_draw_chunk, *zip(*pieces)))
+    return [_draw_chunk(*piece) for piece in pieces]
+
+
+def sample_balanced(
+    counts: dict[int, int],
+    make_drawer: Callable[[np.random.Generator], Drawer],
+    seed: list[int],
+    given: Sequence[tuple[list[int], int, int]] = (),
+) -> Split:
+    """`counts[d]` distinct samples at each depth d, plus the `given` ones, shuffled.
+
+    Samples are unique within the split (as in the authors' generators). Work is cut into (depth,
+    round, chunk) pieces, each with its own seed derived from `seed`, and duplicates are dropped in
+    piece order, so the result is identical whether the pieces run in this process or in a pool
+    (large splits, such as ListOps' 1M training samples, use every core). Each round draws what
+    the previous rounds left short. `make_drawer` must be picklable."""
+    seen = {tuple(ids) for ids, _, _ in given}
+    kept: dict[int, list] = {d: [] for d in counts}
+    for round_ in range(MAX_ROUNDS):
+        short = {d: n - len(kept[d]) for d, n in counts.items() if len(kept[d]) < n}
+        if not short:
+            break
+        pieces = [(make_drawer, [*seed, d, round_, c], d, min(CHUNK, n - start))
+                  for d, n in short.items() for c, start in enumerate(range(0, n, CHUNK))]
+        for chunk in _draw_pieces(pieces):
+            for ids, label, depth in chunk:
+                key = tuple(ids)
+                if key not in seen and len(kept[depth]) < counts[depth]:
+                    seen.add(key)
+                    kept[depth].append((ids, label, depth))
     else:
-        chunks = [_draw_chunk(*piece) for piece in pieces]
-    samples = [s for chunk in chunks for s in chunk]
+        short = {d: n - len(kept[d]) for d, n in counts.items() if len(kept[d]) < n}
+        if short:
+            raise RuntimeError(f"generator saturated: depths {sorted(short)} lack {sum(short.values())} distinct samples")
+    samples = [*given, *(s for d in counts for s in kept[d])]
     order = np.random.default_rng([*seed, -1 % 2**32]).permutation(len(samples))
     return pack_split([samples[i] for i in order])
 
 
-def depth_splits(config, make_drawer: Callable[[np.random.Generator], Drawer]) -> dict[str, Split]:
-    """The four splits of a depth-generalization task, each balanced over its depth range.
+def even_counts(depths: Sequence[int], size: int) -> dict[int, int]:
+    per_depth, extra = divmod(size, len(depths))
+    return {d: per_depth + (1 if k < extra else 0) for k, d in enumerate(depths)}
 
-    The IID validation set is drawn independently from the training distribution (shallow problems
-    are few, so it may share some with train, as in the paper); OOD validation and test have their
-    own, deeper depths. `config` has seed, train_size, eval_size and the three depth ranges."""
-    plan = [
-        ("train", config.train_depths, config.train_size),
-        ("iid_valid", config.train_depths, config.eval_size),
-        ("ood_valid", config.ood_valid_depths, config.eval_size),
-        ("test", config.test_depths, config.eval_size),
+
+def split_plans(config) -> list[SplitPlan]:
+    """The four splits of a depth-generalization task. The IID validation set is drawn independently
+    from the training distribution (shallow problems are few, so it may share some with train, as in
+    the paper); OOD validation and test have their own, deeper depths. `config` has train_size,
+    eval_size and the three depth ranges."""
+    return [
+        SplitPlan("train", tuple(config.train_depths), config.train_size),
+        SplitPlan("iid_valid", tuple(config.train_depths), config.eval_size),
+        SplitPlan("ood_valid", tuple(config.ood_valid_depths), config.eval_size),
+        SplitPlan("test", tuple(config.test_depths), config.eval_size),
     ]
-    return {split: sample_balanced(depths, size, make_drawer, [config.seed, k]) for k, (split, depths, size) in enumerate(plan)}
+
+
+def depth_splits(config, make_drawer: Callable[[SplitPlan, np.random.Generator], Drawer]) -> dict[str, Split]:
+    """Each split balanced over its depth range; `make_drawer(plan, rng)` may draw differently per split."""
+    out = {}
+    for k, plan in enumerate(split_plans(config)):
+        counts = even_counts(range(plan.depths[0], plan.depths[1] + 1), plan.size)
+        out[plan.name] = sample_balanced(counts, functools.partial(make_drawer, plan), [config.seed, k])
+    return out

@@ -1,14 +1,22 @@
-"""Depth-balanced ListOps (NDR paper Sec. 3.3, App. C.2).
+"""Depth-balanced ListOps (NDR paper Sec. 3.3, App. C.2), drawn as the authors' generator draws it.
 
 '[MED 4 8 5 [MAX 8 4 9 ] ]' evaluates to 6. Operations: SM (sum mod 10), MIN, MAX, MED (floored
-median), at most 5 arguments, a sub-list at each argument position with probability 0.3, at most
-50 tokens. Splits are balanced and disjoint by *dependency depth*: the depth of the parse tree
-after pruning the arguments that no operation selects (MIN/MAX select one, MED one or two, SM all),
-so a depth-K sample really needs K levels of computation.
+median). Every operation has 2-5 arguments; each argument is a sub-list with probability 0.3 while
+the depth budget lasts. A tree shallower than its split's smallest depth is wrapped in a new root
+until it is deep enough. The length rule counts tokens plus operations (each '[OP ... ]' costs
+3) against the limit of 50, so real samples stay under about 42 tokens.
 
-Ties are resolved towards the shallowest argument: if two arguments hold the minimum, MIN needs only
-the cheaper one. MED sorts its arguments by (value, dependency depth) and selects the middle one
-(odd count) or the middle two (even count).
+Splits are balanced by *dependency depth*: the depth of the parse tree after pruning the arguments
+that no operation selects (MIN/MAX select one, MED one or two, SM all). Tree depth is not limited to
+it: a shallow training sample may carry deeper branches that no operation selects, as in the
+authors' data. Ties follow the authors: MIN and MAX select the first extreme argument, MED orders
+its arguments by value, equal values in position order. A tie can make a sample solvable through a
+shallower argument than the one selected, so dependency depth bounds, rather than equals, the
+computation a sample needs. Samples are unique within a split (the authors do not exclude across
+splits, so IID validation may share samples with train).
+
+Depths count operations (a lone digit is depth 0): train 1-5, OOD validation 6, test 7-8, the
+paper's numbers; the authors' code counts levels and writes these as 2-6, 7 and 8-9.
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Task, cached, depth_splits
+from .base import SPECIAL_TOKENS, SplitPlan, Task, cached, depth_splits
 
 OPERATIONS = ["SM", "MIN", "MAX", "MED"]
 DIGITS = [str(i) for i in range(10)]
@@ -31,27 +39,45 @@ class ListOpsConfig:
     eval_size: int = 1000
     train_depths: tuple[int, int] = (1, 5)
     ood_valid_depths: tuple[int, int] = (6, 6)
-    test_depths: tuple[int, int] = (7, 7)  # the paper reports 7-8 in Sec. 3.3, 7 in App. C.2
-    max_tokens: int = 50
+    test_depths: tuple[int, int] = (7, 8)  # Sec. 3.3, Table 3 and the authors' code (App. C.2 says 7)
+    max_length: int = 50  # tokens plus operations, the authors' rule
     max_args: int = 5
     p_sublist: float = 0.3
 
 
-def combine(op: str, results: list[tuple[int, int]]) -> tuple[int, int]:
-    """(value, dependency depth) of an operation from its arguments' (value, dependency depth)."""
+def selected(op: str, values: list[int]) -> list[int]:
+    """Indices of the arguments an operation's result depends on, with the authors' tie rule."""
     if op == "SM":
-        return sum(v for v, _ in results) % 10, 1 + max(d for _, d in results)
+        return list(range(len(values)))
     if op in ("MIN", "MAX"):
-        value = (min if op == "MIN" else max)(v for v, _ in results)
-        return value, 1 + min(d for v, d in results if v == value)
-    ordered = sorted(results)
-    n = len(ordered)
-    middle = ordered[n // 2 : n // 2 + 1] if n % 2 else ordered[n // 2 - 1 : n // 2 + 1]
-    return sum(v for v, _ in middle) // len(middle), 1 + max(d for _, d in middle)
+        extreme = (min if op == "MIN" else max)(values)
+        return [values.index(extreme)]
+    order = sorted(range(len(values)), key=values.__getitem__)  # stable: equal values in position order
+    n = len(order)
+    return order[n // 2 : n // 2 + 1] if n % 2 else order[n // 2 - 1 : n // 2 + 1]
 
 
-def make_drawer(config: ListOpsConfig, rng: np.random.Generator):
+def apply(op: str, values: list[int]) -> int:
+    if op == "SM":
+        return sum(values) % 10
+    if op == "MIN":
+        return min(values)
+    if op == "MAX":
+        return max(values)
+    middle = [values[i] for i in selected(op, values)]
+    return sum(middle) // len(middle)
+
+
+class TooLong(Exception):
+    """A draw that breaks the length rule."""
+
+
+def make_drawer(config: ListOpsConfig, plan: SplitPlan, rng: np.random.Generator):
+    """depth -> (token ids, value): trees drawn for a split whose dependency depths span
+    `plan.depths`, kept when their dependency depth is the one asked for (the authors bin the same
+    draws by dependency depth, which gives every bin the same distribution)."""
     token_id = {t: i for i, t in enumerate(VOCAB)}
+    min_depth, max_depth = plan.depths
     # Drawing random numbers in blocks is what makes 1M samples take seconds instead of minutes.
     uniform = iter(())
 
@@ -66,44 +92,62 @@ def make_drawer(config: ListOpsConfig, rng: np.random.Generator):
     def next_int(n: int) -> int:
         return int(next_uniform() * n)
 
-    # Trees are built bottom-up as (token ids, value, dependency depth), so nothing is re-evaluated
-    # when a node is redrawn.
-    def leaf():
-        digit = next_int(10)
-        return [token_id[DIGITS[digit]]], digit, 0
+    # A tree is (token ids, value, dependency depth, tree depth), built bottom-up. `room` is what
+    # the length rule still allows: a draw that breaks it is abandoned at once, which gives the same
+    # distribution as finishing the tree and rejecting it (the authors' way) at a fraction of the
+    # cost, since most unconstrained trees at depths 7-8 are far longer than 50.
+    room = 0
 
-    def node(op: str, args):
-        value, depth = combine(op, [(v, d) for _, v, d in args])
+    def spend(cost: int) -> None:
+        nonlocal room
+        room -= cost
+        if room < 0:
+            raise TooLong
+
+    def leaf():
+        spend(1)
+        digit = next_int(10)
+        return [token_id[DIGITS[digit]]], digit, 0, 0
+
+    def node(args):
+        op = OPERATIONS[next_int(4)]
+        values = [a[1] for a in args]
         ids = [token_id["[" + op]]
         for a in args:
             ids += a[0]
         ids.append(token_id["]"])
-        return ids, value, depth
+        dependency = 1 + max(args[i][2] for i in selected(op, values))
+        return ids, apply(op, values), dependency, 1 + max(a[3] for a in args)
 
-    def free_tree(max_depth: int):
-        if max_depth > 0 and next_uniform() < config.p_sublist:
-            n_args = 1 + next_int(config.max_args)
-            return node(OPERATIONS[next_int(4)], [free_tree(max_depth - 1) for _ in range(n_args)])
-        return leaf()
+    def arguments(max_args: int, levels: int):
+        return [subtree(levels) for _ in range(2 + next_int(max_args - 1))]
 
-    def tree_at(depth: int):
-        # One argument carries the exact depth below; the node is redrawn (operation and siblings)
-        # until that depth survives pruning, i.e. until the operation selects a deepest argument.
-        if depth == 0:
+    def subtree(levels: int):
+        # `levels` operations may still nest below this position.
+        if levels == 0 or next_uniform() >= config.p_sublist:
             return leaf()
-        deep = tree_at(depth - 1)
-        while True:
-            n_args = 2 + next_int(config.max_args - 1)
-            args = [free_tree(depth - 1) for _ in range(n_args - 1)]
-            args.insert(next_int(n_args), deep)
-            tree = node(OPERATIONS[next_int(4)], args)
-            if tree[2] == depth:
-                return tree
+        spend(3)  # '[OP', ']' and the operation itself, by the authors' count
+        return node(arguments(config.max_args, levels - 1))
+
+    def draw_tree():
+        nonlocal room
+        room = config.max_length
+        tree = subtree(max_depth)
+        while tree[3] < min_depth:
+            # Wrap in a new root: the old tree plus 1 to max_args - 1 siblings, never in last place.
+            spend(3)
+            args = arguments(config.max_args - 1, max_depth - 1)
+            args.insert(next_int(len(args)), tree)
+            tree = node(args)
+        return tree
 
     def draw_at(depth: int):
         while True:
-            ids, value, _ = tree_at(depth)
-            if len(ids) <= config.max_tokens:
+            try:
+                ids, value, dependency, _ = draw_tree()
+            except TooLong:
+                continue
+            if dependency == depth:
                 return ids, value
 
     return draw_at
