@@ -36,6 +36,19 @@ def closer_set(i: int, j: int, n: int) -> list[int]:
     return out
 
 
+def eq8_set(i: int, j: int, n: int) -> list[int]:
+    """S_ij exactly as Eq. 8 prints it: strict distance for i < j, non-strict for j < i."""
+    others = [k for k in range(n) if k not in (i, j)]
+    if i < j:
+        return [k for k in others if abs(i - k) < abs(i - j)]
+    return [k for k in others if abs(i - k) <= abs(i - j)]
+
+
+def test_eq8_read_literally_agrees_with_the_sentence_above_it():
+    n = 7
+    assert all(eq8_set(i, j, n) == closer_set(i, j, n) for i in range(n) for j in range(n) if i != j)
+
+
 def slow_geometric(logits: torch.Tensor) -> torch.Tensor:
     p = torch.sigmoid(logits)
     n = logits.shape[-1]
@@ -99,9 +112,9 @@ def test_geometric_attention_masked_key_neither_receives_nor_shadows():
     assert torch.all(torch.isfinite(fast))
 
 
-def make_attention(kind: str, d=12, heads=3) -> Attention:
+def make_attention(kind: str, d=12, heads=3, **options) -> Attention:
     torch.manual_seed(1)
-    att = Attention(kind, d, heads, attention_dropout=0.0, query_dropout=0.0)
+    att = Attention(kind, d, heads, attention_dropout=0.0, query_dropout=0.0, **options)
     for p in att.parameters():  # biases start at zero; make every term matter
         torch.nn.init.normal_(p, std=0.5)
     return att.eval()
@@ -112,9 +125,11 @@ def heads_of(linear: torch.nn.Linear, h: torch.Tensor, heads: int) -> torch.Tens
     return out.view(*out.shape[:-1], heads, -1)  # (..., N, H, d_head)
 
 
-def test_geometric_scores_with_direction_encoding():
-    """Eq. 9-10: P_ij = sigmoid(alpha (W_q h_i + b_q)^T W_k h_j + beta D_ij + gamma)."""
-    att, heads = make_attention("geometric"), 3
+@pytest.mark.parametrize("shared", [True, False])
+def test_geometric_scores_with_direction_encoding(shared):
+    """Eq. 9-10: P_ij = sigmoid(alpha (W_q h_i + b_q)^T W_k h_j + beta D_ij + gamma); alpha, beta,
+    gamma shared by the heads (the authors') or one per head."""
+    att, heads = make_attention("geometric", shared_geometric_scale=shared), 3
     h = torch.randn(2, 5, 12)
     q, k = heads_of(att.query, h, heads), heads_of(att.key, h, heads)
     w = att.direction.weight.view(2, heads, 12)
@@ -126,7 +141,8 @@ def test_geometric_scores_with_direction_encoding():
                 for j in range(5):
                     side = 0 if i <= j else 1  # W_LR for i <= j, W_RL otherwise
                     direction = w[side, hd] @ h[bi, i] + b[side, hd]
-                    expected[bi, hd, i, j] = att.alpha[hd] * (q[bi, i, hd] @ k[bi, j, hd]) + att.beta[hd] * direction + att.gamma[hd]
+                    s = 0 if shared else hd
+                    expected[bi, hd, i, j] = att.alpha[s] * (q[bi, i, hd] @ k[bi, j, hd]) + att.beta[s] * direction + att.gamma[s]
     torch.testing.assert_close(att.scores(h), expected)
 
 
@@ -201,6 +217,31 @@ def test_copy_gate_equations(attention):
     torch.testing.assert_close(gate, g)
     torch.testing.assert_close(out, g * u + (1 - g) * h)
     assert torch.allclose(layer.gate[-1].bias, torch.full((12,), -3.0))
+
+
+def test_gate_drop_shuts_whole_columns_and_only_in_training():
+    """Gate-drop: a dropped column's gate is 0 on every feature, so the column keeps its state
+    exactly; the other columns see the gate of Eq. 3 unchanged; evaluation drops nothing."""
+    torch.manual_seed(3)
+    cfg = TransformerConfig(d_model=12, n_heads=3, dropout=0.0, query_dropout=0.0, gate_drop=0.3)
+    layer = Layer(cfg, "geometric", gated=True)
+    h = torch.randn(64, 9, 12)
+    padding = torch.zeros(64, 9, dtype=torch.bool)
+    _, _, open_gate = layer.eval()(h, padding)
+    assert (open_gate > 0).all()
+    out, _, gate = layer.train()(h, padding)
+    dropped = (gate == 0).all(-1)
+    assert ((gate == 0).any(-1) == dropped).all()  # whole columns or nothing
+    assert torch.equal(out[dropped], h[dropped])
+    torch.testing.assert_close(gate[~dropped], open_gate[~dropped])
+    share = dropped.double().mean().item()
+    assert abs(share - 0.3) < 4 * (0.3 * 0.7 / dropped.numel()) ** 0.5
+
+
+def test_normalized_geometric_attention_rows_sum_to_one():
+    logits = torch.randn(2, 3, 6, 6)
+    weights = geometric_attention_weights(logits, normalize=True)
+    torch.testing.assert_close(weights, slow_geometric(logits) / slow_geometric(logits).sum(-1, keepdim=True))
 
 
 def test_closed_copy_gate_copies_its_input():

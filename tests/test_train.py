@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from trainables.config import ConfigError, TrainConfig, parse_trial_config, pres
 from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS
 from trainables.tasks.base import SPECIAL_TOKENS, Task
-from trainables.train import train
+from trainables.train import LengthBuckets, train
 
 # A 10-token vocabulary (pad, bos, eos first) and 4 classes, for building models without data.
 TOY = Task(name="toy", kind="sequence_classification", splits={}, vocab=SPECIAL_TOKENS + list("abcdefg"), classes=list("wxyz"))
@@ -60,10 +61,11 @@ def test_same_seed_same_result_on_cpu():
     assert a["loss"] != c["loss"]
 
 
-def test_resume_from_snapshot_continues_exactly():
+@pytest.mark.parametrize("bucketed", [False, True])
+def test_resume_from_snapshot_continues_exactly(bucketed):
     states = {}
-    full = train(tiny(), report=lambda m, state: states.setdefault(m["iteration"], state()), log=None)
-    resumed = train(tiny(), resume_state=states[6], log=None)
+    full = train(tiny(length_bucketed=bucketed), report=lambda m, state: states.setdefault(m["iteration"], state()), log=None)
+    resumed = train(tiny(length_bucketed=bucketed), resume_state=states[6], log=None)
     assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-5)
     assert resumed["test_acc_at_best"] == full["test_acc_at_best"]
 
@@ -77,6 +79,23 @@ def test_equal_ood_scores_select_the_latest_checkpoint_and_final_scores_are_repo
         assert key in metrics
     assert metrics["test_acc_final"] == metrics["test_acc_at_best"]
     assert metrics["ood_valid_acc_final"] == metrics["best_ood_valid_acc_early"]
+
+
+def test_length_buckets_cover_each_pass_once_with_similar_lengths():
+    lengths = np.random.default_rng(0).integers(1, 40, size=1003)
+    buckets = LengthBuckets(lengths, 100, np.random.default_rng(1))
+    one_pass = [buckets() for _ in range(10)]  # 1003 // 100 batches, the remainder dropped
+    served = np.concatenate(one_pass)
+    assert len(set(served.tolist())) == 1000
+    # Each batch is a run of the length-sorted pass: its lengths overlap no other batch's range.
+    spans = sorted((lengths[b].min(), lengths[b].max()) for b in one_pass)
+    assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(spans, spans[1:]))
+    assert [b.tolist() for b in one_pass] != sorted((b.tolist() for b in one_pass), key=lambda b: lengths[b].min())  # served in random order
+    state = buckets.state()
+    expected = [buckets() for _ in range(3)]
+    again = LengthBuckets(lengths, 100, np.random.default_rng(99))
+    again.restore(state)
+    assert all(np.array_equal(a, b) for a, b in zip(expected, (again() for _ in range(3))))
 
 
 def test_nan_loss_stops_with_a_clear_status():

@@ -38,6 +38,7 @@ class TrainConfig:
     lr: float = 1e-4
     weight_decay: float = 0.0
     batch_size: int = 512
+    length_bucketed: bool = False  # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
     n_iters: int = 30_000
     grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
     eval_every: int = 1000

@@ -31,8 +31,14 @@ class TransformerConfig:
     ff_multiplier: float = 2.0  # d_FF = ff_multiplier * d_model, as in the paper's Table 10
     n_layers: int = 14
     dropout: float = 0.1
-    attention_dropout: float = 0.0  # on the attention weights
-    query_dropout: float = 0.1  # on the content and position queries (App. C.3)
+    attention_dropout: float = 0.0  # on the attention weights (the authors never use it)
+    query_dropout: float = 0.1  # on the content and position queries (App. C.3; Table 10's "attention dropout")
+    input_dropout: float = 0.0  # on the input embeddings: none in the authors' gated and relative models
+    gate_drop: float = 0.0  # gated models: probability that a column's gate is forced shut for one layer step
+    gate_ff_dropout: bool = True  # gated models: `dropout` inside the gate's feed-forward, as the authors'
+    update_dropout: bool = False  # gated models: `dropout` between the update feed-forward and its LayerNorm/tanh
+    normalize_geometric: bool = False  # geometric attention: L1-normalise the weights (the "+geom. att." baseline)
+    shared_geometric_scale: bool = True  # geometric attention: one alpha, beta, gamma for all heads, as the authors'
     readout: str = "last"  # "last" column (the end token) or "first" (Table 5)
     eval_n_layers: int | None = None  # more layers at evaluation than in training (App. C.1)
     gate_bias_init: float = -3.0
@@ -56,7 +62,7 @@ def _geometric_order_cpu(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """For each target i: the source positions sorted from closest to farthest, and each source's rank.
 
     Rank 0 is i itself. At equal distance the source to the right of i is the closer one (the
-    sentence above Eq. 8 and Figure 1/right; Eq. 8 as printed swaps its two cases)."""
+    sentence above Eq. 8, Figure 1/right and Eq. 8 itself, read literally)."""
     i = torch.arange(n)[:, None]
     j = torch.arange(n)[None, :]
     closeness = 2 * (i - j).abs() - (j > i).long()
@@ -70,12 +76,13 @@ def geometric_order(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return order.to(device), rank.to(device)
 
 
-def geometric_attention_weights(logits: torch.Tensor) -> torch.Tensor:
+def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """Eq. 7 in log space: A_ij = P_ij * prod_{k in S_ij} (1 - P_ik), P = sigmoid(logits), A_ii = 0.
 
     Sorting each row's sources by closeness turns the product over S_ij into an exclusive cumulative
     sum of log(1 - P), O(N^2) like softmax attention. Masked keys carry logit -inf: P = 0 there, so
-    they neither receive weight nor shadow anything."""
+    they neither receive weight nor shadow anything. `normalize` divides each row by its sum (at
+    least 1e-12), as the authors' "+geom. att." baseline does; NDR does not."""
     n = logits.shape[-1]
     order, rank = geometric_order(n, logits.device)
     log_p = F.logsigmoid(logits)
@@ -86,12 +93,14 @@ def geometric_attention_weights(logits: torch.Tensor) -> torch.Tensor:
     closer_sum = sorted_log_not_p.cumsum(-1) - sorted_log_not_p
     log_a = log_p + closer_sum.gather(-1, rank.expand(shape))
     diagonal = torch.eye(n, dtype=torch.bool, device=logits.device)
-    return torch.exp(log_a).masked_fill(diagonal, 0.0)
+    weights = torch.exp(log_a).masked_fill(diagonal, 0.0)
+    return weights / weights.sum(-1, keepdim=True).clamp_min(1e-12) if normalize else weights
 
 
 class Attention(nn.Module):
     def __init__(self, kind: str, d_model: int, n_heads: int, attention_dropout: float, query_dropout: float,
-                 n_retrievals: int = 1, retrieval_dim: int = 32):
+                 n_retrievals: int = 1, retrieval_dim: int = 32, normalize_geometric: bool = False,
+                 shared_geometric_scale: bool = True):
         super().__init__()
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
@@ -118,11 +127,14 @@ class Attention(nn.Module):
             self.retrieval_query = nn.Linear(d_model, n_heads * retrieval_dim, bias=False)  # W̄_q per search (Eq. 11)
             self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
         if kind == "geometric":
-            # Eq. 9-10, one set per head (the paper's CTL NDR has a single head).
+            # Eq. 9-10: direction projections per head; alpha, beta, gamma shared by the heads in the
+            # authors' code (the paper is silent), or one set per head.
+            self.normalize_geometric = normalize_geometric
             self.direction = nn.Linear(d_model, 2 * n_heads)  # [W_LR; W_RL], [b_LR; b_RL]
-            self.alpha = nn.Parameter(torch.full((n_heads,), 1.0 / math.sqrt(self.d_head)))
-            self.beta = nn.Parameter(torch.ones(n_heads))
-            self.gamma = nn.Parameter(torch.zeros(n_heads))
+            n_scales = 1 if shared_geometric_scale else n_heads
+            self.alpha = nn.Parameter(torch.full((n_scales,), 1.0 / math.sqrt(self.d_head)))
+            self.beta = nn.Parameter(torch.ones(n_scales))
+            self.gamma = nn.Parameter(torch.zeros(n_scales))
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, H, N, d_head)
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head).transpose(1, 2)
@@ -162,7 +174,7 @@ class Attention(nn.Module):
         if mask_self:
             logits = logits.masked_fill(torch.eye(h.shape[1], dtype=torch.bool, device=h.device), float("-inf"))
         if self.kind == "geometric":
-            weights = geometric_attention_weights(logits)
+            weights = geometric_attention_weights(logits, self.normalize_geometric)
         else:
             weights = torch.softmax(logits, dim=-1)
         if self.kind == "compositional":
@@ -197,13 +209,15 @@ class Layer(nn.Module):
         d_ff = int(cfg.ff_multiplier * cfg.d_model)
         self.gated = gated
         self.attention = Attention(attention, cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.query_dropout,
-                                   cfg.n_retrievals, cfg.retrieval_dim)
+                                   cfg.n_retrievals, cfg.retrieval_dim, cfg.normalize_geometric, cfg.shared_geometric_scale)
         self.mask_self = cfg.mask_self
         self.norm_attention = nn.LayerNorm(cfg.d_model)
         self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout)
         self.dropout = nn.Dropout(cfg.dropout)
         if gated:
-            self.gate = FeedForward(cfg.d_model, cfg.d_model, 0.0)
+            self.gate_drop = cfg.gate_drop
+            self.update_dropout = nn.Dropout(cfg.dropout if cfg.update_dropout else 0.0)
+            self.gate = FeedForward(cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0)
             nn.init.constant_(self.gate[-1].bias, cfg.gate_bias_init)
             # App. C.3: gated models without geometric attention squash the update with tanh
             # instead of LayerNorm (Eq. 2).
@@ -216,8 +230,11 @@ class Layer(nn.Module):
         a = self.norm_attention(h + self.dropout(attended))  # Eq. 1
         if not self.gated:
             return self.norm_ff(a + self.dropout(self.ff(a))), weights, None
-        u = self.norm_update(self.dropout(self.ff(a)))  # Eq. 2, no residual around the update
+        u = self.norm_update(self.update_dropout(self.ff(a)))  # Eq. 2, no residual around the update
         g = torch.sigmoid(self.gate(a))  # Eq. 3
+        if self.training and self.gate_drop > 0:
+            # Gate-drop (the authors' regulariser): a column's gate is shut, so it keeps its state.
+            g = g * (torch.rand_like(g[..., :1]) >= self.gate_drop)
         return g * u + (1 - g) * h, weights, g  # Eq. 4
 
 
@@ -231,7 +248,7 @@ class UniversalTransformerClassifier(nn.Module):
         self.cfg, self.attention_kind = cfg, attention
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.embedding = nn.Embedding(vocab_size, cfg.d_model)
-        self.input_dropout = nn.Dropout(cfg.dropout)
+        self.input_dropout = nn.Dropout(cfg.input_dropout)
         self.layer = Layer(cfg, attention, gated)
         self.readout = nn.Linear(cfg.d_model, n_classes)
 
