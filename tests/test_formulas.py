@@ -350,3 +350,131 @@ def test_panm_heads_are_configurable_including_zero():
             assert w.shape == (2, mode1, 6) and torch.all(w[1, :, 4:] == 0)  # padding slots get no weight
     with pytest.raises(ValueError, match="mode1_heads"):
         PANM(PANMConfig(mode1_heads=4), vocab_size=13)
+
+
+# ---------- DNC (Graves et al. 2016, Methods; Csordás & Schmidhuber 2019) ----------
+
+def slow_dnc_step(state: dict, xi: dict, deallocate: bool, sharpen_links: bool) -> dict:
+    """One memory step of a single sample, cell by cell, from the papers' equations."""
+    M, u_prev, p_prev, L_prev = state["memory"][0], state["usage"][0], state["precedence"][0], state["links"][0]
+    w_r_prev, w_w_prev = state["read_weights"][0], state["write_weights"][0]
+    N, R = M.shape[0], w_r_prev.shape[0]
+    eps = 1e-6
+
+    def cosine(a, b):
+        return float(a @ b) / (float(a.norm()) * float(b.norm()) + eps)
+
+    def content(memory, key, beta):
+        scores = torch.tensor([beta * cosine(memory[i], key) for i in range(N)])
+        return torch.softmax(scores, 0)
+
+    psi = torch.tensor([math.prod(1 - float(xi["free_gates"][0, r]) * float(w_r_prev[r, i]) for r in range(R)) for i in range(N)])
+    u = torch.tensor([(float(u_prev[i]) + float(w_w_prev[i]) - float(u_prev[i]) * float(w_w_prev[i])) * float(psi[i]) for i in range(N)])
+    # Allocation: free list phi = cells by ascending usage.
+    u_eps = u * (1 - eps) + eps
+    phi = sorted(range(N), key=lambda i: float(u_eps[i]))
+    a = torch.zeros(N)
+    for j, cell in enumerate(phi):
+        a[cell] = (1 - u_eps[cell]) * math.prod(float(u_eps[phi[k]]) for k in range(j))
+    c_w = content(M, xi["write_key"][0], float(xi["write_strength"][0, 0]))
+    g_a, g_w = float(xi["allocation_gate"][0, 0]), float(xi["write_gate"][0, 0])
+    w_w = torch.tensor([g_w * (g_a * float(a[i]) + (1 - g_a) * float(c_w[i])) for i in range(N)])
+    e, v = xi["erase"][0], xi["write"][0]
+    M_new = torch.zeros_like(M)
+    for i in range(N):
+        for k in range(M.shape[1]):
+            keep = 1 - float(w_w[i]) * float(e[k])
+            if deallocate:
+                keep *= float(psi[i])  # freed cells are erased (Csordás & Schmidhuber, Sec. 3.2)
+            M_new[i, k] = float(M[i, k]) * keep + float(w_w[i]) * float(v[k])
+    L = torch.zeros(N, N)
+    for i in range(N):
+        for j in range(N):
+            if i != j:
+                L[i, j] = (1 - float(w_w[i]) - float(w_w[j])) * float(L_prev[i, j]) + float(w_w[i]) * float(p_prev[j])
+    p = (1 - float(w_w.sum())) * p_prev + w_w
+    reads, weights = [], []
+    for r in range(R):
+        f = torch.tensor([sum(float(L[i, j]) * float(w_r_prev[r, j]) for j in range(N)) for i in range(N)])
+        b = torch.tensor([sum(float(L[j, i]) * float(w_r_prev[r, j]) for j in range(N)) for i in range(N)])
+        if sharpen_links:
+            def sharp(d, s):
+                d = d + eps
+                d = (d / d.max()) ** s
+                return d / max(float(d.sum()), eps)
+            f, b = sharp(f, float(xi["sharpness"][0, 0, r])), sharp(b, float(xi["sharpness"][0, 1, r]))
+        c = content(M_new, xi["read_keys"][0, r], float(xi["read_strengths"][0, r]))
+        pi = xi["read_modes"][0, r]
+        w = pi[0] * b + pi[1] * c + pi[2] * f
+        weights.append(w)
+        reads.append(sum(float(w[i]) * M_new[i] for i in range(N)))
+    return {"memory": M_new, "usage": u, "precedence": p, "links": L, "write_weights": w_w,
+            "read_weights": torch.stack(weights), "reads": torch.stack(reads)}
+
+
+@pytest.mark.parametrize("deallocate,sharpen_links", [(True, True), (False, False)])
+def test_dnc_memory_step_matches_its_equations(deallocate, sharpen_links):
+    from trainables.models.dnc import DNCConfig, DNCMemory
+
+    torch.manual_seed(4)
+    memory = DNCMemory(DNCConfig(d_model=6, n_cells=5, n_read_heads=2, deallocate=deallocate, sharpen_links=sharpen_links))
+    state = memory.initial_state(1, "cpu")
+    # A state mid-sequence: some memory, usage, links and weights.
+    state = {"memory": torch.randn(1, 5, 6), "usage": torch.rand(1, 5), "precedence": torch.softmax(torch.randn(1, 5), -1) * 0.8,
+             "links": torch.rand(1, 5, 5) * 0.2 * (1 - torch.eye(5)), "read_weights": torch.softmax(torch.randn(1, 2, 5), -1),
+             "write_weights": torch.softmax(torch.randn(1, 5), -1) * 0.9, "reads": torch.zeros(1, 2, 6)}
+    xi = memory.interface(torch.randn(1, memory.interface_size) * 2)
+    fast = memory(state, xi)
+    slow = slow_dnc_step(state, xi, deallocate, sharpen_links)
+    for key, value in slow.items():
+        torch.testing.assert_close(fast[key][0], value, msg=key)
+    # Sanity of the squashing: gates in (0, 1), strengths >= 1, read modes a distribution.
+    assert (xi["read_strengths"] >= 1).all() and torch.allclose(xi["read_modes"].sum(-1), torch.ones(1, 2))
+
+
+# ---------- ACT (NDR paper App. A, Eq. 11-15) ----------
+
+@pytest.mark.parametrize("variant", ["graves", "dehghani"])
+def test_act_halting_matches_its_definition(variant):
+    from trainables.models.transformer import UniversalTransformerClassifier
+
+    torch.manual_seed(5)
+    cfg = TransformerConfig(d_model=8, n_heads=2, act=variant, act_threshold=0.99)
+    model = UniversalTransformerClassifier(cfg, "softmax", False, vocab_size=10, n_classes=3, pad_id=0, bos_id=1, eos_id=2)
+    with torch.no_grad():  # some columns halt early, some reach the last step
+        model.halting.bias.fill_(-1.5)
+        model.halting.weight.normal_(std=1.0)
+    mix = torch.randn(8, 8)
+
+    def step(h):  # any per-step update will do: ACT only weighs the states it produces
+        return torch.tanh(h @ mix)
+
+    h0 = torch.randn(3, 6, 8)
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[0, 4:] = True
+    t_max = 7
+    out, remainders, _ = model.adaptive(h0, padding, t_max, step)
+
+    halts = set()
+    states = [h0]
+    for _ in range(t_max):
+        states.append(step(states[-1]))
+    for b in range(3):
+        for i in range(6):
+            if padding[b, i]:
+                assert torch.equal(out[b, i], torch.zeros(8)) and remainders[b, i] == 0
+                continue
+            p = [torch.sigmoid(model.halting(states[t][b, i])).item() for t in range(t_max)]  # p_t from the state before step t
+            reached = [t for t in range(t_max) if sum(p[: t + 1]) >= 0.99]
+            halt = reached[0] if reached else (t_max - 1 if variant == "graves" else None)  # Eq. 12, 0-based
+            halts.add("early" if reached and reached[0] < t_max - 1 else "late")
+            weights = [p[t] if halt is None or t < halt else (1 - sum(p[:halt]) if t == halt else 0.0) for t in range(t_max)]
+            if variant == "graves":
+                expected = sum(weights[t] * states[t + 1][b, i] for t in range(t_max))  # Eq. 15
+            else:
+                expected = torch.zeros(8)
+                for t in range(t_max):
+                    expected = weights[t] * states[t + 1][b, i] + (1 - weights[t]) * expected
+            torch.testing.assert_close(out[b, i], expected)
+            assert remainders[b, i].item() == pytest.approx(0.0 if halt is None else 1 - sum(p[:halt]))
+    assert halts == {"early", "late"}

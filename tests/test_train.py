@@ -53,6 +53,12 @@ def test_every_model_trains_and_reports(model):
     assert metrics[f"best_ood_valid_{m}"] == pick(r[f"ood_valid_{m}"] for r in reports)
 
 
+@pytest.mark.parametrize("act", ["graves", "dehghani"])
+def test_act_transformer_trains_with_its_ponder_cost(act):
+    metrics = train(tiny("transformer_rel", act=act), log=None)
+    assert metrics["status"] == "completed" and metrics["test_acc_at_best"] >= 0
+
+
 def test_same_seed_same_result_on_cpu():
     a = train(tiny(), log=None)
     b = train(tiny(), log=None)

@@ -192,6 +192,8 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
             out = predict(model, kind, batch)
         loss = loss_of(kind, out, batch)
+        if getattr(model, "aux_loss", None) is not None:  # e.g. ACT's ponder cost
+            loss = loss + model.aux_loss
         if not math.isfinite(loss.item()):
             # Training on from a NaN/inf loss only produces garbage; stop with the best so far.
             metrics.update(status="diverged", iteration=iteration, loss=loss.item())

@@ -12,6 +12,7 @@ from typing import Callable
 from torch import nn
 
 from ..tasks.base import Task
+from .dnc import DNCClassifier, DNCConfig
 from .lstm import LSTMClassifier, LSTMConfig
 from .panm import PANM, PANMConfig
 from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
@@ -59,6 +60,8 @@ MODELS: dict[str, ModelSpec] = {
     "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
     "transformer_seq2seq": _seq2seq(Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder-decoder"),
     "lstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)), ("sequence_classification",), "LSTM"),
+    "dnc": ModelSpec(DNCConfig, lambda cfg, task: DNCClassifier(cfg, **_token_ids(task)), ("sequence_classification",),
+                     "DNC with the improvements of Csordás & Schmidhuber (2019)"),
     "bilstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task)), ("sequence_classification",), "bidirectional LSTM"),
 }
 

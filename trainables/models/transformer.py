@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
+ACT_VARIANTS = ("none", "graves", "dehghani")
 
 
 @dataclass
@@ -45,6 +46,9 @@ class TransformerConfig:
     n_retrievals: int = 2  # compositional attention: R (n_heads is the number of searches S)
     retrieval_dim: int = 32  # compositional attention: d_r, size of retrieval queries and keys
     mask_self: bool = False  # sets: no element attends to itself (contextual retrieval searches j != i)
+    act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
+    act_threshold: float = 0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
+    act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
 
 
 def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -245,12 +249,17 @@ class UniversalTransformerClassifier(nn.Module):
         super().__init__()
         if cfg.readout not in ("first", "last"):
             raise ValueError(f"readout must be 'first' or 'last', got {cfg.readout!r}")
+        if cfg.act not in ACT_VARIANTS:
+            raise ValueError(f"act must be one of {ACT_VARIANTS}, got {cfg.act!r}")
         self.cfg, self.attention_kind = cfg, attention
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.embedding = nn.Embedding(vocab_size, cfg.d_model)
         self.input_dropout = nn.Dropout(cfg.input_dropout)
         self.layer = Layer(cfg, attention, gated)
         self.readout = nn.Linear(cfg.d_model, n_classes)
+        if cfg.act != "none":
+            self.halting = nn.Linear(cfg.d_model, 1)  # Eq. 11: p = sigmoid(W_H h + b_H)
+        self.aux_loss = None  # the ponder cost of the last forward pass, for the training loss
 
     def add_markers(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         batch, n = tokens.shape
@@ -274,15 +283,55 @@ class UniversalTransformerClassifier(nn.Module):
         if n_layers is None:
             n_layers = self.cfg.n_layers if self.training or self.cfg.eval_n_layers is None else self.cfg.eval_n_layers
         activations = {"attention": [], "gates": []}
-        for _ in range(n_layers):
+
+        def step(h):
             h, weights, gate = self.layer(h, key_padding)
             if return_activations:
                 activations["attention"].append(weights.detach())
                 if gate is not None:
                     activations["gates"].append(gate.detach())
+            return h
+
+        if self.cfg.act == "none":
+            for _ in range(n_layers):
+                h = step(h)
+        else:
+            h, remainders, steps = self.adaptive(h, key_padding, n_layers, step)
+            self.aux_loss = self.cfg.act_loss_weight * remainders.mean()
+            activations["steps"] = steps
         column = lengths + 1 if self.cfg.readout == "last" else torch.zeros_like(lengths)
         logits = self.readout(h[torch.arange(len(lengths), device=h.device), column])
         return (logits, activations) if return_activations else logits
+
+    def adaptive(self, h: torch.Tensor, key_padding: torch.Tensor, max_steps: int, step):
+        """Adaptive computation time per column (App. A, Eq. 11-15). Every column keeps being updated
+        while any is running (others attend to it); what halts is its output o_i = sum_t p^_it h_it,
+        with p^ = p before the halting step T_i and the remainder R_i = 1 - sum_{t<T_i} p_it at it.
+        "graves" forces every running column to halt at the last step; "dehghani" (Universal
+        Transformers) does not, and mixes o <- w h + (1 - w) o. Padding starts halted.
+        -> (outputs, remainders (B, N), steps per column)."""
+        running = ~key_padding
+        accumulated = torch.zeros(h.shape[:2], device=h.device)
+        remainders = torch.zeros_like(accumulated)
+        steps = torch.zeros_like(accumulated)
+        output = torch.zeros_like(h)
+        for t in range(max_steps):
+            p = torch.sigmoid(self.halting(h))[..., 0]
+            halts = running & (accumulated + p >= self.cfg.act_threshold)
+            if self.cfg.act == "graves" and t == max_steps - 1:
+                halts = running
+            continues = running & ~halts
+            weight = torch.where(continues, p, 0.0) + torch.where(halts, 1 - accumulated, 0.0)
+            remainders = remainders + torch.where(halts, 1 - accumulated, 0.0)
+            accumulated = accumulated + torch.where(continues, p, 0.0)
+            steps = steps + running.float()
+            h = step(h)
+            w = weight[..., None]
+            output = output + w * h if self.cfg.act == "graves" else w * h + (1 - w) * output
+            running = continues
+            if not running.any():
+                break
+        return output, remainders, steps
 
 
 class UniversalTransformerSetRegressor(nn.Module):
