@@ -87,7 +87,7 @@ class LengthBuckets:
 
     def __init__(self, lengths: np.ndarray, batch_size: int, rng: np.random.Generator):
         self.lengths, self.batch_size, self.rng = lengths, batch_size, rng
-        self.epoch_start, self.batches, self.position = None, np.zeros((0, batch_size), dtype=np.int64), 0
+        self.epoch_start, self.batches, self.position = None, [], 0
 
     def new_epoch(self) -> None:
         self.epoch_start = self.rng.bit_generator.state

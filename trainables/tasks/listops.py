@@ -57,15 +57,11 @@ def selected(op: str, values: list[int]) -> list[int]:
     return order[n // 2 : n // 2 + 1] if n % 2 else order[n // 2 - 1 : n // 2 + 1]
 
 
-def apply(op: str, values: list[int]) -> int:
+def value_of(op: str, values: list[int], chosen: list[int]) -> int:
+    """SM sums every argument mod 10; MIN/MAX/MED take the (floored) mean of the selected ones."""
     if op == "SM":
         return sum(values) % 10
-    if op == "MIN":
-        return min(values)
-    if op == "MAX":
-        return max(values)
-    middle = [values[i] for i in selected(op, values)]
-    return sum(middle) // len(middle)
+    return sum(values[i] for i in chosen) // len(chosen)
 
 
 class TooLong(Exception):
@@ -116,8 +112,9 @@ def make_drawer(config: ListOpsConfig, plan: SplitPlan, rng: np.random.Generator
         for a in args:
             ids += a[0]
         ids.append(token_id["]"])
-        dependency = 1 + max(args[i][2] for i in selected(op, values))
-        return ids, apply(op, values), dependency, 1 + max(a[3] for a in args)
+        chosen = selected(op, values)
+        dependency = 1 + max(args[i][2] for i in chosen)
+        return ids, value_of(op, values, chosen), dependency, 1 + max(a[3] for a in args)
 
     def arguments(max_args: int, levels: int):
         return [subtree(levels) for _ in range(2 + next_int(max_args - 1))]
