@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, sample_balanced, split_plans
+from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, depth_splits
 
 DIGITS = [str(i) for i in range(10)]
 OPS = ["+", "*"]
 VOCAB = SPECIAL_TOKENS + DIGITS + OPS + ["(", ")"]
+TOKEN_ID = {t: i for i, t in enumerate(VOCAB)}
 IID_SPLITS = ("train", "iid_valid")
 
 
@@ -66,12 +67,17 @@ def distinct_at(depth: int) -> int:
     return at_most - previous
 
 
-def token_ids(tree) -> list[int]:
-    return [VOCAB.index(c) for c in to_text(tree)]
+def token_ids(text: str) -> list[int]:
+    return [TOKEN_ID[c] for c in text]
 
 
 def one_operation_samples() -> list[tuple[list[int], int, int]]:
-    return [(token_ids(t), evaluate(t), 1) for t in ((op, a, b) for op in OPS for a in range(10) for b in range(10))]
+    return [(token_ids(to_text(t)), evaluate(t), 1) for t in ((op, a, b) for op in OPS for a in range(10) for b in range(10))]
+
+
+def listed_samples(plan: SplitPlan) -> list[tuple[list[int], int, int]]:
+    """A split whose range holds depth 1 lists every one-operation expression once."""
+    return one_operation_samples() if plan.depths[0] <= 1 <= plan.depths[1] else []
 
 
 def p_subexpression(config: ArithmeticConfig, split: str) -> float:
@@ -101,8 +107,10 @@ def make_drawer(config: ArithmeticConfig, plan: SplitPlan, rng: np.random.Genera
         # Kept when its depth is the one asked for: the authors bin the same draws by depth.
         while True:
             tree = draw_expression(rng, p, max(plan.depths[0], 2), plan.depths[1])  # one-operation ones are listed
-            if depth_of(tree) == depth and len(to_text(tree)) <= config.max_tokens:
-                return token_ids(tree), evaluate(tree)
+            if depth_of(tree) == depth:
+                text = to_text(tree)
+                if len(text) <= config.max_tokens:
+                    return token_ids(text), evaluate(tree)
 
     return draw_at
 
@@ -115,11 +123,7 @@ def drawn_counts(plan: SplitPlan) -> dict[int, int]:
 
 
 def build(config: ArithmeticConfig) -> Task:
-    splits = {}
-    for k, plan in enumerate(split_plans(config)):
-        given = one_operation_samples() if plan.depths[0] <= 1 <= plan.depths[1] else []
-        counts = drawn_counts(plan)
-        splits[plan.name] = sample_balanced(counts, functools.partial(make_drawer, config, plan), [config.seed, k], given)
+    splits = depth_splits(config, functools.partial(make_drawer, config), drawn_counts, listed_samples)
     return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits=splits, kind="sequence_classification")
 
 

@@ -267,10 +267,18 @@ def split_plans(config) -> list[SplitPlan]:
     ]
 
 
-def depth_splits(config, make_drawer: Callable[[SplitPlan, np.random.Generator], Drawer]) -> dict[str, Split]:
-    """Each split balanced over its depth range; `make_drawer(plan, rng)` may draw differently per split."""
+def depth_splits(
+    config,
+    make_drawer: Callable[[SplitPlan, np.random.Generator], Drawer],
+    counts: Callable[[SplitPlan], dict[int, int]] | None = None,
+    listed: Callable[[SplitPlan], list[tuple[list[int], int, int]]] | None = None,
+) -> dict[str, Split]:
+    """Each split drawn by `make_drawer(plan, rng)` (which may draw differently per split):
+    `counts(plan)` samples per depth, evenly over the split's range by default, plus the samples
+    `listed(plan)` gives whole (arithmetic's one-operation expressions)."""
     out = {}
     for k, plan in enumerate(split_plans(config)):
-        counts = even_counts(range(plan.depths[0], plan.depths[1] + 1), plan.size)
-        out[plan.name] = sample_balanced(counts, functools.partial(make_drawer, plan), [config.seed, k])
+        per_depth = counts(plan) if counts else even_counts(range(plan.depths[0], plan.depths[1] + 1), plan.size)
+        given = listed(plan) if listed else ()
+        out[plan.name] = sample_balanced(per_depth, functools.partial(make_drawer, plan), [config.seed, k], given)
     return out
