@@ -14,7 +14,7 @@ import yaml
 from trainables.config import TRAIN_KEYS, ConfigError, closest, defaults, parse_trial_config, preset, presets
 from trainables.models import MODELS, model_fields
 from trainables.tasks import TASKS, task_config
-from trainables.tasks.base import LOWER_IS_BETTER, SCORE_OF_KIND
+from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 
 from .storage import TrialStorage
 
@@ -139,7 +139,7 @@ class Study:
     name: str
     metric: str
     mode: str
-    score: str  # what the metric measures, shared by all the file's tasks: "acc" or "l1"
+    score: str  # what the metric measures, shared by all the file's tasks: see tasks.base.SCORES_OF_KIND
     seed: int
     pairs: list[Pair]
     skipped: list[str]  # incompatible pairs, with the reason
@@ -166,7 +166,8 @@ TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
     "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds",
 }
-METRICS = tuple(f"{m}_{score}" for score in ("acc", "l1") for m in ("best_ood_valid", "ood_valid", "iid_valid")) + ("test_acc_at_best", "test_l1_at_best")
+SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
+METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
 
 
 def _section(cls, raw, key: str, path):
@@ -319,12 +320,13 @@ def _parse_storage(raw, storage_path: str, path) -> TrialStorage:
 
 
 def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:
-    """The score the metric names ("acc" or "l1"); every task of the file must report it."""
-    score = "l1" if "_l1" in metric else "acc"
+    """The score the metric names (e.g. "token_acc"); every task of the file must report it."""
+    score = max((s for s in SCORES if f"_{s}" in metric), key=len)  # rel_l1 rather than l1
     for task in tasks:
-        reported = SCORE_OF_KIND[TASKS[task.task].kind]
-        if reported != score:
-            raise SpecError(path, "metric", f"{metric} does not exist for task {task.task!r}, which reports {reported} (e.g. best_ood_valid_{reported})")
+        reported = SCORES_OF_KIND[TASKS[task.task].kind]
+        if score not in reported:
+            raise SpecError(path, "metric", f"{metric} does not exist for task {task.task!r}, which reports "
+                            f"{', '.join(reported)} (e.g. best_ood_valid_{reported[0]})")
     return score
 
 

@@ -305,17 +305,31 @@ def algorithmic_answer(name: str, x: list[int], features) -> list[int]:
     raise ValueError(name)
 
 
+# Tables 7-12's columns: L, L+1, 2(L+1), 4(L+1), 8(L+1).
+TABLE_LENGTHS = {**dict.fromkeys(["copy", "reverse", "mix", "dynamic_recall"], (9, 10, 20, 40, 80)),
+                 **dict.fromkeys(["priority_sort", "id_sort"], (10, 11, 21, 41, 81))}
+
+
 @pytest.mark.parametrize("name", algorithmic.TASK_NAMES)
-def test_algorithmic_labels_and_lengths(name):
-    cfg = algorithmic.AlgorithmicConfig(max_train_length=10, train_size=300, eval_size=40)
+@pytest.mark.parametrize("online", [True, False])
+def test_algorithmic_labels_and_lengths(name, online):
+    cfg = algorithmic.AlgorithmicConfig(online=online, train_size=300, eval_size=40)
     task = algorithmic.build(name, cfg)
     assert task.kind == "sequence_to_sequence"
-    assert set(task.splits) == {"train", "iid_valid", "ood_valid", "test_x1", "test_x2", "test_x4", "test_x8"}
+    tests = ["test_L", "test_x1", "test_x2", "test_x4", "test_x8"]
+    assert set(task.splits) == {"iid_valid", "ood_valid", *tests} | ({"train"} if not online else set())
+    L = TABLE_LENGTHS[name][0]
     body = lambda split, k: task.splits[split].lengths[k] - (1 if name == "dynamic_recall" else 0)  # noqa: E731
-    for split, expected in [("ood_valid", 11), ("test_x1", 11), ("test_x2", 22), ("test_x4", 44), ("test_x8", 88)]:
+    for split, expected in [("ood_valid", L + 1), *zip(tests, TABLE_LENGTHS[name])]:
         assert all(body(split, k) == expected for k in range(40)), split
-    assert max(body("train", k) for k in range(300)) <= 10
-    for split, sp in task.splits.items():
+    splits = dict(task.splits)
+    if online:
+        batches = [algorithmic.draw_batch(name, cfg, np.random.default_rng(k), 16) for k in range(60)]
+        assert {int(b.lengths[0]) - (name == "dynamic_recall") for b in batches} == set(range(algorithmic.shortest(name), L + 1))
+        splits.update({f"batch{k}": b for k, b in enumerate(batches[:5])})
+    else:
+        assert max(body("train", k) for k in range(300)) <= L
+    for split, sp in splits.items():
         features = sp.arrays.get("token_features")
         for k, (ids, target) in enumerate(zip(sp.sequences(), sp.target_sequences())):
             x = [int(task.vocab[i]) for i in ids]

@@ -10,8 +10,8 @@ import torch
 from trainables.config import ConfigError, TrainConfig, parse_trial_config, preset, presets
 from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS
-from trainables.tasks.base import SPECIAL_TOKENS, Task
-from trainables.train import LengthBuckets, train
+from trainables.tasks.base import SCORE_OF_KIND, SPECIAL_TOKENS, Split, Task
+from trainables.train import LengthBuckets, ratios, score_sums, train
 
 # A 10-token vocabulary (pad, bos, eos first) and 4 classes, for building models without data.
 TOY = Task(name="toy", kind="sequence_classification", splits={}, vocab=SPECIAL_TOKENS + list("abcdefg"), classes=list("wxyz"))
@@ -46,7 +46,7 @@ def test_every_model_trains_and_reports(model):
     metrics = train(tiny(model), report=lambda m, state: reports.append(m), log=None)
     assert metrics["status"] == "completed"
     assert [r["iteration"] for r in reports] == [6, 12]
-    m = "l1" if MODELS[model].task_kinds[0] == "set_regression" else "acc"
+    m = SCORE_OF_KIND[MODELS[model].task_kinds[0]]
     for key in (f"iid_valid_{m}", f"ood_valid_{m}", f"best_ood_valid_{m}", f"test_{m}_at_best", "loss"):
         assert metrics[key] >= 0
     pick = min if m == "l1" else max
@@ -230,3 +230,111 @@ def test_compositional_transformer_beats_chance_on_contextual_retrieval():
             "threads": 2, "lr": 3e-3, "n_iters": 3000, "eval_every": 1000}
     metrics = train(parse_trial_config(flat), log=print)
     assert metrics["iid_valid_l1"] <= 0.8 * chance, (metrics, chance)
+
+
+# ---------- the PANM protocol ----------
+
+def test_token_and_sequence_accuracy_on_hand_made_predictions():
+    """Three target sequences of lengths 3, 1 and 2 (padding after them), predictions with 1 wrong
+    token in the first and none in the others: 5 of 6 tokens right, 2 of 3 sequences."""
+    targets = torch.tensor([[4, 5, 6], [7, 0, 0], [8, 9, 0]])
+    predicted = torch.tensor([[4, 5, 9], [7, 3, 3], [8, 9, 1]])  # wrong tokens in padding do not count
+    logits = torch.nn.functional.one_hot(predicted, 13).float()
+    batch = {"targets": targets, "target_lengths": torch.tensor([3, 1, 2])}
+    scores = ratios(score_sums("sequence_to_sequence", logits, batch))
+    assert scores == {"token_acc": pytest.approx(5 / 6), "seq_acc": pytest.approx(2 / 3)}
+
+
+def test_relative_l1_is_the_error_over_the_zero_predictors():
+    targets = torch.tensor([[1.0, -2.0], [0.5, 0.5]])
+    out = torch.tensor([[0.0, -1.0], [0.5, 1.5]])
+    scores = ratios(score_sums("set_regression", out, {"targets": targets}))
+    assert scores == {"l1": pytest.approx((1.0 + 0.5) / 2), "rel_l1": pytest.approx(3.0 / 4.0)}  # errors 1, 1 and 0, 1; |targets| sum to 4
+
+
+def test_online_batches_follow_the_seed_and_resume_exactly():
+    cfg = {"task_options": {"eval_size": 20}, "n_iters": 12, "eval_every": 6}
+    task = TASKS["copy"].load(TASKS["copy"].config(eval_size=20))
+    assert "train" not in task.splits and task.draw_train is not None
+    a, b = task.draw_train(np.random.default_rng(3), 8), task.draw_train(np.random.default_rng(3), 8)
+    assert np.array_equal(a.tokens, b.tokens) and len(set(a.lengths.tolist())) == 1  # one length per batch, as the authors'
+    assert not np.array_equal(a.tokens, task.draw_train(np.random.default_rng(4), 8).tokens)
+    states = {}
+    full = train(tiny("panm", **cfg), report=lambda m, state: states.setdefault(m["iteration"], state()), log=None)
+    resumed = train(tiny("panm", **cfg), resume_state=states[6], log=None)
+    assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-5)
+    assert resumed["test_token_acc_at_best"] == full["test_token_acc_at_best"]
+    assert train(tiny("panm", seed=1, **cfg), log=None)["loss"] != full["loss"]
+
+
+def test_optimiser_and_clipping_keys():
+    cfg = parse_trial_config(preset("copy", "panm"))
+    assert (cfg.optimizer, cfg.lr, cfg.momentum, cfg.rmsprop_alpha, cfg.batch_size, cfg.grad_clip, cfg.grad_clip_by) == (
+        "rmsprop", 1e-4, 0.9, 0.95, 128, 10, "value")
+    metrics = train(tiny("panm", optimizer="rmsprop", momentum=0.9, rmsprop_alpha=0.95, grad_clip=10, grad_clip_by="value"), log=None)
+    assert metrics["status"] == "completed"
+    for key, value in (("optimizer", "sgd"), ("grad_clip_by", "both")):
+        with pytest.raises(ConfigError, match=f"^{key}: must be one of"):
+            tiny("panm", **{key: value})
+
+
+def test_clipping_by_value_bounds_every_gradient_entry():
+    from trainables.train import clip_gradients
+
+    weight = torch.nn.Parameter(torch.zeros(3))
+    weight.grad = torch.tensor([30.0, -0.5, -12.0])
+    clip_gradients(parse_trial_config({"task": "copy", "model": "panm", "grad_clip": 10, "grad_clip_by": "value"}), [weight])
+    assert weight.grad.tolist() == [10.0, -0.5, -10.0]
+
+
+def test_baselines_are_size_matched_to_the_authors():
+    """App. D.1: about 1.1M parameters (the authors' code: 1,083,402 for the LSTM, 1,060,106 for the
+    Transformer, with 12 input and 10 output symbols where ours has 13 of each)."""
+    copy = TASKS["copy"].load(TASKS["copy"].config(eval_size=4))
+    counts = {m: sum(p.numel() for p in build_model(m, {k: v for k, v in preset("copy", m).items() if k in model_fields(m)}, copy).parameters())
+              for m in ("lstm_seq2seq", "transformer_seq2seq")}
+    assert 1.0e6 < counts["lstm_seq2seq"] < 1.2e6 and 1.0e6 < counts["transformer_seq2seq"] < 1.2e6, counts
+
+
+def test_lstm_baseline_decodes_from_the_encoders_full_state():
+    """Against one LSTM run straight through the input and then the zero inputs: the decoder starts
+    from every layer's h and c where each sample's own input ended, whatever the padding."""
+    torch.manual_seed(0)
+    model = build_model("lstm_seq2seq", {"d_model": 8, "n_layers": 2}, TASKS["copy"].load(TASKS["copy"].config(eval_size=4))).eval()
+    tokens, lengths, steps = torch.tensor([[5, 6, 7, 8], [9, 4, 0, 0]]), torch.tensor([4, 2]), 3
+    out = model(tokens, lengths, steps)
+    for b in range(2):
+        x = torch.nn.functional.one_hot(tokens[b, : lengths[b]], 13).float()
+        straight, _ = model.lstm(torch.cat([x, torch.zeros(steps, 13)])[None])
+        torch.testing.assert_close(out[b], model.output(straight[0, -steps:]))
+
+
+def test_transformer_baseline_reads_its_blanks_after_each_samples_own_input():
+    """Against each sample alone: input embeddings then blank positions, positional encodings over
+    both, the blanks' outputs read."""
+    from trainables.models.transformer import sinusoids
+
+    torch.manual_seed(0)
+    task = TASKS["copy"].load(TASKS["copy"].config(eval_size=4))
+    model = build_model("transformer_seq2seq", {"d_model": 16, "n_layers": 2, "n_heads": 2}, task).eval()
+    tokens, lengths, steps = torch.tensor([[5, 6, 7, 8], [9, 4, 0, 0]]), torch.tensor([4, 2]), 3
+    out = model(tokens, lengths, steps)
+    for b in range(2):
+        n = int(lengths[b])
+        alone = torch.cat([model.embedding(tokens[b, :n]), torch.zeros(steps, 16)]) + sinusoids(torch.arange(n + steps), 16)
+        torch.testing.assert_close(out[b], model.output(model.encoder(alone[None])[0, -steps:]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("start", ["sum", "last"])
+def test_panm_controller_starts_from_the_memory(start):
+    """Eq. 7: h_0^c is the sum of the memory slots (padding excluded); `last` takes the last slot."""
+    torch.manual_seed(0)
+    task = TASKS["copy"].load(TASKS["copy"].config(eval_size=4))
+    model = build_model("panm", {"d_model": 16, "hidden": 16, "mlp_hidden": 8, "controller_start": start}, task).eval()
+    seen = []
+    model.controller.register_forward_pre_hook(lambda module, args: seen.append(args[1].clone()))
+    tokens, lengths = torch.tensor([[5, 6, 7], [9, 4, 0]]), torch.tensor([3, 2])
+    model(tokens, lengths, 2)
+    memory = model.encoder(tokens, lengths, None)
+    expected = [memory[b, : lengths[b]].sum(0) if start == "sum" else memory[b, lengths[b] - 1] for b in range(2)]
+    torch.testing.assert_close(seen[0], torch.stack(expected))

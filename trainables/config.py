@@ -40,7 +40,11 @@ class TrainConfig:
     batch_size: int = 512
     length_bucketed: bool = False  # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
     n_iters: int = 30_000
+    optimizer: str = "adamw"  # "adamw", "adam" or "rmsprop" (the PANM authors')
+    momentum: float = 0.0  # rmsprop only
+    rmsprop_alpha: float = 0.99  # rmsprop's smoothing constant (torch's default; the PANM authors use 0.95)
     grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
+    grad_clip_by: str = "norm"  # "norm" (the NDR authors') or "value" (each entry into [-c, c]; the PANM authors')
     eval_every: int = 1000
     early_budget: int | None = None  # also report the best checkpoint within this many iterations (Table 2: 50K)
     eval_batch_size: int = 1024
@@ -55,6 +59,7 @@ class TrainConfig:
         return out
 
 
+CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "grad_clip_by": ("norm", "value")}
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
 
 
@@ -98,6 +103,9 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
         task_config(train["task"], train.get("task_options"))
     except (KeyError, TypeError) as e:
         raise ConfigError(f"task_options: {e.args[0]}") from None
+    for key, allowed in CHOICES.items():
+        if key in train and train[key] not in allowed:
+            raise ConfigError(f"{key}: must be one of {', '.join(allowed)}, got {train[key]!r}")
     return TrainConfig(**train, model_options=model)
 
 

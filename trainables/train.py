@@ -71,13 +71,31 @@ def loss_of(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> tor
     return F.cross_entropy(out.float(), batch["labels"])
 
 
-def score_sum(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> float:
-    """Sum over the batch of each sample's score: correct (0/1), or mean absolute error."""
+def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each score of the task kind (tasks.base.SCORES_OF_KIND) as (sum, count) over the batch; a
+    split's score is the sum of sums over the sum of counts. Token accuracy pools every target token
+    of the split, so long sequences weigh more, as the PANM authors' per-token error rate does."""
     if kind == "set_regression":
-        return (out.float() - batch["targets"]).abs().mean(-1).sum().item()
+        error = (out.float() - batch["targets"]).abs()
+        n = torch.tensor(float(len(error)), device=error.device)
+        # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero).
+        return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
     if kind == "sequence_to_sequence":
-        return ((out.argmax(-1) == batch["targets"]) | ~target_mask(batch)).all(-1).sum().item()
-    return (out.argmax(-1) == batch["labels"]).sum().item()
+        mask = target_mask(batch)
+        correct = out.argmax(-1) == batch["targets"]
+        n = torch.tensor(float(len(correct)), device=correct.device)
+        return {"token_acc": torch.stack([(correct & mask).sum().float(), mask.sum().float()]),
+                "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), n])}
+    correct = (out.argmax(-1) == batch["labels"]).sum().float()
+    return {"acc": torch.stack([correct, torch.tensor(float(len(batch["labels"])), device=correct.device)])}
+
+
+def ratios(sums: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {name: float(total[0] / total[1]) if total[1] else math.nan for name, total in sums.items()}
+
+
+def add_sums(into: dict[str, torch.Tensor], more: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: into.get(name, 0) + value for name, value in more.items()}
 
 
 class LengthBuckets:
@@ -115,22 +133,58 @@ class LengthBuckets:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, device: torch.device, bf16: bool = False) -> float:
+def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, device: torch.device, bf16: bool = False) -> dict[str, float]:
+    """Every score of the task on one split."""
     was_training = model.training
     model.eval()
-    total = 0.0
-    # In length order, so that each batch is trimmed to little padding; the score is a sum.
+    sums: dict[str, torch.Tensor] = {}
+    # In length order, so that each batch is trimmed to little padding; scores are sums.
     order = np.argsort(split.lengths, kind="stable") if "lengths" in split.arrays else np.arange(len(split))
     for start in range(0, len(split), batch_size):
         batch = batch_tensors(split, order[start : start + batch_size], device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
-            total += score_sum(task.kind, predict(model, task.kind, batch), batch)
+            sums = add_sums(sums, score_sums(task.kind, predict(model, task.kind, batch), batch))
     model.train(was_training)
-    return total / len(split)
+    return ratios(sums)
 
 
 def make_model(cfg: TrainConfig, task: Task) -> torch.nn.Module:
     return build_model(cfg.model, cfg.model_options, task)
+
+
+def make_optimizer(cfg: TrainConfig, parameters) -> torch.optim.Optimizer:
+    if cfg.optimizer == "rmsprop":  # the PANM authors' choice
+        return torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=cfg.rmsprop_alpha, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def clip_gradients(cfg: TrainConfig, parameters) -> None:
+    if not cfg.grad_clip:
+        return
+    if cfg.grad_clip_by == "value":  # each gradient entry into [-c, c], as the PANM authors' code
+        torch.nn.utils.clip_grad_value_(parameters, cfg.grad_clip)
+    else:
+        torch.nn.utils.clip_grad_norm_(parameters, cfg.grad_clip)
+
+
+def batch_source(cfg: TrainConfig, task: Task, rng: np.random.Generator):
+    """-> (next batch's Split and row indices, bucket sampler or None). Online tasks draw a fresh
+    batch from `rng`, so the data follow the training seed and resume with the rng's state."""
+    if task.draw_train is not None:
+        if cfg.length_bucketed:
+            raise ConfigError(f"length_bucketed: task {cfg.task!r} draws a fresh batch every step (task_options.online); "
+                              "there is no training set to bucket")
+        whole = np.arange(cfg.batch_size)
+        return (lambda: (task.draw_train(rng, cfg.batch_size), whole)), None
+    split = task.splits["train"]
+    if cfg.length_bucketed:
+        if "lengths" not in split.arrays:
+            raise ConfigError(f"length_bucketed: task {cfg.task!r} has no input lengths to bucket by")
+        buckets = LengthBuckets(split.lengths, cfg.batch_size, rng)
+        return (lambda: (split, buckets())), buckets
+    return (lambda: (split, rng.integers(len(split), size=cfg.batch_size))), None
 
 
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
@@ -143,15 +197,9 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     task = load_task(cfg.task, cfg.task_options)
     m, kind = task.metric, task.kind
     at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
-    train_split = task.splits["train"]
-    if cfg.length_bucketed:
-        if "lengths" not in train_split.arrays:
-            raise ConfigError(f"length_bucketed: task {cfg.task!r} has no input lengths to bucket by")
-        next_batch = LengthBuckets(train_split.lengths, cfg.batch_size, batch_rng)
-    else:
-        next_batch = lambda: batch_rng.integers(len(train_split), size=cfg.batch_size)  # noqa: E731
+    next_batch, buckets = batch_source(cfg, task, batch_rng)
     model = make_model(cfg, task).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(cfg, model.parameters())
     worst = math.inf if m in LOWER_IS_BETTER else -1.0
     best: dict[str, Any] = {f"best_ood_valid_{m}": worst, "best_iteration": 0}
     early: dict[str, Any] = {f"best_ood_valid_{m}_early": worst, "best_iteration_early": 0}
@@ -163,32 +211,39 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         torch.set_rng_state(resume_state["torch_rng"])
         best, start = resume_state["best"], resume_state["iteration"]
         early = resume_state.get("early", early)
-        if cfg.length_bucketed:
-            next_batch.restore(resume_state["buckets"])
+        if buckets:
+            buckets.restore(resume_state["buckets"])
 
     def snapshot() -> dict:
         # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
         return copy.deepcopy({
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
             "batch_rng": batch_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "best": best, "early": early,
-            "buckets": next_batch.state() if cfg.length_bucketed else None,
+            "buckets": buckets.state() if buckets else None,
         })
 
-    def evaluate_split(name: str) -> float:
+    def evaluate_split(name: str) -> dict[str, float]:
         return evaluate(model, task, task.splits[name], cfg.eval_batch_size, device, cfg.bf16)
 
-    def test_scores(tests: dict[str, float], suffix: str) -> dict[str, float]:
-        out = {f"test_{m}{suffix}": float(np.mean(list(tests.values())))}
-        if len(tests) > 1:  # e.g. PANM's test lengths: each one, and their mean above
-            out.update({f"{name}_{m}{suffix}": v for name, v in tests.items()})
+    def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, float]:
+        return {f"{prefix}_{s}{suffix}": v for s, v in scores.items()}
+
+    def test_scores(tests: dict[str, dict[str, float]], suffix: str) -> dict[str, float]:
+        """Each score's mean over the test splits (PANM's Table 1 averages its five test lengths),
+        and, where there are several, each split's own."""
+        out = {f"test_{s}{suffix}": float(np.mean([t[s] for t in tests.values()])) for s in task.scores}
+        if len(tests) > 1:
+            for name, scores in tests.items():
+                out.update(named(name, scores, suffix))
         return out
 
     model.train()
     metrics: dict[str, Any] = {"status": "completed", **best}
-    loss_sum, score_total, seen, since = 0.0, 0.0, 0, time.perf_counter()
+    loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
-        batch = batch_tensors(train_split, next_batch(), device)
+        split, index = next_batch()
+        batch = batch_tensors(split, index, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
             out = predict(model, kind, batch)
         loss = loss_of(kind, out, batch)
@@ -204,43 +259,41 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             break
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        clip_gradients(cfg, model.parameters())
         optimizer.step()
         loss_sum += loss.item()
-        score_total += score_sum(kind, out.detach(), batch)
-        seen += cfg.batch_size
+        train_sums = add_sums(train_sums, score_sums(kind, out.detach(), batch))
+        steps += 1
 
         final = iteration == cfg.n_iters
         if iteration % cfg.eval_every == 0 or final:
             elapsed = time.perf_counter() - since
-            steps = seen / cfg.batch_size
             iid, ood = evaluate_split("iid_valid"), evaluate_split("ood_valid")
             # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
             # saturates (NDR on CTL), the most-trained model is the one reported.
-            new_best = at_least_as_good(ood, best[f"best_ood_valid_{m}"])
-            new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and at_least_as_good(ood, early[f"best_ood_valid_{m}_early"])
+            new_best = at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
+            new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and at_least_as_good(ood[m], early[f"best_ood_valid_{m}_early"])
             tests = {name: evaluate_split(name) for name in task.test_splits} if new_best or new_early or final else {}
             if new_best:
-                best = {f"best_ood_valid_{m}": ood, f"iid_valid_{m}_at_best": iid, "best_iteration": iteration,
+                best = {f"best_ood_valid_{m}": ood[m], f"iid_valid_{m}_at_best": iid[m], "best_iteration": iteration,
                         **test_scores(tests, "_at_best")}
             if new_early:
-                early = {f"best_ood_valid_{m}_early": ood, "best_iteration_early": iteration, **test_scores(tests, "_at_best_early")}
+                early = {f"best_ood_valid_{m}_early": ood[m], "best_iteration_early": iteration, **test_scores(tests, "_at_best_early")}
             metrics = {
                 "status": "completed" if final else "running",
-                "iteration": iteration, "loss": loss_sum / max(steps, 1), f"train_{m}": score_total / max(seen, 1),
-                f"iid_valid_{m}": iid, f"ood_valid_{m}": ood, **best, **(early if cfg.early_budget else {}),
+                "iteration": iteration, "loss": loss_sum / max(steps, 1), **named("train", ratios(train_sums)),
+                **named("iid_valid", iid), **named("ood_valid", ood), **best, **(early if cfg.early_budget else {}),
                 "steps_per_s": steps / max(elapsed, 1e-9),
             }
-            if final:  # the paper's IID columns and Table 4 are final values, not values at the best checkpoint
-                metrics.update({f"iid_valid_{m}_final": iid, f"ood_valid_{m}_final": ood, **test_scores(tests, "_final")})
+            if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
+                metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **test_scores(tests, "_final")})
             if log:
                 log(
                     f"[{cfg.task}/{cfg.model}] it {iteration}/{cfg.n_iters} loss {metrics['loss']:.4f} "
-                    f"train {metrics[f'train_{m}']:.3f} iid {iid:.3f} ood {ood:.3f} "
+                    f"train {metrics[f'train_{m}']:.3f} iid {iid[m]:.3f} ood {ood[m]:.3f} "
                     f"test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({metrics['steps_per_s']:.1f} it/s)"
                 )
             if report:
                 report(metrics, snapshot)
-            loss_sum, score_total, seen, since = 0.0, 0.0, 0, time.perf_counter()
+            loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
     return metrics

@@ -9,7 +9,8 @@ address is seen) and is 0 at evaluation. Per decoding step t:
   Mode-2 relational access (Eq. 4-6), per head:        q_t = g^c([*p_t^a ...]),
       w_t^c[n] = softmax_n cos(q_t, M[n]),  *p_t^c = M w_t^c,
   Controller (Eq. 7 and the output MLP):               h_t^c = GRU([*p^a..., *p^c...], h_{t-1}^c),
-      y_t = g^o([*p^a..., *p^c..., h_t^c]).
+      y_t = g^o([*p^a..., *p^c..., h_t^c]),  h_0^c = sum_n M[n] (Eq. 7; `controller_start: last`
+      starts from the encoder's state at the last token, as the authors' code does).
 The decoder input z_t is zero, as in the paper's algorithmic experiments (no teacher forcing).
 Mode-1 pointers start at the base, end and middle addresses (H^a = 1, 2, 3). MLPs have one hidden
 layer of 128 units; GRUs have 256.
@@ -42,6 +43,7 @@ class PANMConfig:
     mode2_heads: int = 1  # H^c
     dropout: float = 0.0
     sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
+    controller_start: str = "sum"  # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
 
 
 def address_bank(base: torch.Tensor, length: int, bits: int) -> torch.Tensor:
@@ -107,6 +109,8 @@ class PANM(nn.Module):
         super().__init__()
         if not 0 <= cfg.mode1_heads <= 3:
             raise ValueError(f"mode1_heads must be 0..3 (pointers start at base, end, middle), got {cfg.mode1_heads}")
+        if cfg.controller_start not in ("sum", "last"):
+            raise ValueError(f"controller_start must be 'sum' or 'last', got {cfg.controller_start!r}")
         if cfg.mode2_heads < 0:
             raise ValueError(f"mode2_heads must be >= 0, got {cfg.mode2_heads}")
         self.cfg = cfg
@@ -119,7 +123,8 @@ class PANM(nn.Module):
         self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
         read = (cfg.mode1_heads + cfg.mode2_heads) * d
         self.controller = nn.GRUCell(max(read, 1), cfg.hidden)
-        self.controller_start = nn.Linear(d, cfg.hidden)
+        # Eq. 7 puts a memory slot's sum in the controller's state: only a size mismatch needs a map.
+        self.controller_start = nn.Identity() if d == cfg.hidden else nn.Linear(d, cfg.hidden, bias=False)
         self.output = mlp(read + cfg.hidden, cfg.mlp_hidden, vocab_size)  # g^o
         self.log_sharpness = nn.Parameter(torch.full((2,), math.log(cfg.sharpness)))
         self.dropout = nn.Dropout(cfg.dropout)
@@ -138,7 +143,11 @@ class PANM(nn.Module):
         pointers = initial_pointers(bank, lengths, self.cfg.mode1_heads)
         states = [torch.zeros(batch, self.cfg.hidden, device=tokens.device) for _ in pointers]
         rows = torch.arange(batch, device=tokens.device)
-        control = torch.tanh(self.controller_start(memory[rows, lengths - 1]))
+        if self.cfg.controller_start == "sum":
+            start = memory.masked_fill(padding[..., None], 0.0).sum(1)
+        else:
+            start = memory[rows, lengths - 1]
+        control = self.controller_start(start)
         sharp_a, sharp_c = self.log_sharpness.exp()
         logits, trace = [], {"mode1": [], "mode2": []}
         for _ in range(n_steps):

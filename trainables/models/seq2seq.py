@@ -1,24 +1,31 @@
-"""Sequence-to-sequence baselines for PANM's algorithmic tasks: LSTM and Transformer encoder-decoders.
+"""The PANM paper's sequence-to-sequence baselines for its algorithmic tasks, shaped as the authors'
+code (about 1.1M parameters each at the presets' sizes, as App. D.1 says):
 
-Like PANM here, the decoder gets no token input (z_t = 0, no teacher forcing): an LSTM decoder
-starts from the encoder's final state, a Transformer decoder sees only output positions.
+  LSTM:        one LSTM reads the input (one-hot tokens and any token features), then goes on from
+               the state it ended in (every layer's h and c) over one zero input per output token.
+  Transformer: encoder-only; the input's embeddings followed by one blank position per output
+               token pass through a Transformer encoder (no mask between them), and the blanks'
+               outputs are the prediction.
+
+Like PANM here, neither gets the target as input (no teacher forcing).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
-from .panm import SequenceEncoder
 from .transformer import sinusoids
 
 
 @dataclass
 class Seq2SeqConfig:
-    d_model: int = 256
-    n_layers: int = 1  # the PANM paper found 1 layer best for its baselines on Copy
-    n_heads: int = 4  # Transformer only
+    d_model: int = 512  # LSTM units (the authors' 512) or Transformer width (the authors' 256)
+    n_layers: int = 1  # the PANM paper found 1 layer best for its LSTM baseline on Copy
+    n_heads: int = 8  # Transformer only
     ff_multiplier: float = 2.0  # Transformer only
     dropout: float = 0.0
 
@@ -26,29 +33,41 @@ class Seq2SeqConfig:
 class LSTMSeq2Seq(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, vocab_size: int, n_features: int = 0):
         super().__init__()
-        self.encoder = SequenceEncoder("lstm", vocab_size, n_features, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.dropout)
-        self.decoder = nn.LSTM(cfg.d_model, cfg.d_model, num_layers=cfg.n_layers, batch_first=True)
+        self.vocab_size = vocab_size
+        self.lstm = nn.LSTM(vocab_size + n_features, cfg.d_model, num_layers=cfg.n_layers, batch_first=True,
+                            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
     def forward(self, tokens, lengths, n_steps: int, token_features=None):
-        memory = self.encoder(tokens, lengths, token_features)
-        last = memory[torch.arange(len(lengths), device=tokens.device), lengths - 1]
-        start = last[None].expand(self.decoder.num_layers, -1, -1).contiguous()
-        zeros = torch.zeros(len(lengths), n_steps, memory.shape[-1], device=tokens.device)
-        out, _ = self.decoder(zeros, (start, torch.zeros_like(start)))
-        return self.output(out)
+        x = F.one_hot(tokens, self.vocab_size).float()
+        if token_features is not None:
+            x = torch.cat([x, token_features], -1)
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, state = self.lstm(packed)  # each layer's (h, c) after each sample's own last token
+        out, _ = self.lstm(x.new_zeros(len(lengths), n_steps, x.shape[-1]), state)
+        return self.output(self.dropout(out))
 
 
 class TransformerSeq2Seq(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, vocab_size: int, n_features: int = 0):
         super().__init__()
-        self.encoder = SequenceEncoder("transformer", vocab_size, n_features, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.dropout)
-        layer = nn.TransformerDecoderLayer(cfg.d_model, cfg.n_heads, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, batch_first=True)
-        self.decoder = nn.TransformerDecoder(layer, cfg.n_layers)
+        self.embedding = nn.Embedding(vocab_size, cfg.d_model)
+        self.features = nn.Linear(n_features, cfg.d_model) if n_features else None
+        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, cfg.n_layers, enable_nested_tensor=False)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
     def forward(self, tokens, lengths, n_steps: int, token_features=None):
-        memory = self.encoder(tokens, lengths, token_features)
-        padding = torch.arange(tokens.shape[1], device=tokens.device)[None] >= lengths[:, None]
-        queries = sinusoids(torch.arange(n_steps, device=tokens.device), memory.shape[-1])[None].expand(len(lengths), -1, -1)
-        return self.output(self.decoder(queries, memory, memory_key_padding_mask=padding))
+        x = self.embedding(tokens)
+        if self.features is not None:
+            x = x + self.features(token_features)
+        # Sample b's input sits at positions 0..len_b-1 and its blanks right after it, so every
+        # sample's blanks carry the same positions whatever the batch's longest input.
+        width = tokens.shape[1] + n_steps
+        positions = torch.arange(width, device=tokens.device)
+        is_input = positions[None] < lengths[:, None]
+        h = torch.where(is_input[..., None], F.pad(x, (0, 0, 0, n_steps)), 0.0) + sinusoids(positions, x.shape[-1])
+        h = self.encoder(h, src_key_padding_mask=positions[None] >= (lengths + n_steps)[:, None])
+        blanks = lengths[:, None] + torch.arange(n_steps, device=tokens.device)
+        return self.output(h.gather(1, blanks[..., None].expand(-1, -1, h.shape[-1])))

@@ -1,7 +1,13 @@
 """PANM's algorithmic tasks (Le et al., Sec. 3.1, App. D.1): sequence to sequence over tokens 0-9.
 
-Training inputs have lengths 1..L (L about 10); the OOD validation set has length L+1 and the test
-sets lengths L+1, 2(L+1), 4(L+1) and 8(L+1), each scored by sequence-level accuracy.
+Training inputs have lengths 1..L, L = 9 for Copy, Reverse, Mix and Dynamic Recall and 10 for the
+sorts (the columns of Tables 7-12). By default (`online`) every training step draws a fresh batch,
+all of one length drawn uniformly from 1..L, as the authors' code does; `online: false` trains on a
+fixed set of `train_size` samples instead. The OOD validation set has length L+1; the test sets
+(`test_L`, `test_x1` .. `test_x8`) have the lengths the tables print: L, then k(L+1) for k = 1, 2, 4,
+8 (10/20/40/80) for the first four tasks and kL+1 (11/21/41/81) for the sorts, whose columns are
+headed 2(L+1) etc. but print the lengths of the authors' code (`max_seq_len * genlen + 1`). Scored
+per token (the papers' number) and per sequence.
 
   copy             y = x
   reverse          y = x reversed
@@ -32,13 +38,32 @@ TASK_NAMES = ("copy", "reverse", "mix", "dynamic_recall", "priority_sort", "id_s
 ID_DIM = 8  # size of ID Sort's id vectors
 
 
+# L of Tables 7-12. The authors' released code (Copy and Reverse only) trains Copy on 1..10 and tests
+# at 11/21/41/81, the sorts' columns; we follow the tables.
+PAPER_L = {"copy": 9, "reverse": 9, "mix": 9, "dynamic_recall": 9, "priority_sort": 10, "id_sort": 10}
+
+
 @dataclass(frozen=True)
 class AlgorithmicConfig:
     seed: int = 0
-    max_train_length: int = 10  # L
-    train_size: int = 50_000
-    eval_size: int = 500  # per validation/test set
-    test_multipliers: tuple[int, ...] = (1, 2, 4, 8)  # test lengths k * (L + 1)
+    max_train_length: int | None = None  # L; None: the paper's L for the task (PAPER_L)
+    online: bool = True  # a fresh training batch every step (the authors' protocol)
+    train_size: int = 50_000  # the fixed training set, when not online
+    eval_size: int = 1280  # per validation/test set: the authors' 10 test batches of 128
+    test_multipliers: tuple[int, ...] = (1, 2, 4, 8)  # test lengths k(L+1) or, for the sorts, kL+1; and L itself
+
+
+def train_length(name: str, config: AlgorithmicConfig) -> int:
+    return config.max_train_length or PAPER_L[name]
+
+
+def test_length(name: str, L: int, k: int) -> int:
+    return k * L + 1 if name in ("priority_sort", "id_sort") else k * (L + 1)
+
+
+def shortest(name: str) -> int:
+    """Dynamic Recall needs a neighbour of its query, ID Sort a pair."""
+    return 2 if name in ("dynamic_recall", "id_sort") else 1
 
 
 def make_sample(name: str, rng: np.random.Generator, length: int):
@@ -94,22 +119,37 @@ def make_split(name: str, rng: np.random.Generator, lengths: np.ndarray) -> Spli
 
 def build(name: str, config: AlgorithmicConfig) -> Task:
     rng = np.random.default_rng([config.seed, TASK_NAMES.index(name)])
-    low = 2 if name in ("dynamic_recall", "id_sort") else 1
-    L = config.max_train_length
+    L = train_length(name, config)
+    if L < shortest(name):
+        raise ValueError(f"max_train_length: {name} needs at least {shortest(name)}, got {L}")
 
     def train_lengths(n: int) -> np.ndarray:
-        return rng.integers(low, L + 1, size=n)
+        return rng.integers(shortest(name), L + 1, size=n)
 
-    splits = {
-        "train": make_split(name, rng, train_lengths(config.train_size)),
-        "iid_valid": make_split(name, rng, train_lengths(config.eval_size)),
-        "ood_valid": make_split(name, rng, np.full(config.eval_size, L + 1)),
-    }
+    splits = {}
+    if not config.online:
+        splits["train"] = make_split(name, rng, train_lengths(config.train_size))
+    splits["iid_valid"] = make_split(name, rng, train_lengths(config.eval_size))
+    splits["ood_valid"] = make_split(name, rng, np.full(config.eval_size, L + 1))
+    splits["test_L"] = make_split(name, rng, np.full(config.eval_size, L))
     for k in config.test_multipliers:
-        splits[f"test_x{k}"] = make_split(name, rng, np.full(config.eval_size, k * (L + 1)))
-    n_features = splits["train"].arrays["token_features"].shape[-1] if "token_features" in splits["train"].arrays else 0
+        splits[f"test_x{k}"] = make_split(name, rng, np.full(config.eval_size, test_length(name, L, k)))
+    features = splits["iid_valid"].arrays.get("token_features")
+    n_features = features.shape[-1] if features is not None else 0
     return Task(name=name, kind="sequence_to_sequence", splits=splits, vocab=VOCAB, classes=DIGITS, n_features=n_features)
 
 
+def draw_batch(name: str, config: AlgorithmicConfig, rng: np.random.Generator, size: int) -> Split:
+    """One online training batch: a length uniform in 1..L (2..L where a task needs two tokens),
+    shared by the batch as in the authors' code, then `size` samples of it."""
+    length = int(rng.integers(shortest(name), train_length(name, config) + 1))
+    return make_split(name, rng, np.full(size, length))
+
+
 def loader(name: str):
-    return lambda config: cached(name, config, functools.partial(build, name, config))
+    def load(config: AlgorithmicConfig) -> Task:
+        task = cached(name, config, functools.partial(build, name, config))
+        if config.online:
+            task.draw_train = functools.partial(draw_batch, name, config)
+        return task
+    return load

@@ -20,7 +20,7 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 
 # Bump when a generator changes its output, so stale caches are never reused.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 
 
 @dataclass
@@ -46,10 +46,17 @@ class Split:
         return [row[:n].tolist() for row, n in zip(self.targets, self.target_lengths)]
 
 
-# Task kinds -> how a prediction is scored: one class per token sequence (accuracy); an output token
-# sequence per input (sequence-level accuracy); a scalar per set element (L1 error, lower is better).
-SCORE_OF_KIND = {"sequence_classification": "acc", "sequence_to_sequence": "acc", "set_regression": "l1"}
-LOWER_IS_BETTER = {"l1"}
+# Task kinds -> the scores a prediction gets, the first one being the papers' number (the one that
+# selects checkpoints): one class per token sequence (accuracy); an output token sequence per input
+# (token-level accuracy, as PANM's tables, then exact-match sequence accuracy); a scalar per set
+# element (L1 error, then L1 relative to predicting zero; lower is better).
+SCORES_OF_KIND = {
+    "sequence_classification": ("acc",),
+    "sequence_to_sequence": ("token_acc", "seq_acc"),
+    "set_regression": ("l1", "rel_l1"),
+}
+SCORE_OF_KIND = {kind: scores[0] for kind, scores in SCORES_OF_KIND.items()}
+LOWER_IS_BETTER = {"l1", "rel_l1"}
 
 
 @dataclass
@@ -60,6 +67,9 @@ class Task:
     vocab: list[str] = field(default_factory=list)  # token tasks: inputs (and outputs, for seq2seq)
     classes: list[str] = field(default_factory=list)  # classification: the class names
     n_features: int = 0  # set tasks: features per set element
+    # Tasks trained on fresh data every step (the PANM and Compositional Attention protocols):
+    # (rng, batch size) -> one training batch as a Split. Not stored in the cache; loaders attach it.
+    draw_train: Callable[[np.random.Generator, int], Split] | None = None
 
     @property
     def pad_id(self) -> int:
@@ -80,6 +90,10 @@ class Task:
     @property
     def metric(self) -> str:
         return SCORE_OF_KIND[self.kind]
+
+    @property
+    def scores(self) -> tuple[str, ...]:
+        return SCORES_OF_KIND[self.kind]
 
     @property
     def test_splits(self) -> list[str]:
