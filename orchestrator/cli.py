@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -181,12 +182,10 @@ def cmd_report(args) -> int:
 
 def describe_study(study) -> str:
     if study.is_ablation:
-        cells = 1
-        for values in study.grid.values():
-            cells *= len(values)
-        lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs x {cells} grid cells x {len(study.seeds)} seeds, "
+        cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
+        lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
                  f"{study.budget.max_concurrent} at a time; MLflow {study.tracking.uri}"]
-        lines += [f"  pair {p.name}: grid over {', '.join(study.grid) or 'seeds only'}" for p in study.pairs]
+        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells)" for p, n in zip(study.pairs, cells)]
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {study.tracking.uri}"]

@@ -272,8 +272,14 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
                 skipped.append(f"{task.variant} x {model}: {model} runs {', '.join(MODELS[model].task_kinds)}, {task.task} is {kind}")
                 continue
             pair = _make_pair(task, model, model_space, fixed, overrides.get("fixed") or {}, budget, seed, path)
-            # A grid key the model lacks (heads of an LSTM) does not apply to it.
-            pair.grid = {k: v for k, v in grid.items() if k in TRAIN_KEYS | model_fields(model)}
+            # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
+            # (Table 6's head counts for multi-head attention only) adds to the file's.
+            own_grid = _parse_grid({"grid": overrides.get("grid")}, path, f"per_model.{model}.grid")[0]
+            for key in own_grid:
+                if key not in TRAIN_KEYS | model_fields(model):
+                    raise SpecError(path, f"per_model.{model}.grid.{key}", f"not a parameter of {model}{closest(key, model_fields(model))}")
+            model_grid = {**grid, **own_grid}
+            pair.grid = {k: v for k, v in model_grid.items() if k in TRAIN_KEYS | model_fields(model)}
             for key in pair.grid:
                 pair.base.pop(key, None)
             pairs.append(pair)
@@ -281,8 +287,10 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         if model not in models:
             raise SpecError(path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}")
         for k in per_model[model]:
-            if k not in ("space", "fixed"):
-                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, space")
+            if k not in ("space", "fixed", "grid"):
+                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, space")
+            if k == "grid" and not grid and not seeds:
+                raise SpecError(path, f"per_model.{model}.grid", "a model's grid needs an ablation file (a top-level grid or seeds)")
     valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
     for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
         for key in keys:
@@ -330,13 +338,13 @@ def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:
     return score
 
 
-def _parse_grid(raw: dict, path) -> tuple[dict[str, list], list[int]]:
+def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], list[int]]:
     grid = raw.get("grid") or {}
     if not isinstance(grid, dict):
-        raise SpecError(path, "grid", "expected a mapping of parameter -> list of values")
+        raise SpecError(path, where, "expected a mapping of parameter -> list of values")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise SpecError(path, f"grid.{key}", "expected a non-empty list of values")
+            raise SpecError(path, f"{where}.{key}", "expected a non-empty list of values")
     seeds = raw.get("seeds") or ([0] if grid else [])
     if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
         raise SpecError(path, "seeds", f"expected a list of integers, got {seeds!r}")
@@ -395,7 +403,7 @@ def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dic
     valid = TRAIN_KEYS | model_fields(model)
     own_space = {k: v for k, v in space.items() if k in valid}  # e.g. an LSTM has no heads
     try:
-        base = preset(task.task, model) if model in presets(task.task)["models"] else {"task": task.task, "model": model}
+        base = preset(task.task, model, task.options) if model in presets(task.task)["models"] else {"task": task.task, "model": model}
     except ConfigError as e:
         raise SpecError(path, "models", str(e)) from None
     model_defaults = defaults(model)

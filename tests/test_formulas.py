@@ -301,6 +301,46 @@ def test_one_search_one_retrieval_is_one_head_attention():
     torch.testing.assert_close(comp(h, padding)[0], plain(h, padding)[0])
 
 
+def slow_set_attention(att, h: torch.Tensor) -> torch.Tensor:
+    """The paper-shaped layer (App. C.1) per element i and search s, one sample at a time: searches
+    over j != i (Eq. 7-8), each search applied to every retrieval (Eq. 10), the retrieval chosen by a
+    softmax over R (Eq. 11-13), the element's own value concatenated, the output map (Eq. 14)."""
+    S, R = att.searches, att.retrievals
+    out = []
+    for x in h:  # (N, D)
+        n = len(x)
+        q, k = heads_of(att.query, x, S), heads_of(att.key, x, S)
+        v = heads_of(att.value, x, R or S)
+        rows = []
+        for i in range(n):
+            parts = []
+            for s in range(S):
+                logits = torch.stack([q[i, s] @ k[j, s] / math.sqrt(att.d_search) if j != i else torch.tensor(-math.inf) for j in range(n)])
+                weights = torch.softmax(logits, 0)
+                if R is None:
+                    parts.append(weights @ v[:, s])
+                    continue
+                retrieved = [weights @ v[:, r] for r in range(R)]
+                query = heads_of(att.retrieval_query, x[i : i + 1], S)[0, s]
+                choice = torch.softmax(torch.stack([query @ att.retrieval_key(r) / math.sqrt(att.d_search) for r in retrieved]), 0)
+                parts.append(sum(c * r for c, r in zip(choice, retrieved)))
+            rows.append(att.out(torch.cat([*parts, att.own(x[i])])))
+        out.append(torch.stack(rows))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("retrievals", [None, 4])
+def test_paper_shaped_set_attention_against_its_equations(retrievals):
+    from trainables.models.set_attention import SetAttention
+
+    torch.manual_seed(5)
+    att = SetAttention(16, 2, retrievals)
+    h = torch.randn(2, 5, 16, requires_grad=True)
+    fast, slow = att(h), slow_set_attention(att, h)
+    torch.testing.assert_close(fast, slow)
+    torch.testing.assert_close(torch.autograd.grad(fast.sum(), h)[0], torch.autograd.grad(slow.sum(), h)[0])
+
+
 # ---------- PANM (Le et al., Sec. 2.2-2.3) ----------
 
 def test_address_bank_binary_codes():

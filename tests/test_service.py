@@ -289,7 +289,7 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     path = spec(tmp_path, uri, space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1], concurrent=2,
                 fixed={"batch_size": 16, "d_model": 16, "n_heads": 2})
     out = orchestrator("launch", str(path), cwd=tmp_path)
-    assert "ablation of 1 model/task pairs x 2 grid cells x 2 seeds" in out.stdout
+    assert "ablation of 1 model/task pairs, 2 grid cells in all x 2 seeds" in out.stdout
     _, parents, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
     configs = sorted((json.loads(r.data.tags["trial_config"])["n_layers"], json.loads(r.data.tags["trial_config"])["seed"]) for r in children)
     assert configs == [(1, 0), (1, 1), (2, 0), (2, 1)]

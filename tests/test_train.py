@@ -338,3 +338,31 @@ def test_panm_controller_starts_from_the_memory(start):
     memory = model.encoder(tokens, lengths, None)
     expected = [memory[b, : lengths[b]].sum(0) if start == "sum" else memory[b, lengths[b] - 1] for b in range(2)]
     torch.testing.assert_close(seen[0], torch.stack(expected))
+
+
+# ---------- Compositional Attention's contextual retrieval ----------
+
+# Table 6: (searches, retrievals of the ground truth, model, d, heads or searches, parameters in thousands)
+TABLE_6_PARAMETERS = [
+    *[(2, 4, "transformer", d, h, k) for d, h, k in [(64, 2, 30), (64, 4, 28), (64, 8, 27), (128, 2, 117), (128, 4, 109), (128, 8, 105)]],
+    (2, 4, "transformer_compositional", 64, 2, 30), (2, 4, "transformer_compositional", 128, 2, 119),
+    *[(4, 8, "transformer", d, h, k) for d, h, k in [(128, 4, 113), (128, 8, 109), (128, 32, 106), (256, 4, 439), (256, 8, 422), (256, 32, 410)]],
+    (4, 8, "transformer_compositional", 128, 4, 118), (4, 8, "transformer_compositional", 256, 4, 458),
+    *[(4, 16, "transformer", d, h, k) for d, h, k in [(128, 4, 118), (128, 16, 112), (128, 64, 110), (256, 4, 449), (256, 16, 424), (256, 64, 418)]],
+    (4, 16, "transformer_compositional", 128, 4, 116), (4, 16, "transformer_compositional", 256, 4, 442),
+]
+
+
+@pytest.mark.parametrize("S, R, model, d, heads, thousands", TABLE_6_PARAMETERS)
+def test_paper_shaped_retrieval_models_have_table_6s_parameter_counts(S, R, model, d, heads, thousands):
+    task = TASKS["contextual_retrieval"].load(TASKS["contextual_retrieval"].config(searches=S, retrievals=R, eval_size=4))
+    net = build_model(model, {"set_layer": "paper", "d_model": d, "n_heads": heads, "n_retrievals": R}, task)
+    assert abs(sum(p.numel() for p in net.parameters()) / 1000 - thousands) < 1  # the table truncates or rounds to 1k
+
+
+def test_retrieval_presets_follow_the_authors_and_table_6():
+    cfg = parse_trial_config(preset("contextual_retrieval", "transformer_compositional"))
+    assert (cfg.optimizer, cfg.lr, cfg.batch_size, cfg.n_iters, cfg.grad_clip) == ("adamw", 1e-4, 256, 100_000, None)
+    assert (cfg.model_options["d_model"], cfg.model_options["n_heads"], cfg.model_options["n_retrievals"]) == (64, 2, 4)
+    wide = parse_trial_config(preset("contextual_retrieval", "transformer_compositional", {"searches": 4, "retrievals": 8}))
+    assert (wide.model_options["d_model"], wide.model_options["n_heads"], wide.model_options["n_retrievals"]) == (256, 4, 8)

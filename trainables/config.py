@@ -147,11 +147,17 @@ def presets(task: str) -> dict[str, Any]:
     raise ConfigError(f"no preset for task {task!r}")
 
 
-def preset(task: str, model: str) -> dict[str, Any]:
-    """The flat trial config of the paper's setting for one model on one task."""
+def preset(task: str, model: str, options: dict | None = None) -> dict[str, Any]:
+    """The flat trial config of the paper's setting for one model on one task. A preset file's
+    `variants` (rows for task options, e.g. Table 6's 4 searches x 8 retrievals) apply where every
+    option they name has their value in `options`."""
     data = presets(task)
     if model not in data["models"]:
         raise ConfigError(f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; have: {', '.join(data['models'])}")
-    shared = {k: v for k, v in data.items() if k not in ("models", "overrides")}
+    shared = {k: v for k, v in data.items() if k not in ("models", "overrides", "variants")}
+    variant = {}
+    for entry in data.get("variants", ()):
+        if all((options or {}).get(k) == v for k, v in entry["options"].items()):
+            variant = entry["models"].get(model, {})
     # The task's own overrides (e.g. ID Sort's longer training) win over the model's row.
-    return {**shared, "model": model, **data["models"][model], **data["overrides"]}
+    return {**shared, "model": model, **data["models"][model], **variant, **data["overrides"]}

@@ -15,6 +15,7 @@ from ..tasks.base import Task
 from .dnc import DNCClassifier, DNCConfig
 from .lstm import LSTMClassifier, LSTMConfig
 from .panm import PANM, PANMConfig
+from .set_attention import SetAttentionRegressor
 from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
 from .transformer import TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
 
@@ -36,6 +37,10 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
     reads_sets = attention in ("softmax", "compositional") and not gated
 
     def build(cfg, task):
+        if cfg.set_layer not in ("paper", "transformer"):
+            raise ValueError(f"set_layer must be 'paper' or 'transformer', got {cfg.set_layer!r}")
+        if task.kind == "set_regression" and cfg.set_layer == "paper":
+            return SetAttentionRegressor(cfg.d_model, cfg.n_heads, cfg.n_retrievals if attention == "compositional" else None, task.n_features)
         if task.kind == "set_regression":
             return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
         return UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))

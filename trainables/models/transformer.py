@@ -46,6 +46,10 @@ class TransformerConfig:
     n_retrievals: int = 2  # compositional attention: R (n_heads is the number of searches S)
     retrieval_dim: int = 32  # compositional attention: d_r, size of retrieval queries and keys
     mask_self: bool = False  # sets: no element attends to itself (contextual retrieval searches j != i)
+    # Sets: "paper", the Compositional Attention paper's one attention layer between two MLPs
+    # (set_attention.py; uses d_model, n_heads and n_retrievals only), or "transformer", these
+    # shared-weight layers (UniversalTransformerSetRegressor).
+    set_layer: str = "paper"
     act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
     act_threshold: float = 0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
     act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
