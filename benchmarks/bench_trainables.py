@@ -25,11 +25,11 @@ from trainables.train import batch_tensors, loss_of, make_model, predict
 SMALL = {"d_model": 64, "n_layers": 4, "batch_size": 64}
 # The other papers' models: (task, task options, model, small-size overrides); "paper" is the preset.
 OTHER_MODELS = [
-    ("copy", {"train_size": 5000}, "panm", {"d_model": 64, "hidden": 64, "mlp_hidden": 64, "batch_size": 64}),
-    ("copy", {"train_size": 5000}, "lstm_seq2seq", {"d_model": 64, "batch_size": 64}),
-    ("copy", {"train_size": 5000}, "transformer_seq2seq", {"d_model": 64, "n_heads": 4, "batch_size": 64}),
-    ("contextual_retrieval", {"train_size": 5000}, "transformer_compositional", {"d_model": 32, "batch_size": 64}),
-    ("contextual_retrieval", {"train_size": 5000}, "transformer", {"d_model": 32, "batch_size": 64}),
+    ("copy", {"train_size": 5000, "online": False}, "panm", {"d_model": 64, "hidden": 64, "mlp_hidden": 64, "batch_size": 64}),
+    ("copy", {"train_size": 5000, "online": False}, "lstm_seq2seq", {"d_model": 64, "batch_size": 64}),
+    ("copy", {"train_size": 5000, "online": False}, "transformer_seq2seq", {"d_model": 64, "n_heads": 4, "batch_size": 64}),
+    ("contextual_retrieval", {"train_size": 5000, "online": False}, "transformer_compositional", {"d_model": 32, "batch_size": 64}),
+    ("contextual_retrieval", {"train_size": 5000, "online": False}, "transformer", {"d_model": 32, "batch_size": 64}),
 ]
 
 

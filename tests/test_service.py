@@ -259,7 +259,7 @@ def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
 
 def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     """The other papers' pairs through the whole service: compositional vs multi-head attention on
-    contextual retrieval (L1, minimised) and PANM on Copy (accuracy per test length)."""
+    contextual retrieval (L1, minimised) and PANM on Copy (token and sequence accuracy per test length)."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     retrieval = spec(tmp_path, uri, trials=2, models=("transformer", "transformer_compositional"), metric="best_ood_valid_l1", mode="min",
                      tasks=[{"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}],
@@ -276,12 +276,12 @@ def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     test_at_best = [line.split()[-1] for line in status.splitlines() if line.startswith("cr__")]
     assert len(test_at_best) == 2 and "-" not in test_at_best  # the L1 test score is shown, not "-"
 
-    copy = spec(tmp_path, uri, trials=1, models=("panm",), space={"lr": {"loguniform": [1e-4, 1e-3]}},
+    copy = spec(tmp_path, uri, trials=1, models=("panm",), space={"lr": {"loguniform": [1e-4, 1e-3]}}, metric="best_ood_valid_token_acc",
                 tasks=[{"task": "copy", "options": {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}}],
                 fixed={"batch_size": 16, "d_model": 16, "hidden": 16, "mlp_hidden": 8})
     orchestrator("launch", str(copy), cwd=tmp_path)
     _, _, children = trial_runs(uri, yaml.safe_load(copy.read_text())["name"])
-    assert {"test_x1_acc_at_best", "test_x2_acc_at_best", "test_acc_at_best"} <= set(children[0].data.metrics)
+    assert {"test_L_token_acc_at_best", "test_x1_token_acc_at_best", "test_x2_seq_acc_at_best", "test_token_acc_at_best"} <= set(children[0].data.metrics)
 
 
 def test_ablation_grid_over_seeds_with_report(tmp_path):

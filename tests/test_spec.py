@@ -27,8 +27,8 @@ def with_(**changes):
     return {**GOOD, **changes}
 
 
-def test_shipped_search_spaces_are_valid():
-    for path in sorted((ROOT / "search_spaces").glob("*.yaml")):
+def test_shipped_search_spaces_and_ablations_are_valid():
+    for path in sorted([*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "ablations").glob("*.yaml")]):
         study = load_study(path)
         assert study.pairs, path
 
@@ -119,18 +119,21 @@ def test_cli_unreachable_tracking_uri_override_exits_2(tmp_path):
 
 def test_models_all_expands_to_every_compatible_pair(tmp_path):
     tasks = [{"task": "ctl", "variant": "fwd"}, {"task": "copy"}, {"task": "contextual_retrieval", "variant": "cr"}]
-    study = load_study(write(tmp_path, with_(tasks=tasks[:2], models="all", space={})))
-    pairs = {p.name for p in study.pairs}
-    assert {"fwd__ndr", "fwd__lstm", "fwd__transformer_compositional", "copy__panm", "copy__lstm_seq2seq", "copy__transformer_seq2seq"} <= pairs
-    assert "copy__ndr" not in pairs
+    study = load_study(write(tmp_path, with_(tasks=tasks[:1], models="all", space={})))
+    assert {"fwd__ndr", "fwd__lstm", "fwd__transformer_compositional"} <= {p.name for p in study.pairs}
+    study = load_study(write(tmp_path, with_(tasks=tasks[1:2], models="all", space={}, metric="best_ood_valid_token_acc")))
+    assert {p.name for p in study.pairs} == {"copy__panm", "copy__lstm_seq2seq", "copy__transformer_seq2seq"}
     assert any(s.startswith("copy x ndr: ndr runs sequence_classification, copy is sequence_to_sequence") for s in study.skipped)
-    # Set regression reports L1, so an accuracy metric is refused for it, before anything runs.
+    # Each kind reports its own scores, so a metric one task lacks is refused before anything runs.
+    with pytest.raises(SpecError, match="metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc"):
+        load_study(write(tmp_path, with_(tasks=tasks[:2], models="all", space={})))
     with pytest.raises(SpecError, match="metric: best_ood_valid_acc does not exist for task 'contextual_retrieval'"):
-        load_study(write(tmp_path, with_(tasks=tasks, models="all", space={})))
+        load_study(write(tmp_path, with_(tasks=[tasks[0], tasks[2]], models="all", space={})))
 
 
 def test_cli_prints_incompatible_pairs(tmp_path):
-    out = run_cli("launch", str(write(tmp_path, with_(tasks=[{"task": "copy"}], models="all", space={}))), "--dry-run", cwd=tmp_path)
+    out = run_cli("launch", str(write(tmp_path, with_(tasks=[{"task": "copy"}], models="all", space={}, metric="best_ood_valid_token_acc"))),
+                  "--dry-run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "copy__panm" in out.stdout and "skipped (incompatible): copy x ndr" in out.stdout
 
@@ -156,3 +159,17 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     stored = optuna.load_study(study_name=optuna_study_name(state, study.pairs[0]), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db")
     assert [t.state for t in stored.trials] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
     assert stored.trials[0].params["lr"] == 1.5e-4  # the warm start (Table 7) went first
+
+
+def test_a_models_own_grid_adds_to_the_files(tmp_path):
+    """Table 6's layout: every model over d_model, multi-head attention also over its head count."""
+    retrieval = {"tasks": [{"task": "contextual_retrieval"}], "models": ["transformer", "transformer_compositional"],
+                 "metric": "best_ood_valid_l1", "mode": "min", "space": {}, "grid": {"d_model": [64, 128]}, "seeds": [0]}
+    study = load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_heads": [2, 4, 8]}}})))
+    grids = {p.model: p.grid for p in study.pairs}
+    assert grids == {"transformer": {"d_model": [64, 128], "n_heads": [2, 4, 8]}, "transformer_compositional": {"d_model": [64, 128]}}
+    assert study.pairs[1].base["n_heads"] == 2 and study.pairs[1].base["n_retrievals"] == 4  # the preset's S and R
+    with pytest.raises(SpecError, match=r"per_model\.transformer\.grid\.n_hedas: not a parameter of transformer \(did you mean 'n_heads'\?\)"):
+        load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_hedas": [2]}}})))
+    with pytest.raises(SpecError, match=r"per_model\.ndr\.grid: a model's grid needs an ablation file"):
+        load_study(write(tmp_path, with_(per_model={"ndr": {"grid": {"n_heads": [2]}}})))

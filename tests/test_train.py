@@ -206,28 +206,26 @@ def test_small_ndr_learns_ctl_in_about_a_minute():
 
 @pytest.mark.slow
 def test_panm_learns_copy_at_training_length():
-    """Measured: IID (lengths 1..10) and OOD (length 11) accuracy 1.00 after 250 steps (about 11 s)."""
+    """Fresh batches of lengths 1..9: IID token accuracy 1.00 and OOD (length 10) 1.00 after 400
+    steps (ablations/panm_cpu_copy.yaml runs the same model to 1000 steps)."""
     cfg = parse_trial_config({
         "task": "copy", "model": "panm", "threads": 2, "seed": 0,
-        "task_options": {"train_size": 10000, "eval_size": 200, "test_multipliers": [1, 2]},
+        "task_options": {"eval_size": 200, "test_multipliers": [1, 2]},
         "d_model": 64, "hidden": 64, "mlp_hidden": 64, "batch_size": 64, "lr": 3e-3, "n_iters": 750, "eval_every": 250,
     })
     metrics = train(cfg, log=print)
-    assert metrics["iid_valid_acc"] >= 0.95, metrics
+    assert metrics["iid_valid_token_acc"] >= 0.95 and metrics["iid_valid_seq_acc"] >= 0.8, metrics
 
 
 @pytest.mark.slow
 def test_compositional_transformer_beats_chance_on_contextual_retrieval():
-    """Chance (predicting the median) has L1 0.42 here; measured 0.30 IID after 3000 steps (~30 s)."""
-    import numpy as np
-
-    from trainables.tasks import load_task
-
-    options = {"train_size": 10000}
-    targets = load_task("contextual_retrieval", options).splits["iid_valid"].targets
+    """The paper-shaped model with fresh batches of 64; chance (predicting the median) has L1 about
+    0.75 with the authors' alphas."""
+    options = {"eval_size": 1000}
+    targets = TASKS["contextual_retrieval"].load(TASKS["contextual_retrieval"].config(**options)).splits["iid_valid"].targets
     chance = float(np.abs(targets - np.median(targets)).mean())
     flat = {**preset("contextual_retrieval", "transformer_compositional"), "task_options": options,
-            "threads": 2, "lr": 3e-3, "n_iters": 3000, "eval_every": 1000}
+            "threads": 2, "lr": 3e-3, "batch_size": 64, "n_iters": 3000, "eval_every": 1000}
     metrics = train(parse_trial_config(flat), log=print)
     assert metrics["iid_valid_l1"] <= 0.8 * chance, (metrics, chance)
 
