@@ -1,13 +1,15 @@
-"""The NDR paper's training protocol, framework-free, for every task kind.
+"""The papers' training protocol, framework-free, for every task kind.
 
-AdamW with gradient clipping for a fixed number of iterations; every `eval_every` iterations the
+An optimizer (AdamW by default; RMSprop for PANM's tasks) with gradient clipping (by norm or by
+value) for a fixed number of iterations, on batches drawn from a fixed training set or, for tasks
+that generate online, drawn fresh every step from the training seed's generator; every `eval_every` iterations the
 model is evaluated on the IID and OOD validation sets; the checkpoint with the best OOD validation
 score is the one whose test score is reported (NDR App. C.3), the latest among equal scores (the
 authors' `cross_validate_stats.py`). The final iteration's scores are reported too (`*_final`: the
 paper's IID columns and Table 4), and, with `early_budget`, the best checkpoint within the first
-`early_budget` iterations (`*_early`: Table 2's 50K column). Scores are accuracy (sequence-level
-for sequence-to-sequence tasks) or, for set regression, L1 error, where lower is better. Ray and
-MLflow attach through the `report` callback, never by import.
+`early_budget` iterations (`*_early`: Table 2's 50K column). Scores are those of
+tasks.base.SCORES_OF_KIND; the first selects checkpoints. Ray and MLflow attach through the
+`report` callback, never by import.
 """
 from __future__ import annotations
 

@@ -72,7 +72,8 @@ def split_combinations(config: RetrievalConfig) -> dict[str, list[tuple[int, ...
     rng = np.random.default_rng([config.seed, 1])
     for _ in range(1000):
         chosen = [train[k] for k in rng.choice(len(train), config.validation_combinations, replace=False)]
-        kept = [c for c in train if c not in set(chosen)]
+        taken = set(chosen)
+        kept = [c for c in train if c not in taken]
         # Every single value of every search stays in training, as in the authors' split.
         if all({c[s] for c in kept} == set(range(config.retrievals)) for s in range(config.searches)):
             return {"train": kept, "ood_valid": chosen, "test": test}
