@@ -58,6 +58,8 @@ def transient(error: BaseException) -> bool:
 
     seen = error
     while seen is not None:
+        if isinstance(seen, StoreUnavailable):  # an inner call has already retried for the whole budget
+            return False
         if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, ConnectionError, TimeoutError)):
             return True
         if isinstance(seen, MlflowException) and seen.error_code == "TEMPORARILY_UNAVAILABLE":
@@ -118,12 +120,19 @@ def search_storage(uri: str, launch_dir: Path):
 def _reconnecting_rdb_storage():
     import optuna
 
+    import inspect
+
     class ReconnectingRDBStorage(optuna.storages.RDBStorage):
-        """Optuna's SQL storage, each public call retried while the database is unreachable: a
-        connection the server dropped mid-call is replaced (pool_pre_ping covers idle ones)."""
+        """Optuna's SQL storage, each call that opens its own session retried while the database
+        is unreachable: a connection the server dropped mid-call is replaced (pool_pre_ping covers
+        idle ones). That includes private ones such as `_get_trials`, which Optuna's cache calls
+        directly when TPE samples; those taking a caller's session are left to the caller."""
 
     for name, method in vars(optuna.storages.RDBStorage).items():
-        if callable(method) and not name.startswith("_"):
+        if not inspect.isfunction(method) or name.startswith("__"):
+            continue
+        parameters = list(inspect.signature(method).parameters)
+        if parameters[:1] == ["self"] and "session" not in parameters:
             setattr(ReconnectingRDBStorage, name, retried(method, "search store (Optuna)"))
     ReconnectingRDBStorage.__module__, ReconnectingRDBStorage.__qualname__ = __name__, "ReconnectingRDBStorage"
     return ReconnectingRDBStorage
