@@ -87,6 +87,10 @@ def cmd_launch(args) -> int:
 
     from .storage import StorageError
 
+    from .spec import name_problem
+
+    if args.launch_id and name_problem(args.launch_id):
+        raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
     study, text = validated(args.file, args.tracking_uri, args.storage)
     print(describe_study(study), flush=True)
     if args.dry_run:

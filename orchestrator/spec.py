@@ -6,13 +6,14 @@ each error is one line naming the file, the key and the reason.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from trainables.config import TRAIN_KEYS, ConfigError, closest, defaults, parse_trial_config, preset, presets
-from trainables.models import MODELS, model_fields
+from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS, task_config
 from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 
@@ -22,6 +23,37 @@ from .storage import TrialStorage
 class SpecError(ValueError):
     def __init__(self, path, key: str, reason: str):
         super().__init__(f"{path}: {key}: {reason}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML where a key given twice in one mapping is an error, not "the last one wins"."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+# Names that end up in MLflow filter strings, run names, Optuna study names and folder names.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def name_problem(text: str) -> str | None:
+    if SAFE_NAME.fullmatch(text) and ".." not in text:
+        return None
+    return f"{text!r} must be 1-100 letters, digits, '_', '-' or '.' (not '..'), starting with a letter or digit"
+
+
+def safe_name(value, path, key: str) -> str:
+    """`value` if it can go into a filter string or a path unquoted; else SpecError."""
+    problem = name_problem(str(value))
+    if problem:
+        raise SpecError(path, key, problem)
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -175,14 +207,24 @@ def _section(cls, raw, key: str, path):
         return cls()
     if not isinstance(raw, dict):
         raise SpecError(path, key, f"expected a mapping, got {raw!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    for k in raw:
-        if k not in names:
-            raise SpecError(path, f"{key}.{k}", f"unknown key{closest(str(k), names)}; valid: {', '.join(sorted(names))}")
-    try:
-        return cls(**raw)
-    except TypeError as e:
-        raise SpecError(path, key, str(e)) from None
+    types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    for k, value in raw.items():
+        if k not in types:
+            raise SpecError(path, f"{key}.{k}", f"unknown key{closest(str(k), types)}; valid: {', '.join(sorted(types))}")
+        if not _has_type(value, types[k]):
+            raise SpecError(path, f"{key}.{k}", f"expected {types[k].replace(' | None', ' or null')}, got {value!r}")
+    return cls(**raw)
+
+
+def _has_type(value, hint: str) -> bool:
+    """Whether a YAML value fits a section field's annotation (int, float, str, dict, "... | None")."""
+    if value is None:
+        return "None" in hint
+    base = hint.split(" | ")[0]
+    if isinstance(value, bool):
+        return base == "bool"
+    return {"int": isinstance(value, int), "float": isinstance(value, (int, float)), "str": isinstance(value, str),
+            "dict": isinstance(value, dict)}.get(base, True)
 
 
 def _positive(path, key: str, value, allow_zero=False):
@@ -198,7 +240,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             raise SpecError(path, "file", "no such file")
         text = path.read_text()
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "file"
@@ -236,6 +278,8 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     if resources.gpu > 1:
         raise SpecError(path, "resources.gpu", f"a trial uses at most one GPU; got {resources.gpu}")
     tracking = _section(Tracking, raw.get("tracking"), "tracking", path)
+    if tracking.experiment is not None:
+        safe_name(tracking.experiment, path, "tracking.experiment")
     if not any(tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")):
         raise SpecError(path, "tracking.uri", f"expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got {tracking.uri!r}")
 
@@ -248,7 +292,15 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     space = _parse_space(raw.get("space") or {}, "space", path)
     per_model = raw.get("per_model") or {}
     if not isinstance(per_model, dict):
-        raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed}")
+        raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed, grid}")
+    for model, entry in per_model.items():
+        if not isinstance(entry or {}, dict):
+            raise SpecError(path, f"per_model.{model}", f"expected a mapping with space, fixed or grid, got {entry!r}")
+        for k, value in (entry or {}).items():
+            if k not in ("space", "fixed", "grid"):
+                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, space")
+            if not isinstance(value or {}, dict):
+                raise SpecError(path, f"per_model.{model}.{k}", f"expected a mapping, got {value!r}")
     fixed = raw.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise SpecError(path, "fixed", "expected a mapping of trial config keys")
@@ -282,13 +334,12 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             pair.grid = {k: v for k, v in model_grid.items() if k in TRAIN_KEYS | model_fields(model)}
             for key in pair.grid:
                 pair.base.pop(key, None)
+            _check_builds(path, pair)
             pairs.append(pair)
     for model in per_model:
         if model not in models:
             raise SpecError(path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}")
-        for k in per_model[model]:
-            if k not in ("space", "fixed", "grid"):
-                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, space")
+        for k in per_model[model] or {}:
             if k == "grid" and not grid and not seeds:
                 raise SpecError(path, f"per_model.{model}.grid", "a model's grid needs an ablation file (a top-level grid or seeds)")
     valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
@@ -300,7 +351,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         raise SpecError(path, "models", "no model in this file can run any of its tasks: " + "; ".join(skipped))
 
     return Study(
-        path=path, name=str(raw.get("name", path.stem)), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
+        path=path, name=safe_name(raw.get("name", path.stem), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
         warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
         storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds,
@@ -367,14 +418,16 @@ def _parse_tasks(raw, path) -> list[TaskEntry]:
             if key not in ("task", "variant", "options"):
                 raise SpecError(path, f"{where}.{key}", f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; valid: task, variant, options")
         name = entry["task"]
-        if name not in TASKS:
+        if not isinstance(name, str) or name not in TASKS:
             raise SpecError(path, f"{where}.task", f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}")
         options = entry.get("options") or {}
+        if not isinstance(options, dict):
+            raise SpecError(path, f"{where}.options", f"expected a mapping of task options, got {options!r}")
         try:
             task_config(name, options)
         except (TypeError, ValueError) as e:
             raise SpecError(path, f"{where}.options", str(e.args[0])) from None
-        variant = str(entry.get("variant", name))
+        variant = safe_name(entry.get("variant", name), path, f"{where}.variant")
         if variant in variants:
             raise SpecError(path, f"{where}.variant", f"variant {variant!r} appears twice; give each task entry its own variant name")
         variants.add(variant)
@@ -388,7 +441,7 @@ def _parse_models(raw, path) -> list[str]:
     if not raw or not isinstance(raw, list):
         raise SpecError(path, "models", "expected a list of model names or 'all'")
     for k, name in enumerate(raw):
-        if name not in MODELS:
+        if not isinstance(name, str) or name not in MODELS:
             raise SpecError(path, f"models[{k}]", f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}")
     return list(raw)
 
@@ -397,6 +450,30 @@ def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     if not isinstance(raw, dict):
         raise SpecError(path, where, "expected a mapping of parameter -> distribution")
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
+
+
+def _extremes(d: Distribution) -> list:
+    return list(d.values) if d.kind == "choice" else [d.nearest(d.values[0]), d.nearest(d.values[1])]
+
+
+def _check_builds(path, pair: Pair) -> None:
+    """Build what a trial would build (its config, its task's config, its model, on the meta device:
+    no data, no weights) at every extreme of the space and every grid value, one key at a time with
+    the others at their first value, so that a value a trial would reject is rejected before launch."""
+    import torch
+
+    varied = {f"space.{k}": _extremes(d) for k, d in pair.space.items()} | {f"grid.{k}": list(v) for k, v in pair.grid.items()}
+    first = {where.split(".", 1)[1]: values[0] for where, values in varied.items()}
+    probes = [("fixed", first)] + [(where, {**first, where.split(".", 1)[1]: v}) for where, values in varied.items() for v in values[1:]]
+    for where, values in probes:
+        try:
+            cfg = parse_trial_config({**pair.base, **values})
+            task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
+            with torch.device("meta"):
+                build_model(cfg.model, cfg.model_options, task)
+        except Exception as e:  # noqa: BLE001 - constructors reject values with any exception type (torch asserts)
+            key = where if where == "fixed" else f"{where}={values[where.split('.', 1)[1]]!r}"
+            raise SpecError(path, f"{key} ({pair.name})", (str(e) or type(e).__name__).splitlines()[0]) from None
 
 
 def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path) -> Pair:
@@ -425,7 +502,8 @@ def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dic
     except ConfigError as e:
         raise SpecError(path, f"fixed ({task.variant} x {model})", str(e)) from None
     if "d_model" in own_space and "n_heads" in own_space and own_space["d_model"].kind == own_space["n_heads"].kind == "choice":
-        bad = [(d, h) for d in own_space["d_model"].values for h in own_space["n_heads"].values if d % h]
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731 - others fail the build check
+        bad = [(d, h) for d in own_space["d_model"].values for h in own_space["n_heads"].values if whole(d) and whole(h) and d % h]
         if bad:
             raise SpecError(path, "space.n_heads", f"{bad[0][1]} heads do not divide d_model {bad[0][0]}")
     return Pair(task=task, model=model, space=own_space, base=base, warm_start=warm or None)

@@ -80,6 +80,24 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(space={}, grid={"n_layerz": [2, 4]}), "grid.n_layerz: no model in this file has this parameter (did you mean 'n_layers'?)"),
         (with_(space={}, grid={"n_layers": []}), "grid.n_layers: expected a non-empty list"),
         (with_(space={}, grid={"n_layers": [2]}, seeds="0-4"), "seeds: expected a list of integers"),
+        # Values a trial would reject, found by building its task config and model before launch.
+        (with_(tasks=[{"task": "ctl", "options": {"direction": "sideways"}}]), "tasks[0].options: direction: must be one of forward, backward"),
+        (with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]), "p_subexpression: must be a probability in [0, 1)"),
+        (with_(tasks=[{"task": "ctl", "options": {"train_depths": [4, 2]}}]), "train_depths: must be [low, high] with 1 <= low <= high"),
+        (with_(tasks=[{"task": "listops", "options": {"train_size": 0}}]), "train_size: must be a positive integer, got 0"),
+        (with_(space={"dropout": {"uniform": [0.0, 1.5]}}), "space.dropout=1.5 (fwd__ndr): dropout probability has to be between 0 and 1"),
+        (with_(fixed={"d_model": -8}), "fixed (fwd__ndr): "),
+        (with_(fixed={"optimizer": "sgd"}), "optimizer: must be one of adamw, adam, rmsprop"),
+        # Text that would end up in MLflow filters or paths.
+        (with_(name="it's"), "name: \"it's\" must be 1-100 letters, digits"),
+        (with_(tasks=[{"task": "ctl", "variant": "../up"}]), "tasks[0].variant: '../up' must be"),
+        (with_(tracking={"experiment": "a b"}), "tracking.experiment: 'a b' must be"),
+        # Shapes that used to raise a traceback.
+        (with_(budget={"n_iters": "many"}), "budget.n_iters: expected int or null, got 'many'"),
+        (with_(tracking={"uri": None}), "tracking.uri: expected str, got None"),
+        (with_(per_model={"ndr": 3}), "per_model.ndr: expected a mapping"),
+        (with_(models=[["ndr"]]), "models[0]: unknown model"),
+        ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
@@ -173,3 +191,9 @@ def test_a_models_own_grid_adds_to_the_files(tmp_path):
         load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_hedas": [2]}}})))
     with pytest.raises(SpecError, match=r"per_model\.ndr\.grid: a model's grid needs an ablation file"):
         load_study(write(tmp_path, with_(per_model={"ndr": {"grid": {"n_heads": [2]}}})))
+
+
+def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
+    out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--launch-id", "../../elsewhere", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --launch-id: '../../elsewhere' must be")
+    assert not any(tmp_path.glob("**/elsewhere"))

@@ -3,6 +3,7 @@ import collections
 import dataclasses
 import itertools
 import math
+import os
 
 import numpy as np
 import pytest
@@ -412,3 +413,14 @@ def test_targets_have_the_authors_scale(S, R, zero_l1):
     batch = retrieval.draw_batch(cfg, np.random.default_rng(0), 20_000)
     assert float(np.abs(batch.targets).mean()) == pytest.approx(zero_l1, abs=0.01)
 
+
+
+def test_cache_files_take_the_umasks_mode_so_a_team_can_share_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path))
+    old = os.umask(0o002)
+    try:
+        load_task("contextual_retrieval", {"eval_size": 4})
+    finally:
+        os.umask(old)
+    (path,) = tmp_path.glob("*.npz")
+    assert path.stat().st_mode & 0o777 == 0o664

@@ -101,7 +101,7 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"{key}: not an option of model {flat['model']!r} or of training{closest(key, TRAIN_KEYS | own)}")
     try:
         task_config(train["task"], train.get("task_options"))
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"task_options: {e.args[0]}") from None
     for key, allowed in CHOICES.items():
         if key in train and train[key] not in allowed:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -13,20 +14,23 @@ from .base import Task
 class TaskSpec:
     config: type
     load: Callable[[Any], Task]
-    kind: str  # see base.KINDS
+    probe: Callable[[Any], Task]  # the task without its data, for building models before launch
+    kind: str  # see base.SCORES_OF_KIND
 
 
 TASKS: dict[str, TaskSpec] = {
-    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, "sequence_classification"),
-    "arithmetic": TaskSpec(arithmetic.ArithmeticConfig, arithmetic.load, "sequence_classification"),
-    "listops": TaskSpec(listops.ListOpsConfig, listops.load, "sequence_classification"),
-    **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), "sequence_to_sequence") for name in algorithmic.TASK_NAMES},
-    "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, "set_regression"),
+    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, "sequence_classification"),
+    "arithmetic": TaskSpec(arithmetic.ArithmeticConfig, arithmetic.load, arithmetic.probe, "sequence_classification"),
+    "listops": TaskSpec(listops.ListOpsConfig, listops.load, listops.probe, "sequence_classification"),
+    **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), functools.partial(algorithmic.probe, name), "sequence_to_sequence")
+       for name in algorithmic.TASK_NAMES},
+    "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, retrieval.probe, "set_regression"),
 }
 
 
 def task_config(name: str, options: dict | None = None):
-    """Typed config for a task from YAML options; unknown names and keys raise KeyError/TypeError."""
+    """Typed config for a task from YAML options; unknown names and keys raise KeyError/TypeError,
+    values no generator can take ValueError."""
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}")
     cls = TASKS[name].config
@@ -36,7 +40,7 @@ def task_config(name: str, options: dict | None = None):
         if key not in fields:
             raise TypeError(f"task {name!r} has no option {key!r}; options: {', '.join(fields)}")
         values[key] = tuple(value) if isinstance(value, list) else value
-    return cls(**values)
+    return cls(**values)  # each config checks its values (base.check_values)
 
 
 def load_task(name: str, options: dict | None = None) -> Task:

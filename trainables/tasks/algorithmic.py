@@ -24,12 +24,13 @@ choices above are ours.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Split, Task, cached, pad_rows
+from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, pad_rows
 
 DIGITS = [str(i) for i in range(10)]
 VOCAB = SPECIAL_TOKENS + DIGITS
@@ -51,6 +52,9 @@ class AlgorithmicConfig:
     train_size: int = 50_000  # the fixed training set, when not online
     eval_size: int = 1280  # per validation/test set: the authors' 10 test batches of 128
     test_multipliers: tuple[int, ...] = (1, 2, 4, 8)  # test lengths k(L+1) or, for the sorts, kL+1; and L itself
+
+    def __post_init__(self):
+        check_values(self)
 
 
 def train_length(name: str, config: AlgorithmicConfig) -> int:
@@ -117,6 +121,12 @@ def make_split(name: str, rng: np.random.Generator, lengths: np.ndarray) -> Spli
     return Split(arrays)
 
 
+def probe(name: str, config: AlgorithmicConfig) -> Task:
+    """The task without its data: what a model is built from."""
+    n_features = {"priority_sort": 1, "id_sort": ID_DIM}.get(name, 0)
+    return Task(name=name, kind="sequence_to_sequence", splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features)
+
+
 def build(name: str, config: AlgorithmicConfig) -> Task:
     rng = np.random.default_rng([config.seed, TASK_NAMES.index(name)])
     L = train_length(name, config)
@@ -134,9 +144,7 @@ def build(name: str, config: AlgorithmicConfig) -> Task:
     splits["test_L"] = make_split(name, rng, np.full(config.eval_size, L))
     for k in config.test_multipliers:
         splits[f"test_x{k}"] = make_split(name, rng, np.full(config.eval_size, test_length(name, L, k)))
-    features = splits["iid_valid"].arrays.get("token_features")
-    n_features = features.shape[-1] if features is not None else 0
-    return Task(name=name, kind="sequence_to_sequence", splits=splits, vocab=VOCAB, classes=DIGITS, n_features=n_features)
+    return dataclasses.replace(probe(name, config), splits=splits)
 
 
 def draw_batch(name: str, config: AlgorithmicConfig, rng: np.random.Generator, size: int) -> Split:

@@ -12,12 +12,13 @@ deeper depths (the authors' 100,000 training samples: 25,000 at each of depths 2
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, depth_splits
+from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, check_values, depth_splits
 
 DIGITS = [str(i) for i in range(10)]
 OPS = ["+", "*"]
@@ -37,6 +38,9 @@ class ArithmeticConfig:
     max_tokens: int = 50
     p_subexpression: float = 0.2  # train and IID validation
     p_subexpression_ood: float = 0.3  # OOD validation and test, as in the authors' data
+
+    def __post_init__(self):
+        check_values(self)
 
 
 def evaluate(tree) -> int:
@@ -122,9 +126,14 @@ def drawn_counts(plan: SplitPlan) -> dict[int, int]:
     return balanced_counts(plan.size, depths, lambda d: distinct_at(d) * 3 // 4) if depths else {}
 
 
+def probe(config: ArithmeticConfig) -> Task:
+    """The task without its data: what a model is built from."""
+    return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits={}, kind="sequence_classification")
+
+
 def build(config: ArithmeticConfig) -> Task:
     splits = depth_splits(config, functools.partial(make_drawer, config), drawn_counts, listed_samples)
-    return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits=splits, kind="sequence_classification")
+    return dataclasses.replace(probe(config), splits=splits)
 
 
 def load(config: ArithmeticConfig) -> Task:

@@ -23,6 +23,40 @@ SPECIAL_TOKENS = [PAD, BOS, EOS]
 GENERATOR_VERSION = 5
 
 
+ZERO_ALLOWED = {"seed", "validation_combinations"}
+
+
+def check_values(config) -> None:
+    """Values no generator can take, as ValueError naming the key, by the same rules for every task:
+    sizes and counts positive, probabilities (p_*) in [0, 1), depth ranges (lo, hi) with 1 <= lo <= hi,
+    flags booleans, named choices (field metadata) respected; then the config's own `check()`."""
+    for f in dataclasses.fields(config):
+        key, value, hint = f.name, getattr(config, f.name), str(f.type)
+        if value is None and "None" in hint:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if "choices" in f.metadata:
+            ok, want = value in f.metadata["choices"], f"one of {', '.join(f.metadata['choices'])}"
+        elif hint == "bool":
+            ok, want = isinstance(value, bool), "true or false"
+        elif hint.startswith("tuple[int, int]"):
+            ok = isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value) and 1 <= value[0] <= value[1]
+            want = "[low, high] with 1 <= low <= high"
+        elif hint.startswith("tuple"):
+            ok, want = isinstance(value, tuple) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value), "a list of positive integers"
+        elif hint.startswith("int"):
+            ok = number and float(value).is_integer() and (value >= 0 if key in ZERO_ALLOWED else value > 0)
+            want = "a non-negative integer" if key in ZERO_ALLOWED else "a positive integer"
+        elif hint.startswith("float") and key.startswith("p_"):
+            ok, want = number and 0 <= value < 1, "a probability in [0, 1)"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{key}: must be {want}, got {value!r}")
+    if hasattr(config, "check"):
+        config.check()
+
+
 @dataclass
 class Split:
     """The arrays of one split, all with the same first dimension. Which arrays exist depends on the
@@ -198,6 +232,10 @@ def store(path: Path, task: Task) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
     os.close(fd)
     np.savez(tmp, **arrays)
+    # mkstemp makes the file 0600; a cache shared by a team needs the mode a plain open() gives.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
 
 

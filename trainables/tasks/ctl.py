@@ -6,11 +6,12 @@ function applications; splits are disjoint by depth: train 1-5, OOD validation 6
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Task, balanced_counts, cached, draw_unique, pack_split
+from .base import SPECIAL_TOKENS, Task, balanced_counts, cached, check_values, draw_unique, pack_split
 
 N_SYMBOLS = 8
 N_FUNCTIONS = 9
@@ -20,13 +21,16 @@ FUNCTIONS = [chr(ord("a") + i) for i in range(N_FUNCTIONS)]
 
 @dataclass(frozen=True)
 class CTLConfig:
-    direction: str = "forward"  # or "backward"
+    direction: str = field(default="forward", metadata={"choices": ("forward", "backward")})
     seed: int = 0
     train_size: int = 53_704  # the paper's train set size
     eval_size: int = 1000
     train_depths: tuple[int, int] = (1, 5)
     ood_valid_depths: tuple[int, int] = (6, 8)
     test_depths: tuple[int, int] = (9, 10)
+
+    def __post_init__(self):
+        check_values(self)
 
 
 def make_tables(rng: np.random.Generator) -> np.ndarray:
@@ -44,10 +48,14 @@ def proportional(counts: dict[int, int], size: int) -> dict[int, int]:
     return out
 
 
+def probe(config: CTLConfig) -> Task:
+    """The task without its data: what a model is built from."""
+    return Task(name=f"ctl_{config.direction}", vocab=SPECIAL_TOKENS + SYMBOLS + FUNCTIONS, classes=SYMBOLS, splits={},
+                kind="sequence_classification")
+
+
 def build(config: CTLConfig) -> Task:
-    if config.direction not in ("forward", "backward"):
-        raise ValueError(f"direction must be 'forward' or 'backward', got {config.direction!r}")
-    vocab = SPECIAL_TOKENS + SYMBOLS + FUNCTIONS
+    vocab = probe(config).vocab
     sym_id = {s: vocab.index(s) for s in SYMBOLS}
     fn_id = {f: vocab.index(f) for f in FUNCTIONS}
     rng = np.random.default_rng(config.seed)
@@ -94,7 +102,7 @@ def build(config: CTLConfig) -> Task:
     splits["iid_valid"] = make_split(proportional(train_counts, config.eval_size))
     splits["ood_valid"] = make_split(balanced(config.ood_valid_depths, config.eval_size))
     splits["test"] = make_split(balanced(config.test_depths, config.eval_size))
-    return Task(name=f"ctl_{config.direction}", vocab=vocab, classes=SYMBOLS, splits=splits, kind="sequence_classification")
+    return dataclasses.replace(probe(config), splits=splits)
 
 
 def load(config: CTLConfig) -> Task:

@@ -20,12 +20,13 @@ paper's numbers; the authors' code counts levels and writes these as 2-6, 7 and 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, SplitPlan, Task, cached, depth_splits
+from .base import SPECIAL_TOKENS, SplitPlan, Task, cached, check_values, depth_splits
 
 OPERATIONS = ["SM", "MIN", "MAX", "MED"]
 DIGITS = [str(i) for i in range(10)]
@@ -43,6 +44,9 @@ class ListOpsConfig:
     max_length: int = 50  # tokens plus operations, the authors' rule
     max_args: int = 5
     p_sublist: float = 0.3
+
+    def __post_init__(self):
+        check_values(self)
 
 
 def selected(op: str, values: list[int]) -> list[int]:
@@ -150,9 +154,14 @@ def make_drawer(config: ListOpsConfig, plan: SplitPlan, rng: np.random.Generator
     return draw_at
 
 
+def probe(config: ListOpsConfig) -> Task:
+    """The task without its data: what a model is built from."""
+    return Task(name="listops", vocab=VOCAB, classes=DIGITS, splits={}, kind="sequence_classification")
+
+
 def build(config: ListOpsConfig) -> Task:
     splits = depth_splits(config, functools.partial(make_drawer, config))
-    return Task(name="listops", vocab=VOCAB, classes=DIGITS, splits=splits, kind="sequence_classification")
+    return dataclasses.replace(probe(config), splits=splits)
 
 
 def load(config: ListOpsConfig) -> Task:

@@ -21,13 +21,14 @@ without seeing a test combination.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Split, Task, cached
+from .base import Split, Task, cached, check_values
 
 # The authors' alpha_s (drawn from U(-1, 1) once), in search order; S searches use the first S.
 ALPHAS = (-0.71347752, -0.6062312, 0.66062073, -0.61213017, -0.82631877, 0.75908621, -0.36274866, 0.84383333)
@@ -45,6 +46,18 @@ class RetrievalConfig:
     eval_size: int = 5000  # sets per validation/test split
     in_distribution: bool = False  # train and test on every combination
     validation_combinations: int = 0  # training combinations moved to a validation set disjoint from the test one
+
+    def __post_init__(self):
+        check_values(self)
+
+    def check(self) -> None:
+        if self.searches > len(ALPHAS):
+            raise ValueError(f"searches: at most {len(ALPHAS)} (the authors' fixed alphas), got {self.searches}")
+        if self.n_objects < 2:
+            raise ValueError(f"n_objects: a search needs another object, got {self.n_objects}")
+        training = int(TRAIN_FRACTION * self.retrievals**self.searches)
+        if self.validation_combinations and self.validation_combinations >= training:
+            raise ValueError(f"validation_combinations: must leave training some of its {training} combinations, got {self.validation_combinations}")
 
 
 def combinations(config: RetrievalConfig) -> list[tuple[int, ...]]:
@@ -82,8 +95,6 @@ def split_combinations(config: RetrievalConfig) -> dict[str, list[tuple[int, ...
 
 
 def alphas(config: RetrievalConfig) -> np.ndarray:
-    if config.searches > len(ALPHAS):
-        raise ValueError(f"searches: at most {len(ALPHAS)} (the authors' fixed alphas), got {config.searches}")
     return np.asarray(ALPHAS[: config.searches], dtype=np.float64)
 
 
@@ -111,6 +122,12 @@ def make_split(config: RetrievalConfig, rng: np.random.Generator, combos: list, 
     })
 
 
+def probe(config: RetrievalConfig) -> Task:
+    """The task without its data: what a model is built from."""
+    n_features = config.searches + config.retrievals + config.searches * config.retrievals
+    return Task(name="contextual_retrieval", kind="set_regression", splits={}, n_features=n_features)
+
+
 def build(config: RetrievalConfig) -> Task:
     rng = np.random.default_rng(config.seed)
     combos = split_combinations(config)
@@ -121,8 +138,7 @@ def build(config: RetrievalConfig) -> Task:
         "ood_valid": make_split(config, rng, combos["ood_valid"], config.eval_size, ood=ood),
         "test": make_split(config, rng, combos["test"], config.eval_size, ood=ood),
     })
-    n_features = config.searches + config.retrievals + config.searches * config.retrievals
-    return Task(name="contextual_retrieval", kind="set_regression", splits=splits, n_features=n_features)
+    return dataclasses.replace(probe(config), splits=splits)
 
 
 def draw_batch(config: RetrievalConfig, rng: np.random.Generator, size: int) -> Split:
