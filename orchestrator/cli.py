@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -184,6 +185,37 @@ def cmd_report(args) -> int:
     return 1 if regressions else 0
 
 
+def cmd_list(args) -> int:
+    """What a researcher can name in a file or on the command line, without importing Ray."""
+    from trainables.config import preset_models
+    from trainables.models import MODELS
+    from trainables.tasks import TASKS
+    from trainables.tasks.base import SCORES_OF_KIND
+
+    if args.what == "tasks":
+        for name, spec in TASKS.items():
+            options = ", ".join(f.name for f in dataclasses.fields(spec.config))
+            print(f"{name:22s} {spec.kind:24s} scores {'/'.join(SCORES_OF_KIND[spec.kind]):16s} options: {options}")
+    elif args.what == "models":
+        for name, spec in MODELS.items():
+            print(f"{name:24s} {', '.join(spec.task_kinds):42s} {spec.description}")
+    elif args.what == "presets":
+        for task, models in preset_models().items():
+            print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
+    else:
+        from .locks import driver_alive
+
+        folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
+        if not folders:
+            print(f"no launches in {args.storage_path}/")
+        for path in folders:
+            state = json.loads(path.read_text())  # launch.LaunchState's file, read without importing Ray
+            alive = driver_alive(path.parent)
+            shown = "running" if alive else ("driver gone" if state["state"] == "running" else state["state"])
+            print(f"{state['launch_id']:48s} {shown:12s} {state['experiment']:28s} {state['spec_file']}")
+    return 0
+
+
 def describe_study(study) -> str:
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
@@ -219,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan; launch nothing")
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("list", help="the tasks, models and presets one can name, or the launches under --storage-path")
+    p.add_argument("what", choices=["tasks", "models", "presets", "launches"])
+    p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
+    p.set_defaults(func=cmd_list)
 
     for name, func, text in [
         ("resume", cmd_resume, "continue a launch whose driver stopped"),

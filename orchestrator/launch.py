@@ -27,6 +27,7 @@ import yaml
 from . import tracking
 from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
 from .spec import Pair, Study, load_study
+from .locks import driver_alive
 from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
@@ -84,20 +85,6 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
     if not launches:
         raise FileNotFoundError(f"no launches under {storage_path}/")
     return launches[-1].parent.resolve()
-
-
-def driver_alive(launch_dir: Path) -> bool:
-    """Whether a driver on this machine holds the launch's lock (a dead driver's lock is released)."""
-    lock = launch_dir / "driver.lock"
-    if not lock.exists():
-        return False
-    with open(lock) as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
 
 
 def run_trial(config: dict, bases: dict, cpus: float) -> None:

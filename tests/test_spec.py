@@ -197,3 +197,18 @@ def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
     out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--launch-id", "../../elsewhere", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --launch-id: '../../elsewhere' must be")
     assert not any(tmp_path.glob("**/elsewhere"))
+
+
+def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
+    from orchestrator import cli
+
+    for what, expected in (("tasks", "copy                   sequence_to_sequence     scores token_acc/seq_acc"),
+                           ("models", "panm "), ("presets", "ctl/ndr")):
+        assert cli.main(["list", what]) == 0
+        assert expected in capsys.readouterr().out
+    launch = tmp_path / "runs" / "smoke-1"
+    launch.mkdir(parents=True)
+    (launch / "launch.json").write_text('{"launch_id": "smoke-1", "state": "running", "experiment": "smoke", "spec_file": "s.yaml"}')
+    assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.split()[:3] == ["smoke-1", "driver", "gone"]  # "running" in the file, but no driver holds its lock

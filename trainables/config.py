@@ -136,6 +136,11 @@ def _preset_files() -> tuple[dict, ...]:
     return tuple(yaml.safe_load(p.read_text()) for p in sorted(folder.iterdir()) if p.name.endswith(".yaml"))
 
 
+def preset_models() -> dict[str, list[str]]:
+    """Every task that has presets -> the models they cover (`orchestrator train task/model`)."""
+    return {task: list(data["models"]) for data in _preset_files() for task in data.get("tasks") or [data["task"]]}
+
+
 def presets(task: str) -> dict[str, Any]:
     """The papers' hyperparameters for one task, from the file in trainables/presets/ whose `task`
     is it or whose `tasks` list it (its per-task `overrides` under "overrides")."""
