@@ -217,14 +217,16 @@ def cmd_list(args) -> int:
 
 
 def describe_study(study) -> str:
+    from .tracking import redact
+
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
         lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
-                 f"{study.budget.max_concurrent} at a time; MLflow {study.tracking.uri}"]
+                 f"{study.budget.max_concurrent} at a time; MLflow {redact(study.tracking.uri)}"]
         lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells)" for p, n in zip(study.pairs, cells)]
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
-                 f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {study.tracking.uri}"]
+                 f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
         lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}" for p in study.pairs]
     lines.append(f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one")
     lines += [f"  skipped (incompatible): {s}" for s in study.skipped]

@@ -170,7 +170,7 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).read()
         except OSError as e:
-            raise TrackingError(f"cannot reach tracking server {uri}: {getattr(e, 'reason', e)}") from None
+            raise TrackingError(f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}") from None
         return
     import sqlalchemy
 
@@ -181,7 +181,7 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
         engine.dispose()
     except Exception as e:  # driver errors differ per database; all mean "unreachable"
         first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
-        raise TrackingError(f"cannot reach {uri}: {first_line}") from None
+        raise TrackingError(f"cannot reach {redact(uri)}: {first_line}") from None
 
 
 def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:

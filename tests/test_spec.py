@@ -212,3 +212,12 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.split()[:3] == ["smoke-1", "driver", "gone"]  # "running" in the file, but no driver holds its lock
+
+
+def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
+    """The local PostgreSQL trusts every login, so a planted password connects and must not show."""
+    secret = "planted-Pa55word"
+    for uri in (f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test", f"postgresql+psycopg://postgres:{secret}@127.0.0.1:1/test"):
+        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
+        assert out.returncode in (0, 2) and "postgres:***@127.0.0.1" in out.stdout + out.stderr
+        assert secret not in out.stdout + out.stderr
