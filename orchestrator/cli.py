@@ -74,11 +74,13 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
             study.storage.validate()
         except ValueError as e:
             raise UsageError(f"--storage: {e}") from None
-    study.tracking.uri = normalize_store(tracking_uri or study.tracking.uri)
+    from_env = os.environ.get("MLFLOW_TRACKING_URI")
+    # The flag, then the environment (where a password can stay out of files and command lines), then the file.
+    study.tracking.uri = normalize_store(tracking_uri or from_env or study.tracking.uri)
     try:
         check_store(study.tracking.uri)
     except TrackingError as e:
-        where = "--tracking-uri" if tracking_uri else f"{spec_file}: tracking.uri"
+        where = "--tracking-uri" if tracking_uri else ("MLFLOW_TRACKING_URI" if from_env else f"{spec_file}: tracking.uri")
         raise UsageError(f"{where}: {e}") from None
     return study, Path(spec_file).read_text()
 
@@ -125,10 +127,17 @@ def cmd_resume(args) -> int:
 def load_state(args):
     from . import launch
 
+    from .tracking import TrackingError, reveal
+
     try:
-        return launch.LaunchState.load(launch.find_launch(args.storage_path, args.launch))
+        state = launch.LaunchState.load(launch.find_launch(args.storage_path, args.launch))
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
+    try:
+        reveal(state.tracking_uri)
+    except TrackingError as e:
+        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
+    return state
 
 
 def cmd_status(args) -> int:

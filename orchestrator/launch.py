@@ -401,8 +401,12 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> La
     launch_dir = (Path(study.storage_path) / launch_id).resolve()
     launch_dir.mkdir(parents=True, exist_ok=True)
     uri = tracking.normalize_store(study.tracking.uri)
-    parent = tracking.open_launch(uri, study.experiment, launch_id, str(study.path), spec_text)
-    state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, uri, parent,
+    # The password stays in this process's memory (tracking.reveal); every record of the launch
+    # (launch.json, Tune's pickles, MLflow) holds the redacted URI and the redacted file.
+    stored_uri = tracking.remember(uri)
+    spec_text = tracking.redact_text(spec_text, uri)
+    parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text)
+    state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
                         storage=dataclasses.asdict(study.storage.resolved()))
     state.save()
     return state

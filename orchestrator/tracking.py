@@ -50,6 +50,37 @@ def redact(uri: str) -> str:
     return uri.replace(f":{parts.password}@", ":***@", 1)
 
 
+_FULL_URIS: dict[str, str] = {}  # redacted -> full, for this process only
+
+
+def remember(uri: str) -> str:
+    """Keep `uri`'s password in this process's memory; returns the URI to store (redacted)."""
+    _FULL_URIS[redact(uri)] = uri
+    return redact(uri)
+
+
+def reveal(uri: str) -> str:
+    """The URI to connect with. A password is never stored (launch.json, pickles, MLflow): where a
+    stored URI has one redacted, the full URI is the one this process launched with, or the one
+    in MLFLOW_TRACKING_URI (for resume, status and reports)."""
+    if ":***@" not in uri:
+        return uri
+    if uri in _FULL_URIS:
+        return _FULL_URIS[uri]
+    full = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if full and redact(normalize_store(full)) == uri:
+        return normalize_store(full)
+    raise TrackingError(f"{uri}: its password is not stored; set MLFLOW_TRACKING_URI to this URI with its password")
+
+
+def redact_text(text: str, uri: str) -> str:
+    """`text` (a search-space file) with the password of `uri`, if any, replaced by ***."""
+    from urllib.parse import urlsplit
+
+    password = urlsplit(uri).password
+    return text.replace(password, "***") if password else text
+
+
 def transient(error: BaseException) -> bool:
     """Whether an error means "the store is unreachable right now" (worth retrying) rather than a
     request it refused."""
@@ -105,7 +136,7 @@ class RetryingClient:
     def __init__(self, uri: str):
         from mlflow.tracking import MlflowClient
 
-        self._client, self._uri = MlflowClient(tracking_uri=uri), uri
+        self._client, self._uri = MlflowClient(tracking_uri=reveal(uri)), redact(uri)
 
     def __getattr__(self, name):
         return retried(getattr(self._client, name), f"tracking store {redact(self._uri)}")
@@ -113,7 +144,7 @@ class RetryingClient:
 
 def search_storage(uri: str, launch_dir: Path):
     """The Optuna storage of a launch (see search_store), its calls retried like MLflow's."""
-    url, engine_kwargs = search_store(uri, launch_dir)
+    url, engine_kwargs = search_store(reveal(uri), launch_dir)
     return ReconnectingRDBStorage(url, engine_kwargs=engine_kwargs)
 
 
@@ -127,6 +158,12 @@ def _reconnecting_rdb_storage():
         is unreachable: a connection the server dropped mid-call is replaced (pool_pre_ping covers
         idle ones). That includes private ones such as `_get_trials`, which Optuna's cache calls
         directly when TPE samples; those taking a caller's session are left to the caller."""
+
+        def __getstate__(self):  # Tune pickles the searcher, and with it this storage: no password
+            return super().__getstate__() | {"url": redact(self.url)}
+
+        def __setstate__(self, state):
+            super().__setstate__(state | {"url": reveal(state["url"])})
 
     for name, method in vars(optuna.storages.RDBStorage).items():
         if not inspect.isfunction(method) or name.startswith("__"):
@@ -157,6 +194,7 @@ def normalize_store(uri: str) -> str:
 
 def check_store(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast, before anything launches, if the tracking store cannot be reached."""
+    uri = reveal(uri)
     if uri.startswith("sqlite:///"):
         parent = Path(uri[len("sqlite:///"):]).resolve().parent
         try:

@@ -304,3 +304,36 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     compared = orchestrator("report", "second", "--storage-path", str(tmp_path / "runs"), "--compare", "previous", cwd=tmp_path)
     assert "(was " in (tmp_path / "runs" / "second" / "report" / "report.md").read_text()
     assert "REGRESSION" not in compared.stdout  # same code, same seeds: same numbers
+
+
+def test_a_planted_password_is_in_no_file_record_or_output(tmp_path):
+    """A launch (a search, so Optuna's storage is pickled too) with a password in --tracking-uri, then
+    status: the password is in none of the files the launch wrote, not in the store, not in the output.
+    The local PostgreSQL trusts every login, so the planted password is accepted."""
+    import psycopg
+
+    secret = "Planted-S3cret-pw"
+    database = f"sysgen_secret_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    uri = f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/{database}"
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        path = spec(work, "sqlite:///unused.db", trials=2)
+        outputs = [orchestrator("launch", str(path), "--tracking-uri", uri, cwd=work)]
+        refused = orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, check=False)
+        assert refused.returncode == 2 and "set MLFLOW_TRACKING_URI" in refused.stderr, refused.stderr
+        outputs += [refused, orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]
+        assert "tiny__ndr" in outputs[-1].stdout
+        for out in outputs:
+            assert secret not in out.stdout + out.stderr
+        written = [p for p in work.rglob("*") if p.is_file()]
+        assert any(p.name == "launch.json" for p in written) and any(".pkl" in p.name for p in written)
+        assert [p for p in written if secret.encode() in p.read_bytes()] == []
+        dump = subprocess.run(["pg_dump", "-h", "127.0.0.1", "-U", "postgres", database], capture_output=True, text=True, check=True).stdout
+        assert "search_space.yaml" in dump or "launch_id" in dump  # the store holds the launch...
+        assert secret not in dump  # ...and not the password
+    finally:
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")

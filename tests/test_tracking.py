@@ -4,6 +4,8 @@ tested here are too brief to hit reliably by killing a process.)"""
 import pickle
 from types import SimpleNamespace
 
+import pytest
+
 from mlflow.tracking import MlflowClient
 
 from orchestrator import tracking
@@ -104,3 +106,19 @@ def test_evaluations_the_dead_driver_never_logged_are_replayed_from_the_checkpoi
     second_driver.on_trial_result(0, [], a, {**result(40, 1.0 / 40), tracking.REPLAY_KEY: history})
     logged = MlflowClient(uri).get_metric_history(first_driver.runs["a"], "loss")
     assert [(m.step, m.value) for m in logged] == [(step, 1.0 / step) for step in (10, 20, 30, 40)]
+
+
+def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_environment(monkeypatch):
+    uri = "postgresql+psycopg://mlflow:s3cr3t@db:5432/runs"
+    text = "tracking: {uri: 'postgresql+psycopg://mlflow:s3cr3t@db:5432/runs'}\n"
+    assert tracking.redact_text(text, uri) == "tracking: {uri: 'postgresql+psycopg://mlflow:***@db:5432/runs'}\n"
+    monkeypatch.setattr(tracking, "_FULL_URIS", {})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    stored = tracking.redact(uri)
+    with pytest.raises(tracking.TrackingError, match="set MLFLOW_TRACKING_URI"):
+        tracking.reveal(stored)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert tracking.reveal(stored) == uri
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert tracking.remember(uri) == stored and tracking.reveal(stored) == uri
+    assert tracking.reveal("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
