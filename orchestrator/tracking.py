@@ -258,11 +258,20 @@ def warm_up(uri: str) -> None:
     client(uri).search_experiments(max_results=1)
 
 
+def artifact_root(uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside a SQLite store (`<folder>/mlartifacts`),
+    not in ./mlruns of whatever folder the command ran in; a SQL server's or tracking server's own
+    default elsewhere."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
+    return None
+
+
 def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str) -> str:
     """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its id."""
     mlflow = client(uri)
     exp = mlflow.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment)
+    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
     found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'launch'")
     if found:
         mlflow.update_run(found[0].info.run_id, status="RUNNING")

@@ -12,7 +12,6 @@ from orchestrator import tracking
 
 
 def tracker_with_parent(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the launch's artifacts go to ./mlruns
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
     return uri, tracking.TrialTracker(uri, parent, "launch-1", {"tiny__ndr": {"model": "ndr", "n_iters": 20}}, {"tiny__ndr": {"model": "ndr"}})
@@ -122,3 +121,14 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert tracking.remember(uri) == stored and tracking.reveal(stored) == uri
     assert tracking.reveal("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_folder(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    (tmp_path / "store").mkdir()
+    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
+    assert (tmp_path / "store" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
+    assert MlflowClient(uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
