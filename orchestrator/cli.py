@@ -85,6 +85,27 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     return study, Path(spec_file).read_text()
 
 
+def check_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT cluster must answer within seconds (Ray itself retries for minutes)."""
+    import socket
+
+    if not address or address in ("auto", "local") or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--address: no Ray cluster answers at {address} within {timeout_s:.0f} s ({e})") from None
+
+
+def check_writable(folder: Path, where: str) -> None:
+    from .tracking import unwritable
+
+    problem = unwritable(folder)
+    if problem:
+        raise UsageError(f"{where}: cannot create launch folders in {folder} ({problem})")
+
+
 def cmd_launch(args) -> int:
     from . import launch
 
@@ -95,6 +116,8 @@ def cmd_launch(args) -> int:
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
     study, text = validated(args.file, args.tracking_uri, args.storage)
+    check_address(args.address)
+    check_writable(Path(study.storage_path), f"{args.file}: storage_path")
     print(describe_study(study), flush=True)
     if args.dry_run:
         return 0

@@ -192,21 +192,37 @@ def normalize_store(uri: str) -> str:
     return uri
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why `folder` cannot be made or written (judged by its nearest existing ancestor), or None."""
+    existing = folder.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not a writable folder"
+    return None
+
+
 def check_store(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast, before anything launches, if the tracking store cannot be reached."""
     uri = reveal(uri)
     if uri.startswith("sqlite:///"):
         parent = Path(uri[len("sqlite:///"):]).resolve().parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise TrackingError(f"cannot create the SQLite store's folder {parent}: {e.strerror}") from None
+        problem = unwritable(parent)
+        if problem:  # the folder itself is made at launch, once everything has been checked
+            raise TrackingError(f"cannot create the SQLite store in {parent}: {problem}")
         return
     if uri.startswith(("http://", "https://")):
         import urllib.request
 
+        import urllib.error
+
         try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).read()
+            # Not /health, which MLflow exempts from its host check: an API call answers as a launch's will.
+            urllib.request.urlopen(uri.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", timeout=timeout_s).read()
+        except urllib.error.HTTPError as e:
+            if e.code == 403 or e.code >= 500:  # 404: no such experiment, but the server answered
+                answer = e.read().decode(errors="replace").strip().splitlines()[:1]
+                raise TrackingError(f"tracking server {redact(uri)} refuses requests: {e.code} {' '.join(answer)}") from None
         except OSError as e:
             raise TrackingError(f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}") from None
         return
@@ -255,6 +271,8 @@ def code_version() -> str:
 
 def warm_up(uri: str) -> None:
     """Open the store once (imports, connection, a new store's tables), writing no run."""
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     client(uri).search_experiments(max_results=1)
 
 

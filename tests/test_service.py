@@ -234,7 +234,8 @@ def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
         port = s.getsockname()[1]
     mlflow_bin = str(Path(sys.executable).parent / "mlflow")
     server = subprocess.Popen([mlflow_bin, "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], cwd=tmp_path,  # its ./mlartifacts
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                               "--allowed-hosts", f"127.0.0.1:{port}"], cwd=tmp_path,  # its ./mlartifacts
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -248,6 +249,10 @@ def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
                     raise
                 time.sleep(1)
         path = spec(tmp_path, uri, trials=2)
+        # The server's host check refuses "localhost": the dry run says so (/health would not have).
+        refused = orchestrator("launch", str(path), "--dry-run", "--tracking-uri", f"http://localhost:{port}", cwd=tmp_path, check=False)
+        assert refused.returncode == 2 and "refuses requests: 403 Invalid Host header" in refused.stderr, refused.stderr
+        assert not (tmp_path / "runs").exists()
         orchestrator("launch", str(path), cwd=tmp_path)
         check_store_contents(uri, path, trials=2)
         page = urllib.request.urlopen(uri + "/", timeout=10).read().decode()

@@ -221,3 +221,13 @@ def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
         assert out.returncode in (0, 2) and "postgres:***@127.0.0.1" in out.stdout + out.stderr
         assert secret not in out.stdout + out.stderr
+
+
+def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):
+    out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", "127.0.0.1:1", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", cwd=tmp_path)
+    assert out.returncode == 2 and "storage_path: cannot create launch folders" in out.stderr
+    assert not (tmp_path / "runs").exists()
