@@ -178,14 +178,22 @@ def cmd_status(args) -> int:
         where = f"{state.state}; continue with: orchestrator resume {state.dir}"
     else:
         where = state.state
+    from trainables.tasks import TASKS, task_config
+
+    from .launch import trial_budget
+
     print(f"launch {state.launch_id} ({state.dir}): {where}")
-    print(f"{study.metric}, {study.mode}; budget {study.budget.trials} trials per pair")
-    print(f"{'pair':40s} {'done':>5s} {'running':>8s} {'failed':>7s} {'best':>8s} {'test@best':>10s}")
+    kind = "grid cells x seeds" if study.is_ablation else "trials"
+    print(f"{study.metric}, {study.mode}")
+    print(f"{'pair':40s} {'done':>5s} {'stopped':>8s} {'running':>8s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
     for pair in study.pairs:
-        s = summaries.get(pair.name, {"done": 0, "running": 0, "failed": 0, "best": None})
+        s = summaries.get(pair.name, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(f"{pair.name:40s} {s['done']:5d} {s['running']:8d} {s['failed']:7d} {best:>8s} {test:>10s}")
+        chance = TASKS[pair.task.task].probe(task_config(pair.task.task, pair.task.options)).chance
+        print(f"{pair.name:40s} {s['done']:5d} {s['stopped']:8d} {s['running']:8d} {s['failed']:7d} {trial_budget(study, pair):4d} "
+              f"{best:>8s} {test:>10s}  {chance}")
+    print(f"('stopped': ended early by ASHA; 'of': the pair's {kind})")
     return 0
 
 

@@ -479,11 +479,12 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
     out: dict[str, dict] = {}
     for run in launch_trial_runs(uri, experiment, launch_id):
         pair = run.data.tags.get("pair", "?")
-        entry = out.setdefault(pair, {"done": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        entry = out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
         status = run.data.tags.get(STATUS_TAG, "running")
         if status == "lost":  # replaced by another trial on resume
             continue
-        entry["running" if status in ("running", "interrupted") else "failed" if status in ("failed", "diverged") else "done"] += 1
+        kind = {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}
+        entry[kind.get(status, "done")] += 1
         value = run.data.metrics.get(metric)
         if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),

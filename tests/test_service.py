@@ -278,8 +278,9 @@ def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     assert f"best_ood_valid_l1 = {lowest:.4f}" in best_text  # the minimum, since mode is min
     assert yaml.safe_load(best_text)["config"]["model"] == "transformer_compositional"
     status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
-    test_at_best = [line.split()[-1] for line in status.splitlines() if line.startswith("cr__")]
-    assert len(test_at_best) == 2 and "-" not in test_at_best  # the L1 test score is shown, not "-"
+    rows = [line.split() for line in status.splitlines() if line.startswith("cr__")]
+    assert len(rows) == 2 and all(row[7] != "-" for row in rows)  # the L1 test score is shown, not "-"
+    assert all(" ".join(row[8:]) == "predicting zero: rel_l1 1.0" for row in rows)  # and what chance scores
 
     copy = spec(tmp_path, uri, trials=1, models=("panm",), space={"lr": {"loguniform": [1e-4, 1e-3]}}, metric="best_ood_valid_token_acc",
                 tasks=[{"task": "copy", "options": {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}}],

@@ -130,6 +130,13 @@ class Task:
         return SCORES_OF_KIND[self.kind]
 
     @property
+    def chance(self) -> str:
+        """What guessing scores on the task's first score, in words (a status line's yardstick)."""
+        if self.kind == "set_regression":
+            return "predicting zero: rel_l1 1.0"
+        return f"uniform guess: {1 / self.n_classes:.3f}"
+
+    @property
     def test_splits(self) -> list[str]:
         return [s for s in self.splits if s.startswith("test")]
 
