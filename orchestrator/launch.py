@@ -13,6 +13,7 @@ import concurrent.futures
 import dataclasses
 import fcntl
 import json
+import logging
 import math
 import os
 import signal
@@ -28,6 +29,7 @@ from . import tracking
 from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
 from .spec import Pair, Study, load_study
 from .locks import driver_alive
+from .progress import ProgressLines
 from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
@@ -96,6 +98,7 @@ def run_trial(config: dict, bases: dict, cpus: float) -> None:
     from trainables.config import parse_trial_config
     from trainables.train import pick_device, train
 
+    logging.getLogger("ray.train").setLevel(logging.WARNING)  # a line per checkpoint drowns the progress lines
     own = {k: v for k, v in config.items() if k != PAIR_KEY}
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own})
     cfg.threads = max(1, int(cpus))
@@ -120,7 +123,7 @@ def run_trial(config: dict, bases: dict, cpus: float) -> None:
             (Path(d) / "history.json").write_text(json.dumps(history))
             tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    train(cfg, report=report, resume_state=resume_state)
+    train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (progress.py)
 
 
 def newest_existing_checkpoint(result):
@@ -276,13 +279,15 @@ def run_config(study: Study, state: LaunchState):
     return tune.RunConfig(
         name=name, storage_path=storage_path, storage_filesystem=fs,
         callbacks=[tracking.TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id,
-                                         {p.name: p.base for p in study.pairs}, tags)],
+                                         {p.name: p.base for p in study.pairs}, tags),
+                   ProgressLines(study.metric, study.mode, {p.name: trial_budget(study, p) for p in study.pairs},
+                                 {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs})],
         # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
         # named one gone falls back to the newest that exists (newest_existing_checkpoint).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
         # A trial whose node dies (or whose process fails) starts again from its last checkpoint.
         failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
-        verbose=1,
+        verbose=0,  # progress.ProgressLines prints instead of Tune's tables
     )
 
 
@@ -334,6 +339,12 @@ def execute(state: LaunchState, address: str | None) -> int:
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(slots))
     # A snapshot after every checkpoint is what keeps resume exact; Tune warns about it each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Tune's console (its boxes, tables and TensorBoard hint) off: progress.ProgressLines prints.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
           f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
     fs, storage_path, name = experiment_location(state)
@@ -388,6 +399,7 @@ def execute(state: LaunchState, address: str | None) -> int:
         state.save()
     for path in written:
         print(f"[launch] wrote {path}", flush=True)
+    print_summary(state, study)
     if results.num_errors:
         print(f"[launch] {results.num_errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag",
               flush=True)
@@ -410,6 +422,24 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> La
                         storage=dataclasses.asdict(study.storage.resolved()))
     state.save()
     return state
+
+
+def print_summary(state: LaunchState, study: Study) -> None:
+    """The launch's answer per pair, beside what chance scores, and what to run next."""
+    from trainables.tasks import TASKS, task_config
+
+    summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+    print(f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):", flush=True)
+    for pair in study.pairs:
+        s = summaries.get(pair.name, {})
+        best = "-" if s.get("best") is None else f"{s['best']:.4f}"
+        test = "-" if s.get("test") is None else f"{s['test']:.4f}"
+        chance = TASKS[pair.task.task].probe(task_config(pair.task.task, pair.task.options)).chance
+        print(f"  {pair.name:40s} best {best}  test {test}  ({chance}; {s.get('done', 0)} done, "
+              f"{s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
+    later = f"orchestrator report {state.dir}" if study.is_ablation else f"orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}"
+    print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
+          f"{state.tracking_uri}", flush=True)
 
 
 def write_best(state: LaunchState) -> list[Path]:

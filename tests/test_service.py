@@ -87,6 +87,15 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     path = spec(tmp_path, uri, trials=8, concurrent=8, cpu=0.25)
     out = orchestrator("launch", str(path), cwd=tmp_path)
     assert "best/tiny__ndr.yaml" in out.stdout
+    # The console: one line per evaluation (8 trials x 2), overall lines, a summary; no Tune table
+    # or box, no per-checkpoint line, no traceback.
+    lines = out.stdout.splitlines()
+    assert sum(1 for line in lines if line.startswith("[tiny__ndr trial ")) == 8 * 2
+    assert any(line.startswith("[launch] pairs done 1/1, trials ended 8/8") for line in lines)
+    assert any(line.startswith("  tiny__ndr ") and "uniform guess: 0.125" in line for line in lines)
+    assert any(line.startswith("[launch] next: orchestrator status ") for line in lines)
+    for noise in ("Trial status", "│", "╭", "Checkpoint successfully created", "tensorboard", "Traceback"):
+        assert noise not in out.stdout + out.stderr, noise
     children = check_store_contents(uri, path, trials=8)
     # Eight trials asked to run together did run together: their MLflow runs overlap in time.
     spans = sorted((r.info.start_time, r.info.end_time) for r in children)
