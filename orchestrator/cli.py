@@ -51,7 +51,8 @@ def cmd_train(args) -> int:
     from trainables.train import train
 
     metrics = train(cfg)
-    print(json.dumps(metrics, indent=2, sort_keys=True))
+    # The final metrics as JSON (other tools read it), rounded to what a reader compares.
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}, indent=2, sort_keys=True))
     return 0 if metrics["status"] == "completed" else 1
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
 from .models import build_model
@@ -196,11 +198,16 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed)
     batch_rng = np.random.default_rng(cfg.seed)
+    if log:
+        log(f"[{cfg.task}/{cfg.model}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)")
     task = load_task(cfg.task, cfg.task_options)
     m, kind = task.metric, task.kind
     at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
     next_batch, buckets = batch_source(cfg, task, batch_rng)
     model = make_model(cfg, task).to(device)
+    if log:
+        log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
+            f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
     optimizer = make_optimizer(cfg, model.parameters())
     worst = math.inf if m in LOWER_IS_BETTER else -1.0
     best: dict[str, Any] = {f"best_ood_valid_{m}": worst, "best_iteration": 0}
@@ -243,6 +250,8 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     metrics: dict[str, Any] = {"status": "completed", **best}
     loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
     iteration = start
+    # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
+    bar = tqdm(total=cfg.n_iters, initial=start, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     for iteration in range(start + 1, cfg.n_iters + 1):
         split, index = next_batch()
         batch = batch_tensors(split, index, device)
@@ -266,6 +275,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         loss_sum += loss.item()
         train_sums = add_sums(train_sums, score_sums(kind, out.detach(), batch))
         steps += 1
+        bar.update()
 
         final = iteration == cfg.n_iters
         if iteration % cfg.eval_every == 0 or final:
@@ -290,7 +300,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
                 metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **test_scores(tests, "_final")})
             if log:
-                log(
+                (bar.write if not bar.disable else log)(
                     f"[{cfg.task}/{cfg.model}] it {iteration}/{cfg.n_iters} loss {metrics['loss']:.4f} "
                     f"train {metrics[f'train_{m}']:.3f} iid {iid[m]:.3f} ood {ood[m]:.3f} "
                     f"test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({metrics['steps_per_s']:.1f} it/s)"
@@ -298,4 +308,5 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             if report:
                 report(metrics, snapshot)
             loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
+    bar.close()
     return metrics
