@@ -130,6 +130,7 @@ def cmd_launch(args) -> int:
 
 def cmd_resume(args) -> int:
     from . import launch
+    from .locks import driver_alive
     from .storage import StorageError
     from .tracking import TrackingError, check_store
 
@@ -138,7 +139,7 @@ def cmd_resume(args) -> int:
         check_store(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
-    if launch.driver_alive(state.dir):
+    if driver_alive(state.dir):
         raise UsageError(f"{state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress")
     launch.start_ray(args.address)
     try:
@@ -165,7 +166,7 @@ def load_state(args):
 
 
 def cmd_status(args) -> int:
-    from .launch import driver_alive
+    from .locks import driver_alive
     from .tracking import pair_summaries
 
     state = load_state(args)
@@ -179,8 +180,6 @@ def cmd_status(args) -> int:
         where = f"{state.state}; continue with: orchestrator resume {state.dir}"
     else:
         where = state.state
-    from trainables.tasks import TASKS, task_config
-
     from .launch import trial_budget
 
     print(f"launch {state.launch_id} ({state.dir}): {where}")
@@ -191,9 +190,8 @@ def cmd_status(args) -> int:
         s = summaries.get(pair.name, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        chance = TASKS[pair.task.task].probe(task_config(pair.task.task, pair.task.options)).chance
         print(f"{pair.name:40s} {s['done']:5d} {s['stopped']:8d} {s['running']:8d} {s['failed']:7d} {trial_budget(study, pair):4d} "
-              f"{best:>8s} {test:>10s}  {chance}")
+              f"{best:>8s} {test:>10s}  {pair.chance}")
     print(f"('stopped': ended early by ASHA; 'of': the pair's {kind})")
     return 0
 

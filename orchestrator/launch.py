@@ -28,7 +28,6 @@ import yaml
 from . import tracking
 from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
 from .spec import Pair, Study, load_study
-from .locks import driver_alive
 from .progress import ProgressLines
 from .storage import TrialStorage, check_cluster_sees
 
@@ -426,16 +425,13 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> La
 
 def print_summary(state: LaunchState, study: Study) -> None:
     """The launch's answer per pair, beside what chance scores, and what to run next."""
-    from trainables.tasks import TASKS, task_config
-
     summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
     print(f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):", flush=True)
     for pair in study.pairs:
         s = summaries.get(pair.name, {})
         best = "-" if s.get("best") is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        chance = TASKS[pair.task.task].probe(task_config(pair.task.task, pair.task.options)).chance
-        print(f"  {pair.name:40s} best {best}  test {test}  ({chance}; {s.get('done', 0)} done, "
+        print(f"  {pair.name:40s} best {best}  test {test}  ({pair.chance}; {s.get('done', 0)} done, "
               f"{s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
     later = f"orchestrator report {state.dir}" if study.is_ablation else f"orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}"
     print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "

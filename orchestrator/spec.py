@@ -134,6 +134,11 @@ class Pair:
     def name(self) -> str:
         return f"{self.task.variant}__{self.model}"
 
+    @property
+    def chance(self) -> str:
+        """What guessing scores on the pair's task, in words."""
+        return TASKS[self.task.task].probe(task_config(self.task.task, self.task.options)).chance
+
 
 @dataclass
 class Budget:

@@ -10,7 +10,7 @@ import torch
 from trainables.config import ConfigError, TrainConfig, parse_trial_config, preset, presets
 from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS
-from trainables.tasks.base import SCORE_OF_KIND, SPECIAL_TOKENS, Split, Task
+from trainables.tasks.base import SCORE_OF_KIND, SPECIAL_TOKENS, Task
 from trainables.train import LengthBuckets, ratios, score_sums, train
 
 # A 10-token vocabulary (pad, bos, eos first) and 4 classes, for building models without data.
