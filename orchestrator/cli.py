@@ -11,8 +11,6 @@ from pathlib import Path
 
 import yaml
 
-from trainables.config import ConfigError, parse_trial_config, preset, set_override
-
 
 class UsageError(Exception):
     """Bad input: printed as one line, exit status 2, nothing launched."""
@@ -20,6 +18,8 @@ class UsageError(Exception):
 
 def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
+    from trainables.config import ConfigError, preset
+
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.exists():
@@ -41,6 +41,8 @@ def load_trial_source(source: str) -> dict:
 
 
 def cmd_train(args) -> int:
+    from trainables.config import ConfigError, parse_trial_config, set_override
+
     flat = load_trial_source(args.source)
     try:
         for assignment in args.set or []:
@@ -121,6 +123,12 @@ def cmd_launch(args) -> int:
     check_writable(Path(study.storage_path), f"{args.file}: storage_path")
     print(describe_study(study), flush=True)
     if args.dry_run:
+        from .cost import describe_cost
+
+        if args.calibrate:
+            print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
+        for line in describe_cost(study, args.calibrate):
+            print(line, flush=True)
         return 0
     try:
         return launch.start(study, text, args.launch_id, args.address)
@@ -130,7 +138,7 @@ def cmd_launch(args) -> int:
 
 def cmd_resume(args) -> int:
     from . import launch
-    from .locks import driver_alive
+    from .state import driver
     from .storage import StorageError
     from .tracking import TrackingError, check_store
 
@@ -139,8 +147,9 @@ def cmd_resume(args) -> int:
         check_store(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
-    if driver_alive(state.dir):
-        raise UsageError(f"{state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress")
+    alive, where = driver(state.dir)
+    if alive:
+        raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
     launch.start_ray(args.address)
     try:
         launch.check_storage(state.trial_storage(), "storage")
@@ -150,12 +159,11 @@ def cmd_resume(args) -> int:
 
 
 def load_state(args):
-    from . import launch
-
+    from .state import LaunchState, find_launch
     from .tracking import TrackingError, reveal
 
     try:
-        state = launch.LaunchState.load(launch.find_launch(args.storage_path, args.launch))
+        state = LaunchState.load(find_launch(args.storage_path, args.launch))
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     try:
@@ -166,32 +174,23 @@ def load_state(args):
 
 
 def cmd_status(args) -> int:
-    from .locks import driver_alive
+    """From launch.json and the tracking store only: no Ray, no spec parsing, no torch."""
+    from .state import describe
     from .tracking import pair_summaries
 
     state = load_state(args)
-    study = state.study()
-    summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
-    if driver_alive(state.dir):
-        where = "running (its driver is alive)"
-    elif state.state == "running":
-        where = f"driver gone (killed?); continue with: orchestrator resume {state.dir}"
-    elif state.state in ("interrupted", "failed"):
-        where = f"{state.state}; continue with: orchestrator resume {state.dir}"
-    else:
-        where = state.state
-    from .launch import trial_budget
-
-    print(f"launch {state.launch_id} ({state.dir}): {where}")
-    kind = "grid cells x seeds" if study.is_ablation else "trials"
-    print(f"{study.metric}, {study.mode}")
+    plan = state.the_plan()
+    summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+    print(f"launch {state.launch_id} ({state.dir}): {describe(state)}")
+    kind = "grid cells x seeds" if plan["ablation"] else "trials"
+    print(f"{plan['metric']}, {plan['mode']}")
     print(f"{'pair':40s} {'done':>5s} {'stopped':>8s} {'running':>8s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
-    for pair in study.pairs:
-        s = summaries.get(pair.name, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
+    for pair in plan["pairs"]:
+        s = summaries.get(pair["name"], {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(f"{pair.name:40s} {s['done']:5d} {s['stopped']:8d} {s['running']:8d} {s['failed']:7d} {trial_budget(study, pair):4d} "
-              f"{best:>8s} {test:>10s}  {pair.chance}")
+        print(f"{pair['name']:40s} {s['done']:5d} {s['stopped']:8d} {s['running']:8d} {s['failed']:7d} {pair['trials']:4d} "
+              f"{best:>8s} {test:>10s}  {pair['chance']}")
     print(f"('stopped': ended early by ASHA; 'of': the pair's {kind})")
     return 0
 
@@ -205,15 +204,15 @@ def cmd_best(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import launch
     from .report import write_report
+    from .state import previous_launch
 
     state = load_state(args)
     if not state.study().is_ablation:
         raise UsageError(f"{state.spec_file}: grid: launch {state.launch_id} is a search, not an ablation; `orchestrator best` writes its results")
     previous = None
     if args.compare == "previous":
-        previous = launch.previous_launch(state)
+        previous = previous_launch(state)
     elif args.compare:
         previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))
     paths, regressions = write_report(state, previous)
@@ -242,16 +241,16 @@ def cmd_list(args) -> int:
         for task, models in preset_models().items():
             print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
     else:
-        from .locks import driver_alive
+        from .state import LaunchState, driver
 
         folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
         if not folders:
             print(f"no launches in {args.storage_path}/")
         for path in folders:
-            state = json.loads(path.read_text())  # launch.LaunchState's file, read without importing Ray
-            alive = driver_alive(path.parent)
-            shown = "running" if alive else ("driver gone" if state["state"] == "running" else state["state"])
-            print(f"{state['launch_id']:48s} {shown:12s} {state['experiment']:28s} {state['spec_file']}")
+            state = LaunchState.load(path.parent)
+            alive, _ = driver(path.parent)
+            shown = "running" if alive else ("driver gone" if state.state == "running" else state.state)
+            print(f"{state.launch_id:48s} {shown:12s} {state.experiment:28s} {state.spec_file}")
     return 0
 
 
@@ -290,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", help="override the file's tracking.uri")
     p.add_argument("--storage", help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)")
     p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>)")
-    p.add_argument("--dry-run", action="store_true", help="validate and print the plan; launch nothing")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="with --dry-run: count trials and steps, but time no training steps")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("list", help="the tasks, models and presets one can name, or the launches under --storage-path")

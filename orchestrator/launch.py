@@ -1,9 +1,8 @@
 """Run a Study on Ray Tune: every model/task pair in one experiment, Optuna TPE proposing per pair,
 ASHA stopping per pair, every trial checkpointed to storage the whole cluster sees.
 
-A launch lives in `<storage_path>/<launch_id>/` on the driver: `launch.json` (the spec text,
-tracking store, parent run, trial storage, state), `driver.lock` (held while a driver runs it) and
-`best/<pair>.yaml` (the best config per pair, accepted by `orchestrator train`). Tune's experiment
+A launch lives in `<storage_path>/<launch_id>/` on the driver: `launch.json` and `driver.lock`
+(state.py reads both without Ray) and `best/<pair>.yaml` (the best config per pair, accepted by `orchestrator train`). Tune's experiment
 state and the trial checkpoints live in `<storage>/<launch_id>/tune`, where `storage` defaults to
 `storage_path` (one machine) and is a shared folder or an object store on a real cluster.
 """
@@ -20,72 +19,18 @@ import signal
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
 
 from . import tracking
 from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
-from .spec import Pair, Study, load_study
-from .progress import ProgressLines
+from .spec import Pair, Study
+from .callbacks import ProgressLines, TrialTracker
+from .state import Heartbeat, LaunchState, plan_of
 from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
-
-
-@dataclass
-class LaunchState:
-    launch_id: str
-    dir: Path
-    experiment: str  # the MLflow experiment, also what makes launches of one file comparable
-    spec_file: str
-    spec_text: str
-    tracking_uri: str
-    parent_run_id: str
-    storage: dict = field(default_factory=dict)  # TrialStorage fields: where Tune's experiment lives
-    state: str = "running"  # running | interrupted | failed | finished
-
-    def save(self) -> None:
-        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-        tmp = self.dir / "launch.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, self.dir / "launch.json")
-
-    @classmethod
-    def load(cls, launch_dir: Path) -> "LaunchState":
-        data = json.loads((launch_dir / "launch.json").read_text())
-        data["dir"] = Path(data["dir"])
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-    def study(self) -> Study:
-        return load_study(self.spec_file, text=self.spec_text)
-
-    def trial_storage(self) -> TrialStorage:
-        return TrialStorage(**self.storage)
-
-
-def previous_launch(state: LaunchState) -> "LaunchState | None":
-    """The most recent other launch of the same search-space file under the same folder."""
-    others = []
-    for path in state.dir.parent.glob("*/launch.json"):
-        other = LaunchState.load(path.parent)
-        if other.launch_id != state.launch_id and other.experiment == state.experiment:
-            others.append((path.stat().st_mtime, other))
-    return max(others, key=lambda o: o[0])[1] if others else None
-
-
-def find_launch(storage_path: str, launch_id: str | None) -> Path:
-    """A launch folder by id or path; without one, the most recent launch under storage_path."""
-    if launch_id:
-        for candidate in (Path(launch_id), Path(storage_path) / launch_id):
-            if (candidate / "launch.json").exists():
-                return candidate.resolve()
-        raise FileNotFoundError(f"no launch {launch_id!r} (looked for {launch_id}/launch.json and {storage_path}/{launch_id}/launch.json)")
-    launches = sorted(Path(storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
-    if not launches:
-        raise FileNotFoundError(f"no launches under {storage_path}/")
-    return launches[-1].parent.resolve()
 
 
 def run_trial(config: dict, bases: dict, cpus: float) -> None:
@@ -205,16 +150,12 @@ def fail_stale_proposals(storage, study_name: str) -> None:
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
-def trial_budget(study: Study, pair: Pair) -> int:
-    return len(ablation_cells(study, pair)) if study.is_ablation else study.budget.trials
-
-
 def cluster_slots(study: Study, use_gpu: bool) -> int:
     """How many trials the cluster runs at once: `budget.cluster_concurrent`, else as many as its
     resources hold. Never more than the pairs' own limits allow together."""
     import ray
 
-    limit = sum(min(study.budget.max_concurrent, trial_budget(study, p)) for p in study.pairs)
+    limit = sum(min(study.budget.max_concurrent, study.trial_count(p)) for p in study.pairs)
     if study.budget.cluster_concurrent:
         return min(limit, study.budget.cluster_concurrent)
     total = ray.cluster_resources()
@@ -237,7 +178,7 @@ def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int):
         storage = optuna_storage(state)
         searchers = {p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs}
         schedulers = {p.name: pair_scheduler(study, p) for p in study.pairs}
-    budgets = {p.name: trial_budget(study, p) for p in study.pairs}
+    budgets = {p.name: study.trial_count(p) for p in study.pairs}
     search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
     return tune.Tuner(
         make_trainable(study, use_gpu),
@@ -277,9 +218,9 @@ def run_config(study: Study, state: LaunchState):
     tags = {p.name: {"model": p.model, "task": p.task.task, "variant": p.task.variant} for p in study.pairs}
     return tune.RunConfig(
         name=name, storage_path=storage_path, storage_filesystem=fs,
-        callbacks=[tracking.TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id,
+        callbacks=[TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id,
                                          {p.name: p.base for p in study.pairs}, tags),
-                   ProgressLines(study.metric, study.mode, {p.name: trial_budget(study, p) for p in study.pairs},
+                   ProgressLines(study.metric, study.mode, {p.name: study.trial_count(p) for p in study.pairs},
                                  {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs})],
         # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
         # named one gone falls back to the newest that exists (newest_existing_checkpoint).
@@ -295,12 +236,16 @@ def start_ray(address: str | None) -> bool:
     import ray
 
     if not ray.is_initialized():
+        # Ray's start-up lines (its token-authentication notice among them) say nothing a user acts on.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         if address:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
+            print(f"[launch] joined the Ray cluster at {address}", flush=True)
         else:
             # "local", not None: with no address Ray attaches to the last cluster `ray start` made
             # on this machine (/tmp/ray/ray_current_cluster), and waits for ever if that one died.
-            ray.init(address="local", include_dashboard=False, log_to_driver=True)
+            ray.init(address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING)
+            print("[launch] started a local Ray instance", flush=True)
     return ray.cluster_resources().get("GPU", 0) > 0
 
 
@@ -348,7 +293,9 @@ def execute(state: LaunchState, address: str | None) -> int:
           f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
     fs, storage_path, name = experiment_location(state)
     experiment = f"{storage_path}/{name}"
-    with open(state.dir / "driver.lock", "w") as lock:
+    # The lock tells a second driver on this machine that this one runs; the heartbeat tells a
+    # reader on another machine (state.driver).
+    with open(state.dir / "driver.lock", "w") as lock, Heartbeat(state.dir / "driver.lock"):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         lock.write(f"{socket.gethostname()} {os.getpid()}\n")
         lock.flush()
@@ -375,7 +322,7 @@ def execute(state: LaunchState, address: str | None) -> int:
             return 1
         finally:
             signal.signal(signal.SIGTERM, previous)
-        total = sum(trial_budget(study, p) for p in study.pairs)
+        total = sum(study.trial_count(p) for p in study.pairs)
         ended = results.num_terminated + results.num_errors
         if len(results) < total or ended < len(results):
             state.state = "interrupted"
@@ -418,7 +365,7 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> La
     spec_text = tracking.redact_text(spec_text, uri)
     parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text)
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
-                        storage=dataclasses.asdict(study.storage.resolved()))
+                        storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study))
     state.save()
     return state
 

@@ -6,6 +6,7 @@ each error is one line naming the file, the key and the reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,6 +198,12 @@ class Study:
     @property
     def is_ablation(self) -> bool:
         return bool(self.grid or self.seeds)
+
+    def trial_count(self, pair: Pair) -> int:
+        """The pair's trials: its grid cells times the seeds for an ablation, else the search budget."""
+        if not self.is_ablation:
+            return self.budget.trials
+        return math.prod(len(values) for values in pair.grid.values()) * len(self.seeds)
 
 
 TOP_KEYS = {

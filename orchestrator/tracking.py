@@ -1,14 +1,13 @@
 """MLflow: one experiment per search-space file, a parent run per launch, a child run per trial.
 
-All writes happen in the driver, from a Tune callback. A single writer means eight concurrent trials
-never contend for SQLite's write lock ("database is locked"), and a local SQLite file on the head
-node works on a multi-node cluster, since workers never open the store. Runs are found again by
-their launch_id/trial_id tags, so a resumed launch continues its runs instead of duplicating them.
+The store's side only, without Ray (`status` and reports import this alone); the Tune callback
+that writes the trial runs from the driver is callbacks.TrialTracker.
 """
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import socket
@@ -17,17 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ray.tune import Callback
-
 from trainables.tasks.base import LOWER_IS_BETTER
-
-from .search import PAIR_KEY
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds
 
+
+# "Creating initial MLflow database tables..." is MLflow's business, not a line of the launch's console.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
 
 RETRY_DELAYS_S = (0.5, 1, 2, 4, 8, 16)  # a store that drops connections gets about 30 s to come back
 
@@ -315,146 +313,6 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         and (k.endswith(("_acc", "_l1", "_at_best", "_final", "_early")) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
     }
-
-
-class TrialTracker(Callback):
-    """Tune callback that mirrors every trial of a launch into MLflow, as a child of the launch's run.
-    `base_configs` and `tags` are per pair, keyed by the pair named in each trial's config."""
-
-    def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
-        self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
-        self.base_configs, self.tags = base_configs, tags
-        self.runs: dict[str, str] = {}
-        self.located: set[str] = set()  # runs whose node/device tags this driver has written
-        self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
-        self._client = None
-        self._experiment_id = None
-
-    def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
-        return self.__dict__ | {"_client": None, "located": set(), "last_step": {}}
-
-    @property
-    def mlflow(self):
-        if self._client is None:
-            self._client = client(self.uri)
-        return self._client
-
-    def run_id(self, trial) -> str:
-        if trial.trial_id in self.runs:
-            return self.runs[trial.trial_id]
-        found = self.mlflow.search_runs(
-            [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
-        )
-        pair = trial.config[PAIR_KEY]
-        config = {**self.base_configs[pair], **{k: v for k, v in trial.config.items() if k != PAIR_KEY}}
-        if found:
-            run_id = found[0].info.run_id
-            self.mlflow.update_run(run_id, status="RUNNING")
-            self.mlflow.set_tag(run_id, STATUS_TAG, "running")  # it may have been interrupted
-        else:
-            run = self.mlflow.create_run(
-                self.experiment_id(),
-                run_name=f"{pair}-{trial.trial_id}",
-                tags={
-                    "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
-                    "trial_id": trial.trial_id, "pair": pair, "code_version": code_version(),
-                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair],
-                },
-            )
-            run_id = run.info.run_id
-            self.last_step[run_id] = -1
-        from mlflow.entities import Param
-
-        # Again for a run found again: a driver killed between create_run and here left it without
-        # some params (logging a param again with the same value is allowed).
-        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
-        for start in range(0, len(params), 100):
-            self.mlflow.log_batch(run_id, params=params[start : start + 100])
-        self.runs[trial.trial_id] = run_id
-        return run_id
-
-    def experiment_id(self) -> str:
-        if self._experiment_id is None:
-            self._experiment_id = self.mlflow.get_run(self.parent_run_id).info.experiment_id
-        return self._experiment_id
-
-    def logged_until(self, run_id: str) -> int:
-        if run_id not in self.last_step:  # a run from before a driver restart: ask the store, once
-            self.last_step[run_id] = max((m.step for m in self.mlflow.get_metric_history(run_id, "loss")), default=-1)
-        return self.last_step[run_id]
-
-    def on_trial_start(self, iteration, trials, trial, **info):
-        self.run_id(trial)
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        from mlflow.entities import RunTag
-
-        run_id = self.run_id(trial)
-        # A restored trial first replays the evaluations its checkpoint holds: the driver may have
-        # died after the trial wrote a checkpoint and before it logged that evaluation.
-        for record in result.get(REPLAY_KEY) or ():
-            self.log_evaluation(run_id, record)
-        self.log_evaluation(run_id, result)
-        if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
-            self.located.add(run_id)
-            self.mlflow.log_batch(run_id, tags=[
-                RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
-                RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))])
-
-    def log_evaluation(self, run_id: str, result: dict) -> None:
-        from mlflow.entities import Metric
-
-        step = int(result.get("iteration", result.get("training_iteration", 0)))
-        if step <= self.logged_until(run_id):
-            # A trial restored from a checkpoint older than the last evaluation MLflow has
-            # replays that evaluation exactly: log it once.
-            return
-        self.last_step[run_id] = step
-        now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
-        for start in range(0, len(metrics), MAX_BATCH):
-            self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH])
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        result = trial.last_result or {}
-        status = result.get("status", "completed")
-        if status == "running":
-            status = "early_stopped"  # the scheduler ended it before its budget
-        run_id = self.run_id(trial)
-        self.mlflow.set_tag(run_id, STATUS_TAG, status)
-        self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
-
-    def on_trial_recover(self, iteration, trials, trial, **info):
-        """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
-        run_id = self.run_id(trial)
-        self.located.discard(run_id)  # tag the node it lands on next
-        print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)); restarting it from its last "
-              f"checkpoint", flush=True)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        run_id = self.run_id(trial)
-        self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
-        if trial.error_file and os.path.exists(trial.error_file):
-            self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
-        self.mlflow.set_terminated(run_id, status="FAILED")
-
-    def on_experiment_end(self, trials, **info):
-        """Runs still "running" when Tune stops: a trial that Ctrl-C or SIGTERM interrupted is
-        marked so (resume continues it from its checkpoint). A trial that started after Tune's last
-        experiment checkpoint is forgotten when a killed driver is resumed, and Tune proposes a new
-        trial in its place; its run is marked lost."""
-        live = {trial.trial_id for trial in trials if trial.status not in ("TERMINATED", "ERROR")}
-        known = {trial.trial_id for trial in trials}
-        stale = self.mlflow.search_runs(
-            [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.kind = 'trial' and tags.{STATUS_TAG} = 'running'",
-        )
-        for run in stale:
-            trial_id = run.data.tags.get("trial_id")
-            if trial_id in live or trial_id not in known:
-                self.mlflow.set_tag(run.info.run_id, STATUS_TAG, "interrupted" if trial_id in live else "lost")
-                self.mlflow.set_terminated(run.info.run_id, status="KILLED")
 
 
 def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:

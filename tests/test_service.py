@@ -94,7 +94,9 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     assert any(line.startswith("[launch] pairs done 1/1, trials ended 8/8") for line in lines)
     assert any(line.startswith("  tiny__ndr ") and "uniform guess: 0.125" in line for line in lines)
     assert any(line.startswith("[launch] next: orchestrator status ") for line in lines)
-    for noise in ("Trial status", "│", "╭", "Checkpoint successfully created", "tensorboard"):
+    assert "[launch] started a local Ray instance" in lines
+    for noise in ("Trial status", "│", "╭", "Checkpoint successfully created", "tensorboard", "Token authentication", "Creating initial MLflow",
+                  "Started a local Ray instance"):
         assert noise not in out.stdout + out.stderr, noise
     # The driver prints no traceback. (A trial process that Ray ends can still print a SystemExit
     # traceback from its interpreter's shutdown, prefixed "(trial pid=...)": not silenced yet.)

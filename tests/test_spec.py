@@ -1,4 +1,7 @@
 """Bad input: one clear line naming the file, key and reason, exit status 2, nothing launched or written."""
+import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -108,8 +111,9 @@ def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
     assert message.startswith(str(path)) and fragment in message and "\n" not in message
 
 
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+def run_cli(*args, cwd, env_extra=None):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120, env=env)
 
 
 def test_cli_bad_input_exits_2_before_launching(tmp_path):
@@ -151,7 +155,7 @@ def test_models_all_expands_to_every_compatible_pair(tmp_path):
 
 def test_cli_prints_incompatible_pairs(tmp_path):
     out = run_cli("launch", str(write(tmp_path, with_(tasks=[{"task": "copy"}], models="all", space={}, metric="best_ood_valid_token_acc"))),
-                  "--dry-run", cwd=tmp_path)
+                  "--dry-run", "--no-calibrate", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "copy__panm" in out.stdout and "skipped (incompatible): copy x ndr" in out.stdout
 
@@ -194,7 +198,7 @@ def test_a_models_own_grid_adds_to_the_files(tmp_path):
 
 
 def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
-    out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--launch-id", "../../elsewhere", cwd=tmp_path)
+    out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", "--launch-id", "../../elsewhere", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --launch-id: '../../elsewhere' must be")
     assert not any(tmp_path.glob("**/elsewhere"))
 
@@ -208,17 +212,53 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
         assert expected in capsys.readouterr().out
     launch = tmp_path / "runs" / "smoke-1"
     launch.mkdir(parents=True)
-    (launch / "launch.json").write_text('{"launch_id": "smoke-1", "state": "running", "experiment": "smoke", "spec_file": "s.yaml"}')
+    (launch / "launch.json").write_text(json.dumps({"launch_id": "smoke-1", "dir": str(launch), "state": "running", "experiment": "smoke",
+                                                    "spec_file": "s.yaml", "spec_text": "", "tracking_uri": "", "parent_run_id": ""}))
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.split()[:3] == ["smoke-1", "driver", "gone"]  # "running" in the file, but no driver holds its lock
+
+
+def test_a_driver_on_another_machine_is_alive_while_its_heartbeat_is_recent(tmp_path, monkeypatch):
+    """A launch folder on shared storage: the lock of a driver elsewhere cannot be tested from here,
+    so its heartbeat (the lock file's mtime, touched every HEARTBEAT_S) tells."""
+    import time
+
+    from orchestrator import state
+
+    lock = tmp_path / "driver.lock"
+    lock.write_text("another-host 1234\n")
+    alive, where = state.driver(tmp_path)
+    assert alive and where.startswith("on another-host, heard from")
+    old = time.time() - state.SILENT_S - 60
+    os.utime(lock, (old, old))
+    alive, where = state.driver(tmp_path)
+    assert not alive and where.startswith("on another-host, silent for")
+    lock.write_text(f"{socket.gethostname()} 1\n")  # this machine: the lock itself says, and no one holds it
+    assert state.driver(tmp_path) == (False, "on this machine")
+    monkeypatch.setattr(state, "HEARTBEAT_S", 0.05)
+    os.utime(lock, (old, old))
+    with state.Heartbeat(lock):
+        time.sleep(0.3)
+    assert time.time() - lock.stat().st_mtime < 5
+
+
+def test_dry_run_prints_the_cost_from_a_calibration_and_writes_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    out = run_cli("launch", str(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}))), "--dry-run", cwd=tmp_path, env_extra={"SYSGEN_DATA_CACHE": str(cache)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("  cost of fwd__lstm: 2 trials x 10 steps = 20 training steps; ") and " s per step here -> at most " in line
+               for line in lines), out.stdout
+    assert any(line.startswith("  cost in all: 20 training steps; on this machine (") for line in lines), out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]  # no store, no launch folder, no data cache
 
 
 def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
     """The local PostgreSQL trusts every login, so a planted password connects and must not show."""
     secret = "planted-Pa55word"
     for uri in (f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test", f"postgresql+psycopg://postgres:{secret}@127.0.0.1:1/test"):
-        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
+        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", "--tracking-uri", uri, cwd=tmp_path)
         assert out.returncode in (0, 2) and "postgres:***@127.0.0.1" in out.stdout + out.stderr
         assert secret not in out.stdout + out.stderr
 
@@ -228,6 +268,6 @@ def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(
     assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1")
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", cwd=tmp_path)
+    out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", "--no-calibrate", cwd=tmp_path)
     assert out.returncode == 2 and "storage_path: cannot create launch folders" in out.stderr
     assert not (tmp_path / "runs").exists()

@@ -9,12 +9,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestrator import tracking
+from orchestrator.callbacks import TrialTracker
 
 
 def tracker_with_parent(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
-    return uri, tracking.TrialTracker(uri, parent, "launch-1", {"tiny__ndr": {"model": "ndr", "n_iters": 20}}, {"tiny__ndr": {"model": "ndr"}})
+    return uri, TrialTracker(uri, parent, "launch-1", {"tiny__ndr": {"model": "ndr", "n_iters": 20}}, {"tiny__ndr": {"model": "ndr"}})
 
 
 def trial(trial_id: str, status: str = "RUNNING"):

@@ -173,6 +173,23 @@ def clip_gradients(cfg: TrainConfig, parameters) -> None:
         torch.nn.utils.clip_grad_norm_(parameters, cfg.grad_clip)
 
 
+def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor], device: torch.device):
+    """-> (the model's output, the training loss) on one batch."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+        out = predict(model, kind, batch)
+    loss = loss_of(kind, out, batch)
+    if getattr(model, "aux_loss", None) is not None:  # e.g. ACT's ponder cost
+        loss = loss + model.aux_loss
+    return out, loss
+
+
+def apply_gradients(cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip_gradients(cfg, model.parameters())
+    optimizer.step()
+
+
 def batch_source(cfg: TrainConfig, task: Task, rng: np.random.Generator):
     """-> (next batch's Split and row indices, bucket sampler or None). Online tasks draw a fresh
     batch from `rng`, so the data follow the training seed and resume with the rng's state."""
@@ -255,11 +272,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     for iteration in range(start + 1, cfg.n_iters + 1):
         split, index = next_batch()
         batch = batch_tensors(split, index, device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-            out = predict(model, kind, batch)
-        loss = loss_of(kind, out, batch)
-        if getattr(model, "aux_loss", None) is not None:  # e.g. ACT's ponder cost
-            loss = loss + model.aux_loss
+        out, loss = forward_loss(cfg, model, kind, batch, device)
         if not math.isfinite(loss.item()):
             # Training on from a NaN/inf loss only produces garbage; stop with the best so far.
             metrics.update(status="diverged", iteration=iteration, loss=loss.item())
@@ -268,10 +281,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             if report:
                 report(metrics, snapshot)
             break
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_gradients(cfg, model.parameters())
-        optimizer.step()
+        apply_gradients(cfg, model, optimizer, loss)
         loss_sum += loss.item()
         train_sums = add_sums(train_sums, score_sums(kind, out.detach(), batch))
         steps += 1
@@ -310,3 +320,31 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
     bar.close()
     return metrics
+
+
+def seconds_per_step(cfg: TrainConfig, steps: int = 3) -> float:
+    """Seconds per training step of `cfg` on this machine, timed over `steps` steps after one
+    warm-up step, evaluations left out: what `launch --dry-run` turns into a cost estimate. The
+    task's data are generated (or read from the cache) as for training: pass small sizes."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    task = load_task(cfg.task, cfg.task_options)
+    next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
+    model = make_model(cfg, task).to(device)
+    optimizer = make_optimizer(cfg, model.parameters())
+
+    def step() -> None:
+        split, index = next_batch()
+        apply_gradients(cfg, model, optimizer, forward_loss(cfg, model, task.kind, batch_tensors(split, index, device), device)[1])
+
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps

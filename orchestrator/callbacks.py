@@ -1,0 +1,219 @@
+"""The launch's Tune callbacks, the driver's only Ray glue besides launch.py.
+
+TrialTracker mirrors every trial of a launch into MLflow, as a child of the launch's run: all
+writes happen in the driver, so eight concurrent trials never contend for SQLite's write lock and
+workers never open the store; runs are found again by their launch_id/trial_id tags, so a resumed
+launch continues its runs instead of duplicating them.
+
+ProgressLines is the launch's console: one line per evaluation (pair, trial, iteration, metric)
+and, every `every_s` seconds, one overall line (trials ended of the budget, best per pair so far,
+ETA). Tune's own tables are off (RunConfig verbose=0); lines are plain text, fit for cron and CI logs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ray.tune import Callback
+
+from .search import PAIR_KEY
+from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_version, numeric_metrics
+
+
+class TrialTracker(Callback):
+    """Tune callback that mirrors every trial of a launch into MLflow, as a child of the launch's run.
+    `base_configs` and `tags` are per pair, keyed by the pair named in each trial's config."""
+
+    def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
+        self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
+        self.base_configs, self.tags = base_configs, tags
+        self.runs: dict[str, str] = {}
+        self.located: set[str] = set()  # runs whose node/device tags this driver has written
+        self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
+        self._client = None
+        self._experiment_id = None
+
+    def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
+        return self.__dict__ | {"_client": None, "located": set(), "last_step": {}}
+
+    @property
+    def mlflow(self):
+        if self._client is None:
+            self._client = client(self.uri)
+        return self._client
+
+    def run_id(self, trial) -> str:
+        if trial.trial_id in self.runs:
+            return self.runs[trial.trial_id]
+        found = self.mlflow.search_runs(
+            [self.experiment_id()],
+            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
+        )
+        pair = trial.config[PAIR_KEY]
+        config = {**self.base_configs[pair], **{k: v for k, v in trial.config.items() if k != PAIR_KEY}}
+        if found:
+            run_id = found[0].info.run_id
+            self.mlflow.update_run(run_id, status="RUNNING")
+            self.mlflow.set_tag(run_id, STATUS_TAG, "running")  # it may have been interrupted
+        else:
+            run = self.mlflow.create_run(
+                self.experiment_id(),
+                run_name=f"{pair}-{trial.trial_id}",
+                tags={
+                    "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
+                    "trial_id": trial.trial_id, "pair": pair, "code_version": code_version(),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair],
+                },
+            )
+            run_id = run.info.run_id
+            self.last_step[run_id] = -1
+        from mlflow.entities import Param
+
+        # Again for a run found again: a driver killed between create_run and here left it without
+        # some params (logging a param again with the same value is allowed).
+        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
+        for start in range(0, len(params), 100):
+            self.mlflow.log_batch(run_id, params=params[start : start + 100])
+        self.runs[trial.trial_id] = run_id
+        return run_id
+
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            self._experiment_id = self.mlflow.get_run(self.parent_run_id).info.experiment_id
+        return self._experiment_id
+
+    def logged_until(self, run_id: str) -> int:
+        if run_id not in self.last_step:  # a run from before a driver restart: ask the store, once
+            self.last_step[run_id] = max((m.step for m in self.mlflow.get_metric_history(run_id, "loss")), default=-1)
+        return self.last_step[run_id]
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.run_id(trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        from mlflow.entities import RunTag
+
+        run_id = self.run_id(trial)
+        # A restored trial first replays the evaluations its checkpoint holds: the driver may have
+        # died after the trial wrote a checkpoint and before it logged that evaluation.
+        for record in result.get(REPLAY_KEY) or ():
+            self.log_evaluation(run_id, record)
+        self.log_evaluation(run_id, result)
+        if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
+            self.located.add(run_id)
+            self.mlflow.log_batch(run_id, tags=[
+                RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
+                RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))])
+
+    def log_evaluation(self, run_id: str, result: dict) -> None:
+        from mlflow.entities import Metric
+
+        step = int(result.get("iteration", result.get("training_iteration", 0)))
+        if step <= self.logged_until(run_id):
+            # A trial restored from a checkpoint older than the last evaluation MLflow has
+            # replays that evaluation exactly: log it once.
+            return
+        self.last_step[run_id] = step
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
+        for start in range(0, len(metrics), MAX_BATCH):
+            self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH])
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        status = result.get("status", "completed")
+        if status == "running":
+            status = "early_stopped"  # the scheduler ended it before its budget
+        run_id = self.run_id(trial)
+        self.mlflow.set_tag(run_id, STATUS_TAG, status)
+        self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
+        run_id = self.run_id(trial)
+        self.located.discard(run_id)  # tag the node it lands on next
+        print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)); restarting it from its last "
+              f"checkpoint", flush=True)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        run_id = self.run_id(trial)
+        self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
+        if trial.error_file and os.path.exists(trial.error_file):
+            self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
+        self.mlflow.set_terminated(run_id, status="FAILED")
+
+    def on_experiment_end(self, trials, **info):
+        """Runs still "running" when Tune stops: a trial that Ctrl-C or SIGTERM interrupted is
+        marked so (resume continues it from its checkpoint). A trial that started after Tune's last
+        experiment checkpoint is forgotten when a killed driver is resumed, and Tune proposes a new
+        trial in its place; its run is marked lost."""
+        live = {trial.trial_id for trial in trials if trial.status not in ("TERMINATED", "ERROR")}
+        known = {trial.trial_id for trial in trials}
+        stale = self.mlflow.search_runs(
+            [self.experiment_id()],
+            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.kind = 'trial' and tags.{STATUS_TAG} = 'running'",
+        )
+        for run in stale:
+            trial_id = run.data.tags.get("trial_id")
+            if trial_id in live or trial_id not in known:
+                self.mlflow.set_tag(run.info.run_id, STATUS_TAG, "interrupted" if trial_id in live else "lost")
+                self.mlflow.set_terminated(run.info.run_id, status="KILLED")
+
+
+class ProgressLines(Callback):
+    def __init__(self, metric: str, mode: str, budgets: dict[str, int], n_iters: dict[str, int], every_s: float = 30.0):
+        self.metric, self.mode, self.budgets, self.n_iters, self.every_s = metric, mode, budgets, n_iters, every_s
+        self.numbers: dict[str, int] = {}  # trial id -> its number within its pair
+        self.counts: dict[str, int] = {}  # pair -> trials seen
+        self.ended: dict[str, set] = {pair: set() for pair in budgets}
+        self.best: dict[str, float] = {}
+        self.started = time.monotonic()
+        self.last_overall = self.started
+
+    def __getstate__(self):  # pickled into Tune's experiment state: start the clocks afresh on resume
+        return self.__dict__ | {"started": None, "last_overall": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, started=time.monotonic(), last_overall=time.monotonic())
+
+    def number(self, trial) -> str:
+        pair = trial.config[PAIR_KEY]
+        if trial.trial_id not in self.numbers:
+            self.counts[pair] = self.counts.get(pair, 0) + 1
+            self.numbers[trial.trial_id] = self.counts[pair]
+        return f"{pair} trial {self.numbers[trial.trial_id]}/{self.budgets.get(pair, '?')}"
+
+    def better(self, value: float, than: float | None) -> bool:
+        return than is None or (value < than if self.mode == "min" else value > than)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        pair = trial.config[PAIR_KEY]
+        value = result.get(self.metric)
+        if isinstance(value, (int, float)) and self.better(value, self.best.get(pair)):
+            self.best[pair] = value
+        step = result.get("iteration", result.get("training_iteration"))
+        shown = "-" if value is None else f"{value:.4f}"
+        print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
+        self.maybe_overall()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.ended.setdefault(trial.config[PAIR_KEY], set()).add(trial.trial_id)
+        self.maybe_overall(force=True)
+
+    on_trial_error = on_trial_complete
+
+    def maybe_overall(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_overall < self.every_s:
+            return
+        self.last_overall = now
+        ended, total = sum(len(v) for v in self.ended.values()), sum(self.budgets.values())
+        pairs_done = sum(1 for pair, budget in self.budgets.items() if len(self.ended.get(pair, ())) >= budget)
+        elapsed = now - self.started
+        # Trials end at an even pace once the cluster is full: a rough but honest estimate.
+        eta = f"{(total - ended) * elapsed / ended / 60:.0f} min" if ended else "after the first trial"
+        best = ", ".join(f"{pair} {value:.4f}" for pair, value in sorted(self.best.items()))
+        print(f"[launch] pairs done {pairs_done}/{len(self.budgets)}, trials ended {ended}/{total}, "
+              f"{elapsed / 60:.1f} min, ETA {eta}; best {self.metric}: {best or '-'}", flush=True)

@@ -1,0 +1,137 @@
+"""A launch's folder on the driver, read without importing Ray, MLflow or torch (`list` and `status`
+stay fast): `launch.json` (the spec text, tracking store, parent run, trial storage, state and the
+plan `status` prints) and `driver.lock`, which a running driver holds and touches every
+HEARTBEAT_S seconds, so that a driver on another machine (a shared launch folder) is told apart
+from a dead one.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+HEARTBEAT_S = 30.0
+SILENT_S = 4 * HEARTBEAT_S  # a driver elsewhere not heard from for this long is taken for dead
+
+
+@dataclass
+class LaunchState:
+    launch_id: str
+    dir: Path
+    experiment: str  # the MLflow experiment, also what makes launches of one file comparable
+    spec_file: str
+    spec_text: str
+    tracking_uri: str
+    parent_run_id: str
+    storage: dict = field(default_factory=dict)  # TrialStorage fields: where Tune's experiment lives
+    state: str = "running"  # running | interrupted | failed | finished
+    plan: dict = field(default_factory=dict)  # see plan_of: what status shows without parsing the spec
+
+    def save(self) -> None:
+        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+        tmp = self.dir / "launch.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, self.dir / "launch.json")
+
+    @classmethod
+    def load(cls, launch_dir: Path) -> "LaunchState":
+        data = json.loads((launch_dir / "launch.json").read_text())
+        data["dir"] = Path(data["dir"])
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def study(self):
+        from .spec import load_study
+
+        return load_study(self.spec_file, text=self.spec_text)
+
+    def trial_storage(self):
+        from .storage import TrialStorage
+
+        return TrialStorage(**self.storage)
+
+    def the_plan(self) -> dict:
+        """The plan saved at launch; a launch from before plans were saved parses its spec (slower)."""
+        return self.plan or plan_of(self.study())
+
+
+def plan_of(study) -> dict:
+    return {"metric": study.metric, "mode": study.mode, "score": study.score, "ablation": study.is_ablation,
+            "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance} for p in study.pairs]}
+
+
+def find_launch(storage_path: str, launch_id: str | None) -> Path:
+    """A launch folder by id or path; without one, the most recent launch under storage_path."""
+    if launch_id:
+        for candidate in (Path(launch_id), Path(storage_path) / launch_id):
+            if (candidate / "launch.json").exists():
+                return candidate.resolve()
+        raise FileNotFoundError(f"no launch {launch_id!r} (looked for {launch_id}/launch.json and {storage_path}/{launch_id}/launch.json)")
+    launches = sorted(Path(storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
+    if not launches:
+        raise FileNotFoundError(f"no launches under {storage_path}/")
+    return launches[-1].parent.resolve()
+
+
+def previous_launch(state: LaunchState) -> "LaunchState | None":
+    """The most recent other launch of the same search-space file under the same folder."""
+    others = []
+    for path in state.dir.parent.glob("*/launch.json"):
+        other = LaunchState.load(path.parent)
+        if other.launch_id != state.launch_id and other.experiment == state.experiment:
+            others.append((path.stat().st_mtime, other))
+    return max(others, key=lambda o: o[0])[1] if others else None
+
+
+def driver(launch_dir: Path) -> tuple[bool, str]:
+    """(whether a driver runs the launch now, where it runs). On this machine the lock says (a dead
+    driver's lock is released); a driver on another machine is alive while its heartbeat is recent."""
+    lock = launch_dir / "driver.lock"
+    if not lock.exists():
+        return False, ""
+    with open(lock) as f:
+        host = (f.read().split() or [""])[0]
+        if host and host != socket.gethostname():
+            silent = time.time() - lock.stat().st_mtime
+            if silent < SILENT_S:
+                return True, f"on {host}, heard from {silent:.0f} s ago"
+            return False, f"on {host}, silent for {silent / 60:.0f} min"
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True, "on this machine"
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False, "on this machine"
+
+
+def describe(state: LaunchState) -> str:
+    """The launch's state in words, with the command that continues it where one is needed."""
+    alive, where = driver(state.dir)
+    if alive:
+        return f"running (its driver is alive, {where})"
+    if state.state in ("running", "interrupted", "failed"):
+        gone = f"driver gone ({where}; killed?)" if state.state == "running" else state.state
+        return f"{gone}; continue with: orchestrator resume {state.dir}"
+    return state.state
+
+
+class Heartbeat:
+    """Touches `path` every HEARTBEAT_S seconds from a daemon thread while in the `with` block."""
+
+    def __init__(self, path: Path):
+        self.path, self.stop = path, threading.Event()
+
+    def beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            os.utime(self.path)
+
+    def __enter__(self):
+        threading.Thread(target=self.beat, daemon=True, name="driver-heartbeat").start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
