@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -58,15 +59,15 @@ def cmd_train(args) -> int:
     return 0 if metrics["status"] == "completed" else 1
 
 
-def validated(spec_file: str, tracking_uri: str | None = None, storage: str | None = None):
-    """The Study (with `tracking_uri` and `storage` overriding the file's) and its text, with the
-    tracking store reachable; UsageError otherwise."""
+def validated(spec_file: str, tracking_uri: str | None = None, storage: str | None = None, text: str | None = None):
+    """The Study of `spec_file` (or of `text`, read as that file), with `tracking_uri` and `storage`
+    overriding the file's, and its text, with the tracking store reachable; UsageError otherwise."""
     from .spec import SpecError, load_study
     from .storage import TrialStorage
     from .tracking import TrackingError, check_store, normalize_store
 
     try:
-        study = load_study(spec_file)
+        study = load_study(spec_file, text=text)
     except SpecError as e:
         raise UsageError(str(e)) from None
     if storage:
@@ -85,7 +86,7 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     except TrackingError as e:
         where = "--tracking-uri" if tracking_uri else ("MLFLOW_TRACKING_URI" if from_env else f"{spec_file}: tracking.uri")
         raise UsageError(f"{where}: {e}") from None
-    return study, Path(spec_file).read_text()
+    return study, text if text is not None else Path(spec_file).read_text()
 
 
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:
@@ -109,31 +110,93 @@ def check_writable(folder: Path, where: str) -> None:
         raise UsageError(f"{where}: cannot create launch folders in {folder} ({problem})")
 
 
+NIGHTLY_KEYS = {"ablations", "budget"}
+
+
+def nightly_files(path: str) -> list[tuple[str, str | None]]:
+    """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
+    the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
+    over its own."""
+    from .spec import UniqueKeyLoader
+
+    try:
+        raw = yaml.load(Path(path).read_text(), Loader=UniqueKeyLoader) if Path(path).exists() else None
+    except yaml.YAMLError:
+        raw = None  # load_study reports it, with its line
+    if not isinstance(raw, dict) or "ablations" not in raw:
+        return [(path, None)]
+    for key in raw:
+        if key not in NIGHTLY_KEYS:
+            raise UsageError(f"{path}: {key}: unknown key in a nightly file; valid: ablations, budget")
+    files, budget = raw["ablations"], raw.get("budget") or {}
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        raise UsageError(f"{path}: ablations: expected a list of ablation files, got {files!r}")
+    if not isinstance(budget, dict):
+        raise UsageError(f"{path}: budget: expected a mapping (n_iters, eval_every, max_concurrent, ...), got {budget!r}")
+    out = []
+    for name in files:
+        listed = Path(os.path.normpath(Path(path).parent / name))
+        if not listed.exists():
+            raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
+        data = yaml.load(listed.read_text(), Loader=UniqueKeyLoader)
+        if isinstance(data, dict) and budget:
+            data["budget"] = {**(data.get("budget") or {}), **budget}
+        out.append((str(listed), f"# {listed} with the budget of {path}\n" + yaml.safe_dump(data, sort_keys=False)))
+    return out
+
+
 def cmd_launch(args) -> int:
+    """`launch FILE`, or `nightly FILE`: each ablation FILE covers, as tonight's night of its own."""
     from . import launch
 
-    from .storage import StorageError
-
     from .spec import name_problem
+    from .state import SEED_STRIDE
+    from .storage import StorageError
 
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
-    study, text = validated(args.file, args.tracking_uri, args.storage)
+    nightly = args.command == "nightly"
+    plans = []  # everything is validated before anything launches
+    for file, text in nightly_files(args.file) if nightly else [(args.file, None)]:
+        study, text = validated(file, args.tracking_uri, args.storage, text)
+        if nightly and not study.is_ablation:
+            raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
+        check_writable(Path(study.storage_path), f"{file}: storage_path")
+        night = nights_so_far(Path(study.storage_path), study.experiment) if nightly else None
+        plans.append((study, text, night))
+    if nightly and args.launch_id and len(plans) > 1:
+        raise UsageError(f"--launch-id: {args.file} runs {len(plans)} ablations; each names its own night")
     check_address(args.address)
-    check_writable(Path(study.storage_path), f"{args.file}: storage_path")
-    print(describe_study(study), flush=True)
-    if args.dry_run:
-        from .cost import describe_cost
+    status = 0
+    for study, text, night in plans:
+        print(describe_study(study), flush=True)
+        if night is not None:
+            print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night", flush=True)
+        if args.dry_run:
+            from .cost import describe_cost
 
-        if args.calibrate:
-            print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
-        for line in describe_cost(study, args.calibrate):
-            print(line, flush=True)
-        return 0
-    try:
-        return launch.start(study, text, args.launch_id, args.address)
-    except StorageError as e:
-        raise UsageError(f"{'--storage' if args.storage else args.file}: {e}") from None
+            if args.calibrate:
+                print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
+            for line in describe_cost(study, args.calibrate):
+                print(line, flush=True)
+            continue
+        launch_id = args.launch_id or (f"{study.name}-night-{time.strftime('%Y%m%d-%H%M%S')}" if nightly else None)
+        try:
+            code = launch.start(study, text, launch_id, args.address, night)
+        except StorageError as e:
+            raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
+        if code not in (0, launch.EXIT_REGRESSION):
+            return code  # interrupted or failed: the nights after it wait for `resume`
+        status = max(status, code)
+    return status
+
+
+def nights_so_far(storage_path: Path, experiment: str) -> int:
+    """How many nights of the nightly job the launches under `storage_path` hold for `experiment`."""
+    from .state import LaunchState
+
+    states = [LaunchState.load(p.parent) for p in storage_path.glob("*/launch.json")]
+    return sum(1 for s in states if s.experiment == experiment and s.night is not None)
 
 
 def cmd_resume(args) -> int:
@@ -213,6 +276,9 @@ def cmd_report(args) -> int:
     previous = None
     if args.compare == "previous":
         previous = previous_launch(state)
+        if previous is None:
+            raise UsageError(f"--compare previous: no launch of {state.experiment} under {state.dir.parent} before {state.launch_id}; "
+                             "nothing to compare with")
     elif args.compare:
         previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))
     paths, regressions = write_report(state, previous)
@@ -283,16 +349,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key (repeatable)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("launch", help="search every model/task pair of a search-space file on Ray Tune")
-    p.add_argument("file", help="a search-space YAML, e.g. search_spaces/ctl.yaml")
-    p.add_argument("--address", **ADDRESS)
-    p.add_argument("--tracking-uri", help="override the file's tracking.uri")
-    p.add_argument("--storage", help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)")
-    p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>)")
-    p.add_argument("--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing")
-    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
-                   help="with --dry-run: count trials and steps, but time no training steps")
-    p.set_defaults(func=cmd_launch)
+    for name, text, example in [
+        ("launch", "search every model/task pair of a search-space file (or run an ablation file) on Ray Tune", "search_spaces/ctl.yaml"),
+        ("nightly", "run an ablation file as tonight's night: new seeds, a report compared with the last night by a test "
+                    "across seeds, dated beside the previous nights' (exit 1 on a regression)", "ablations/ndr_cpu_ctl.yaml"),
+    ]:
+        p = sub.add_parser(name, help=text)
+        p.add_argument("file", help=f"a search-space or ablation YAML, e.g. {example}")
+        p.add_argument("--address", **ADDRESS)
+        p.add_argument("--tracking-uri", help="override the file's tracking.uri")
+        p.add_argument("--storage", help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)")
+        p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>, or <name>-night-<timestamp>)")
+        p.add_argument("--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing")
+        p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                       help="with --dry-run: count trials and steps, but time no training steps")
+        p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("list", help="the tasks, models and presets one can name, or the launches under --storage-path")
     p.add_argument("what", choices=["tasks", "models", "presets", "launches"])

@@ -31,6 +31,7 @@ from .state import Heartbeat, LaunchState, plan_of
 from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
+EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 
 
 def run_trial(config: dict, bases: dict, cpus: float) -> None:
@@ -67,7 +68,7 @@ def run_trial(config: dict, bases: dict, cpus: float) -> None:
             (Path(d) / "history.json").write_text(json.dumps(history))
             tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (progress.py)
+    train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (callbacks.ProgressLines)
 
 
 def newest_existing_checkpoint(result):
@@ -257,8 +258,9 @@ def check_storage(storage: TrialStorage, key: str) -> None:
         print(f"[launch] trial storage {storage.uri}: seen by all {n_nodes} nodes", flush=True)
 
 
-def start(study: Study, spec_text: str, launch_id: str | None, address: str | None) -> int:
-    """Join (or start) Ray, check the trial storage, register the launch, then run it."""
+def start(study: Study, spec_text: str, launch_id: str | None, address: str | None, night: int | None = None) -> int:
+    """Join (or start) Ray, check the trial storage, register the launch (as the nightly job's
+    night `night`, if given), then run it."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         # Seconds of imports and store set-up (a new SQLite store creates its tables) while Ray
         # starts; the launch itself is registered only once the cluster has seen the storage.
@@ -266,14 +268,15 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
         start_ray(address)
         check_storage(study.storage, "storage")
         warming.result()
-    state = new_launch(study, spec_text, launch_id)
+    state = new_launch(study, spec_text, launch_id, night)
     print(f"[launch] id {state.launch_id}; resume with: orchestrator resume {state.dir}", flush=True)
     return execute(state, address)
 
 
 def execute(state: LaunchState, address: str | None) -> int:
     """Run (or continue) a launch until every trial has ended; then write the best configs (or the
-    ablation report). Returns the exit status: 0, or EXIT_INTERRUPTED after Ctrl-C / SIGTERM."""
+    ablation report). Returns the exit status: 0, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, or
+    EXIT_REGRESSION where a night of the nightly job regressed from the night before."""
     from ray import tune
 
     study = state.study()
@@ -331,10 +334,11 @@ def execute(state: LaunchState, address: str | None) -> int:
             print(f"[launch] interrupted with {ended} of {total} trials ended; nothing is lost: "
                   f"orchestrator resume {state.dir}", flush=True)
             return EXIT_INTERRUPTED
+        regressions = []
         if study.is_ablation:
-            from .report import write_report
+            from .report import write_night, write_report
 
-            written, _ = write_report(state)
+            written, regressions = write_night(state) if state.night is not None else write_report(state)
         else:
             storage = optuna_storage(state)
             for pair in study.pairs:
@@ -349,10 +353,12 @@ def execute(state: LaunchState, address: str | None) -> int:
     if results.num_errors:
         print(f"[launch] {results.num_errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag",
               flush=True)
-    return 0
+    for regression in regressions:
+        print(f"[launch] REGRESSION {regression}", flush=True)
+    return EXIT_REGRESSION if regressions else 0
 
 
-def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> LaunchState:
+def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:
     """Register a launch: its folder and its MLflow parent run. Call only after the spec validated,
     the store answered and the cluster saw the trial storage."""
     launch_id = launch_id or f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -365,7 +371,7 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None) -> La
     spec_text = tracking.redact_text(spec_text, uri)
     parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text)
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
-                        storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study))
+                        storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time())
     state.save()
     return state
 

@@ -1,126 +1,306 @@
-"""Paper-style reports of an ablation launch: mean ± std over seeds per grid cell, tables and plots.
+"""Reports of an ablation launch: per grid cell over seeds, n, mean ± std, a bootstrap 95% interval,
+the solved rate and the best seed (stats.py), beside the papers' numbers (published.yaml), with
+plots (one panel per swept key, and test score per test length where a task has several).
 
-Read from MLflow (the trials' `trial_config` tags and metrics), written to `<launch>/report/`
-(report.md, report.html, one plot per pair) and logged as artifacts of the launch's parent run.
-With a previous launch to compare against (e.g. last night's), cells whose mean got worse by more
-than twice the larger standard deviation (and at least 0.01) are flagged as regressions.
+Read from MLflow (the trials' `trial_config` tags and metrics), rendered from the Jinja2 templates
+in templates/ to `<launch>/report/` (report.md, report.html with its plots embedded, one PNG per
+pair and figure) and logged as artifacts of the launch's parent run. Compared with a previous
+launch (last night's), a cell regresses only where a one-sided test across seeds says so
+(stats.regressions: Holm-corrected, with a minimum effect).
 """
 from __future__ import annotations
 
-import html
+import base64
+import datetime
 import json
-import math
-from collections import defaultdict
+import os
+import re
+from functools import lru_cache
 from pathlib import Path
+
+import pandas as pd
+import yaml
 
 from trainables.tasks.base import LOWER_IS_BETTER
 
-from . import tracking
+from . import stats, tracking
 
-Cell = tuple  # the grid values of one table row
+TEMPLATES = Path(__file__).with_name("templates")
+PUBLISHED = Path(__file__).with_name("published.yaml")
+TEST_SPLIT = re.compile(r"^test_(L|x\d+)_")  # per-length test splits of PANM's tasks
 
 
-def collect(state) -> tuple[list[str], dict[str, dict[Cell, dict[str, list[float]]]]]:
-    """-> (grid keys, {pair: {grid values: {metric: [value per seed]}}})."""
-    keys = list(state.study().grid)
-    runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
-    table: dict[str, dict[Cell, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for run in runs:
-        if run.data.tags.get(tracking.STATUS_TAG) not in ("completed",):
+def lower_is_better(metric: str) -> bool:
+    return any(f"_{score}_" in f"_{metric}_" for score in LOWER_IS_BETTER)
+
+
+def runs_frame(state) -> pd.DataFrame:
+    """One row per completed trial of the launch: pair, model, task, variant, its full config's
+    grid keys and seed, and every metric MLflow holds for it (the last value of each)."""
+    rows = []
+    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
+        if run.data.tags.get(tracking.STATUS_TAG) != "completed":
             continue
         config = json.loads(run.data.tags[tracking.CONFIG_TAG])
-        cell = tuple(config.get(k, "n/a") for k in keys)
-        for metric, value in run.data.metrics.items():
-            if metric.endswith(("_at_best", "_final")):
-                table[run.data.tags["pair"]][cell][metric].append(value)
-    return keys, table
+        rows.append({"pair": run.data.tags["pair"], "model": run.data.tags.get("model"), "task": run.data.tags.get("task"),
+                     "variant": run.data.tags.get("variant"), "run_id": run.info.run_id, "config": config, **run.data.metrics})
+    return pd.DataFrame(rows)
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return mean, std
+def numeric_order(values) -> list:
+    """Grid values in numeric order where they are numbers (10 after 8, not before 4)."""
+    return sorted(set(values), key=lambda v: (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v)))
 
 
-def regression(metric: str, now: list[float], before: list[float]) -> bool:
-    (m_now, s_now), (m_before, s_before) = mean_std(now), mean_std(before)
-    lower_is_better = any(f"_{score}_" in f"_{metric}_" for score in LOWER_IS_BETTER)
-    worse = m_now - m_before if lower_is_better else m_before - m_now
-    return worse > max(2 * max(s_now, s_before), 0.01)
+def table_metrics(score: str, columns) -> list[str]:
+    """What the cell table shows: the selection metric, then the test and IID scores as the papers
+    report them (at the best checkpoint and final), where the runs have them."""
+    wanted = [f"best_ood_valid_{score}", f"test_{score}_at_best", f"test_{score}_final", f"iid_valid_{score}_at_best", f"iid_valid_{score}_final"]
+    return [m for m in wanted if m in columns]
 
 
-def render(keys, table, previous=None) -> tuple[str, str, list[str]]:
-    """-> (markdown, html, regression descriptions)."""
-    md, body, regressions = [], [], []
-    for pair in sorted(table):
-        metrics = sorted({m for cell in table[pair].values() for m in cell})
-        header = keys + ["seeds"] + metrics
-        md += [f"### {pair}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        rows_html = []
-        for cell in sorted(table[pair], key=lambda c: tuple(str(v) for v in c)):
-            values = table[pair][cell]
-            row = [str(v) for v in cell] + [str(max(len(v) for v in values.values()))]
-            for metric in metrics:
-                if metric not in values:
-                    row.append("-")
-                    continue
-                m, s = mean_std(values[metric])
-                text = f"{m:.2f} ± {s:.2f}"
-                before = (previous or {}).get(pair, {}).get(cell, {}).get(metric)
-                if before:
-                    pm, _ = mean_std(before)
-                    text += f" (was {pm:.2f})"
-                    if regression(metric, values[metric], before):
-                        text += " REGRESSION"
-                        regressions.append(f"{pair} {dict(zip(keys, cell))} {metric}: {pm:.3f} -> {m:.3f}")
-                row.append(text)
-            md.append("| " + " | ".join(row) + " |")
-            rows_html.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
-        md.append("")
-        body.append(f"<h3>{html.escape(pair)}</h3><table border=1 cellpadding=4><tr>"
-                    + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" + "".join(rows_html) + "</table>")
-    page = "<html><head><meta charset='utf-8'><title>Ablation report</title></head><body>" + "".join(body) + "</body></html>"
-    return "\n".join(md), page, regressions
+@lru_cache(maxsize=1)
+def published_cells() -> tuple[dict, ...]:
+    return tuple(yaml.safe_load(PUBLISHED.read_text()) or ()) if PUBLISHED.exists() else ()
 
 
-def plot(keys, table, out_dir: Path) -> list[Path]:
-    """One figure per pair: each metric against the first grid key, mean with std error bars."""
+def published_for(model: str, task: str, variant: str | None, metric: str, setting: dict) -> dict | None:
+    """The paper's number for a cell of ours: same model, task (and variant where the paper has
+    one), the split and score of `metric`, and a setting the cell's grid values agree with."""
+    split_score = re.match(r"^(test(?:_L|_x\d+)?|iid_valid)_([a-z0-9_]+?)_(at_best|final)$", metric)
+    if not split_score:
+        return None
+    split, score, _ = split_score.groups()
+    for cell in published_cells():
+        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score):
+            continue
+        if cell.get("variant") and cell["variant"] != variant:
+            continue
+        own = cell.get("setting") or {}
+        if all(setting.get(k) == v for k, v in own.items() if k in setting) and set(own) <= set(setting) | {"in_distribution"}:
+            return cell
+    return None
+
+
+def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict) -> list[dict]:
+    """Per grid cell (in numeric order): the seeds and, per metric, its summary, the paper's number,
+    and the test against the baseline cell."""
+    frame = frame.assign(**{k: frame["config"].map(lambda c, k=k: c.get(k)) for k in keys + ["seed"]})
+    ordered = frame.sort_values(keys, key=lambda col: col.map({v: i for i, v in enumerate(numeric_order(col))})) if keys else frame
+    base_rows = frame[(frame[list(baseline)] == pd.Series(baseline)).all(axis=1)] if baseline else None
+    rows = []
+    for cell, group in (ordered.groupby(keys, sort=False) if keys else [((), ordered)]):
+        cell = cell if isinstance(cell, tuple) else (cell,)
+        setting = dict(zip(keys, cell))
+        first = group.iloc[0]
+        row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
+        for metric in metrics:
+            values = group[metric].dropna().tolist()
+            if not values:
+                continue
+            low = lower_is_better(metric)
+            summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
+            entry = {"summary": summary, "values": values,
+                     "published": published_for(first["model"], first["task"], first["variant"], metric, {**setting, **first["config"]})}
+            if base_rows is not None and setting != baseline and metric in base_rows:
+                against = base_rows[metric].dropna().tolist()
+                if len(values) > 1 and len(against) > 1:
+                    entry["vs_baseline"] = stats.two_sided_p(values, against, report.test)
+            row["metrics"][metric] = entry
+        rows.append(row)
+    return rows
+
+
+def figure_png(fig, path: Path) -> str:
+    """Save `fig` to `path`; -> the PNG as base64, for the HTML page to embed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
-    for pair, cells in sorted(table.items()):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ordered = sorted(cells, key=lambda c: tuple(str(v) for v in c))
-        labels = [", ".join(str(v) for v in c) for c in ordered]
-        for metric in sorted({m for c in cells.values() for m in c}):
-            stats = [mean_std(cells[c][metric]) if metric in cells[c] else (float("nan"), 0.0) for c in ordered]
-            ax.errorbar(range(len(ordered)), [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=metric)
-        ax.set_xticks(range(len(ordered)), labels)
-        ax.set_xlabel(", ".join(keys) or "setting")
-        ax.set_title(pair)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / f"{pair}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+    return plt
 
 
-def write_report(state, previous_state=None) -> tuple[list[Path], list[str]]:
-    keys, table = collect(state)
-    previous = collect(previous_state)[1] if previous_state else None
-    markdown, page, regressions = render(keys, table, previous)
+def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, out_dir: Path) -> list[tuple[Path, str]]:
+    """One panel per swept key: the metric's mean (95% interval) against that key's values, in
+    numeric order, one line per combination of the other keys' values."""
+    plt = pyplot()
+    swept = [k for k in keys if len({str(r["setting"][k]) for r in rows}) > 1] or keys[:1]
+    if not swept:
+        return []
+    fig, axes = plt.subplots(1, len(swept), figsize=(5 * len(swept), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], swept):
+        others = [k for k in keys if k != key]
+        lines: dict[tuple, list] = {}
+        for r in rows:
+            if metric in r["metrics"]:
+                lines.setdefault(tuple(r["setting"][k] for k in others), []).append(r)
+        for rest, members in lines.items():
+            members = sorted(members, key=lambda r: numeric_order([m["setting"][key] for m in members]).index(r["setting"][key]))
+            xs = [str(m["setting"][key]) for m in members]
+            means = [m["metrics"][metric]["summary"].mean for m in members]
+            errors = [[mean - (m["metrics"][metric]["summary"].ci or (mean, mean))[0] for m, mean in zip(members, means)],
+                      [(m["metrics"][metric]["summary"].ci or (mean, mean))[1] - mean for m, mean in zip(members, means)]]
+            label = ", ".join(f"{k}={v}" for k, v in zip(others, rest)) or metric
+            ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=label)
+        ax.set_xlabel(key)
+        ax.set_ylabel(metric)
+        if len(lines) > 1:
+            ax.legend(fontsize=7, loc="best")
+    fig.suptitle(f"{pair}: {metric} (mean, 95% interval)", fontsize=10)
+    path = out_dir / f"{pair}.png"
+    return [(path, figure_png(fig, path))]
+
+
+def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, out_dir: Path) -> list[tuple[Path, str]]:
+    """Test score per test length (PANM's L, 1x..8x), a line per cell, the paper's points beside."""
+    splits = sorted({TEST_SPLIT.match(c).group(1) for c in frame.columns if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")},
+                    key=lambda s: -1 if s == "L" else int(s[1:]))
+    if len(splits) < 2:
+        return []
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for r in rows[:8]:
+        means = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("summary") for s in splits]
+        ax.plot(splits, [m.mean if m else float("nan") for m in means], marker="o",
+                label=", ".join(f"{k}={v}" for k, v in r["setting"].items()) or pair)
+        paper = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("published") for s in splits]
+        if any(paper):
+            ax.plot(splits, [p["mean"] if p else float("nan") for p in paper], linestyle="none", marker="x", color="black")
+    ax.set_xlabel("test length (L, then multiples of L+1)")
+    ax.set_ylabel(f"test {score} at best")
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"{pair}: generalization to longer inputs (x: the paper's)", fontsize=10)
+    path = out_dir / f"{pair}_lengths.png"
+    return [(path, figure_png(fig, path))]
+
+
+def plot_history(pair: str, nights: list, score: str, out_dir: Path) -> list[tuple[Path, str]]:
+    """The nightly job's history: per cell, its mean test score night after night."""
+    metric = f"test_{score}_at_best"
+    points: dict[str, list] = {}
+    for k, night in enumerate(nights):
+        frame = runs_frame(night)
+        if not len(frame) or metric not in frame:
+            continue
+        frame = frame[frame["pair"] == pair]
+        for config, value in zip(frame["config"], frame[metric]):
+            cell = ", ".join(f"{key}={config.get(key)}" for key in night.study().grid) or pair
+            points.setdefault(cell, {}).setdefault(k, []).append(value)
+    if not points:
+        return []
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    labels = [datetime.datetime.fromtimestamp(n.created or 0).strftime("%m-%d %H:%M") for n in nights]
+    for cell in numeric_order(points):  # cells in the order of their grid values
+        ax.plot([labels[k] for k in sorted(points[cell])], [sum(v) / len(v) for _, v in sorted(points[cell].items())], marker="o", label=cell)
+    ax.set_xlabel("night")
+    ax.set_ylabel(f"{metric} (mean over seeds)")
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"{pair}: night after night", fontsize=10)
+    path = out_dir / f"{pair}_history.png"
+    return [(path, figure_png(fig, path))]
+
+
+def build(state, previous_state=None, history: list | None = None) -> dict:
+    """Everything the templates show, and the regressions against `previous_state`; with
+    `history` (earlier nights, oldest first), a plot of each cell night after night."""
+    study = state.study()
+    frame = runs_frame(state)
+    keys = list(study.grid)
+    before = runs_frame(previous_state) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
-    title = f"# Ablation {state.launch_id}" + (f" (compared with {previous_state.launch_id})" if previous_state else "")
-    (out_dir / "report.md").write_text(title + "\n\n" + markdown + "\n")
+    pairs, tested = [], []
+    for pair in study.pairs:
+        runs = frame[frame["pair"] == pair.name] if len(frame) else frame
+        if not len(runs):
+            pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": [], "chance": pair.chance})
+            continue
+        own_keys = [k for k in pair.grid]
+        metrics = table_metrics(study.score, runs.columns)
+        lengths = [c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")]
+        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline)
+        figures = plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", out_dir) + plot_lengths(pair.name, rows, runs, study.score, out_dir)
+        if history is not None:
+            figures += plot_history(pair.name, [*history, state], study.score, out_dir)
+        if before is not None and len(before):
+            old = {json.dumps(r["setting"], sort_keys=True, default=str): r
+                   for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {})}
+            for r in rows:
+                was = old.get(json.dumps(r["setting"], sort_keys=True, default=str))
+                for metric in metrics:
+                    if was and metric in was["metrics"] and metric in r["metrics"]:
+                        r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
+                        if metric == f"test_{study.score}_at_best":
+                            tested.append(((pair.name, json.dumps(r["setting"], default=str), metric), r["metrics"][metric]["values"],
+                                           was["metrics"][metric]["values"], lower_is_better(metric)))
+        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": sorted(lengths), "figures": figures, "chance": pair.chance})
+    comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
+    flagged = {c.key for c in comparisons if c.regressed}
+    for entry in pairs:
+        for r in entry["rows"]:
+            metric = f"test_{study.score}_at_best"
+            if (entry["name"], json.dumps(r["setting"], default=str), metric) in flagged:
+                r["metrics"][metric]["regressed"] = True
+    parent = tracking.client(state.tracking_uri).get_run(state.parent_run_id)
+    return {
+        "title": f"Ablation {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
+        "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
+        "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
+        "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
+        "report": study.report, "previous": previous_state.launch_id if previous_state else None,
+        "pairs": pairs, "comparisons": comparisons,
+        "regressions": [f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (p = {c.p:.3g})" for c in comparisons if c.regressed],
+    }
+
+
+def render(context: dict, image_folder: str = "") -> tuple[str, str]:
+    """-> (Markdown, HTML) from the templates; the Markdown links its plots in `image_folder`."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["f3"] = stats.fmt
+    return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template("report.html.j2").render(**context)
+
+
+def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None) -> tuple[list[Path], list[str]]:
+    """Write the report to `<launch>/report/` (and log it on the parent run), and with `dated_in`
+    a dated copy there; -> (files written, regressions)."""
+    context = build(state, previous_state, history)
+    markdown, page = render(context)
+    out_dir = state.dir / "report"
+    (out_dir / "report.md").write_text(markdown)
     (out_dir / "report.html").write_text(page)
-    paths = [out_dir / "report.md", out_dir / "report.html"] + plot(keys, table, out_dir)
+    paths = [out_dir / "report.md", out_dir / "report.html"] + [path for entry in context["pairs"] for path, _ in entry["figures"]]
     mlflow = tracking.client(state.tracking_uri)
     for path in paths:
         mlflow.log_artifact(state.parent_run_id, str(path), "report")
-    return paths, regressions
+    if dated_in is not None:
+        dated_in.mkdir(parents=True, exist_ok=True)
+        stamp = f"{datetime.datetime.fromtimestamp(state.created or 0):%Y-%m-%d_%H%M%S}_{state.launch_id}"
+        markdown, _ = render(context, image_folder=f"{os.path.relpath(out_dir, dated_in)}/")
+        paths += [dated_in / f"{stamp}.md", dated_in / f"{stamp}.html"]
+        paths[-2].write_text(markdown)
+        paths[-1].write_text(page)
+    return paths, context["regressions"]
+
+
+def write_night(state) -> tuple[list[Path], list[str]]:
+    """A night of the nightly job: its report, compared with the last finished night, with each
+    cell's history, and a dated copy in `<storage_path>/nightly/<experiment>/` beside the
+    previous nights'."""
+    from .state import earlier_launches
+
+    nights = earlier_launches(state, nightly=True)
+    return write_report(state, nights[-1] if nights else None, history=nights, dated_in=state.dir.parent / "nightly" / state.experiment)

@@ -172,6 +172,17 @@ class Tracking:
 
 
 @dataclass
+class Report:
+    """How reports and the nightly check read the seeds of a cell (stats.py)."""
+
+    solved_at: float | None = None  # a seed "solves" a cell at or past this score (e.g. 0.95); None: no solved rate
+    baseline: dict = field(default_factory=dict)  # grid values of the cell every other cell is tested against
+    alpha: float = 0.05  # nightly: a regression's level, Holm-corrected over the cells compared
+    min_effect: float = 0.01  # nightly: and the mean must have moved at least this much
+    test: str = "welch"  # or "mannwhitney" (needs 4 seeds a side to reach 0.05)
+
+
+@dataclass
 class Study:
     path: Path
     name: str
@@ -190,6 +201,7 @@ class Study:
     storage: TrialStorage  # where Tune's experiment state and the trial checkpoints live
     grid: dict[str, list] = field(default_factory=dict)  # an ablation: every combination...
     seeds: list[int] = field(default_factory=list)  # ...times every seed, no search
+    report: Report = field(default_factory=Report)
 
     @property
     def experiment(self) -> str:
@@ -208,7 +220,7 @@ class Study:
 
 TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
-    "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds",
+    "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report",
 }
 SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
 METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
@@ -320,6 +332,18 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     if (grid or seeds) and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
         raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; it cannot also have a search space")
 
+    report = _section(Report, raw.get("report"), "report", path)
+    if not 0 < report.alpha < 1:
+        raise SpecError(path, "report.alpha", f"must be in (0, 1), got {report.alpha!r}")
+    _positive(path, "report.min_effect", report.min_effect, allow_zero=True)
+    if report.test not in ("welch", "mannwhitney"):
+        raise SpecError(path, "report.test", f"unknown test {report.test!r}{closest(str(report.test), ['welch', 'mannwhitney'])}; valid: welch, mannwhitney")
+    for key, value in report.baseline.items():
+        if key not in grid:
+            raise SpecError(path, f"report.baseline.{key}", f"not a grid key{closest(str(key), grid)}; the baseline names a grid cell")
+        if value not in grid[key]:
+            raise SpecError(path, f"report.baseline.{key}", f"{value!r} is not one of the grid's values {grid[key]}")
+
     storage_path = raw.get("storage_path", "runs")
     if not isinstance(storage_path, str) or "://" in storage_path:
         raise SpecError(path, "storage_path", f"must be a local folder for launch records, got {storage_path!r}; "
@@ -366,7 +390,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         path=path, name=safe_name(raw.get("name", path.stem), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
         warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
-        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds,
+        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report,
     )
 
 

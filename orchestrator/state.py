@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
 HEARTBEAT_S = 30.0
 SILENT_S = 4 * HEARTBEAT_S  # a driver elsewhere not heard from for this long is taken for dead
 
@@ -31,6 +32,8 @@ class LaunchState:
     storage: dict = field(default_factory=dict)  # TrialStorage fields: where Tune's experiment lives
     state: str = "running"  # running | interrupted | failed | finished
     plan: dict = field(default_factory=dict)  # see plan_of: what status shows without parsing the spec
+    night: int | None = None  # the nightly job's count of this file's nights before this one
+    created: float = 0.0  # time.time() at registration
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -45,9 +48,14 @@ class LaunchState:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def study(self):
+        """The launch's Study; a night of the nightly job trains its own seeds (same code, new
+        seeds: what a regression test across seeds compares)."""
         from .spec import load_study
 
-        return load_study(self.spec_file, text=self.spec_text)
+        study = load_study(self.spec_file, text=self.spec_text)
+        if self.night:
+            study.seeds = [seed + self.night * SEED_STRIDE for seed in study.seeds]
+        return study
 
     def trial_storage(self):
         from .storage import TrialStorage
@@ -77,14 +85,25 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
     return launches[-1].parent.resolve()
 
 
-def previous_launch(state: LaunchState) -> "LaunchState | None":
-    """The most recent other launch of the same search-space file under the same folder."""
-    others = []
+def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchState]:
+    """The other launches of the same file under the same folder that started before this one,
+    oldest first; with `nightly`, only the nightly job's finished nights."""
+    found = []
     for path in state.dir.parent.glob("*/launch.json"):
         other = LaunchState.load(path.parent)
-        if other.launch_id != state.launch_id and other.experiment == state.experiment:
-            others.append((path.stat().st_mtime, other))
-    return max(others, key=lambda o: o[0])[1] if others else None
+        if other.launch_id == state.launch_id or other.experiment != state.experiment:
+            continue
+        if nightly and (other.night is None or other.state != "finished"):
+            continue
+        found.append(other)
+    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731 - launches from before `created`
+    return sorted((s for s in found if started(s) < started(state)), key=started)
+
+
+def previous_launch(state: LaunchState) -> "LaunchState | None":
+    """The most recent earlier launch of the same search-space file under the same folder."""
+    earlier = earlier_launches(state)
+    return earlier[-1] if earlier else None
 
 
 def driver(launch_dir: Path) -> tuple[bool, str]:

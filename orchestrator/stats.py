@@ -1,0 +1,111 @@
+"""Statistics over seeds, for reports and the nightly check.
+
+A cell (one configuration, several seeds) is summarised by n, mean, sample std, a percentile
+bootstrap 95% interval of the mean, the solved rate (fraction of seeds at or past a threshold, as
+length-generalization papers report) and the best seed. A regression is decided by a one-sided
+test across seeds (Welch's t or Mann-Whitney U) at a level, Holm-corrected over every cell tested
+in one comparison so that a night of many cells keeps its false-alarm rate at that level, and only
+when the mean moved by at least a minimum effect.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    std: float | None  # sample std (n - 1); None for one seed
+    ci: tuple[float, float] | None  # bootstrap 95% interval of the mean; None for one seed
+    solved: float | None  # fraction of seeds at or past the threshold; None without a threshold
+    best: float  # the best seed: max, or min where lower is better
+
+
+def bootstrap_ci(values, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean: resample the seeds with replacement."""
+    values = np.asarray(values, dtype=float)
+    means = np.random.default_rng(seed).choice(values, size=(resamples, len(values)), replace=True).mean(axis=1)
+    tail = (1 - level) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def summarize(values, threshold: float | None = None, lower_is_better: bool = False) -> Summary:
+    values = [float(v) for v in values]
+    n = len(values)
+    mean = float(np.mean(values))
+    several = n > 1
+    solved = None
+    if threshold is not None:
+        solved = sum((v <= threshold) if lower_is_better else (v >= threshold) for v in values) / n
+    return Summary(n=n, mean=mean, std=float(np.std(values, ddof=1)) if several else None,
+                   ci=bootstrap_ci(values) if several else None, solved=solved,
+                   best=min(values) if lower_is_better else max(values))
+
+
+def worse_p_value(now, before, lower_is_better: bool = False, test: str = "welch") -> float:
+    """One-sided p-value of "now is worse than before" across seeds."""
+    from scipy import stats
+
+    # Worse is lower for accuracies: test before > now, i.e. the alternative "now less than before".
+    alternative = "greater" if lower_is_better else "less"
+    if test == "mannwhitney":
+        return float(stats.mannwhitneyu(now, before, alternative=alternative).pvalue)
+    if np.std(now) == 0 and np.std(before) == 0:  # Welch is undefined: identical constants or a clear shift
+        worse = (np.mean(now) > np.mean(before)) if lower_is_better else (np.mean(now) < np.mean(before))
+        return 0.0 if worse else 1.0
+    return float(stats.ttest_ind(now, before, equal_var=False, alternative=alternative).pvalue)
+
+
+def two_sided_p(values, baseline, test: str = "welch") -> float:
+    """p-value of "this cell differs from the baseline cell" across seeds."""
+    from scipy import stats
+
+    if test == "mannwhitney":
+        return float(stats.mannwhitneyu(values, baseline, alternative="two-sided").pvalue)
+    if np.std(values) == 0 and np.std(baseline) == 0:
+        return 1.0 if np.mean(values) == np.mean(baseline) else 0.0
+    return float(stats.ttest_ind(values, baseline, equal_var=False).pvalue)
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+@dataclass(frozen=True)
+class Comparison:
+    key: tuple  # what was compared (pair, cell, metric)
+    before: float
+    now: float
+    p: float  # one-sided, Holm-adjusted over the comparisons made together
+    regressed: bool
+
+
+def regressions(pairs: list[tuple[tuple, list[float], list[float], bool]], alpha: float = 0.05, min_effect: float = 0.01,
+                test: str = "welch") -> list[Comparison]:
+    """Each (key, now, before, lower_is_better) compared; regressed where the Holm-adjusted p is
+    below alpha and the mean got worse by at least min_effect. Cells with fewer than two seeds on
+    either side cannot be tested and never regress."""
+    testable = [(key, now, before, low) for key, now, before, low in pairs if len(now) > 1 and len(before) > 1]
+    raw = [worse_p_value(now, before, low, test) for _, now, before, low in testable]
+    out = []
+    for (key, now, before, low), p in zip(testable, holm(raw)):
+        m_now, m_before = float(np.mean(now)), float(np.mean(before))
+        worse_by = (m_now - m_before) if low else (m_before - m_now)
+        out.append(Comparison(key, m_before, m_now, p, p < alpha and worse_by >= min_effect))
+    return out
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"

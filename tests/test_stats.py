@@ -1,0 +1,72 @@
+"""Statistics over seeds against known values and direct implementations."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from orchestrator import stats
+
+
+def test_summary_of_known_values():
+    s = stats.summarize([0.9, 1.0, 1.0, 0.5], threshold=0.95)
+    assert s.n == 4 and s.mean == pytest.approx(0.85) and s.best == 1.0
+    assert s.std == pytest.approx(math.sqrt((0.05 ** 2 + 2 * 0.15 ** 2 + 0.35 ** 2) / 3))  # deviations from 0.85
+    assert s.solved == 0.5  # two of four seeds at or above 0.95
+    low = stats.summarize([0.2, 0.05, 0.1], threshold=0.1, lower_is_better=True)
+    assert low.solved == pytest.approx(2 / 3) and low.best == 0.05
+    one = stats.summarize([0.7])
+    assert one.std is None and one.ci is None and one.solved is None  # no "± 0.00" for a single seed
+
+
+def test_bootstrap_interval_covers_the_true_mean_about_95_percent_of_the_time():
+    rng = np.random.default_rng(1)
+    covered = 0
+    for k in range(400):
+        sample = rng.normal(0.5, 0.1, size=20)
+        low, high = stats.bootstrap_ci(sample, resamples=2000, seed=k)
+        covered += low <= 0.5 <= high
+    # The percentile bootstrap slightly under-covers at n = 20 (about 93%); 400 draws: +-2.2% standard error.
+    assert 0.88 <= covered / 400 <= 0.98
+
+
+def test_welch_p_value_matches_the_formula():
+    now, before = [0.80, 0.85, 0.83], [0.90, 0.93, 0.88, 0.91]
+    n1, n2 = len(now), len(before)
+    v1, v2 = np.var(now, ddof=1), np.var(before, ddof=1)
+    t = (np.mean(now) - np.mean(before)) / math.sqrt(v1 / n1 + v2 / n2)
+    df = (v1 / n1 + v2 / n2) ** 2 / ((v1 / n1) ** 2 / (n1 - 1) + (v2 / n2) ** 2 / (n2 - 1))
+    assert stats.worse_p_value(now, before) == pytest.approx(scipy_stats.t.cdf(t, df))
+    # Lower is better (L1): the same numbers mean "now is better", so p is the other tail.
+    assert stats.worse_p_value(now, before, lower_is_better=True) == pytest.approx(1 - scipy_stats.t.cdf(t, df))
+
+
+def test_mann_whitney_exact_p_for_complete_separation():
+    # 4 vs 4 seeds, every "now" below every "before": 1 of C(8, 4) = 70 orderings.
+    assert stats.worse_p_value([1, 2, 3, 4], [5, 6, 7, 8], test="mannwhitney") == pytest.approx(1 / 70)
+
+
+def test_holm_adjustment():
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+def test_regression_needs_the_test_and_the_effect():
+    before = [0.90, 0.92, 0.91]
+    flagged = stats.regressions([(("a",), [0.50, 0.52, 0.51], before, False), (("b",), [0.905, 0.915, 0.91], before, False)])
+    assert [c.regressed for c in flagged] == [True, False]
+    # A significant but tiny change is below the minimum effect.
+    tiny = stats.regressions([(("c",), [0.9050, 0.9051, 0.9052], [0.9100, 0.9101, 0.9102], False)], min_effect=0.01)
+    assert not tiny[0].regressed
+    assert stats.regressions([(("d",), [0.1], before, False)]) == []  # one seed: nothing to test
+
+
+def test_false_alarm_rate_of_unchanged_nights_stays_below_five_percent():
+    """Two nights of the same code, different seeds: 2000 simulated pairs of nights of 6 cells x 3
+    seeds, each cell's seeds from its own noisy distribution."""
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(0.3, 0.95, size=6)
+    nights_flagged = 0
+    for _ in range(2000):
+        cells = [((k,), list(rng.normal(c, 0.05, 3)), list(rng.normal(c, 0.05, 3)), False) for k, c in enumerate(centres)]
+        nights_flagged += any(c.regressed for c in stats.regressions(cells))
+    assert nights_flagged / 2000 < 0.05
