@@ -19,7 +19,25 @@ from pathlib import Path
 from ray.tune import Callback
 
 from .search import PAIR_KEY
-from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_version, numeric_metrics
+from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_tags, numeric_metrics
+
+
+def cell_tags(trial) -> dict[str, str]:
+    """An ablation trial's grid cell and seed (its config beyond the pair's holds both)."""
+    own = {k: v for k, v in trial.config.items() if k != PAIR_KEY}
+    if "seed" not in own:
+        return {}
+    return {"cell": " ".join(f"{k}={v}" for k, v in own.items() if k != "seed") or "-", "seed": str(own["seed"])}
+
+
+def short_name(pair: str, trial) -> str:
+    """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
+    seed, a search trial's number, then the pair."""
+    cell = cell_tags(trial)
+    if cell:
+        return f"{cell['cell']} s{cell['seed']} {pair}"
+    suffix = trial.trial_id.rsplit("_", 1)[-1]
+    return f"#{int(suffix) + 1 if suffix.isdigit() else trial.trial_id} {pair}"
 
 
 class TrialTracker(Callback):
@@ -60,11 +78,11 @@ class TrialTracker(Callback):
         else:
             run = self.mlflow.create_run(
                 self.experiment_id(),
-                run_name=f"{pair}-{trial.trial_id}",
+                run_name=short_name(pair, trial),
                 tags={
                     "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
-                    "trial_id": trial.trial_id, "pair": pair, "code_version": code_version(),
-                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair],
+                    "trial_id": trial.trial_id, "pair": pair, **code_tags(),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial),
                 },
             )
             run_id = run.info.run_id

@@ -344,6 +344,7 @@ def execute(state: LaunchState, address: str | None) -> int:
             for pair in study.pairs:
                 fail_stale_proposals(storage, optuna_study_name(state, pair))
             written = write_best(state)
+            tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.experiment, state.launch_id, study.metric, study.score)
         tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
         state.state = "finished"
         state.save()

@@ -47,6 +47,10 @@ def runs_frame(state) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def cell_name(setting: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(seeds only)"
+
+
 def numeric_order(values) -> list:
     """Grid values in numeric order where they are numbers (10 after 8, not before 4)."""
     return sorted(set(values), key=lambda v: (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v)))
@@ -216,7 +220,6 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     `history` (earlier nights, oldest first), a plot of each cell night after night."""
     study = state.study()
     frame = runs_frame(state)
-    keys = list(study.grid)
     before = runs_frame(previous_state) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
@@ -226,7 +229,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": [], "chance": pair.chance})
             continue
-        own_keys = [k for k in pair.grid]
+        own_keys = list(pair.grid)
         metrics = table_metrics(study.score, runs.columns)
         lengths = [c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")]
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline)
@@ -242,7 +245,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                     if was and metric in was["metrics"] and metric in r["metrics"]:
                         r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
                         if metric == f"test_{study.score}_at_best":
-                            tested.append(((pair.name, json.dumps(r["setting"], default=str), metric), r["metrics"][metric]["values"],
+                            tested.append(((pair.name, cell_name(r["setting"]), metric), r["metrics"][metric]["values"],
                                            was["metrics"][metric]["values"], lower_is_better(metric)))
         pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": sorted(lengths), "figures": figures, "chance": pair.chance})
     comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
@@ -250,7 +253,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     for entry in pairs:
         for r in entry["rows"]:
             metric = f"test_{study.score}_at_best"
-            if (entry["name"], json.dumps(r["setting"], default=str), metric) in flagged:
+            if (entry["name"], cell_name(r["setting"]), metric) in flagged:
                 r["metrics"][metric]["regressed"] = True
     parent = tracking.client(state.tracking_uri).get_run(state.parent_run_id)
     return {
@@ -262,6 +265,18 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "pairs": pairs, "comparisons": comparisons,
         "regressions": [f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (p = {c.p:.3g})" for c in comparisons if c.regressed],
     }
+
+
+def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
+    """Each cell's mean over seeds on the launch's run (`<pair>/<cell>/<metric>`), so that MLflow's
+    runs table and charts show the ablation's answer without opening the report."""
+    from mlflow.entities import Metric
+
+    now = int(datetime.datetime.now().timestamp() * 1000)
+    metrics = [Metric(tracking.metric_name(pair["name"], cell_name(row["setting"]), metric), entry["summary"].mean, now, 0)
+               for pair in context["pairs"] for row in pair["rows"] for metric, entry in row["metrics"].items()]
+    for start in range(0, len(metrics), tracking.MAX_BATCH):
+        mlflow.log_batch(parent_run_id, metrics=metrics[start : start + tracking.MAX_BATCH])
 
 
 def render(context: dict, image_folder: str = "") -> tuple[str, str]:
@@ -286,6 +301,7 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
     mlflow = tracking.client(state.tracking_uri)
     for path in paths:
         mlflow.log_artifact(state.parent_run_id, str(path), "report")
+    log_cell_means(mlflow, state.parent_run_id, context)
     if dated_in is not None:
         dated_in.mkdir(parents=True, exist_ok=True)
         stamp = f"{datetime.datetime.fromtimestamp(state.created or 0):%Y-%m-%d_%H%M%S}_{state.launch_id}"

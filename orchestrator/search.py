@@ -12,6 +12,7 @@ import pickle
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
+from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
@@ -21,10 +22,19 @@ class TruncationAwareOptunaSearch(OptunaSearch):
     """Ray tells Optuna a trial that ASHA stopped is COMPLETE with its truncated score, so TPE would
     learn from scores of unequal budgets. We tell it PRUNED instead (and the same for a diverged
     trial): TPE then ranks it below every completed trial, ordered by the intermediate values it
-    reported, so the search learns "worse than finished ones" and no more."""
+    reported, so the search learns "worse than finished ones" and no more.
+
+    Intermediate values are reported at the training iteration (MLflow's step axis), not at Tune's
+    count of reports; and the result a scheduler stops a trial on, which Tune hands to
+    on_trial_complete only, is reported too, so Optuna's last value is MLflow's."""
+
+    def on_trial_result(self, trial_id, result):
+        super().on_trial_result(trial_id, {**result, TRAINING_ITERATION: int(result.get("iteration", result[TRAINING_ITERATION]))})
 
     def on_trial_complete(self, trial_id, result=None, error=False):
         if result and result.get("status") != "completed":
+            if self.metric in result and trial_id in self._ot_trials and trial_id not in self._completed_trials:
+                self.on_trial_result(trial_id, result)
             result = None
         super().on_trial_complete(trial_id, result=result, error=error)
 

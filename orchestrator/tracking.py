@@ -257,14 +257,24 @@ def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
 
 
 @functools.lru_cache(maxsize=1)  # one git call per driver, not two per trial
-def code_version() -> str:
+def git_state() -> tuple[str, bool]:
+    """(the full commit of this checkout, whether tracked files differ from it); ("", False) outside git."""
     root = Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (sha + ("-dirty" if dirty else "")) or "unknown"
+        return "", False
+    return sha, bool(dirty)
+
+
+def code_tags() -> dict[str, str]:
+    """`code_version` (short commit, -dirty when tracked files changed) and MLflow's own git tag,
+    which its UI shows and links."""
+    sha, dirty = git_state()
+    if not sha:
+        return {"code_version": "unknown"}
+    return {"code_version": sha[:7] + ("-dirty" if dirty else ""), "mlflow.source.git.commit": sha}
 
 
 def warm_up(uri: str) -> None:
@@ -293,11 +303,43 @@ def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_
         mlflow.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
     run = mlflow.create_run(exp_id, run_name=launch_id, tags={
-        "launch_id": launch_id, "kind": "launch", "spec_file": spec_file, "code_version": code_version(),
-        "driver_host": socket.gethostname(),
+        "launch_id": launch_id, "kind": "launch", "spec_file": spec_file, **code_tags(), "driver_host": socket.gethostname(),
     })
     mlflow.log_text(run.info.run_id, spec_text, "search_space.yaml")
     return run.info.run_id
+
+
+def metric_name(*parts: str) -> str:
+    """An MLflow metric name from parts joined by '/', with what MLflow refuses in names ('=', ',') replaced."""
+    return "/".join(parts).replace("=", ":").replace(",", "")
+
+
+def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: str, metric: str, score: str) -> None:
+    """A search's answer where MLflow's runs table shows it at a glance: on the launch's run, each
+    pair's best `metric` and that trial's test score; and a run per pair, nested under the
+    launch's, holding the same metrics and the best trial's config as params."""
+    from mlflow.entities import Metric, Param
+
+    mlflow = client(uri)
+    exp_id = mlflow.get_run(parent_run_id).info.experiment_id
+    now = int(time.time() * 1000)
+    on_parent = []
+    for pair, summary in sorted(pair_summaries(uri, experiment, launch_id, metric, score).items()):
+        if summary["best"] is None:
+            continue
+        values = {metric: summary["best"], **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {})}
+        on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
+        found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
+        run_id = found[0].info.run_id if found else mlflow.create_run(exp_id, run_name=pair, tags={
+            "mlflow.parentRunId": parent_run_id, "launch_id": launch_id, "kind": "pair", "pair": pair, **code_tags()}).info.run_id
+        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(summary["best_config"].items())]
+        for start in range(0, len(params), 100):
+            mlflow.log_batch(run_id, params=params[start : start + 100])
+        mlflow.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
+        mlflow.set_tag(run_id, "best_run", summary["best_run"])
+        mlflow.set_terminated(run_id)
+    for start in range(0, len(on_parent), MAX_BATCH):
+        mlflow.log_batch(parent_run_id, metrics=on_parent[start : start + MAX_BATCH])
 
 
 def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED", launch_status: str = "finished") -> None:

@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -70,7 +71,7 @@ def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_eve
     steps = list(range(eval_every, n_iters + 1, eval_every))
     for run in children:
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-        for tag in ("model", "task", "variant", "launch_id", "trial_id", "code_version", "node", "node_id", "device"):
+        for tag in ("model", "task", "variant", "launch_id", "trial_id", "code_version", "mlflow.source.git.commit", "node", "node_id", "device"):
             assert run.data.tags.get(tag), tag
         assert run.data.tags["device"] == "cpu" and run.data.tags["trial_status"] == "completed"
         config = json.loads(run.data.tags["trial_config"])
@@ -103,6 +104,14 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     driver = [line for line in (out.stdout + out.stderr).splitlines() if "(trial pid=" not in line]
     assert not any("Traceback" in line for line in driver)
     children = check_store_contents(uri, path, trials=8)
+    # MLflow at a glance: short run names, the pair's answer on the launch's run and on a nested pair run.
+    assert sorted(r.info.run_name for r in children) == sorted(f"#{n} tiny__ndr" for n in range(1, 9))
+    client, parents, _ = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
+    best = max(r.data.metrics["best_ood_valid_acc"] for r in children)
+    assert parents[0].data.metrics["tiny__ndr/best_ood_valid_acc"] == best
+    pair_run = client.search_runs([parents[0].info.experiment_id], filter_string="tags.kind = 'pair'")[0]
+    assert pair_run.info.run_name == "tiny__ndr" and pair_run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    assert pair_run.data.metrics["best_ood_valid_acc"] == best and "lr" in pair_run.data.params
     # Eight trials asked to run together did run together: their MLflow runs overlap in time.
     spans = sorted((r.info.start_time, r.info.end_time) for r in children)
     overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
@@ -314,17 +323,55 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     _, parents, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
     configs = sorted((json.loads(r.data.tags["trial_config"])["n_layers"], json.loads(r.data.tags["trial_config"])["seed"]) for r in children)
     assert configs == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert sorted(r.info.run_name for r in children) == [f"n_layers={n} s{s} tiny__ndr" for n in (1, 2) for s in (0, 1)]
+    assert {(r.data.tags["cell"], r.data.tags["seed"]) for r in children} == {(f"n_layers={n}", str(s)) for n in (1, 2) for s in (0, 1)}
     report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
-    assert "| n_layers | seeds |" in report and "| 1 | 2 |" in report and "| 2 | 2 |" in report and "±" in report
+    # Every number of the report is an independent aggregation of the MLflow runs, rows in numeric order.
+    rows = [line for line in report.splitlines() if line.startswith("| n_layers=")]
+    assert [line.split(" | ")[0] for line in rows] == ["| n_layers=1", "| n_layers=2"]
+    for layers, row in zip((1, 2), rows):
+        for metric in ("best_ood_valid_acc", "test_acc_at_best", "test_acc_final"):
+            values = [r.data.metrics[metric] for r in children if json.loads(r.data.tags["trial_config"])["n_layers"] == layers]
+            assert f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f} [" in row, (metric, row)
     assert next((tmp_path / "runs").glob("*/report/tiny__ndr.png")).stat().st_size > 1000
+    parent = MlflowClient(uri).get_run(parents[0].info.run_id)  # each cell's mean on the launch's run
+    layer_one = [r.data.metrics["test_acc_at_best"] for r in children if json.loads(r.data.tags["trial_config"])["n_layers"] == 1]
+    assert parent.data.metrics["tiny__ndr/n_layers:1/test_acc_at_best"] == pytest.approx(np.mean(layer_one))
     artifacts = {a.path for a in MlflowClient(uri).list_artifacts(parents[0].info.run_id, "report")}
     assert {"report/report.md", "report/report.html", "report/tiny__ndr.png"} <= artifacts
 
-    # The same ablation again, as the nightly job would, compared with the previous night's.
+    # The same ablation again, compared with the first.
     orchestrator("launch", str(path), "--launch-id", "second", cwd=tmp_path)
     compared = orchestrator("report", "second", "--storage-path", str(tmp_path / "runs"), "--compare", "previous", cwd=tmp_path)
-    assert "(was " in (tmp_path / "runs" / "second" / "report" / "report.md").read_text()
+    assert "; was " in (tmp_path / "runs" / "second" / "report" / "report.md").read_text()
     assert "REGRESSION" not in compared.stdout  # same code, same seeds: same numbers
+    first = next(p.name for p in (tmp_path / "runs").iterdir() if p.name not in ("second", "mlflow.db", "mlartifacts") and p.is_dir())
+    alone = orchestrator("report", first, "--storage-path", str(tmp_path / "runs"), "--compare", "previous", cwd=tmp_path, check=False)
+    assert alone.returncode == 2 and "--compare previous: no launch of" in alone.stderr
+
+
+def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
+    """Three nights of one ablation (3 seeds, new ones each night): unchanged, unchanged, then with
+    a learning rate too small to learn. Only the third is flagged, and its exit status says so."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    task = {"train_size": 400, "eval_size": 60, "train_depths": [1, 2], "ood_valid_depths": [2, 2], "test_depths": [2, 2]}
+    good = {"batch_size": 64, "d_model": 64, "n_layers": 1, "lr": 0.01, "dropout": 0.0}  # about 0.85 in 300 iterations
+    path = spec(tmp_path, uri, models=("lstm",), space={}, seeds=[0, 1, 2], concurrent=3, cpu=0.5, n_iters=300, eval_every=100,
+                fixed=good, tasks=[{"task": "ctl", "variant": "tiny", "options": task}], report={"alpha": 0.01})
+    runs = tmp_path / "runs"
+    first = orchestrator("nightly", str(path), cwd=tmp_path)
+    assert "night 1 of " in first.stdout and "No previous launch compared" in next(runs.glob("*/report/report.md")).read_text()
+    second = orchestrator("nightly", str(path), cwd=tmp_path)
+    assert "night 2 of " in second.stdout and "seeds + 1000" in second.stdout and "REGRESSION" not in second.stdout
+    data = yaml.safe_load(path.read_text())
+    data["fixed"]["lr"] = 1e-7
+    path.write_text(yaml.safe_dump(data))
+    third = orchestrator("nightly", str(path), cwd=tmp_path, check=False)
+    assert third.returncode == 1, third.stdout[-2000:] + third.stderr[-2000:]
+    assert "[launch] REGRESSION tiny__lstm" in third.stdout
+    dated = sorted((runs / "nightly" / data["name"]).glob("*.html"))
+    assert len(dated) == 3 and "REGRESSION" in dated[-1].read_text() and "REGRESSION" not in dated[1].read_text()
+    assert (runs / sorted(p.name for p in runs.glob("*-night-*"))[-1] / "report" / "tiny__lstm_history.png").exists()
 
 
 def test_a_planted_password_is_in_no_file_record_or_output(tmp_path):

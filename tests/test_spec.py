@@ -175,11 +175,13 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     outcomes = {"a": "completed", "b": "running", "c": "diverged"}
     for trial_id in outcomes:
         assert limiter.suggest(trial_id) is not None
-        limiter.on_trial_result(trial_id, {"best_ood_valid_acc": 0.5, "training_iteration": 1})
-    for trial_id, status in outcomes.items():
-        limiter.on_trial_complete(trial_id, {"best_ood_valid_acc": 0.5, "status": status, "training_iteration": 1})
+        limiter.on_trial_result(trial_id, {"best_ood_valid_acc": 0.5, "training_iteration": 1, "iteration": 200})
+    for trial_id, status in outcomes.items():  # the result a scheduler stops on reaches on_trial_complete only
+        limiter.on_trial_complete(trial_id, {"best_ood_valid_acc": 0.6, "status": status, "training_iteration": 2, "iteration": 400})
     stored = optuna.load_study(study_name=optuna_study_name(state, study.pairs[0]), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db")
     assert [t.state for t in stored.trials] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
+    # Optuna's steps are MLflow's (iterations), and its last value is the one MLflow has.
+    assert stored.trials[1].intermediate_values == {200: 0.5, 400: 0.6}
     assert stored.trials[0].params["lr"] == 1.5e-4  # the warm start (Table 7) went first
 
 
