@@ -18,26 +18,19 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .search import PAIR_KEY
+from .search import CANDIDATE_KEY, PAIR_KEY, own_config
 from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_tags, numeric_metrics
 
 
 def cell_tags(trial) -> dict[str, str]:
-    """An ablation trial's grid cell and seed (its config beyond the pair's holds both)."""
-    own = {k: v for k, v in trial.config.items() if k != PAIR_KEY}
+    """An ablation trial's grid cell and seed (its config beyond the pair's holds both), or a
+    confirmation trial's candidate (its rank in the search, from 1) and seed."""
+    own = own_config(trial.config)
     if "seed" not in own:
         return {}
+    if CANDIDATE_KEY in trial.config:
+        return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), "seed": str(own["seed"])}
     return {"cell": " ".join(f"{k}={v}" for k, v in own.items() if k != "seed") or "-", "seed": str(own["seed"])}
-
-
-def short_name(pair: str, trial) -> str:
-    """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
-    seed, a search trial's number, then the pair."""
-    cell = cell_tags(trial)
-    if cell:
-        return f"{cell['cell']} s{cell['seed']} {pair}"
-    suffix = trial.trial_id.rsplit("_", 1)[-1]
-    return f"#{int(suffix) + 1 if suffix.isdigit() else trial.trial_id} {pair}"
 
 
 class TrialTracker(Callback):
@@ -70,7 +63,7 @@ class TrialTracker(Callback):
             filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
         )
         pair = trial.config[PAIR_KEY]
-        config = {**self.base_configs[pair], **{k: v for k, v in trial.config.items() if k != PAIR_KEY}}
+        config = {**self.base_configs[pair], **own_config(trial.config)}
         if found:
             run_id = found[0].info.run_id
             self.mlflow.update_run(run_id, status="RUNNING")
@@ -78,7 +71,7 @@ class TrialTracker(Callback):
         else:
             run = self.mlflow.create_run(
                 self.experiment_id(),
-                run_name=short_name(pair, trial),
+                run_name=self.short_name(pair, trial),
                 tags={
                     "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
                     "trial_id": trial.trial_id, "pair": pair, **code_tags(),
@@ -96,6 +89,17 @@ class TrialTracker(Callback):
             self.mlflow.log_batch(run_id, params=params[start : start + 100])
         self.runs[trial.trial_id] = run_id
         return run_id
+
+    def short_name(self, pair: str, trial) -> str:
+        """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
+        seed, a search trial's number within its pair (counted in the store: a resumed driver
+        goes on counting), then the pair."""
+        cell = cell_tags(trial)
+        if cell:
+            return f"{cell['cell']} s{cell['seed']} {pair}"
+        earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
+                                          f"tags.kind = 'trial' and tags.pair = '{pair}'", max_results=10_000)
+        return f"#{len(earlier) + 1} {pair}"
 
     def experiment_id(self) -> str:
         if self._experiment_id is None:
@@ -181,8 +185,9 @@ class TrialTracker(Callback):
 
 
 class ProgressLines(Callback):
-    def __init__(self, metric: str, mode: str, budgets: dict[str, int], n_iters: dict[str, int], every_s: float = 30.0):
+    def __init__(self, metric: str, mode: str, budgets: dict[str, int], n_iters: dict[str, int], every_s: float = 30.0, phase: str = ""):
         self.metric, self.mode, self.budgets, self.n_iters, self.every_s = metric, mode, budgets, n_iters, every_s
+        self.phase = f"{phase} " if phase else ""  # "confirmation " for a search's confirmation trials
         self.numbers: dict[str, int] = {}  # trial id -> its number within its pair
         self.counts: dict[str, int] = {}  # pair -> trials seen
         self.ended: dict[str, set] = {pair: set() for pair in budgets}
@@ -201,7 +206,7 @@ class ProgressLines(Callback):
         if trial.trial_id not in self.numbers:
             self.counts[pair] = self.counts.get(pair, 0) + 1
             self.numbers[trial.trial_id] = self.counts[pair]
-        return f"{pair} trial {self.numbers[trial.trial_id]}/{self.budgets.get(pair, '?')}"
+        return f"{pair} {self.phase}trial {self.numbers[trial.trial_id]}/{self.budgets.get(pair, '?')}"
 
     def better(self, value: float, than: float | None) -> bool:
         return than is None or (value < than if self.mode == "min" else value > than)
@@ -233,5 +238,5 @@ class ProgressLines(Callback):
         # Trials end at an even pace once the cluster is full: a rough but honest estimate.
         eta = f"{(total - ended) * elapsed / ended / 60:.0f} min" if ended else "after the first trial"
         best = ", ".join(f"{pair} {value:.4f}" for pair, value in sorted(self.best.items()))
-        print(f"[launch] pairs done {pairs_done}/{len(self.budgets)}, trials ended {ended}/{total}, "
+        print(f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, trials ended {ended}/{total}, "
               f"{elapsed / 60:.1f} min, ETA {eta}; best {self.metric}: {best or '-'}", flush=True)

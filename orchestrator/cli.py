@@ -239,7 +239,7 @@ def load_state(args):
 def cmd_status(args) -> int:
     """From launch.json and the tracking store only: no Ray, no spec parsing, no torch."""
     from .state import describe
-    from .tracking import pair_summaries
+    from .tracking import confirmed_text, pair_summaries
 
     state = load_state(args)
     plan = state.the_plan()
@@ -254,6 +254,8 @@ def cmd_status(args) -> int:
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         print(f"{pair['name']:40s} {s['done']:5d} {s['stopped']:8d} {s['running']:8d} {s['failed']:7d} {pair['trials']:4d} "
               f"{best:>8s} {test:>10s}  {pair['chance']}")
+        if s.get("confirmed"):
+            print(f"{'':40s} {confirmed_text(s['confirmed'])}")
     print(f"('stopped': ended early by ASHA; 'of': the pair's {kind})")
     return 0
 
@@ -332,6 +334,9 @@ def describe_study(study) -> str:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
         lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}" for p in study.pairs]
+        if study.confirm.top_k:
+            lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
+                         "the pair's answer is the best candidate's mean")
     lines.append(f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one")
     lines += [f"  skipped (incompatible): {s}" for s in study.skipped]
     return "\n".join(lines)

@@ -57,9 +57,10 @@ def describe_cost(study: Study, calibrate: bool = True) -> Iterator[str]:
     CPUs hold."""
     total_steps, total_s = 0, 0.0
     for pair in study.pairs:
-        trials, steps = study.trial_count(pair), int(pair.base["n_iters"])
+        trials, steps = study.trial_count(pair) + study.confirm_count(), int(pair.base["n_iters"])
         total_steps += trials * steps
-        line = f"  cost of {pair.name}: {trials} trials x {steps:,} steps = {trials * steps:,} training steps"
+        confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
+        line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
         if calibrate:
             try:
                 per_step = seconds_per_step(study, pair)

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from . import tracking
-from .search import PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch
+from .search import CANDIDATE_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
 from .spec import Pair, Study
 from .callbacks import ProgressLines, TrialTracker
 from .state import Heartbeat, LaunchState, plan_of
@@ -44,8 +44,7 @@ def run_trial(config: dict, bases: dict, cpus: float) -> None:
     from trainables.train import pick_device, train
 
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # a line per checkpoint drowns the progress lines
-    own = {k: v for k, v in config.items() if k != PAIR_KEY}
-    cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own})
+    cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
     cfg.threads = max(1, int(cpus))
     # Two Ray nodes on one machine share a hostname; the node id tells them apart.
     where = {"device": str(pick_device(cfg.device)), "node_id": ray.get_runtime_context().get_node_id()}
@@ -167,19 +166,33 @@ def cluster_slots(study: Study, use_gpu: bool) -> int:
     return max(1, min(limit, math.floor(min(fits) + 1e-9)))
 
 
-def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int):
-    from ray import tune
+SEARCH, CONFIRM = "tune", "confirm"  # a launch's phases, each its own Tune experiment in the launch's storage
+
+
+def phase_plan(study: Study, state: LaunchState, phase: str) -> tuple[dict, dict, dict]:
+    """-> (searchers, schedulers, budgets) per pair of a phase: the search (TPE and ASHA), an
+    ablation's cells x seeds, or the confirmation of a search's best trials over new seeds."""
     from ray.tune.schedulers import FIFOScheduler
 
+    fifo = {p.name: FIFOScheduler() for p in study.pairs}
+    if phase == CONFIRM:
+        cells = {p.name: [{**config, CANDIDATE_KEY: k, "seed": seed} for k, config in enumerate(state.candidates.get(p.name, []))
+                          for seed in study.confirm.seeds] for p in study.pairs}
+        return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, fifo,
+                {name: len(c) for name, c in cells.items()})
+    budgets = {p.name: study.trial_count(p) for p in study.pairs}
     if study.is_ablation:
         # Every grid cell for every seed: no TPE, no early stopping (it would bias the table).
-        searchers = {p.name: CellSearch(ablation_cells(study, p), study.metric, study.mode) for p in study.pairs}
-        schedulers = {p.name: FIFOScheduler() for p in study.pairs}
-    else:
-        storage = optuna_storage(state)
-        searchers = {p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs}
-        schedulers = {p.name: pair_scheduler(study, p) for p in study.pairs}
-    budgets = {p.name: study.trial_count(p) for p in study.pairs}
+        return {p.name: CellSearch(ablation_cells(study, p), study.metric, study.mode) for p in study.pairs}, fifo, budgets
+    storage = optuna_storage(state)
+    return ({p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs},
+            {p.name: pair_scheduler(study, p) for p in study.pairs}, budgets)
+
+
+def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int, phase: str = SEARCH):
+    from ray import tune
+
+    searchers, schedulers, budgets = phase_plan(study, state, phase)
     search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
     return tune.Tuner(
         make_trainable(study, use_gpu),
@@ -188,7 +201,7 @@ def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int):
             num_samples=sum(budgets.values()), max_concurrent_trials=slots, trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a finished trial's process takes the next trial: no restart, no re-import
         ),
-        run_config=run_config(study, state),
+        run_config=run_config(study, state, phase, budgets),
     )
 
 
@@ -206,29 +219,29 @@ def pair_scheduler(study: Study, pair: Pair):
                          reduction_factor=study.scheduler.reduction_factor)
 
 
-def experiment_location(state: LaunchState) -> tuple:
-    """(pyarrow filesystem or None, storage path, experiment name) of the launch's Tune experiment."""
+def experiment_location(state: LaunchState, phase: str = SEARCH) -> tuple:
+    """(pyarrow filesystem or None, storage path, experiment name) of a phase's Tune experiment."""
     fs, root = state.trial_storage().filesystem()
-    return fs, f"{root}/{state.launch_id}", "tune"
+    return fs, f"{root}/{state.launch_id}", phase
 
 
-def run_config(study: Study, state: LaunchState):
+def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, int]):
     from ray import tune
 
-    fs, storage_path, name = experiment_location(state)
-    tags = {p.name: {"model": p.model, "task": p.task.task, "variant": p.task.variant} for p in study.pairs}
+    fs, storage_path, name = experiment_location(state, phase)
+    tags = {p.name: {"model": p.model, "task": p.task.task, "variant": p.task.variant, "phase": "confirm" if phase == CONFIRM else "search"}
+            for p in study.pairs}
     return tune.RunConfig(
         name=name, storage_path=storage_path, storage_filesystem=fs,
-        callbacks=[TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id,
-                                         {p.name: p.base for p in study.pairs}, tags),
-                   ProgressLines(study.metric, study.mode, {p.name: study.trial_count(p) for p in study.pairs},
-                                 {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs})],
+        callbacks=[TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id, {p.name: p.base for p in study.pairs}, tags),
+                   ProgressLines(study.metric, study.mode, budgets, {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs},
+                                 phase="confirmation" if phase == CONFIRM else "")],
         # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
         # named one gone falls back to the newest that exists (newest_existing_checkpoint).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
         # A trial whose node dies (or whose process fails) starts again from its last checkpoint.
         failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
-        verbose=0,  # progress.ProgressLines prints instead of Tune's tables
+        verbose=0,  # callbacks.ProgressLines prints instead of Tune's tables
     )
 
 
@@ -274,11 +287,10 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
 
 
 def execute(state: LaunchState, address: str | None) -> int:
-    """Run (or continue) a launch until every trial has ended; then write the best configs (or the
-    ablation report). Returns the exit status: 0, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, or
-    EXIT_REGRESSION where a night of the nightly job regressed from the night before."""
-    from ray import tune
-
+    """Run (or continue) a launch until every trial has ended, its confirmation phase included;
+    then write the best configs (or the ablation report). Returns the exit status: 0, 1 after a
+    store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, or EXIT_REGRESSION where a night of the
+    nightly job regressed from the night before."""
     study = state.study()
     use_gpu = start_ray(address)
     slots = cluster_slots(study, use_gpu)
@@ -286,7 +298,7 @@ def execute(state: LaunchState, address: str | None) -> int:
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(slots))
     # A snapshot after every checkpoint is what keeps resume exact; Tune warns about it each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Tune's console (its boxes, tables and TensorBoard hint) off: progress.ProgressLines prints.
+    # Tune's console (its boxes, tables and TensorBoard hint) off: callbacks.ProgressLines prints.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
     import optuna
@@ -294,8 +306,6 @@ def execute(state: LaunchState, address: str | None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
           f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
-    fs, storage_path, name = experiment_location(state)
-    experiment = f"{storage_path}/{name}"
     # The lock tells a second driver on this machine that this one runs; the heartbeat tells a
     # reader on another machine (state.driver).
     with open(state.dir / "driver.lock", "w") as lock, Heartbeat(state.dir / "driver.lock"):
@@ -304,36 +314,19 @@ def execute(state: LaunchState, address: str | None) -> int:
         lock.flush()
         state.state = "running"
         state.save()
-        if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
-            print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
-            tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu), resume_unfinished=True,
-                                       resume_errored=True, storage_filesystem=fs)
-        else:
-            tuner = build_tuner(study, state, use_gpu, slots)
-        # Tune stops cleanly on SIGINT (saving its state); treat SIGTERM (a scheduler's stop) the same.
-        previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-        try:
-            results = tuner.fit()
-        except Exception as e:
-            unavailable = tracking.store_outage(e)
-            if unavailable is None:
-                raise
-            state.state = "failed"
-            state.save()
-            print(f"orchestrator: error: {unavailable}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`",
-                  flush=True)
-            return 1
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        total = sum(study.trial_count(p) for p in study.pairs)
-        ended = results.num_terminated + results.num_errors
-        if len(results) < total or ended < len(results):
-            state.state = "interrupted"
-            state.save()
-            tracking.close_launch(state.tracking_uri, state.parent_run_id, status="KILLED", launch_status="interrupted")
-            print(f"[launch] interrupted with {ended} of {total} trials ended; nothing is lost: "
-                  f"orchestrator resume {state.dir}", flush=True)
-            return EXIT_INTERRUPTED
+        code, errors = run_phase(state, study, SEARCH, use_gpu, slots)
+        confirming = study.confirm.top_k and not study.is_ablation
+        if code == 0 and confirming:
+            if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
+                state.candidates = tracking.top_configs(state.tracking_uri, state.experiment, state.launch_id, study.metric,
+                                                        study.score, study.confirm.top_k)
+                state.save()
+            print(f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
+                  f"{', '.join(map(str, study.confirm.seeds))}", flush=True)
+            code, more_errors = run_phase(state, study, CONFIRM, use_gpu, slots)
+            errors += more_errors
+        if code:
+            return code
         regressions = []
         if study.is_ablation:
             from .report import write_night, write_report
@@ -351,12 +344,53 @@ def execute(state: LaunchState, address: str | None) -> int:
     for path in written:
         print(f"[launch] wrote {path}", flush=True)
     print_summary(state, study)
-    if results.num_errors:
-        print(f"[launch] {results.num_errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag",
-              flush=True)
+    if errors:
+        print(f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag", flush=True)
     for regression in regressions:
         print(f"[launch] REGRESSION {regression}", flush=True)
     return EXIT_REGRESSION if regressions else 0
+
+
+def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots: int) -> tuple[int, int]:
+    """Run (or continue, from its Tune experiment) one phase until its trials have ended.
+    -> (exit status: 0, 1 after a store outage, EXIT_INTERRUPTED; trials that failed for good)."""
+    from ray import tune
+
+    fs, storage_path, name = experiment_location(state, phase)
+    experiment = f"{storage_path}/{name}"
+    if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
+        print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
+        tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu), resume_unfinished=True,
+                                   resume_errored=True, storage_filesystem=fs)
+    else:
+        tuner = build_tuner(study, state, use_gpu, slots, phase)
+    # Tune stops cleanly on SIGINT (saving its state); treat SIGTERM (a scheduler's stop) the same.
+    previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    try:
+        results = tuner.fit()
+    except Exception as e:
+        unavailable = tracking.store_outage(e)
+        if unavailable is None:
+            raise
+        state.state = "failed"
+        state.save()
+        print(f"orchestrator: error: {unavailable}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`", flush=True)
+        return 1, 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if phase == CONFIRM:
+        total = sum(len(configs) for configs in state.candidates.values()) * len(study.confirm.seeds)
+    else:
+        total = sum(study.trial_count(p) for p in study.pairs)
+    ended = results.num_terminated + results.num_errors
+    if len(results) < total or ended < len(results):
+        state.state = "interrupted"
+        state.save()
+        tracking.close_launch(state.tracking_uri, state.parent_run_id, status="KILLED", launch_status="interrupted")
+        print(f"[launch] interrupted with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}trials ended; nothing is lost: "
+              f"orchestrator resume {state.dir}", flush=True)
+        return EXIT_INTERRUPTED, results.num_errors
+    return 0, results.num_errors
 
 
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:
@@ -385,14 +419,17 @@ def print_summary(state: LaunchState, study: Study) -> None:
         s = summaries.get(pair.name, {})
         best = "-" if s.get("best") is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(f"  {pair.name:40s} best {best}  test {test}  ({pair.chance}; {s.get('done', 0)} done, "
-              f"{s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
+        confirmed = tracking.confirmed_text(s.get("confirmed"))
+        print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance}; "
+              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
     later = f"orchestrator report {state.dir}" if study.is_ablation else f"orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}"
     print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
           f"{state.tracking_uri}", flush=True)
 
 
 def write_best(state: LaunchState) -> list[Path]:
+    """Per pair, `best/<pair>.yaml`: the confirmed candidate where the search was confirmed (the
+    best mean over new seeds), else the best trial."""
     study = state.study()
     summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
     out = []
@@ -401,9 +438,13 @@ def write_best(state: LaunchState) -> list[Path]:
             continue
         path = state.dir / "best" / f"{pair_name}.yaml"
         path.parent.mkdir(exist_ok=True)
+        config, confirmed = summary["best_config"], summary.get("confirmed")
         header = (f"# Best trial of {pair_name} in launch {state.launch_id}: {study.metric} = {summary['best']:.4f}, "
-                  f"test_{study.score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}. "
-                  f"Run it again with: orchestrator train {path}\n")
-        path.write_text(header + yaml.safe_dump({"config": summary["best_config"]}, sort_keys=True))
+                  f"test_{study.score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}.\n")
+        if confirmed:
+            config = {**confirmed["config"], "seed": config.get("seed", 0)}
+            header += (f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {study.confirm.top_k}, "
+                       f"{study.metric} {confirmed['metric']:.4f} on average, {tracking.confirmed_text(confirmed)}.\n")
+        path.write_text(header + f"# Run it again with: orchestrator train {path}\n" + yaml.safe_dump({"config": config}, sort_keys=True))
         out.append(path)
     return out

@@ -16,6 +16,12 @@ from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
+CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
+
+
+def own_config(config: dict) -> dict:
+    """A trial's config without the keys that only route it (its pair, its candidate)."""
+    return {k: v for k, v in config.items() if k not in (PAIR_KEY, CANDIDATE_KEY)}
 
 
 class TruncationAwareOptunaSearch(OptunaSearch):

@@ -172,6 +172,15 @@ class Tracking:
 
 
 @dataclass
+class Confirm:
+    """A search's confirmation: its `top_k` best trials per pair trained again with each of `seeds`;
+    the pair's answer is the best candidate's mean over those seeds, not one lucky seed."""
+
+    top_k: int = 0  # 0: no confirmation
+    seeds: list = field(default_factory=lambda: [1, 2, 3])
+
+
+@dataclass
 class Report:
     """How reports and the nightly check read the seeds of a cell (stats.py)."""
 
@@ -202,6 +211,7 @@ class Study:
     grid: dict[str, list] = field(default_factory=dict)  # an ablation: every combination...
     seeds: list[int] = field(default_factory=list)  # ...times every seed, no search
     report: Report = field(default_factory=Report)
+    confirm: Confirm = field(default_factory=Confirm)
 
     @property
     def experiment(self) -> str:
@@ -210,6 +220,10 @@ class Study:
     @property
     def is_ablation(self) -> bool:
         return bool(self.grid or self.seeds)
+
+    def confirm_count(self) -> int:
+        """Each pair's confirmation trials: its top_k candidates times the confirmation seeds."""
+        return self.confirm.top_k * len(self.confirm.seeds)
 
     def trial_count(self, pair: Pair) -> int:
         """The pair's trials: its grid cells times the seeds for an ablation, else the search budget."""
@@ -220,7 +234,7 @@ class Study:
 
 TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
-    "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report",
+    "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report", "confirm",
 }
 SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
 METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
@@ -344,6 +358,15 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         if value not in grid[key]:
             raise SpecError(path, f"report.baseline.{key}", f"{value!r} is not one of the grid's values {grid[key]}")
 
+    confirm = _section(Confirm, raw.get("confirm"), "confirm", path)
+    if not isinstance(confirm.top_k, int) or isinstance(confirm.top_k, bool) or not 0 <= confirm.top_k <= budget.trials:
+        raise SpecError(path, "confirm.top_k", f"must be an integer from 0 to budget.trials ({budget.trials}), got {confirm.top_k!r}")
+    if confirm.top_k and (grid or seeds):
+        raise SpecError(path, "confirm", "an ablation runs every seed of every cell already; confirm re-runs a search's best trials")
+    if not isinstance(confirm.seeds, list) or not confirm.seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in confirm.seeds) \
+            or len(set(confirm.seeds)) != len(confirm.seeds):
+        raise SpecError(path, "confirm.seeds", f"expected a list of distinct integers, got {confirm.seeds!r}")
+
     storage_path = raw.get("storage_path", "runs")
     if not isinstance(storage_path, str) or "://" in storage_path:
         raise SpecError(path, "storage_path", f"must be a local folder for launch records, got {storage_path!r}; "
@@ -390,7 +413,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         path=path, name=safe_name(raw.get("name", path.stem), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
         warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
-        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report,
+        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
     )
 
 

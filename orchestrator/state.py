@@ -34,6 +34,7 @@ class LaunchState:
     plan: dict = field(default_factory=dict)  # see plan_of: what status shows without parsing the spec
     night: int | None = None  # the nightly job's count of this file's nights before this one
     created: float = 0.0  # time.time() at registration
+    candidates: dict | None = None  # a search with `confirm`: per pair, the configs of its best trials, best first
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -69,7 +70,7 @@ class LaunchState:
 
 def plan_of(study) -> dict:
     return {"metric": study.metric, "mode": study.mode, "score": study.score, "ablation": study.is_ablation,
-            "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance} for p in study.pairs]}
+            "confirm": study.confirm_count(), "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance} for p in study.pairs]}
 
 
 def find_launch(storage_path: str, launch_id: str | None) -> Path:

@@ -316,8 +316,9 @@ def metric_name(*parts: str) -> str:
 
 def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: str, metric: str, score: str) -> None:
     """A search's answer where MLflow's runs table shows it at a glance: on the launch's run, each
-    pair's best `metric` and that trial's test score; and a run per pair, nested under the
-    launch's, holding the same metrics and the best trial's config as params."""
+    pair's best `metric` and that trial's test score, and the confirmed means where the search was
+    confirmed; and a run per pair, nested under the launch's, holding the same metrics and the
+    best trial's config as params."""
     from mlflow.entities import Metric, Param
 
     mlflow = client(uri)
@@ -328,6 +329,10 @@ def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: st
         if summary["best"] is None:
             continue
         values = {metric: summary["best"], **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {})}
+        confirmed = summary.get("confirmed") or {}
+        values.update({f"confirmed_{metric}": confirmed.get("metric"), f"confirmed_test_{score}": confirmed.get("test"),
+                       f"confirmed_test_{score}_std": confirmed.get("test_std")})
+        values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
         found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
         run_id = found[0].info.run_id if found else mlflow.create_run(exp_id, run_name=pair, tags={
@@ -373,11 +378,15 @@ def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
 
 
 def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict]:
-    """Per pair: trial counts by status, the best trial so far by `metric` and its test score
-    (from MLflow, the source of truth)."""
+    """Per pair: search trial counts by status, the best trial so far by `metric` and its test
+    score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
+    (see confirmed_candidates)."""
     lower_is_better = score in LOWER_IS_BETTER
     out: dict[str, dict] = {}
-    for run in launch_trial_runs(uri, experiment, launch_id):
+    runs = launch_trial_runs(uri, experiment, launch_id)
+    for run in runs:
+        if run.data.tags.get("phase") == "confirm":
+            continue
         pair = run.data.tags.get("pair", "?")
         entry = out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
         status = run.data.tags.get(STATUS_TAG, "running")
@@ -389,4 +398,54 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
                          test=run.data.metrics.get(f"test_{score}_at_best"))
+    for pair, confirmed in confirmed_candidates(runs, metric, score).items():
+        out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        out[pair]["confirmed"] = confirmed
     return out
+
+
+def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
+    """Per pair, from its completed confirmation runs: the candidate whose mean `metric` over the
+    confirmation seeds is best, with n, the mean and sample std of its test score, and its config
+    (without a seed). The pair's answer, where the search was confirmed."""
+    import statistics
+
+    lower_is_better = score in LOWER_IS_BETTER
+    grouped: dict[str, dict[str, list]] = {}
+    for run in runs:
+        if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) != "completed":
+            continue
+        grouped.setdefault(run.data.tags["pair"], {}).setdefault(run.data.tags["candidate"], []).append(run)
+    out = {}
+    for pair, candidates in grouped.items():
+        def mean_metric(k: str) -> float:
+            return statistics.fmean(r.data.metrics.get(metric, math.nan) for r in candidates[k])
+
+        chosen = (min if lower_is_better else max)(candidates, key=mean_metric)
+        tests = [r.data.metrics[f"test_{score}_at_best"] for r in candidates[chosen] if f"test_{score}_at_best" in r.data.metrics]
+        config = {k: v for k, v in json.loads(candidates[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
+        out[pair] = {"candidate": int(chosen), "n": len(candidates[chosen]), "metric": mean_metric(chosen), "config": config,
+                     "test": statistics.fmean(tests) if tests else None, "test_std": statistics.stdev(tests) if len(tests) > 1 else None}
+    return out
+
+
+def confirmed_text(confirmed: dict | None) -> str:
+    """A confirmed answer in words: the chosen candidate's test mean ± std over its seeds."""
+    if not confirmed or confirmed.get("test") is None:
+        return ""
+    spread = f" ± {confirmed['test_std']:.3f}" if confirmed.get("test_std") is not None else ""
+    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']} seeds (candidate {confirmed['candidate'] + 1})"
+
+
+def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int) -> dict[str, list[dict]]:
+    """Per pair, the full configs (seed left out) of its k best completed search trials, best first:
+    what a confirmation trains again. Trials ASHA stopped early or that diverged are no candidates."""
+    lower_is_better = score in LOWER_IS_BETTER
+    found: dict[str, list] = {}
+    for run in launch_trial_runs(uri, experiment, launch_id):
+        if run.data.tags.get("phase") == "confirm" or run.data.tags.get(STATUS_TAG) != "completed" or metric not in run.data.metrics:
+            continue
+        found.setdefault(run.data.tags["pair"], []).append((run.data.metrics[metric], json.loads(run.data.tags[CONFIG_TAG])))
+    return {pair: [{key: v for key, v in config.items() if key != "seed"}
+                   for _, config in sorted(entries, key=lambda e: e[0], reverse=not lower_is_better)[:k]]
+            for pair, entries in found.items()}

@@ -117,3 +117,25 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
         assert cell["task"] in TASKS, cell
         assert cell["model"] in MODELS or cell.get("ours") is False, cell
         assert isinstance(cell["mean"], (int, float)), cell
+
+
+def test_the_page_renders_in_a_real_browser(tmp_path, uri):
+    """Headless Chromium (Debian's package; .ci/run installs it) loads the HTML report: the cell
+    table, the published column with the paper's number, and every embedded plot decoded."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "chromium is not installed: apt-get install chromium (as .ci/run does)"
+    state = fake_launch(tmp_path, uri, "night-1", scores_for(0), ablation_text("ndr_layers_test"))
+    report.write_report(state)
+    page = (state.dir / "report" / "report.html").read_text()
+    probe = ("<script>document.body.dataset.images = [...document.images].length + ':' + "
+             "[...document.images].every(i => i.complete && i.naturalWidth > 100);</script></body>")
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.replace("</body>", probe))
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom",
+                          checked.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert 'data-images="1:true"' in dom, dom[-500:]
+    assert '<table class="cells">' in dom and "paper (test_acc_at_best)" in dom
+    assert re.search(r'<td class="published">1\.000 ± 0\.000 \([+-]\d\.\d{3}; Table 4\)</td>', dom), "no published number in the page"

@@ -350,6 +350,37 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     assert alone.returncode == 2 and "--compare previous: no launch of" in alone.stderr
 
 
+def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
+    """`confirm: {top_k: 2, seeds: [5, 6]}`: after the search, each pair's two best trials run again
+    with seeds 5 and 6; the pair's answer (summary, best config, MLflow) is the best candidate's mean."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=3, concurrent=3, models=("lstm",), n_iters=100, eval_every=50, space={"lr": {"loguniform": [1e-3, 1e-2]}},
+                fixed={"batch_size": 32, "d_model": 32, "n_layers": 1, "dropout": 0.0}, confirm={"top_k": 2, "seeds": [5, 6]})
+    out = orchestrator("launch", str(path), cwd=tmp_path)
+    assert "then confirming: each pair's 2 best trials again with seeds 5, 6" in out.stdout
+    assert sum(1 for line in out.stdout.splitlines() if line.startswith("[tiny__lstm confirmation trial ")) == 4 * 2
+    client, parents, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
+    search = [r for r in children if r.data.tags["phase"] == "search"]
+    confirm = [r for r in children if r.data.tags["phase"] == "confirm"]
+    assert len(search) == 3 and len(confirm) == 4
+    ranked = sorted(search, key=lambda r: r.data.metrics["best_ood_valid_acc"], reverse=True)[:2]
+    for k, run in enumerate(ranked):  # candidate k repeats the k-th best trial's config with each new seed
+        repeats = [r for r in confirm if r.data.tags["candidate"] == str(k)]
+        assert sorted(json.loads(r.data.tags["trial_config"])["seed"] for r in repeats) == [5, 6]
+        assert {json.loads(r.data.tags["trial_config"])["lr"] for r in repeats} == {json.loads(run.data.tags["trial_config"])["lr"]}
+        assert sorted(r.info.run_name for r in repeats) == [f"candidate {k + 1} s{seed} tiny__lstm" for seed in (5, 6)]
+    means = {k: np.mean([r.data.metrics["best_ood_valid_acc"] for r in confirm if r.data.tags["candidate"] == str(k)]) for k in (0, 1)}
+    chosen = max(means, key=means.get)
+    tests = [r.data.metrics["test_acc_at_best"] for r in confirm if r.data.tags["candidate"] == str(chosen)]
+    assert parents[0].data.metrics["tiny__lstm/confirmed_test_acc"] == pytest.approx(np.mean(tests))
+    assert f"confirmed {np.mean(tests):.3f} ± {np.std(tests, ddof=1):.3f} over 2 seeds (candidate {chosen + 1})" in out.stdout
+    best = next((tmp_path / "runs").glob("*/best/tiny__lstm.yaml")).read_text()
+    assert f"confirmed candidate {chosen + 1} of 2" in best
+    assert yaml.safe_load(best)["config"]["lr"] == json.loads(ranked[chosen].data.tags["trial_config"])["lr"]
+    status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
+    assert "confirmed " in status and "    3 " in status  # the search's 3 trials; confirmation runs counted apart
+
+
 def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
     """Three nights of one ablation (3 seeds, new ones each night): unchanged, unchanged, then with
     a learning rate too small to learn. Only the third is flagged, and its exit status says so."""

@@ -185,6 +185,17 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     assert stored.trials[0].params["lr"] == 1.5e-4  # the warm start (Table 7) went first
 
 
+def test_confirm_is_checked(tmp_path):
+    study = load_study(write(tmp_path, with_(confirm={"top_k": 2, "seeds": [7, 8, 9]})))
+    assert study.confirm_count() == 6
+    with pytest.raises(SpecError, match=r"confirm.top_k: must be an integer from 0 to budget.trials \(2\), got 3"):
+        load_study(write(tmp_path, with_(confirm={"top_k": 3})))
+    with pytest.raises(SpecError, match="confirm.seeds: expected a list of distinct integers"):
+        load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [1, 1]})))
+    with pytest.raises(SpecError, match="confirm: an ablation runs every seed"):
+        load_study(write(tmp_path, with_(space={}, seeds=[0, 1], confirm={"top_k": 1})))
+
+
 def test_a_models_own_grid_adds_to_the_files(tmp_path):
     """Table 6's layout: every model over d_model, multi-head attention also over its head count."""
     retrieval = {"tasks": [{"task": "contextual_retrieval"}], "models": ["transformer", "transformer_compositional"],
