@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from . import tracking
+from . import maps, tracking
 from .search import CANDIDATE_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
 from .spec import Pair, Study
 from .callbacks import ProgressLines, TrialTracker
@@ -338,6 +338,7 @@ def execute(state: LaunchState, address: str | None) -> int:
                 fail_stale_proposals(storage, optuna_study_name(state, pair))
             written = write_best(state)
             tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.experiment, state.launch_id, study.metric, study.score)
+            written += maps.write_search_maps(state, study.metric, study.mode == "min")
         tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
         state.state = "finished"
         state.save()

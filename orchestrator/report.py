@@ -23,7 +23,7 @@ import yaml
 
 from trainables.tasks.base import LOWER_IS_BETTER
 
-from . import stats, tracking
+from . import maps, stats, tracking
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
@@ -224,6 +224,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
     pairs, tested = [], []
+    best = maps.best_runs(state, study.metric, study.mode == "min")
     for pair in study.pairs:
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
         if not len(runs):
@@ -236,6 +237,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         figures = plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", out_dir) + plot_lengths(pair.name, rows, runs, study.score, out_dir)
         if history is not None:
             figures += plot_history(pair.name, [*history, state], study.score, out_dir)
+        if pair.name in best:
+            figures += [(path, base64.b64encode(path.read_bytes()).decode()) for path in maps.best_run_maps(state, pair.name, best[pair.name], out_dir)]
         if before is not None and len(before):
             old = {json.dumps(r["setting"], sort_keys=True, default=str): r
                    for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {})}

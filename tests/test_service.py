@@ -112,6 +112,7 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     pair_run = client.search_runs([parents[0].info.experiment_id], filter_string="tags.kind = 'pair'")[0]
     assert pair_run.info.run_name == "tiny__ndr" and pair_run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
     assert pair_run.data.metrics["best_ood_valid_acc"] == best and "lr" in pair_run.data.params
+    assert {a.path for a in client.list_artifacts(pair_run.info.run_id, "maps")} == {"maps/tiny__ndr_attention.png"}  # Figure 2's maps
     # Eight trials asked to run together did run together: their MLflow runs overlap in time.
     spans = sorted((r.info.start_time, r.info.end_time) for r in children)
     overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
@@ -312,6 +313,7 @@ def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     orchestrator("launch", str(copy), cwd=tmp_path)
     _, _, children = trial_runs(uri, yaml.safe_load(copy.read_text())["name"])
     assert {"test_L_token_acc_at_best", "test_x1_token_acc_at_best", "test_x2_seq_acc_at_best", "test_token_acc_at_best"} <= set(children[0].data.metrics)
+    assert next((tmp_path / "runs").glob("*/maps/copy__panm_pointers.png")).stat().st_size > 1000  # PANM's pointer attention
 
 
 def test_ablation_grid_over_seeds_with_report(tmp_path):
@@ -338,7 +340,7 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     layer_one = [r.data.metrics["test_acc_at_best"] for r in children if json.loads(r.data.tags["trial_config"])["n_layers"] == 1]
     assert parent.data.metrics["tiny__ndr/n_layers:1/test_acc_at_best"] == pytest.approx(np.mean(layer_one))
     artifacts = {a.path for a in MlflowClient(uri).list_artifacts(parents[0].info.run_id, "report")}
-    assert {"report/report.md", "report/report.html", "report/tiny__ndr.png"} <= artifacts
+    assert {"report/report.md", "report/report.html", "report/tiny__ndr.png", "report/tiny__ndr_attention.png"} <= artifacts
 
     # The same ablation again, compared with the first.
     orchestrator("launch", str(path), "--launch-id", "second", cwd=tmp_path)

@@ -1,0 +1,176 @@
+"""What a researcher opens first: the attention and gate maps of a pair's best trial (the NDR
+paper's Figure 2: per layer, where each position attends and how much of it the copy gate
+updates) and PANM's pointer attention per decoding step. The trial's last checkpoint is loaded into
+its model and run on the longest example of its longest test split."""
+from __future__ import annotations
+
+import inspect
+import io
+import json
+from pathlib import Path
+
+from . import tracking
+
+MAX_LAYER_PANELS = 14
+
+
+def last_model_state(state, run) -> dict | None:
+    """The model weights of the run's newest checkpoint in the trial storage, or None."""
+    import pyarrow.fs
+    import torch
+
+    fs, root = state.trial_storage().filesystem()
+    fs = fs or pyarrow.fs.LocalFileSystem()
+    phase = "confirm" if run.data.tags.get("phase") == "confirm" else "tune"
+    trial_dir = f"{root}/{state.launch_id}/{phase}/{run.data.tags['pair']}_{run.data.tags['trial_id']}"
+    found = fs.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
+    checkpoints = sorted(info.path for info in found if info.base_name.startswith("checkpoint_"))
+    if not checkpoints:
+        return None
+    with fs.open_input_stream(f"{checkpoints[-1]}/state.pt") as f:
+        return torch.load(io.BytesIO(f.read()), weights_only=False, map_location="cpu")["model"]
+
+
+def activations_of(config: dict, model_state: dict):
+    """-> (task, token labels of the example, the model's activations), or None where the model
+    returns none (LSTMs, the DNC, the seq2seq baselines)."""
+    import numpy as np
+    import torch
+
+    from trainables.config import parse_trial_config
+    from trainables.tasks import load_task
+    from trainables.train import batch_tensors, make_model
+
+    cfg = parse_trial_config(config)
+    task = load_task(cfg.task, cfg.task_options)
+    model = make_model(cfg, task)
+    if "return_activations" not in inspect.signature(model.forward).parameters:
+        return None
+    model.load_state_dict(model_state)
+    model.eval()
+    split = task.splits[task.test_splits[-1]]
+    example = int(np.argmax(split.lengths))
+    batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
+    tokens = batch["tokens"][0, : int(batch["lengths"][0])].tolist()
+    with torch.no_grad():
+        if task.kind == "sequence_to_sequence":
+            _, activations = model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"), return_activations=True)
+        else:
+            _, activations = model(batch["tokens"], batch["lengths"], return_activations=True)
+    return task, [str(t) for t in task.decode(tokens)], activations
+
+
+def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: Path) -> Path:
+    """Per layer, the first head's attention (rows attend to columns), and the copy gate's mean
+    over channels per position and layer (Figure 2's bottom row)."""
+    from .report import pyplot
+
+    plt = pyplot()
+    attention = activations["attention"][:MAX_LAYER_PANELS]
+    gates = activations.get("gates") or []
+    names = ["<bos>", *labels, "<eos>"]
+    columns = min(7, len(attention))
+    rows = -(-len(attention) // columns) + (1 if gates else 0)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.2 * columns, 2.3 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    n = len(names)
+    for layer, weights in enumerate(attention):
+        ax = axes.flat[layer]
+        ax.axis("on")
+        ax.imshow(weights[0, 0, :n, :n].numpy(), cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"layer {layer + 1}", fontsize=8)
+        ax.set_xticks(range(n), names, fontsize=5, rotation=90)
+        ax.set_yticks(range(n), names, fontsize=5)
+    if gates:
+        ax = axes[-1][0]
+        ax.axis("on")
+        update = [g[0, :n].float().mean(-1).numpy() for g in gates]
+        ax.imshow(update, cmap="magma", vmin=0, vmax=1, aspect="auto")
+        ax.set_title("copy gate (mean update)", fontsize=8)
+        ax.set_xticks(range(n), names, fontsize=5, rotation=90)
+        ax.set_ylabel("layer", fontsize=7)
+    fig.suptitle(f"{pair} (best trial, last checkpoint): attention of head 1 per layer, on {' '.join(labels)}", fontsize=9)
+    path = out_dir / f"{pair}_attention.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> Path | None:
+    """PANM's pointer attention: per decoding step, each Mode-1 and Mode-2 head's weights over
+    the memory slots (the input)."""
+    import torch
+
+    from .report import pyplot
+
+    heads = []
+    for mode in ("mode1", "mode2"):
+        steps = [w for w in trace.get(mode, []) if w is not None]
+        if steps:
+            stacked = torch.stack(steps, 0)[:, 0]  # (steps, heads, slots)
+            heads += [(f"{mode} head {h + 1}", stacked[:, h, : len(labels)].numpy()) for h in range(stacked.shape[1])]
+    if not heads:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(heads), figsize=(3 * len(heads), 3), squeeze=False)
+    for ax, (title, weights) in zip(axes[0], heads):
+        ax.imshow(weights, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        ax.set_title(title, fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, fontsize=5, rotation=90)
+        ax.set_ylabel("decoding step", fontsize=7)
+    fig.suptitle(f"{pair} (best trial, last checkpoint): pointer attention over the input", fontsize=9)
+    path = out_dir / f"{pair}_pointers.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def best_run_maps(state, pair: str, run, out_dir: Path) -> list[Path]:
+    """The maps of `run` (a pair's best trial) as PNGs in `out_dir`; none where its model returns no
+    activations or its checkpoint is gone. Never raises: a missing figure is no reason to fail a launch."""
+    try:
+        model_state = last_model_state(state, run)
+        if model_state is None:
+            return []
+        found = activations_of(json.loads(run.data.tags[tracking.CONFIG_TAG]), model_state)
+        if found is None:
+            return []
+        task, labels, activations = found
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if task.kind == "sequence_to_sequence":
+            path = plot_pointers(pair, labels, activations, out_dir)
+            return [path] if path else []
+        return [plot_transformer(pair, labels, activations, out_dir)]
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        print(f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}", flush=True)
+        return []
+
+
+def best_runs(state, metric: str, lower_is_better: bool) -> dict:
+    """Per pair, its completed run with the best `metric` (search or ablation, confirmation included)."""
+    best = {}
+    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
+        value = run.data.metrics.get(metric)
+        if run.data.tags.get(tracking.STATUS_TAG) != "completed" or value is None:
+            continue
+        pair = run.data.tags["pair"]
+        if pair not in best or (value < best[pair][0] if lower_is_better else value > best[pair][0]):
+            best[pair] = (value, run)
+    return {pair: run for pair, (_, run) in best.items()}
+
+
+def write_search_maps(state, metric: str, lower_is_better: bool) -> list[Path]:
+    """A search's maps: the best trial of each pair, into `<launch>/maps/` and on its pair run."""
+    mlflow = tracking.client(state.tracking_uri)
+    exp_id = mlflow.get_run(state.parent_run_id).info.experiment_id
+    written = []
+    for pair, run in best_runs(state, metric, lower_is_better).items():
+        paths = best_run_maps(state, pair, run, state.dir / "maps")
+        pair_runs = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{state.launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
+        for path in paths:
+            mlflow.log_artifact(pair_runs[0].info.run_id if pair_runs else state.parent_run_id, str(path), "maps")
+        written += paths
+    return written
