@@ -71,7 +71,7 @@ def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: P
     names = ["<bos>", *labels, "<eos>"]
     columns = min(7, len(attention))
     rows = -(-len(attention) // columns) + (1 if gates else 0)
-    fig, axes = plt.subplots(rows, columns, figsize=(2.2 * columns, 2.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(max(6.0, 2.2 * columns), 2.3 * rows + 0.6), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     n = len(names)
@@ -89,8 +89,9 @@ def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: P
         ax.imshow(update, cmap="magma", vmin=0, vmax=1, aspect="auto")
         ax.set_title("copy gate (mean update)", fontsize=8)
         ax.set_xticks(range(n), names, fontsize=5, rotation=90)
+        ax.set_yticks(range(len(update)), [str(k + 1) for k in range(len(update))], fontsize=5)
         ax.set_ylabel("layer", fontsize=7)
-    fig.suptitle(f"{pair} (best trial, last checkpoint): attention of head 1 per layer, on {' '.join(labels)}", fontsize=9)
+    fig.suptitle(f"{pair}, best trial (last checkpoint): head 1's attention per layer\non {' '.join(labels)}", fontsize=8)
     path = out_dir / f"{pair}_attention.png"
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -114,13 +115,13 @@ def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> P
     if not heads:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(heads), figsize=(3 * len(heads), 3), squeeze=False)
+    fig, axes = plt.subplots(1, len(heads), figsize=(max(6.0, 3 * len(heads)), 3), squeeze=False)
     for ax, (title, weights) in zip(axes[0], heads):
         ax.imshow(weights, cmap="viridis", vmin=0, vmax=1, aspect="auto")
         ax.set_title(title, fontsize=8)
         ax.set_xticks(range(len(labels)), labels, fontsize=5, rotation=90)
         ax.set_ylabel("decoding step", fontsize=7)
-    fig.suptitle(f"{pair} (best trial, last checkpoint): pointer attention over the input", fontsize=9)
+    fig.suptitle(f"{pair}, best trial (last checkpoint): pointer attention over the input", fontsize=8)
     path = out_dir / f"{pair}_pointers.png"
     fig.tight_layout()
     fig.savefig(path, dpi=100)

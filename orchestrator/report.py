@@ -27,7 +27,12 @@ from . import maps, stats, tracking
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
-TEST_SPLIT = re.compile(r"^test_(L|x\d+)_")  # per-length test splits of PANM's tasks
+TEST_SPLIT = re.compile(r"^test_(L|x\d+|depth\d+)_")  # per-length test splits (PANM's tasks), per-depth scores (the others)
+
+
+def split_order(split: str) -> int:
+    """L before 1x, 2x, ...; depths in order."""
+    return -1 if split == "L" else int(re.sub(r"\D", "", split))
 
 
 def lower_is_better(metric: str) -> bool:
@@ -166,9 +171,9 @@ def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, out_dir
 
 
 def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, out_dir: Path) -> list[tuple[Path, str]]:
-    """Test score per test length (PANM's L, 1x..8x), a line per cell, the paper's points beside."""
+    """Test score per test length (PANM's L, 1x..8x) or depth, a line per cell, the paper's points beside."""
     splits = sorted({TEST_SPLIT.match(c).group(1) for c in frame.columns if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")},
-                    key=lambda s: -1 if s == "L" else int(s[1:]))
+                    key=split_order)
     if len(splits) < 2:
         return []
     plt = pyplot()
@@ -180,10 +185,10 @@ def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, o
         paper = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("published") for s in splits]
         if any(paper):
             ax.plot(splits, [p["mean"] if p else float("nan") for p in paper], linestyle="none", marker="x", color="black")
-    ax.set_xlabel("test length (L, then multiples of L+1)")
+    ax.set_xlabel("test depth" if splits[0].startswith("depth") else "test length (L, then multiples of L+1)")
     ax.set_ylabel(f"test {score} at best")
     ax.legend(fontsize=7, loc="best")
-    ax.set_title(f"{pair}: generalization to longer inputs (x: the paper's)", fontsize=10)
+    ax.set_title(f"{pair}: generalization to longer or deeper inputs (x: the paper's)", fontsize=10)
     path = out_dir / f"{pair}_lengths.png"
     return [(path, figure_png(fig, path))]
 
@@ -232,7 +237,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             continue
         own_keys = list(pair.grid)
         metrics = table_metrics(study.score, runs.columns)
-        lengths = [c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")]
+        lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
+                         key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline)
         figures = plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", out_dir) + plot_lengths(pair.name, rows, runs, study.score, out_dir)
         if history is not None:
@@ -250,7 +256,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                         if metric == f"test_{study.score}_at_best":
                             tested.append(((pair.name, cell_name(r["setting"]), metric), r["metrics"][metric]["values"],
                                            was["metrics"][metric]["values"], lower_is_better(metric)))
-        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": sorted(lengths), "figures": figures, "chance": pair.chance})
+        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": pair.chance})
     comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
     flagged = {c.key for c in comparisons if c.regressed}
     for entry in pairs:

@@ -137,19 +137,27 @@ class LengthBuckets:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, device: torch.device, bf16: bool = False) -> dict[str, float]:
-    """Every score of the task on one split."""
+def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, device: torch.device, bf16: bool = False,
+             by_depth: bool = False) -> dict[str, float]:
+    """Every score of the task on one split; with `by_depth`, for a classification task, also the
+    accuracy at each depth of the split (`depth<d>_acc`: the generalization curve over depths)."""
     was_training = model.training
     model.eval()
     sums: dict[str, torch.Tensor] = {}
+    correct_by_depth: dict[int, list[int]] = {}
     # In length order, so that each batch is trimmed to little padding; scores are sums.
     order = np.argsort(split.lengths, kind="stable") if "lengths" in split.arrays else np.arange(len(split))
     for start in range(0, len(split), batch_size):
-        batch = batch_tensors(split, order[start : start + batch_size], device)
+        rows = order[start : start + batch_size]
+        batch = batch_tensors(split, rows, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
-            sums = add_sums(sums, score_sums(task.kind, predict(model, task.kind, batch), batch))
+            out = predict(model, task.kind, batch)
+        sums = add_sums(sums, score_sums(task.kind, out, batch))
+        if by_depth and task.kind == "sequence_classification":
+            for depth, right in zip(split.depths[rows].tolist(), (out.argmax(-1) == batch["labels"]).tolist()):
+                correct_by_depth.setdefault(int(depth), []).append(right)
     model.train(was_training)
-    return ratios(sums)
+    return {**ratios(sums), **{f"depth{d}_acc": float(np.mean(v)) for d, v in sorted(correct_by_depth.items())}}
 
 
 def make_model(cfg: TrainConfig, task: Task) -> torch.nn.Module:
@@ -248,19 +256,19 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             "buckets": buckets.state() if buckets else None,
         })
 
-    def evaluate_split(name: str) -> dict[str, float]:
-        return evaluate(model, task, task.splits[name], cfg.eval_batch_size, device, cfg.bf16)
+    def evaluate_split(name: str, by_depth: bool = False) -> dict[str, float]:
+        return evaluate(model, task, task.splits[name], cfg.eval_batch_size, device, cfg.bf16, by_depth)
 
     def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, float]:
         return {f"{prefix}_{s}{suffix}": v for s, v in scores.items()}
 
     def test_scores(tests: dict[str, dict[str, float]], suffix: str) -> dict[str, float]:
         """Each score's mean over the test splits (PANM's Table 1 averages its five test lengths),
-        and, where there are several, each split's own."""
+        where there are several each split's own, and a classification task's accuracy per depth
+        (`test_depth<d>_acc`)."""
         out = {f"test_{s}{suffix}": float(np.mean([t[s] for t in tests.values()])) for s in task.scores}
-        if len(tests) > 1:
-            for name, scores in tests.items():
-                out.update(named(name, scores, suffix))
+        for name, scores in tests.items():
+            out.update(named(name, {k: v for k, v in scores.items() if len(tests) > 1 or k not in task.scores}, suffix))
         return out
 
     model.train()
@@ -295,7 +303,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             # saturates (NDR on CTL), the most-trained model is the one reported.
             new_best = at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
             new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and at_least_as_good(ood[m], early[f"best_ood_valid_{m}_early"])
-            tests = {name: evaluate_split(name) for name in task.test_splits} if new_best or new_early or final else {}
+            tests = {name: evaluate_split(name, by_depth=True) for name in task.test_splits} if new_best or new_early or final else {}
             if new_best:
                 best = {f"best_ood_valid_{m}": ood[m], f"iid_valid_{m}_at_best": iid[m], "best_iteration": iteration,
                         **test_scores(tests, "_at_best")}
