@@ -9,7 +9,7 @@ import torch
 
 from trainables.config import ConfigError, TrainConfig, parse_trial_config, preset, presets
 from trainables.models import MODELS, build_model, model_fields
-from trainables.tasks import TASKS
+from trainables.tasks import TASKS, load_task
 from trainables.tasks.base import SCORE_OF_KIND, SPECIAL_TOKENS, Task
 from trainables.train import LengthBuckets, ratios, score_sums, train
 
@@ -51,6 +51,16 @@ def test_every_model_trains_and_reports(model):
         assert metrics[key] >= 0
     pick = min if m == "l1" else max
     assert metrics[f"best_ood_valid_{m}"] == pick(r[f"ood_valid_{m}"] for r in reports)
+
+
+def test_accuracy_per_test_depth_pools_to_the_test_accuracy():
+    cfg = tiny("lstm")
+    metrics = train(cfg, log=None)
+    task = load_task(cfg.task, cfg.task_options)
+    depths = task.splits["test"].depths
+    per_depth = {int(d): metrics[f"test_depth{int(d)}_acc_final"] for d in np.unique(depths)}
+    pooled = sum(per_depth[d] * int((depths == d).sum()) for d in per_depth) / len(depths)
+    assert pooled == pytest.approx(metrics["test_acc_final"])
 
 
 @pytest.mark.parametrize("act", ["graves", "dehghani"])
