@@ -273,8 +273,8 @@ def cmd_report(args) -> int:
     from .state import previous_launch
 
     state = load_state(args)
-    if not state.study().is_ablation:
-        raise UsageError(f"{state.spec_file}: grid: launch {state.launch_id} is a search, not an ablation; `orchestrator best` writes its results")
+    if args.compare and not state.study().is_ablation:
+        raise UsageError(f"--compare: launch {state.launch_id} is a search; launches compare cell by cell only as ablations")
     previous = None
     if args.compare == "previous":
         previous = previous_launch(state)
@@ -379,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("resume", cmd_resume, "continue a launch whose driver stopped"),
         ("status", cmd_status, "trials done / running / failed and the best so far, per pair"),
         ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
-        ("report", cmd_report, "an ablation's mean ± std tables and plots (exit 1 on a regression vs --compare)"),
+        ("report", cmd_report, "a launch's report: per cell (or confirmed candidate) statistics over seeds beside the papers' numbers, "
+                               "plots, attention maps (exit 1 on a regression vs --compare)"),
     ]:
         p = sub.add_parser(name, help=text)
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the most recent)")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from . import maps, tracking
+from . import tracking
 from .search import CANDIDATE_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
 from .spec import Pair, Study
 from .callbacks import ProgressLines, TrialTracker
@@ -338,7 +338,9 @@ def execute(state: LaunchState, address: str | None) -> int:
                 fail_stale_proposals(storage, optuna_study_name(state, pair))
             written = write_best(state)
             tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.experiment, state.launch_id, study.metric, study.score)
-            written += maps.write_search_maps(state, study.metric, study.mode == "min")
+            from .report import write_report
+
+            written += write_report(state)[0]
         tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
         state.state = "finished"
         state.save()
@@ -423,7 +425,7 @@ def print_summary(state: LaunchState, study: Study) -> None:
         confirmed = tracking.confirmed_text(s.get("confirmed"))
         print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance}; "
               f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
-    later = f"orchestrator report {state.dir}" if study.is_ablation else f"orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}"
+    later = f"{state.dir / 'report' / 'report.html'}" + ("" if study.is_ablation else f"; orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}")
     print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
           f"{state.tracking_uri}", flush=True)
 

@@ -161,17 +161,3 @@ def best_runs(state, metric: str, lower_is_better: bool) -> dict:
         if pair not in best or (value < best[pair][0] if lower_is_better else value > best[pair][0]):
             best[pair] = (value, run)
     return {pair: run for pair, (_, run) in best.items()}
-
-
-def write_search_maps(state, metric: str, lower_is_better: bool) -> list[Path]:
-    """A search's maps: the best trial of each pair, into `<launch>/maps/` and on its pair run."""
-    mlflow = tracking.client(state.tracking_uri)
-    exp_id = mlflow.get_run(state.parent_run_id).info.experiment_id
-    written = []
-    for pair, run in best_runs(state, metric, lower_is_better).items():
-        paths = best_run_maps(state, pair, run, state.dir / "maps")
-        pair_runs = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{state.launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
-        for path in paths:
-            mlflow.log_artifact(pair_runs[0].info.run_id if pair_runs else state.parent_run_id, str(path), "maps")
-        written += paths
-    return written

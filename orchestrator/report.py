@@ -1,4 +1,5 @@
-"""Reports of an ablation launch: per grid cell over seeds, n, mean ± std, a bootstrap 95% interval,
+"""Reports of a launch: per ablation grid cell (or per confirmed candidate of a search, or a
+search's best trial) over seeds, n, mean ± std, a bootstrap 95% interval,
 the solved rate and the best seed (stats.py), beside the papers' numbers (published.yaml), with
 plots (one panel per swept key, and test score per test length where a task has several).
 
@@ -47,9 +48,25 @@ def runs_frame(state) -> pd.DataFrame:
         if run.data.tags.get(tracking.STATUS_TAG) != "completed":
             continue
         config = json.loads(run.data.tags[tracking.CONFIG_TAG])
+        if "candidate" in run.data.tags:  # a confirmation run: its candidate is its cell
+            config["candidate"] = int(run.data.tags["candidate"]) + 1
         rows.append({"pair": run.data.tags["pair"], "model": run.data.tags.get("model"), "task": run.data.tags.get("task"),
-                     "variant": run.data.tags.get("variant"), "run_id": run.info.run_id, "config": config, **run.data.metrics})
+                     "variant": run.data.tags.get("variant"), "phase": run.data.tags.get("phase", "search"), "run_id": run.info.run_id,
+                     "config": config, **run.data.metrics})
     return pd.DataFrame(rows)
+
+
+def answer_runs(runs: pd.DataFrame, study, pair) -> tuple[pd.DataFrame, list[str]]:
+    """The runs a pair's rows come from, and the keys that make a row: an ablation's cells; a
+    confirmed search's candidates over their seeds; else the search's best trial alone."""
+    if study.is_ablation:
+        return runs, list(pair.grid)
+    confirmed = runs[runs["phase"] == "confirm"]
+    if len(confirmed):
+        return confirmed, ["candidate"]
+    search = runs[runs["phase"] == "search"].dropna(subset=[study.metric])
+    pick = search[study.metric].idxmin() if study.mode == "min" else search[study.metric].idxmax()
+    return search.loc[[pick]], []
 
 
 def cell_name(setting: dict) -> str:
@@ -235,7 +252,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": [], "chance": pair.chance})
             continue
-        own_keys = list(pair.grid)
+        runs, own_keys = answer_runs(runs, study, pair)
         metrics = table_metrics(study.score, runs.columns)
         lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
@@ -266,7 +283,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                 r["metrics"][metric]["regressed"] = True
     parent = tracking.client(state.tracking_uri).get_run(state.parent_run_id)
     return {
-        "title": f"Ablation {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
+        "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
+        "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
         "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
         "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
@@ -282,8 +300,10 @@ def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
     from mlflow.entities import Metric
 
     now = int(datetime.datetime.now().timestamp() * 1000)
+    # A search's best trial alone (no cell) is on the launch's run already (tracking.summarize_pairs).
     metrics = [Metric(tracking.metric_name(pair["name"], cell_name(row["setting"]), metric), entry["summary"].mean, now, 0)
-               for pair in context["pairs"] for row in pair["rows"] for metric, entry in row["metrics"].items()]
+               for pair in context["pairs"] for row in pair["rows"] if row["setting"] or context["search"] is None
+               for metric, entry in row["metrics"].items()]
     for start in range(0, len(metrics), tracking.MAX_BATCH):
         mlflow.log_batch(parent_run_id, metrics=metrics[start : start + tracking.MAX_BATCH])
 

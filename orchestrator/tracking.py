@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import subprocess
 import time
@@ -310,8 +311,9 @@ def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_
 
 
 def metric_name(*parts: str) -> str:
-    """An MLflow metric name from parts joined by '/', with what MLflow refuses in names ('=', ',') replaced."""
-    return "/".join(parts).replace("=", ":").replace(",", "")
+    """An MLflow metric name from parts joined by '/': '=' becomes ':', and whatever else MLflow
+    refuses in names (commas, brackets) is dropped."""
+    return re.sub(r"[^\w.\- :/]", "", "/".join(parts).replace("=", ":"))
 
 
 def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: str, metric: str, score: str) -> None:

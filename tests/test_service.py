@@ -112,7 +112,10 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     pair_run = client.search_runs([parents[0].info.experiment_id], filter_string="tags.kind = 'pair'")[0]
     assert pair_run.info.run_name == "tiny__ndr" and pair_run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
     assert pair_run.data.metrics["best_ood_valid_acc"] == best and "lr" in pair_run.data.params
-    assert {a.path for a in client.list_artifacts(pair_run.info.run_id, "maps")} == {"maps/tiny__ndr_attention.png"}  # Figure 2's maps
+    # A search's report: its best trial per pair (one seed: no confirmation), Figure 2's maps of it.
+    assert {"report/report.html", "report/tiny__ndr_attention.png"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+    search_report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
+    assert "# Search " in search_report and "(one seed: no confirmation)" in search_report and f"{best:.3f} (one seed)" in search_report
     # Eight trials asked to run together did run together: their MLflow runs overlap in time.
     spans = sorted((r.info.start_time, r.info.end_time) for r in children)
     overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
@@ -313,7 +316,7 @@ def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     orchestrator("launch", str(copy), cwd=tmp_path)
     _, _, children = trial_runs(uri, yaml.safe_load(copy.read_text())["name"])
     assert {"test_L_token_acc_at_best", "test_x1_token_acc_at_best", "test_x2_seq_acc_at_best", "test_token_acc_at_best"} <= set(children[0].data.metrics)
-    assert next((tmp_path / "runs").glob("*/maps/copy__panm_pointers.png")).stat().st_size > 1000  # PANM's pointer attention
+    assert next((tmp_path / "runs").glob("*/report/copy__panm_pointers.png")).stat().st_size > 1000  # PANM's pointer attention
 
 
 def test_ablation_grid_over_seeds_with_report(tmp_path):
@@ -329,7 +332,7 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     assert {(r.data.tags["cell"], r.data.tags["seed"]) for r in children} == {(f"n_layers={n}", str(s)) for n in (1, 2) for s in (0, 1)}
     report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
     # Every number of the report is an independent aggregation of the MLflow runs, rows in numeric order.
-    rows = [line for line in report.splitlines() if line.startswith("| n_layers=")]
+    rows = [line for line in report.splitlines() if line.startswith("| n_layers=") and "±" in line]  # the cell table, not the per-depth one
     assert [line.split(" | ")[0] for line in rows] == ["| n_layers=1", "| n_layers=2"]
     for layers, row in zip((1, 2), rows):
         for metric in ("best_ood_valid_acc", "test_acc_at_best", "test_acc_final"):
@@ -381,6 +384,10 @@ def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
     assert yaml.safe_load(best)["config"]["lr"] == json.loads(ranked[chosen].data.tags["trial_config"])["lr"]
     status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
     assert "confirmed " in status and "    3 " in status  # the search's 3 trials; confirmation runs counted apart
+    rows = [line for line in next((tmp_path / "runs").glob("*/report/report.md")).read_text().splitlines()
+            if line.startswith("| candidate=") and "±" in line]  # the cell table, not the per-depth one
+    assert [row.split(" | ")[0] for row in rows] == ["| candidate=1", "| candidate=2"]
+    assert f"{np.mean(tests):.3f} ± {np.std(tests, ddof=1):.3f} [" in rows[chosen]
 
 
 def test_nightly_flags_only_the_night_that_got_worse(tmp_path):

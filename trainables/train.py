@@ -39,17 +39,28 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def resident(split: Split, device: torch.device) -> dict[str, torch.Tensor]:
+    """The split's arrays on `device`, in their stored (narrow) dtypes, made once per split and
+    device: every later batch is gathered where the model runs, with no copy of data from the host.
+    On the CPU they share the arrays' memory."""
+    cache = split.__dict__.setdefault("_resident", {})
+    if device not in cache:
+        cache[device] = {name: torch.from_numpy(array).to(device) for name, array in split.arrays.items() if name != "depths"}
+    return cache[device]
+
+
 def batch_tensors(split: Split, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
-    """The arrays of `split` at `index` as tensors, token rows trimmed to the batch's longest."""
+    """The arrays of `split` at `index` as tensors on `device` (int64 or float32), token rows
+    trimmed to the batch's longest. The width comes from the host's copy of the lengths, so
+    nothing waits for the device."""
     widths = {"tokens": "lengths", "token_features": "lengths", "targets": "target_lengths"}
+    rows = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(device, non_blocking=True)
     out = {}
-    for name, array in split.arrays.items():
-        if name == "depths":
-            continue
-        rows = array[index]
+    for name, tensor in resident(split, device).items():
+        batch = tensor[rows]
         if name in widths and widths[name] in split.arrays:
-            rows = rows[:, : int(split.arrays[widths[name]][index].max())]
-        out[name] = torch.from_numpy(rows.astype(np.float32 if rows.dtype.kind == "f" else np.int64)).to(device)
+            batch = batch[:, : int(split.arrays[widths[name]][index].max())]
+        out[name] = batch.float() if batch.is_floating_point() else batch.long()
     return out
 
 
@@ -273,7 +284,9 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
 
     model.train()
     metrics: dict[str, Any] = {"status": "completed", **best}
-    loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
+    # The loss and training scores are summed on the device and read once per evaluation: a step
+    # never waits for the host (on a GPU, a read per step stalls the queue of small kernels).
+    loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
     iteration = start
     # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
     bar = tqdm(total=cfg.n_iters, initial=start, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
@@ -281,22 +294,23 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         split, index = next_batch()
         batch = batch_tensors(split, index, device)
         out, loss = forward_loss(cfg, model, kind, batch, device)
-        if not math.isfinite(loss.item()):
-            # Training on from a NaN/inf loss only produces garbage; stop with the best so far.
-            metrics.update(status="diverged", iteration=iteration, loss=loss.item())
-            if log:
-                log(f"[{cfg.task}/{cfg.model}] loss became {loss.item()} at iteration {iteration}: stopping (status diverged)")
-            if report:
-                report(metrics, snapshot)
-            break
         apply_gradients(cfg, model, optimizer, loss)
-        loss_sum += loss.item()
+        loss_sum = loss_sum + loss.detach().float()
         train_sums = add_sums(train_sums, score_sums(kind, out.detach(), batch))
         steps += 1
         bar.update()
 
         final = iteration == cfg.n_iters
         if iteration % cfg.eval_every == 0 or final:
+            mean_loss = float(loss_sum) / steps
+            if not math.isfinite(mean_loss):
+                # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the best so far.
+                metrics.update(status="diverged", iteration=iteration, loss=mean_loss)
+                if log:
+                    log(f"[{cfg.task}/{cfg.model}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
+                if report:
+                    report(metrics, snapshot)
+                break
             elapsed = time.perf_counter() - since
             iid, ood = evaluate_split("iid_valid"), evaluate_split("ood_valid")
             # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
@@ -311,7 +325,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
                 early = {f"best_ood_valid_{m}_early": ood[m], "best_iteration_early": iteration, **test_scores(tests, "_at_best_early")}
             metrics = {
                 "status": "completed" if final else "running",
-                "iteration": iteration, "loss": loss_sum / max(steps, 1), **named("train", ratios(train_sums)),
+                "iteration": iteration, "loss": mean_loss, **named("train", ratios(train_sums)),
                 **named("iid_valid", iid), **named("ood_valid", ood), **best, **(early if cfg.early_budget else {}),
                 "steps_per_s": steps / max(elapsed, 1e-9),
             }
@@ -325,7 +339,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
                 )
             if report:
                 report(metrics, snapshot)
-            loss_sum, train_sums, steps, since = 0.0, {}, 0, time.perf_counter()
+            loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
     bar.close()
     return metrics
 
