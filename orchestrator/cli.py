@@ -138,7 +138,10 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         listed = Path(os.path.normpath(Path(path).parent / name))
         if not listed.exists():
             raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
-        data = yaml.load(listed.read_text(), Loader=UniqueKeyLoader)
+        try:
+            data = yaml.load(listed.read_text(), Loader=UniqueKeyLoader)
+        except yaml.YAMLError as e:
+            raise UsageError(f"{listed}: malformed YAML: {str(e).splitlines()[0]}") from None
         if isinstance(data, dict) and budget:
             data["budget"] = {**(data.get("budget") or {}), **budget}
         out.append((str(listed), f"# {listed} with the budget of {path}\n" + yaml.safe_dump(data, sort_keys=False)))

@@ -60,10 +60,10 @@ def activations_of(config: dict, model_state: dict):
     return task, [str(t) for t in task.decode(tokens)], activations
 
 
-def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: Path) -> Path:
+def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: Path) -> tuple[Path, str]:
     """Per layer, the first head's attention (rows attend to columns), and the copy gate's mean
     over channels per position and layer (Figure 2's bottom row)."""
-    from .report import pyplot
+    from .report import figure_png, pyplot
 
     plt = pyplot()
     attention = activations["attention"][:MAX_LAYER_PANELS]
@@ -93,18 +93,15 @@ def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: P
         ax.set_ylabel("layer", fontsize=7)
     fig.suptitle(f"{pair}, best trial (last checkpoint): head 1's attention per layer\non {' '.join(labels)}", fontsize=8)
     path = out_dir / f"{pair}_attention.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return path, figure_png(fig, path)
 
 
-def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> Path | None:
+def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> tuple[Path, str] | None:
     """PANM's pointer attention: per decoding step, each Mode-1 and Mode-2 head's weights over
     the memory slots (the input)."""
     import torch
 
-    from .report import pyplot
+    from .report import figure_png, pyplot
 
     heads = []
     for mode in ("mode1", "mode2"):
@@ -123,15 +120,13 @@ def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> P
         ax.set_ylabel("decoding step", fontsize=7)
     fig.suptitle(f"{pair}, best trial (last checkpoint): pointer attention over the input", fontsize=8)
     path = out_dir / f"{pair}_pointers.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return path, figure_png(fig, path)
 
 
-def best_run_maps(state, pair: str, run, out_dir: Path) -> list[Path]:
-    """The maps of `run` (a pair's best trial) as PNGs in `out_dir`; none where its model returns no
-    activations or its checkpoint is gone. Never raises: a missing figure is no reason to fail a launch."""
+def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]]:
+    """The maps of `run` (a pair's best trial) as PNGs in `out_dir`, each with its base64 for the
+    page; none where its model returns no activations or its checkpoint is gone. Never raises: a
+    missing figure is no reason to fail a launch."""
     try:
         model_state = last_model_state(state, run)
         if model_state is None:
@@ -142,8 +137,8 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[Path]:
         task, labels, activations = found
         out_dir.mkdir(parents=True, exist_ok=True)
         if task.kind == "sequence_to_sequence":
-            path = plot_pointers(pair, labels, activations, out_dir)
-            return [path] if path else []
+            figure = plot_pointers(pair, labels, activations, out_dir)
+            return [figure] if figure else []
         return [plot_transformer(pair, labels, activations, out_dir)]
     except Exception as e:  # noqa: BLE001 - see the docstring
         print(f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}", flush=True)

@@ -261,7 +261,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         if history is not None:
             figures += plot_history(pair.name, [*history, state], study.score, out_dir)
         if pair.name in best:
-            figures += [(path, base64.b64encode(path.read_bytes()).decode()) for path in maps.best_run_maps(state, pair.name, best[pair.name], out_dir)]
+            figures += maps.best_run_maps(state, pair.name, best[pair.name], out_dir)
         if before is not None and len(before):
             old = {json.dumps(r["setting"], sort_keys=True, default=str): r
                    for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {})}
