@@ -241,6 +241,8 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
     next_batch, buckets = batch_source(cfg, task, batch_rng)
     model = make_model(cfg, task).to(device)
+    if cfg.compile:
+        model.compile()  # in place: the state dict keeps its keys, so checkpoints load either way
     if log:
         log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
             f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
