@@ -90,20 +90,22 @@ def published_cells() -> tuple[dict, ...]:
     return tuple(yaml.safe_load(PUBLISHED.read_text()) or ()) if PUBLISHED.exists() else ()
 
 
-def published_for(model: str, task: str, variant: str | None, metric: str, setting: dict) -> dict | None:
-    """The paper's number for a cell of ours: same model, task (and variant where the paper has
-    one), the split and score of `metric`, and a setting the cell's grid values agree with."""
+def published_for(model: str, task: str, variant: str | None, metric: str, grid: dict, config: dict) -> dict | None:
+    """The paper's number for a row of ours: same model, task (and variant where the paper has one),
+    the split and score of `metric`; a paper cell that names every key the row sweeps (a layer
+    ablation's rows match Table 4, not Table 1's one setting), and whose setting the trial's config
+    and task options agree with."""
     split_score = re.match(r"^(test(?:_L|_x\d+)?|iid_valid)_([a-z0-9_]+?)_(at_best|final)$", metric)
     if not split_score:
         return None
     split, score, _ = split_score.groups()
+    known = {"in_distribution": False, **config.get("task_options", {}), **config}
+    swept = {k for k in grid if k != "candidate"}
     for cell in published_cells():
         if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score):
             continue
-        if cell.get("variant") and cell["variant"] != variant:
-            continue
         own = cell.get("setting") or {}
-        if all(setting.get(k) == v for k, v in own.items() if k in setting) and set(own) <= set(setting) | {"in_distribution"}:
+        if cell.get("variant", variant) == variant and swept <= set(own) and all(k in known and known[k] == v for k, v in own.items()):
             return cell
     return None
 
@@ -127,7 +129,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
             low = lower_is_better(metric)
             summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
             entry = {"summary": summary, "values": values,
-                     "published": published_for(first["model"], first["task"], first["variant"], metric, {**setting, **first["config"]})}
+                     "published": published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])}
             if base_rows is not None and setting != baseline and metric in base_rows:
                 against = base_rows[metric].dropna().tolist()
                 if len(values) > 1 and len(against) > 1:
