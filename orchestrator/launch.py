@@ -1,10 +1,12 @@
 """Run a Study on Ray Tune: every model/task pair in one experiment, Optuna TPE proposing per pair,
-ASHA stopping per pair, every trial checkpointed to storage the whole cluster sees.
+ASHA stopping per pair, every trial checkpointed to storage the whole cluster sees; then, for a
+search with `confirm`, its best trials again over new seeds, as a second experiment.
 
 A launch lives in `<storage_path>/<launch_id>/` on the driver: `launch.json` and `driver.lock`
-(state.py reads both without Ray) and `best/<pair>.yaml` (the best config per pair, accepted by `orchestrator train`). Tune's experiment
-state and the trial checkpoints live in `<storage>/<launch_id>/tune`, where `storage` defaults to
-`storage_path` (one machine) and is a shared folder or an object store on a real cluster.
+(state.py reads both without Ray), `best/<pair>.yaml` (the answer's config per pair, accepted by
+`orchestrator train`) and `report/`. Tune's experiments (`tune`, and `confirm`) and the trial
+checkpoints live in `<storage>/<launch_id>/`, where `storage` defaults to `storage_path` (one
+machine) and is a shared folder or an object store on a real cluster.
 """
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: st
     """A search's answer where MLflow's runs table shows it at a glance: on the launch's run, each
     pair's best `metric` and that trial's test score, and the confirmed means where the search was
     confirmed; and a run per pair, nested under the launch's, holding the same metrics and the
-    best trial's config as params."""
+    answer's config (the confirmed candidate's, else the best trial's) as params."""
     from mlflow.entities import Metric, Param
 
     mlflow = client(uri)
@@ -339,7 +339,8 @@ def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: st
         found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
         run_id = found[0].info.run_id if found else mlflow.create_run(exp_id, run_name=pair, tags={
             "mlflow.parentRunId": parent_run_id, "launch_id": launch_id, "kind": "pair", "pair": pair, **code_tags()}).info.run_id
-        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(summary["best_config"].items())]
+        answer = confirmed.get("config") or summary["best_config"]  # the confirmed candidate's, where there is one
+        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(answer.items())]
         for start in range(0, len(params), 100):
             mlflow.log_batch(run_id, params=params[start : start + 100])
         mlflow.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
