@@ -180,7 +180,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     # Kill the driver (and the local Ray it started) once the first trial has finished.
     deadline = time.time() + 300
     for line in driver.stdout:
-        if "trials ended 1/" in line or time.time() > deadline:  # progress.ProgressLines, as a trial ends
+        if "trials ended 1/" in line or time.time() > deadline:  # callbacks.ProgressLines, as a trial ends
             break
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
