@@ -95,14 +95,15 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     the split and score of `metric`; a paper cell that names every key the row sweeps (a layer
     ablation's rows match Table 4, not Table 1's one setting), and whose setting the trial's config
     and task options agree with."""
-    split_score = re.match(r"^(test(?:_L|_x\d+)?|iid_valid)_([a-z0-9_]+?)_(at_best|final)$", metric)
+    split_score = re.match(r"^(test(?:_L|_x\d+)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$", metric)
     if not split_score:
         return None
-    split, score, _ = split_score.groups()
+    split, score, when = split_score.groups()
+    checkpoint = "early" if when == "at_best_early" else None  # a column at an earlier budget (Table 2's 50K)
     known = {"in_distribution": False, **config.get("task_options", {}), **config}
     swept = {k for k in grid if k != "candidate"}
     for cell in published_cells():
-        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score):
+        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric"), cell.get("checkpoint")) != (model, task, split, score, checkpoint):
             continue
         own = cell.get("setting") or {}
         if cell.get("variant", variant) == variant and swept <= set(own) and all(k in known and known[k] == v for k, v in own.items()):
