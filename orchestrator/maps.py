@@ -143,16 +143,3 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]
     except Exception as e:  # noqa: BLE001 - see the docstring
         print(f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}", flush=True)
         return []
-
-
-def best_runs(state, metric: str, lower_is_better: bool) -> dict:
-    """Per pair, its completed run with the best `metric` (search or ablation, confirmation included)."""
-    best = {}
-    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
-        value = run.data.metrics.get(metric)
-        if run.data.tags.get(tracking.STATUS_TAG) != "completed" or value is None:
-            continue
-        pair = run.data.tags["pair"]
-        if pair not in best or (value < best[pair][0] if lower_is_better else value > best[pair][0]):
-            best[pair] = (value, run)
-    return {pair: run for pair, (_, run) in best.items()}

@@ -249,7 +249,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
     pairs, tested = [], []
-    best = maps.best_runs(state, study.metric, study.mode == "min")
+    mlflow = tracking.client(state.tracking_uri)
     for pair in study.pairs:
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
         if not len(runs):
@@ -263,8 +263,9 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         figures = plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", out_dir) + plot_lengths(pair.name, rows, runs, study.score, out_dir)
         if history is not None:
             figures += plot_history(pair.name, [*history, state], study.score, out_dir)
-        if pair.name in best:
-            figures += maps.best_run_maps(state, pair.name, best[pair.name], out_dir)
+        ranked = runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min") if study.metric in runs else runs[:0]
+        if len(ranked):  # the maps of the pair's best trial (of those its rows show)
+            figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
         if before is not None and len(before):
             old = {json.dumps(r["setting"], sort_keys=True, default=str): r
                    for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {})}
@@ -284,7 +285,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             metric = f"test_{study.score}_at_best"
             if (entry["name"], cell_name(r["setting"]), metric) in flagged:
                 r["metrics"][metric]["regressed"] = True
-    parent = tracking.client(state.tracking_uri).get_run(state.parent_run_id)
+    parent = mlflow.get_run(state.parent_run_id)
     return {
         "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
         "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
