@@ -329,26 +329,25 @@ def execute(state: LaunchState, address: str | None) -> int:
             errors += more_errors
         if code:
             return code
-        regressions = []
-        if study.is_ablation:
-            from .report import write_night, write_report
+        from .report import write_night, write_report
 
+        regressions, summaries = [], None
+        if study.is_ablation:
             written, regressions = write_night(state) if state.night is not None else write_report(state)
         else:
             storage = optuna_storage(state)
             for pair in study.pairs:
                 fail_stale_proposals(storage, optuna_study_name(state, pair))
-            written = write_best(state)
-            tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.experiment, state.launch_id, study.metric, study.score)
-            from .report import write_report
-
+            summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+            written = write_best(state, summaries)
+            tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
             written += write_report(state)[0]
         tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
         state.state = "finished"
         state.save()
     for path in written:
         print(f"[launch] wrote {path}", flush=True)
-    print_summary(state, study)
+    print_summary(state, study, summaries)
     if errors:
         print(f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag", flush=True)
     for regression in regressions:
@@ -416,9 +415,10 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     return state
 
 
-def print_summary(state: LaunchState, study: Study) -> None:
-    """The launch's answer per pair, beside what chance scores, and what to run next."""
-    summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
+    """The launch's answer per pair (`summaries`, else read from the store), beside what chance
+    scores, and what to run next."""
+    summaries = summaries or tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
     print(f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):", flush=True)
     for pair in study.pairs:
         s = summaries.get(pair.name, {})
@@ -432,11 +432,11 @@ def print_summary(state: LaunchState, study: Study) -> None:
           f"{state.tracking_uri}", flush=True)
 
 
-def write_best(state: LaunchState) -> list[Path]:
+def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     """Per pair, `best/<pair>.yaml`: the confirmed candidate where the search was confirmed (the
     best mean over new seeds), else the best trial."""
     study = state.study()
-    summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+    summaries = summaries or tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
     out = []
     for pair_name, summary in sorted(summaries.items()):
         if not summary["best_config"]:

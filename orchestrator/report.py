@@ -73,9 +73,14 @@ def cell_name(setting: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(seeds only)"
 
 
+def numeric_key(value) -> tuple:
+    """Sorts numbers as numbers (10 after 8, not before 4), before anything else as text."""
+    return (0, float(value), "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0.0, str(value))
+
+
 def numeric_order(values) -> list:
-    """Grid values in numeric order where they are numbers (10 after 8, not before 4)."""
-    return sorted(set(values), key=lambda v: (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v)))
+    """Grid values in numeric order where they are numbers."""
+    return sorted(set(values), key=numeric_key)
 
 
 def table_metrics(score: str, columns) -> list[str]:
@@ -213,25 +218,25 @@ def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, o
     return [(path, figure_png(fig, path))]
 
 
-def plot_history(pair: str, nights: list, score: str, out_dir: Path) -> list[tuple[Path, str]]:
-    """The nightly job's history: per cell, its mean test score night after night."""
+def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[str], score: str, out_dir: Path) -> list[tuple[Path, str]]:
+    """The nightly job's history: per cell, its mean test score night after night. `nights` holds
+    each night's label and runs (runs_frame), oldest first."""
     metric = f"test_{score}_at_best"
-    points: dict[str, list] = {}
-    for k, night in enumerate(nights):
-        frame = runs_frame(night)
+    points: dict[tuple, dict[int, list]] = {}
+    for k, (_, frame) in enumerate(nights):
         if not len(frame) or metric not in frame:
             continue
         frame = frame[frame["pair"] == pair]
         for config, value in zip(frame["config"], frame[metric]):
-            cell = ", ".join(f"{key}={config.get(key)}" for key in night.study().grid) or pair
-            points.setdefault(cell, {}).setdefault(k, []).append(value)
+            points.setdefault(tuple(config.get(key) for key in keys), {}).setdefault(k, []).append(value)
     if not points:
         return []
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    labels = [datetime.datetime.fromtimestamp(n.created or 0).strftime("%m-%d %H:%M") for n in nights]
-    for cell in numeric_order(points):  # cells in the order of their grid values
-        ax.plot([labels[k] for k in sorted(points[cell])], [sum(v) / len(v) for _, v in sorted(points[cell].items())], marker="o", label=cell)
+    for cell in sorted(points, key=lambda c: tuple(map(numeric_key, c))):  # in the order of the grid's values
+        seen = sorted(points[cell].items())
+        ax.plot([nights[k][0] for k, _ in seen], [sum(v) / len(v) for _, v in seen], marker="o",
+                label=cell_name(dict(zip(keys, cell))) if keys else pair)
     ax.set_xlabel("night")
     ax.set_ylabel(f"{metric} (mean over seeds)")
     ax.legend(fontsize=7, loc="best")
@@ -245,6 +250,9 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     `history` (earlier nights, oldest first), a plot of each cell night after night."""
     study = state.study()
     frame = runs_frame(state)
+    # Each night's runs read once, for every pair's history plot.
+    label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
+    nights = [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)] if history is not None else None
     before = runs_frame(previous_state) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
@@ -261,8 +269,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline)
         figures = plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", out_dir) + plot_lengths(pair.name, rows, runs, study.score, out_dir)
-        if history is not None:
-            figures += plot_history(pair.name, [*history, state], study.score, out_dir)
+        if nights is not None:
+            figures += plot_history(pair.name, nights, own_keys, study.score, out_dir)
         ranked = runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min") if study.metric in runs else runs[:0]
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)

@@ -316,8 +316,8 @@ def metric_name(*parts: str) -> str:
     return re.sub(r"[^\w.\- :/]", "", "/".join(parts).replace("=", ":"))
 
 
-def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: str, metric: str, score: str) -> None:
-    """A search's answer where MLflow's runs table shows it at a glance: on the launch's run, each
+def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]) -> None:
+    """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a glance: on the launch's run, each
     pair's best `metric` and that trial's test score, and the confirmed means where the search was
     confirmed; and a run per pair, nested under the launch's, holding the same metrics and the
     answer's config (the confirmed candidate's, else the best trial's) as params."""
@@ -327,7 +327,7 @@ def summarize_pairs(uri: str, parent_run_id: str, experiment: str, launch_id: st
     exp_id = mlflow.get_run(parent_run_id).info.experiment_id
     now = int(time.time() * 1000)
     on_parent = []
-    for pair, summary in sorted(pair_summaries(uri, experiment, launch_id, metric, score).items()):
+    for pair, summary in sorted(summaries.items()):
         if summary["best"] is None:
             continue
         values = {metric: summary["best"], **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {})}
