@@ -227,6 +227,85 @@ def batch_source(cfg: TrainConfig, task: Task, rng: np.random.Generator):
     return (lambda: (split, rng.integers(len(split), size=cfg.batch_size))), None
 
 
+class Selection:
+    """One seed's evaluations: checkpoint selection on OOD validation (best, and best within
+    `early_budget`), the test scores at those checkpoints and at the final one, and the metrics of
+    each evaluation. `train` keeps one; `batched.train_seeds` one per seed."""
+
+    def __init__(self, cfg: TrainConfig, task: Task, device: torch.device, log: Callable[[str], None] | None, label: str):
+        self.cfg, self.task, self.device, self.log, self.label = cfg, task, device, log, label
+        m = self.m = task.metric
+        self.at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
+        worst = math.inf if m in LOWER_IS_BETTER else -1.0
+        self.best: dict[str, Any] = {f"best_ood_valid_{m}": worst, "best_iteration": 0}
+        self.early: dict[str, Any] = {f"best_ood_valid_{m}_early": worst, "best_iteration_early": 0}
+        self.metrics: dict[str, Any] = {"status": "completed", **self.best}
+
+    def state(self) -> dict:
+        return {"best": self.best, "early": self.early}
+
+    def restore(self, state: dict) -> None:
+        self.best, self.early = state["best"], state.get("early", self.early)
+        self.metrics = {"status": "completed", **self.best}
+
+    @property
+    def diverged(self) -> bool:
+        return self.metrics["status"] == "diverged"
+
+    def evaluate_split(self, model: torch.nn.Module, name: str, by_depth: bool = False) -> dict[str, float]:
+        return evaluate(model, self.task, self.task.splits[name], self.cfg.eval_batch_size, self.device, self.cfg.bf16, by_depth)
+
+    def test_scores(self, tests: dict[str, dict[str, float]], suffix: str) -> dict[str, float]:
+        """Each score's mean over the test splits (PANM's Table 1 averages its five test lengths),
+        where there are several each split's own, and a classification task's accuracy per depth
+        (`test_depth<d>_acc`)."""
+        scores = self.task.scores
+        out = {f"test_{s}{suffix}": float(np.mean([t[s] for t in tests.values()])) for s in scores}
+        for name, split_scores in tests.items():
+            out.update(named(name, {k: v for k, v in split_scores.items() if len(tests) > 1 or k not in scores}, suffix))
+        return out
+
+    def __call__(self, model: torch.nn.Module, iteration: int, mean_loss: float, train_scores: dict[str, float], steps_per_s: float) -> dict:
+        """The metrics of the evaluation at `iteration`, given the mean training loss and scores since
+        the last one; status "diverged" (and no evaluation) where that loss is not finite."""
+        cfg, m, best = self.cfg, self.m, self.best
+        if not math.isfinite(mean_loss):
+            # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the best so far.
+            self.metrics.update(status="diverged", iteration=iteration, loss=mean_loss)
+            if self.log:
+                self.log(f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
+            return self.metrics
+        final = iteration == cfg.n_iters
+        iid, ood = self.evaluate_split(model, "iid_valid"), self.evaluate_split(model, "ood_valid")
+        # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
+        # saturates (NDR on CTL), the most-trained model is the one reported.
+        new_best = self.at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
+        new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and self.at_least_as_good(ood[m], self.early[f"best_ood_valid_{m}_early"])
+        tests = {name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits} if new_best or new_early or final else {}
+        if new_best:
+            self.best = best = {f"best_ood_valid_{m}": ood[m], f"iid_valid_{m}_at_best": iid[m], "best_iteration": iteration,
+                                **self.test_scores(tests, "_at_best")}
+        if new_early:
+            self.early = {f"best_ood_valid_{m}_early": ood[m], "best_iteration_early": iteration, **self.test_scores(tests, "_at_best_early")}
+        metrics = {
+            "status": "completed" if final else "running",
+            "iteration": iteration, "loss": mean_loss, **named("train", train_scores),
+            **named("iid_valid", iid), **named("ood_valid", ood), **best, **(self.early if cfg.early_budget else {}),
+            "steps_per_s": steps_per_s,
+        }
+        if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
+            metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **self.test_scores(tests, "_final")})
+        if self.log:
+            self.log(f"[{self.label}] it {iteration}/{cfg.n_iters} loss {mean_loss:.4f} train {metrics[f'train_{m}']:.3f} "
+                     f"iid {iid[m]:.3f} ood {ood[m]:.3f} test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({steps_per_s:.1f} it/s)")
+        self.metrics = metrics
+        return metrics
+
+
+def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, float]:
+    return {f"{prefix}_{s}{suffix}": v for s, v in scores.items()}
+
+
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     if cfg.threads:
@@ -237,8 +316,6 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     if log:
         log(f"[{cfg.task}/{cfg.model}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)")
     task = load_task(cfg.task, cfg.task_options)
-    m, kind = task.metric, task.kind
-    at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
     next_batch, buckets = batch_source(cfg, task, batch_rng)
     model = make_model(cfg, task).to(device)
     if cfg.compile:
@@ -247,103 +324,53 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
             f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
     optimizer = make_optimizer(cfg, model.parameters())
-    worst = math.inf if m in LOWER_IS_BETTER else -1.0
-    best: dict[str, Any] = {f"best_ood_valid_{m}": worst, "best_iteration": 0}
-    early: dict[str, Any] = {f"best_ood_valid_{m}_early": worst, "best_iteration_early": 0}
+    # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
+    bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
+    selection = Selection(cfg, task, device, log and (bar.write if not bar.disable else log), f"{cfg.task}/{cfg.model}")
     start = 0
     if resume_state:
         model.load_state_dict(resume_state["model"])
         optimizer.load_state_dict(resume_state["optimizer"])
         batch_rng.bit_generator.state = resume_state["batch_rng"]
         torch.set_rng_state(resume_state["torch_rng"])
-        best, start = resume_state["best"], resume_state["iteration"]
-        early = resume_state.get("early", early)
+        selection.restore(resume_state)
+        start = resume_state["iteration"]
         if buckets:
             buckets.restore(resume_state["buckets"])
+    bar.update(start)
 
     def snapshot() -> dict:
         # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
         return copy.deepcopy({
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-            "batch_rng": batch_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "best": best, "early": early,
+            "batch_rng": batch_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), **selection.state(),
             "buckets": buckets.state() if buckets else None,
         })
 
-    def evaluate_split(name: str, by_depth: bool = False) -> dict[str, float]:
-        return evaluate(model, task, task.splits[name], cfg.eval_batch_size, device, cfg.bf16, by_depth)
-
-    def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, float]:
-        return {f"{prefix}_{s}{suffix}": v for s, v in scores.items()}
-
-    def test_scores(tests: dict[str, dict[str, float]], suffix: str) -> dict[str, float]:
-        """Each score's mean over the test splits (PANM's Table 1 averages its five test lengths),
-        where there are several each split's own, and a classification task's accuracy per depth
-        (`test_depth<d>_acc`)."""
-        out = {f"test_{s}{suffix}": float(np.mean([t[s] for t in tests.values()])) for s in task.scores}
-        for name, scores in tests.items():
-            out.update(named(name, {k: v for k, v in scores.items() if len(tests) > 1 or k not in task.scores}, suffix))
-        return out
-
     model.train()
-    metrics: dict[str, Any] = {"status": "completed", **best}
     # The loss and training scores are summed on the device and read once per evaluation: a step
     # never waits for the host (on a GPU, a read per step stalls the queue of small kernels).
     loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
     iteration = start
-    # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
-    bar = tqdm(total=cfg.n_iters, initial=start, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     for iteration in range(start + 1, cfg.n_iters + 1):
         split, index = next_batch()
         batch = batch_tensors(split, index, device)
-        out, loss = forward_loss(cfg, model, kind, batch, device)
+        out, loss = forward_loss(cfg, model, task.kind, batch, device)
         apply_gradients(cfg, model, optimizer, loss)
         loss_sum = loss_sum + loss.detach().float()
-        train_sums = add_sums(train_sums, score_sums(kind, out.detach(), batch))
+        train_sums = add_sums(train_sums, score_sums(task.kind, out.detach(), batch))
         steps += 1
         bar.update()
-
-        final = iteration == cfg.n_iters
-        if iteration % cfg.eval_every == 0 or final:
-            mean_loss = float(loss_sum) / steps
-            if not math.isfinite(mean_loss):
-                # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the best so far.
-                metrics.update(status="diverged", iteration=iteration, loss=mean_loss)
-                if log:
-                    log(f"[{cfg.task}/{cfg.model}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
-                if report:
-                    report(metrics, snapshot)
-                break
+        if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
             elapsed = time.perf_counter() - since
-            iid, ood = evaluate_split("iid_valid"), evaluate_split("ood_valid")
-            # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
-            # saturates (NDR on CTL), the most-trained model is the one reported.
-            new_best = at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
-            new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and at_least_as_good(ood[m], early[f"best_ood_valid_{m}_early"])
-            tests = {name: evaluate_split(name, by_depth=True) for name in task.test_splits} if new_best or new_early or final else {}
-            if new_best:
-                best = {f"best_ood_valid_{m}": ood[m], f"iid_valid_{m}_at_best": iid[m], "best_iteration": iteration,
-                        **test_scores(tests, "_at_best")}
-            if new_early:
-                early = {f"best_ood_valid_{m}_early": ood[m], "best_iteration_early": iteration, **test_scores(tests, "_at_best_early")}
-            metrics = {
-                "status": "completed" if final else "running",
-                "iteration": iteration, "loss": mean_loss, **named("train", ratios(train_sums)),
-                **named("iid_valid", iid), **named("ood_valid", ood), **best, **(early if cfg.early_budget else {}),
-                "steps_per_s": steps / max(elapsed, 1e-9),
-            }
-            if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
-                metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **test_scores(tests, "_final")})
-            if log:
-                (bar.write if not bar.disable else log)(
-                    f"[{cfg.task}/{cfg.model}] it {iteration}/{cfg.n_iters} loss {metrics['loss']:.4f} "
-                    f"train {metrics[f'train_{m}']:.3f} iid {iid[m]:.3f} ood {ood[m]:.3f} "
-                    f"test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({metrics['steps_per_s']:.1f} it/s)"
-                )
+            metrics = selection(model, iteration, float(loss_sum) / steps, ratios(train_sums), steps / max(elapsed, 1e-9))
             if report:
                 report(metrics, snapshot)
+            if selection.diverged:
+                break
             loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
     bar.close()
-    return metrics
+    return selection.metrics
 
 
 def seconds_per_step(cfg: TrainConfig, steps: int = 3) -> float:

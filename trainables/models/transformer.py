@@ -266,12 +266,10 @@ class UniversalTransformerClassifier(nn.Module):
         self.aux_loss = None  # the ponder cost of the last forward pass, for the training loss
 
     def add_markers(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        batch, n = tokens.shape
-        out = torch.full((batch, n + 2), self.pad_id, dtype=torch.long, device=tokens.device)
-        out[:, 0] = self.bos_id
-        out[:, 1 : n + 1] = tokens
-        out[torch.arange(batch, device=tokens.device), lengths + 1] = self.eos_id
-        return out
+        # Out of place (cat, scatter), so that torch.func.vmap can batch it over seeds (batched.py).
+        bos = torch.full_like(tokens[:, :1], self.bos_id)
+        out = torch.cat([bos, tokens, torch.full_like(bos, self.pad_id)], dim=1)
+        return out.scatter(1, (lengths + 1)[:, None], torch.full_like(bos, self.eos_id))
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, n_layers: int | None = None, return_activations: bool = False):
         """tokens (B, N) PAD-padded without markers, lengths (B,) -> class logits (B, C).

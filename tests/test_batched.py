@@ -1,0 +1,136 @@
+"""Seeds batched with torch.func (trainables/batched.py) against separate runs of each seed."""
+import copy
+
+import pytest
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+
+from trainables.batched import BATCHABLE_MODELS, batchable, clip_per_seed, train_seeds
+from trainables.config import parse_trial_config
+from trainables.models import build_model
+from trainables.train import train
+
+from test_train import TINY_BY_KIND, TOY, tiny
+
+NO_DROPOUT = {"dropout": 0.0, "query_dropout": 0.0}
+
+
+def close(separate: dict, batched: dict) -> None:
+    """Every metric of a separate run equals the batched seed's within float32 rounding (the
+    stacked matrix products sum in another order)."""
+    assert separate.keys() == batched.keys()
+    for key, value in separate.items():
+        if key == "status":
+            assert batched[key] == value
+        elif key != "steps_per_s":
+            assert batched[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("model", BATCHABLE_MODELS)
+def test_batched_seeds_equal_separate_runs(model):
+    """Each seed keeps its own initialisation and its own data order (length buckets of its own):
+    without dropout, the batched run is the separate runs, metric for metric."""
+    seeds = [0, 3, 7]
+    configs = {seed: tiny(model, seed=seed, length_bucketed=True, **NO_DROPOUT) for seed in seeds}
+    batched = train_seeds(configs[0], seeds, log=None)
+    for seed in seeds:
+        close(train(configs[seed], log=None), batched[seed])
+    assert len({batched[seed]["loss"] for seed in seeds}) == len(seeds)
+
+
+def test_batched_set_regression_equals_separate_runs():
+    """The Compositional Attention paper's set layer (Table 6's retrieval ablation)."""
+    task, options = TINY_BY_KIND["set_regression"]
+    flat = {"task": task, "model": "transformer_compositional", "task_options": options, "n_iters": 12, "eval_every": 6,
+            "batch_size": 16, "lr": 1e-3, "d_model": 16, "n_heads": 2, "n_retrievals": 2}
+    batched = train_seeds(parse_trial_config(flat), [1, 2], log=None)
+    for seed in (1, 2):
+        close(train(parse_trial_config({**flat, "seed": seed}), log=None), batched[seed])
+
+
+def test_each_seed_draws_its_own_dropout():
+    """Two copies of one model, stacked: in training their dropout masks differ, so their outputs
+    do; in evaluation they are the same model."""
+    torch.manual_seed(0)
+    model = build_model("ndr", {"d_model": 16, "n_heads": 2, "n_layers": 2, "dropout": 0.5}, TOY)
+    params, buffers = stack_module_state([model, copy.deepcopy(model)])
+    skeleton = copy.deepcopy(model).to("meta")
+    tokens, lengths = torch.tensor([[3, 4, 5, 6]]), torch.tensor([4])
+
+    def run(training: bool) -> torch.Tensor:
+        skeleton.train(training)
+        return vmap(lambda p, b: functional_call(skeleton, (p, b), (tokens, lengths)), randomness="different")(params, buffers)
+
+    trained = run(True)
+    assert not torch.allclose(trained[0], trained[1])
+    evaluated = run(False)
+    torch.testing.assert_close(evaluated[0], evaluated[1])
+
+
+@pytest.mark.parametrize("by", ["norm", "value"])
+def test_clipping_is_each_seeds_own(by):
+    """clip_per_seed on stacked gradients = torch's clipping of each seed's gradients alone."""
+    torch.manual_seed(0)
+    grads = [torch.randn(3, 5, 4) * torch.tensor([0.01, 1.0, 30.0])[:, None, None], torch.randn(3, 7) * 10]
+    cfg = tiny(grad_clip=1.0, grad_clip_by=by)
+    clipped = [g.clone() for g in grads]
+    clip_per_seed(cfg, clipped)
+    for k in range(3):
+        alone = [torch.nn.Parameter(torch.zeros_like(g[k])) for g in grads]
+        for p, g in zip(alone, grads):
+            p.grad = g[k].clone()
+        if by == "norm":
+            torch.nn.utils.clip_grad_norm_(alone, 1.0)
+        else:
+            torch.nn.utils.clip_grad_value_(alone, 1.0)
+        for mine, theirs in zip(clipped, alone):
+            torch.testing.assert_close(mine[k], theirs.grad)
+
+
+def test_resume_from_a_batched_snapshot_continues_exactly():
+    states = {}
+    cfg = tiny("transformer_rel", length_bucketed=True)
+    full = train_seeds(cfg, [0, 1], report=lambda metrics, state: states.setdefault(metrics[0]["iteration"], state()), log=None)
+    resumed = train_seeds(cfg, [0, 1], resume_state=states[6], log=None)
+    for seed in (0, 1):
+        assert resumed[seed]["loss"] == pytest.approx(full[seed]["loss"], rel=1e-5)
+        assert resumed[seed]["test_acc_at_best"] == full[seed]["test_acc_at_best"]
+
+
+def test_a_diverged_seed_stops_alone():
+    """A NaN in one seed's parameters stays in that seed: it is reported diverged, the other trains on."""
+    reports = []
+
+    def report(metrics, state):
+        reports.append({seed: dict(m) for seed, m in metrics.items()})
+
+    cfg = tiny("ndr", n_iters=12, eval_every=4)
+    original = torch.optim.AdamW.step
+
+    def poison_seed_1(self, *args, **kwargs):  # after the first step, seed 1's weights become NaN
+        out = original(self, *args, **kwargs)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.data[1] = float("nan")
+        torch.optim.AdamW.step = original
+        return out
+
+    torch.optim.AdamW.step = poison_seed_1
+    try:
+        final = train_seeds(cfg, [0, 1], report=report, log=None)
+    finally:
+        torch.optim.AdamW.step = original
+    assert final[1]["status"] == "diverged" and final[1]["iteration"] == 4
+    assert final[0]["status"] == "completed" and final[0]["iteration"] == 12
+    assert [r[0]["iteration"] for r in reports] == [4, 8, 12]
+
+
+@pytest.mark.parametrize("flat, reason", [
+    ({"model": "lstm"}, "host-side control flow"),
+    ({"model": "ndr", "act": "graves"}, "adaptive computation time"),
+    ({"model": "ndr", "compile": True}, "compile"),
+])
+def test_models_that_cannot_be_batched_say_why(flat, reason):
+    assert reason in batchable(flat)
+    with pytest.raises(ValueError, match=reason):
+        train_seeds(tiny(flat["model"], **{k: v for k, v in flat.items() if k != "model"}), [0, 1], log=None)
