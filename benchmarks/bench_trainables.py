@@ -20,7 +20,7 @@ import torch
 from trainables.config import parse_trial_config, preset, presets
 from trainables.models.transformer import Layer, TransformerConfig
 from trainables.tasks import listops, load_task
-from trainables.train import batch_tensors, loss_of, make_model, predict
+from trainables.train import batch_tensors, loss_of, make_model, predict, synchronize
 
 SMALL = {"d_model": 64, "n_layers": 4, "batch_size": 64}
 # The other papers' models: (task, task options, model, small-size overrides); "paper" is the preset.
@@ -31,6 +31,23 @@ OTHER_MODELS = [
     ("contextual_retrieval", {"train_size": 5000, "online": False}, "transformer_compositional", {"d_model": 32, "batch_size": 64}),
     ("contextual_retrieval", {"train_size": 5000, "online": False}, "transformer", {"d_model": 32, "batch_size": 64}),
 ]
+
+
+def model_rows() -> list[tuple[str, str, dict, str, dict]]:
+    """(row label, task, task options, size, flat trial config) for every model at its paper's size
+    (NDR Table 7 for CTL; the PANM and Compositional Attention presets) and at a small size."""
+    ctl_options = {"train_size": 20_000}
+    rows = []
+    for name in presets("ctl")["models"]:
+        paper = {**preset("ctl", name), "task_options": ctl_options}
+        small = {**paper, **SMALL}
+        if "n_heads" in small:
+            small["n_heads"] = min(small["n_heads"], 4)
+        rows += [(f"ctl / {name}", "ctl", ctl_options, "paper", paper), (f"ctl / {name}", "ctl", ctl_options, "small", small)]
+    for task_name, options, name, small in OTHER_MODELS:
+        paper = {**preset(task_name, name), "task_options": options}
+        rows += [(f"{task_name} / {name}", task_name, options, "paper", paper), (f"{task_name} / {name}", task_name, options, "small", {**paper, **small})]
+    return rows
 
 
 def time_steps(model, task, batch_size: int, steps: int, device, bf16: bool) -> tuple[float, float]:
@@ -49,21 +66,16 @@ def time_steps(model, task, batch_size: int, steps: int, device, bf16: bool) -> 
 
     for b in batches[:2]:  # warm-up
         step(b)
-    sync(device)
+    synchronize(device)
     start = time.perf_counter()
     tokens = 0
     for b in batches[2:]:
         step(b)
         # Input tokens (Transformers add begin/end markers on top), or set elements.
         tokens += int(b["lengths"].sum()) if "lengths" in b else b["features"].shape[0] * b["features"].shape[1]
-    sync(device)
+    synchronize(device)
     elapsed = time.perf_counter() - start
     return steps / elapsed, tokens / elapsed
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def layer_ratio(d_model: int, n_heads: int, d_ff: int, length: int, batch: int, device, repeats: int) -> tuple[float, float, float]:
@@ -76,11 +88,11 @@ def layer_ratio(d_model: int, n_heads: int, d_ff: int, length: int, batch: int, 
     def run(f):
         for _ in range(2):
             f().sum().backward()
-        sync(device)
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(repeats):
             f().sum().backward()
-        sync(device)
+        synchronize(device)
         return (time.perf_counter() - start) / repeats
 
     t_ndr = run(lambda: ndr(x, padding)[0])
@@ -101,18 +113,7 @@ def main() -> None:
     steps = 3 if args.quick else 10
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads, bf16 {args.bf16}")
 
-    # (row label, task, task options, flat trial config) for each model at both sizes.
-    ctl_options = {"train_size": 20_000}
-    rows = []
-    for name in presets("ctl")["models"]:
-        paper = {**preset("ctl", name), "task_options": ctl_options}
-        small = {**paper, **SMALL}
-        if "n_heads" in small:
-            small["n_heads"] = min(small["n_heads"], 4)
-        rows += [(f"ctl / {name}", "ctl", ctl_options, "paper", paper), (f"ctl / {name}", "ctl", ctl_options, "small", small)]
-    for task_name, options, name, small in OTHER_MODELS:
-        paper = {**preset(task_name, name), "task_options": options}
-        rows += [(f"{task_name} / {name}", task_name, options, "paper", paper), (f"{task_name} / {name}", task_name, options, "small", {**paper, **small})]
+    rows = model_rows()
 
     tasks = {}
     print(f"\n{'task / model':48s} {'size':6s} {'params':>9s} {'batch':>6s} {'steps/s':>9s} {'tokens/s':>10s}")

@@ -18,14 +18,15 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .search import CANDIDATE_KEY, PAIR_KEY, own_config
-from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_tags, numeric_metrics
+from .search import CANDIDATE_KEY, PAIR_KEY, seed_config, trial_seeds
+from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_tags, numeric_metrics, seed_result
 
 
-def cell_tags(trial) -> dict[str, str]:
+def cell_tags(trial, seed: int | None = None) -> dict[str, str]:
     """An ablation trial's grid cell and seed (its config beyond the pair's holds both), or a
-    confirmation trial's candidate (its rank in the search, from 1) and seed."""
-    own = own_config(trial.config)
+    confirmation trial's candidate (its rank in the search, from 1) and seed; `seed` picks one of
+    a trial's batched seeds."""
+    own = seed_config(trial.config, seed)
     if "seed" not in own:
         return {}
     if CANDIDATE_KEY in trial.config:
@@ -34,7 +35,9 @@ def cell_tags(trial) -> dict[str, str]:
 
 
 class TrialTracker(Callback):
-    """Tune callback that mirrors every trial of a launch into MLflow, as a child of the launch's run.
+    """Tune callback that mirrors every trial of a launch into MLflow, as a child of the launch's run;
+    a trial of batched seeds as one run per seed (tagged with its trial and its seed), so MLflow
+    and everything that reads it see what separate trials would have written.
     `base_configs` and `tags` are per pair, keyed by the pair named in each trial's config."""
 
     def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
@@ -55,15 +58,17 @@ class TrialTracker(Callback):
             self._client = client(self.uri)
         return self._client
 
-    def run_id(self, trial) -> str:
-        if trial.trial_id in self.runs:
-            return self.runs[trial.trial_id]
+    def run_id(self, trial, seed: int | None = None) -> str:
+        key = trial.trial_id if seed is None else f"{trial.trial_id}/{seed}"
+        if key in self.runs:
+            return self.runs[key]
         found = self.mlflow.search_runs(
             [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'",
+            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'"
+                          + (f" and tags.seed = '{seed}'" if seed is not None else ""),
         )
         pair = trial.config[PAIR_KEY]
-        config = {**self.base_configs[pair], **own_config(trial.config)}
+        config = {**self.base_configs[pair], **seed_config(trial.config, seed)}
         if found:
             run_id = found[0].info.run_id
             self.mlflow.update_run(run_id, status="RUNNING")
@@ -71,11 +76,11 @@ class TrialTracker(Callback):
         else:
             run = self.mlflow.create_run(
                 self.experiment_id(),
-                run_name=self.short_name(pair, trial),
+                run_name=self.short_name(pair, trial, seed),
                 tags={
                     "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
                     "trial_id": trial.trial_id, "pair": pair, **code_tags(),
-                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial, seed),
                 },
             )
             run_id = run.info.run_id
@@ -87,14 +92,14 @@ class TrialTracker(Callback):
         params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
         for start in range(0, len(params), 100):
             self.mlflow.log_batch(run_id, params=params[start : start + 100])
-        self.runs[trial.trial_id] = run_id
+        self.runs[key] = run_id
         return run_id
 
-    def short_name(self, pair: str, trial) -> str:
+    def short_name(self, pair: str, trial, seed: int | None = None) -> str:
         """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
         seed, a search trial's number within its pair (counted in the store: a resumed driver
         goes on counting), then the pair."""
-        cell = cell_tags(trial)
+        cell = cell_tags(trial, seed)
         if cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
         earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
@@ -111,23 +116,27 @@ class TrialTracker(Callback):
             self.last_step[run_id] = max((m.step for m in self.mlflow.get_metric_history(run_id, "loss")), default=-1)
         return self.last_step[run_id]
 
+    def run_ids(self, trial) -> dict:
+        """Seed (None for a trial of one seed) -> the MLflow run of that seed of the trial."""
+        return {seed: self.run_id(trial, seed) for seed in trial_seeds(trial.config)}
+
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.run_id(trial)
+        self.run_ids(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from mlflow.entities import RunTag
 
-        run_id = self.run_id(trial)
-        # A restored trial first replays the evaluations its checkpoint holds: the driver may have
-        # died after the trial wrote a checkpoint and before it logged that evaluation.
-        for record in result.get(REPLAY_KEY) or ():
-            self.log_evaluation(run_id, record)
-        self.log_evaluation(run_id, result)
-        if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
-            self.located.add(run_id)
-            self.mlflow.log_batch(run_id, tags=[
-                RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
-                RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))])
+        for seed, run_id in self.run_ids(trial).items():
+            # A restored trial first replays the evaluations its checkpoint holds: the driver may have
+            # died after the trial wrote a checkpoint and before it logged that evaluation.
+            for record in result.get(REPLAY_KEY) or ():
+                self.log_evaluation(run_id, seed_result(record, seed))
+            self.log_evaluation(run_id, seed_result(result, seed))
+            if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
+                self.located.add(run_id)
+                self.mlflow.log_batch(run_id, tags=[
+                    RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
+                    RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))])
 
     def log_evaluation(self, run_id: str, result: dict) -> None:
         from mlflow.entities import Metric
@@ -144,27 +153,25 @@ class TrialTracker(Callback):
             self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        result = trial.last_result or {}
-        status = result.get("status", "completed")
-        if status == "running":
-            status = "early_stopped"  # the scheduler ended it before its budget
-        run_id = self.run_id(trial)
-        self.mlflow.set_tag(run_id, STATUS_TAG, status)
-        self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
+        for seed, run_id in self.run_ids(trial).items():
+            status = seed_result(trial.last_result or {}, seed).get("status", "completed")
+            if status == "running":
+                status = "early_stopped"  # the scheduler ended it before its budget
+            self.mlflow.set_tag(run_id, STATUS_TAG, status)
+            self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
-        run_id = self.run_id(trial)
-        self.located.discard(run_id)  # tag the node it lands on next
+        self.located.difference_update(self.run_ids(trial).values())  # tag the node it lands on next
         print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)); restarting it from its last "
               f"checkpoint", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        run_id = self.run_id(trial)
-        self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
-        if trial.error_file and os.path.exists(trial.error_file):
-            self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
-        self.mlflow.set_terminated(run_id, status="FAILED")
+        for run_id in self.run_ids(trial).values():
+            self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
+            if trial.error_file and os.path.exists(trial.error_file):
+                self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
+            self.mlflow.set_terminated(run_id, status="FAILED")
 
     def on_experiment_end(self, trials, **info):
         """Runs still "running" when Tune stops: a trial that Ctrl-C or SIGTERM interrupted is

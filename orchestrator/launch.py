@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from . import tracking
-from .search import CANDIDATE_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
+from .search import CANDIDATE_KEY, PAIR_KEY, SEEDS_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
 from .spec import Pair, Study
 from .callbacks import ProgressLines, TrialTracker
 from .state import Heartbeat, LaunchState, plan_of
@@ -36,12 +36,15 @@ EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 
 
-def run_trial(config: dict, bases: dict, cpus: float) -> None:
-    """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation."""
+def run_trial(config: dict, bases: dict, cpus: float, metric: str) -> None:
+    """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation; or,
+    for a config with batched seeds, every seed at once (trainables.batched), each seed's metrics
+    under `seed<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric` their mean."""
     import ray
     import torch
     from ray import tune
 
+    from trainables.batched import train_seeds
     from trainables.config import parse_trial_config
     from trainables.train import pick_device, train
 
@@ -69,7 +72,18 @@ def run_trial(config: dict, bases: dict, cpus: float) -> None:
             (Path(d) / "history.json").write_text(json.dumps(history))
             tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (callbacks.ProgressLines)
+    def report_seeds(per_seed: dict, state) -> None:
+        statuses = {m["status"] for m in per_seed.values()}
+        live = [m[metric] for m in per_seed.values() if m["status"] != "diverged" and metric in m] or [math.nan]
+        report({**{tracking.seed_key(seed, k): v for seed, m in per_seed.items() for k, v in m.items()},
+                "iteration": max(m.get("iteration", 0) for m in per_seed.values()), metric: sum(live) / len(live),
+                "status": "diverged" if statuses == {"diverged"} else "running" if "running" in statuses else "completed"}, state)
+
+    seeds = config.get(SEEDS_KEY)
+    if seeds:
+        train_seeds(cfg, seeds, report=report_seeds, resume_state=resume_state, log=None)
+    else:
+        train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (callbacks.ProgressLines)
 
 
 def newest_existing_checkpoint(result):
@@ -101,7 +115,7 @@ def make_trainable(study: Study, use_gpu: bool):
     from ray.tune.trainable.function_trainable import wrap_function
 
     bases = {pair.name: pair.base for pair in study.pairs}
-    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu), name="trial")
+    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu, metric=study.metric), name="trial")
 
     class CheckpointFallbackTrial(function_trainable):
         def restore(self, checkpoint_path):
@@ -125,13 +139,32 @@ def make_searcher(study: Study, pair: Pair, storage, study_name: str):
     )
 
 
+def with_seeds(study: Study, pair: Pair, cell: dict, seeds: list[int]) -> list[dict]:
+    """A cell's trials over `seeds`: one trial training them all batched where the study batches
+    seeds and the model allows (trainables.batched), else one trial per seed."""
+    if len(seeds) > 1 and study.unbatched_because(pair, own_config(cell)) is None:
+        return [{**cell, SEEDS_KEY: list(seeds)}]
+    return [{**cell, "seed": seed} for seed in seeds]
+
+
 def ablation_cells(study: Study, pair: Pair) -> list[dict]:
     """Every combination of the pair's grid values, for every seed, in order."""
     import itertools
 
     keys = list(pair.grid)
-    return [{**dict(zip(keys, values)), "seed": seed}
-            for values in itertools.product(*(pair.grid[k] for k in keys)) for seed in study.seeds]
+    return [trial for values in itertools.product(*(pair.grid[k] for k in keys))
+            for trial in with_seeds(study, pair, dict(zip(keys, values)), study.seeds)]
+
+
+def phase_cells(study: Study, state: LaunchState, phase: str) -> dict[str, list[dict]] | None:
+    """Each pair's list of trials where the phase has one (an ablation's cells, a confirmation's
+    candidates, over their seeds), None for a search (TPE proposes its trials)."""
+    if phase == CONFIRM:
+        return {p.name: [trial for k, config in enumerate(state.candidates.get(p.name, []))
+                         for trial in with_seeds(study, p, {**config, CANDIDATE_KEY: k}, study.confirm.seeds)] for p in study.pairs}
+    if study.is_ablation:
+        return {p.name: ablation_cells(study, p) for p in study.pairs}
+    return None
 
 
 def optuna_storage(state: LaunchState):
@@ -176,19 +209,14 @@ def phase_plan(study: Study, state: LaunchState, phase: str) -> tuple[dict, dict
     ablation's cells x seeds, or the confirmation of a search's best trials over new seeds."""
     from ray.tune.schedulers import FIFOScheduler
 
-    fifo = {p.name: FIFOScheduler() for p in study.pairs}
-    if phase == CONFIRM:
-        cells = {p.name: [{**config, CANDIDATE_KEY: k, "seed": seed} for k, config in enumerate(state.candidates.get(p.name, []))
-                          for seed in study.confirm.seeds] for p in study.pairs}
-        return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, fifo,
+    cells = phase_cells(study, state, phase)
+    if cells is not None:
+        # Every cell for every seed: no TPE, no early stopping (it would bias the table).
+        return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, {name: FIFOScheduler() for name in cells},
                 {name: len(c) for name, c in cells.items()})
-    budgets = {p.name: study.trial_count(p) for p in study.pairs}
-    if study.is_ablation:
-        # Every grid cell for every seed: no TPE, no early stopping (it would bias the table).
-        return {p.name: CellSearch(ablation_cells(study, p), study.metric, study.mode) for p in study.pairs}, fifo, budgets
     storage = optuna_storage(state)
     return ({p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs},
-            {p.name: pair_scheduler(study, p) for p in study.pairs}, budgets)
+            {p.name: pair_scheduler(study, p) for p in study.pairs}, {p.name: study.trial_count(p) for p in study.pairs})
 
 
 def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int, phase: str = SEARCH):
@@ -382,10 +410,8 @@ def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots
         return 1, 0
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if phase == CONFIRM:
-        total = sum(len(configs) for configs in state.candidates.values()) * len(study.confirm.seeds)
-    else:
-        total = sum(study.trial_count(p) for p in study.pairs)
+    cells = phase_cells(study, state, phase)
+    total = sum(map(len, cells.values())) if cells is not None else sum(study.trial_count(p) for p in study.pairs)
     ended = results.num_terminated + results.num_errors
     if len(results) < total or ended < len(results):
         state.state = "interrupted"

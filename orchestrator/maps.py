@@ -19,6 +19,8 @@ def last_model_state(state, run) -> dict | None:
     import pyarrow.fs
     import torch
 
+    from trainables.batched import seed_state_dict
+
     fs, root = state.trial_storage().filesystem()
     fs = fs or pyarrow.fs.LocalFileSystem()
     phase = "confirm" if run.data.tags.get("phase") == "confirm" else "tune"
@@ -28,7 +30,9 @@ def last_model_state(state, run) -> dict | None:
     if not checkpoints:
         return None
     with fs.open_input_stream(f"{checkpoints[-1]}/state.pt") as f:
-        return torch.load(io.BytesIO(f.read()), weights_only=False, map_location="cpu")["model"]
+        saved = torch.load(io.BytesIO(f.read()), weights_only=False, map_location="cpu")
+    # A trial of batched seeds holds every seed's weights, stacked: take this run's.
+    return seed_state_dict(saved, int(run.data.tags["seed"])) if "seeds_batched" in saved else saved["model"]
 
 
 def activations_of(config: dict, model_state: dict):

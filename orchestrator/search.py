@@ -17,11 +17,22 @@ from ray.tune.search.optuna import OptunaSearch
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
+SEEDS_KEY = "seeds"  # in a trial's config: the seeds it trains batched (trainables.batched), instead of one "seed"
 
 
 def own_config(config: dict) -> dict:
-    """A trial's config without the keys that only route it (its pair, its candidate)."""
-    return {k: v for k, v in config.items() if k not in (PAIR_KEY, CANDIDATE_KEY)}
+    """A trial's config without the keys that only route it (its pair, its candidate, its batched seeds)."""
+    return {k: v for k, v in config.items() if k not in (PAIR_KEY, CANDIDATE_KEY, SEEDS_KEY)}
+
+
+def trial_seeds(config: dict) -> list:
+    """The seeds a trial trains: its batched seeds, else [None] (its own config holds its seed)."""
+    return list(config.get(SEEDS_KEY) or [None])
+
+
+def seed_config(config: dict, seed) -> dict:
+    """One seed's config of a trial (its own config, with `seed` where the trial batches seeds)."""
+    return {**own_config(config), **({"seed": seed} if seed is not None else {})}
 
 
 class TruncationAwareOptunaSearch(OptunaSearch):

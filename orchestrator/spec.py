@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from trainables.batched import batchable
 from trainables.config import TRAIN_KEYS, ConfigError, closest, defaults, parse_trial_config, preset, presets
 from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS, task_config
@@ -212,6 +213,9 @@ class Study:
     seeds: list[int] = field(default_factory=list)  # ...times every seed, no search
     report: Report = field(default_factory=Report)
     confirm: Confirm = field(default_factory=Confirm)
+    # An ablation cell's seeds, or a confirmed candidate's, trained together as one stacked model
+    # in one trial where the model allows (trainables.batched); false: one trial per seed.
+    batch_seeds: bool = True
 
     @property
     def experiment(self) -> str:
@@ -225,6 +229,13 @@ class Study:
         """Each pair's confirmation trials: its top_k candidates times the confirmation seeds."""
         return self.confirm.top_k * len(self.confirm.seeds)
 
+    def unbatched_because(self, pair: Pair, cell: dict) -> str | None:
+        """Why the seeds of one of the pair's cells (grid values, or a candidate's config) train one
+        trial per seed; None where they train batched in one trial."""
+        if not self.batch_seeds:
+            return "batch_seeds: false"
+        return batchable({**pair.base, **cell})
+
     def trial_count(self, pair: Pair) -> int:
         """The pair's trials: its grid cells times the seeds for an ablation, else the search budget."""
         if not self.is_ablation:
@@ -235,6 +246,7 @@ class Study:
 TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
     "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report", "confirm",
+    "batch_seeds",
 }
 SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
 METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
@@ -367,6 +379,10 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             or len(set(confirm.seeds)) != len(confirm.seeds):
         raise SpecError(path, "confirm.seeds", f"expected a list of distinct integers, got {confirm.seeds!r}")
 
+    batch_seeds = raw.get("batch_seeds", True)
+    if not isinstance(batch_seeds, bool):
+        raise SpecError(path, "batch_seeds", f"must be true or false, got {batch_seeds!r}")
+
     storage_path = raw.get("storage_path", "runs")
     if not isinstance(storage_path, str) or "://" in storage_path:
         raise SpecError(path, "storage_path", f"must be a local folder for launch records, got {storage_path!r}; "
@@ -414,6 +430,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
         warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
         storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
+        batch_seeds=batch_seeds,
     )
 
 

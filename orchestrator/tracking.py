@@ -356,6 +356,21 @@ def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED", launch_
     mlflow.set_terminated(parent_run_id, status=status)
 
 
+def seed_key(seed: int, key: str) -> str:
+    """Where a trial of batched seeds puts one seed's metric in its Tune result."""
+    return f"seed{seed}/{key}"
+
+
+def seed_result(result: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """One seed's result within a trial's: its own `seed<k>/` keys over the trial's shared ones
+    (iteration, node); a trial of one seed's result as it is."""
+    if seed is None:
+        return result
+    prefix = seed_key(seed, "")
+    return {**{k: v for k, v in result.items() if not k.startswith("seed") or "/" not in k},
+            **{k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}}
+
+
 def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The training protocol's metrics in a Tune result (Tune adds bookkeeping keys we leave out)."""
     return {

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from trainables.batched import BATCHABLE_MODELS, batchable, clip_per_seed, train_seeds
+from trainables.batched import BATCHABLE_MODELS, batchable, clip_per_seed, seed_state_dict, train_seeds
 from trainables.config import parse_trial_config
 from trainables.models import build_model
 from trainables.train import train
@@ -95,6 +95,19 @@ def test_resume_from_a_batched_snapshot_continues_exactly():
     for seed in (0, 1):
         assert resumed[seed]["loss"] == pytest.approx(full[seed]["loss"], rel=1e-5)
         assert resumed[seed]["test_acc_at_best"] == full[seed]["test_acc_at_best"]
+
+
+def test_a_seeds_weights_load_into_a_model_of_its_own():
+    """What the report's attention maps load from a checkpoint of batched seeds (orchestrator/maps.py)."""
+    states = []
+    cfg = tiny("ndr", **NO_DROPOUT)
+    train_seeds(cfg, [4, 9], report=lambda metrics, state: states.append(state()), log=None)
+    alone = {}
+    train(tiny("ndr", seed=9, **NO_DROPOUT), report=lambda metrics, state: alone.update(state()), log=None)
+    mine = seed_state_dict(states[-1], 9)
+    assert mine.keys() == alone["model"].keys()
+    for name, value in alone["model"].items():
+        torch.testing.assert_close(mine[name], value, rtol=1e-4, atol=1e-5)
 
 
 def test_a_diverged_seed_stops_alone():

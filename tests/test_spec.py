@@ -284,3 +284,33 @@ def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(
     out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", "--no-calibrate", cwd=tmp_path)
     assert out.returncode == 2 and "storage_path: cannot create launch folders" in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
+    """An ablation's NDR cells train their seeds in one trial (trainables.batched); the LSTM's, whose
+    forward packs sequences on the host, one trial per seed; `batch_seeds: false` turns it off, and a
+    confirmation batches each candidate's seeds the same way."""
+    from types import SimpleNamespace
+
+    from orchestrator.launch import CONFIRM, SEARCH, phase_cells
+
+    ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2])
+    cells = phase_cells(load_study(write(tmp_path, ablation)), None, SEARCH)
+    assert cells["fwd__ndr"] == [{"n_layers": n, "seeds": [0, 1, 2]} for n in (1, 2)]
+    assert cells["fwd__lstm"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
+    unbatched = phase_cells(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), None, SEARCH)
+    assert unbatched["fwd__ndr"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
+    act = phase_cells(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), None, SEARCH)["fwd__ndr"]
+    assert act == [{"act": "none", "seeds": [0, 1, 2]}] + [{"act": "graves", "seed": s} for s in (0, 1, 2)]
+
+    search = load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]})))
+    state = SimpleNamespace(candidates={"fwd__ndr": [{"lr": 1e-3, "seed": 0}], "fwd__lstm": [{"lr": 1e-3, "seed": 0}]})
+    confirm = phase_cells(search, state, CONFIRM)
+    assert confirm["fwd__ndr"] == [{"lr": 1e-3, "seed": 0, "candidate": 0, "seeds": [5, 6]}]
+    assert confirm["fwd__lstm"] == [{"lr": 1e-3, "candidate": 0, "seed": s} for s in (5, 6)]
+    assert phase_cells(search, state, SEARCH) is None
+
+
+def test_batch_seeds_must_be_a_flag(tmp_path):
+    with pytest.raises(SpecError, match="batch_seeds: must be true or false"):
+        load_study(write(tmp_path, with_(batch_seeds="yes")))

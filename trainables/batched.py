@@ -88,6 +88,12 @@ def clip_per_seed(cfg: TrainConfig, grads: list[torch.Tensor]) -> None:
         g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
 
 
+def seed_state_dict(snapshot: dict, seed: int) -> dict[str, torch.Tensor]:
+    """One seed's model weights (a state dict its model loads) from a snapshot of `train_seeds`."""
+    k = snapshot["seeds_batched"].index(seed)
+    return {name: value[k] for name, value in {**snapshot["params"], **snapshot["buffers"]}.items()}
+
+
 def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None = None, resume_state: dict | None = None,
                 log: Callable[[str], None] | None = print) -> dict[int, dict[str, Any]]:
     """Train `cfg` once per seed of `seeds`, all at once; returns each seed's final metrics."""
@@ -137,7 +143,8 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
 
     def snapshot() -> dict:
         return copy.deepcopy({
-            "params": {name: p.detach() for name, p in params.items()}, "optimizer": optimizer.state_dict(),
+            "seeds_batched": list(seeds), "params": {name: p.detach() for name, p in params.items()}, "buffers": buffers,
+            "optimizer": optimizer.state_dict(),
             "iteration": iteration, "torch_rng": torch.get_rng_state(),
             "seeds": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
                       for rng, (_, buckets), selection in zip(rngs, sources, selections)],
@@ -169,8 +176,8 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
         steps += 1
         bar.update()
         if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
+            mean_losses = (loss_sums / steps).tolist()  # waits for the window's last step, as train's rate does
             rate = steps / max(time.perf_counter() - since, 1e-9)
-            mean_losses = (loss_sums / steps).tolist()
             for k, selection in enumerate(selections):
                 if not selection.diverged:  # a diverged seed keeps its last metrics, as its own run would have stopped
                     selection(load_seed(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)

@@ -362,8 +362,9 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         steps += 1
         bar.update()
         if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
+            mean_loss = float(loss_sum) / steps  # waits for the window's last step: the rate below times the device's work
             elapsed = time.perf_counter() - since
-            metrics = selection(model, iteration, float(loss_sum) / steps, ratios(train_sums), steps / max(elapsed, 1e-9))
+            metrics = selection(model, iteration, mean_loss, ratios(train_sums), steps / max(elapsed, 1e-9))
             if report:
                 report(metrics, snapshot)
             if selection.diverged:
@@ -373,10 +374,10 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     return selection.metrics
 
 
-def seconds_per_step(cfg: TrainConfig, steps: int = 3) -> float:
-    """Seconds per training step of `cfg` on this machine, timed over `steps` steps after one
-    warm-up step, evaluations left out: what `launch --dry-run` turns into a cost estimate. The
-    task's data are generated (or read from the cache) as for training: pass small sizes."""
+def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
+    """-> (one training step of `cfg` as `train` takes it, on fresh data each call; its device), with
+    the task loaded and the model built: what a benchmark or the cost estimate times. The task's
+    data are generated (or read from the cache) as for training: pass small sizes."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
@@ -384,18 +385,31 @@ def seconds_per_step(cfg: TrainConfig, steps: int = 3) -> float:
     task = load_task(cfg.task, cfg.task_options)
     next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
     model = make_model(cfg, task).to(device)
+    if cfg.compile:
+        model.compile()
     optimizer = make_optimizer(cfg, model.parameters())
 
     def step() -> None:
         split, index = next_batch()
         apply_gradients(cfg, model, optimizer, forward_loss(cfg, model, task.kind, batch_tensors(split, index, device), device)[1])
 
-    step()
+    return step, device
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work: a timer read before it would time the host's queueing."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
+
+
+def seconds_per_step(cfg: TrainConfig, steps: int = 3) -> float:
+    """Seconds per training step of `cfg` on this machine, timed over `steps` steps after one
+    warm-up step, evaluations left out: what `launch --dry-run` turns into a cost estimate."""
+    step, device = training_step(cfg)
+    step()
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     return (time.perf_counter() - start) / steps

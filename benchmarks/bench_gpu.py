@@ -1,0 +1,190 @@
+"""Throughput of small-model trials on one device: what packing trials and batching seeds buy.
+
+  python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small] [--sections models,packing,seeds,layer]
+                                 [--bf16] [--compile] [--steps N] [--repeats R] [--quick]
+
+Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
+
+  models   training steps/s of every model through the training loop's own step
+           (trainables.train.training_step: device-resident splits, no host sync), and peak memory
+  packing  one trial packed 1, 2, 4 and 8 times on the device as separate processes started
+           together (as Ray runs trials with `resources.gpu: 1/k`): steps/s of each and of all
+  seeds    N seeds of one configuration batched (trainables.batched) vs the same N seeds trained one
+           after another: whole training runs (data loading and one evaluation included),
+           alternated side by side, medians over --repeats
+  layer    one NDR layer vs torch.nn.TransformerEncoderLayer, forward+backward (bench_trainables)
+
+On the CPU, processes and a stacked model share the same cores, so neither packing nor batching can
+beat one trial by much; the figures that matter for a GPU need a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from bench_trainables import layer_ratio, model_rows
+from trainables.batched import batchable, train_seeds
+from trainables.config import parse_trial_config
+from trainables.tasks import load_task
+from trainables.train import synchronize, train, training_step
+
+PACKED = (1, 2, 4, 8)
+
+
+def trial_config(flat: dict, args, **more) -> dict:
+    return {**flat, "device": args.device, "bf16": args.bf16, "compile": args.compile, **more}
+
+
+def peak_memory(device: torch.device) -> str:
+    return f"{torch.cuda.max_memory_allocated(device) / 2**20:,.0f}" if device.type == "cuda" else "-"
+
+
+def models(args, rows) -> None:
+    print(f"\nTraining steps/s through trainables.train's step, {args.steps} steps after one warm-up")
+    print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'steps/s':>9s} {'peak MiB':>9s}")
+    for label, _, _, size, flat in rows:
+        cfg = parse_trial_config(trial_config(flat, args))
+        if cfg.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        step, device = training_step(cfg)
+        step()
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        synchronize(device)
+        rate = args.steps / (time.perf_counter() - start)
+        print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {rate:9.2f} {peak_memory(device):>9s}", flush=True)
+
+
+def child(config_json: str, steps: int) -> None:
+    """One packed trial: build, warm up, say ready, wait for the parent's go (so that every
+    process times the same moments), time `steps` steps, print the seconds."""
+    step, device = training_step(parse_trial_config(json.loads(config_json)))
+    step()
+    synchronize(device)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    print(json.dumps({"seconds": time.perf_counter() - start, "peak_mib": peak_memory(device)}), flush=True)
+
+
+def packed_rates(flat: dict, k: int, args) -> list[float]:
+    """Steps/s of each of k copies of one trial run at once, each in its own process with its share
+    of the CPU threads (Ray sets a trial's threads to its CPUs)."""
+    threads = max(1, (os.cpu_count() or 1) // k)
+    config = json.dumps(trial_config(flat, args, threads=threads))
+    procs = [subprocess.Popen([sys.executable, __file__, "--child", config, "--steps", str(args.steps)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(k)]
+    for p in procs:
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a packed trial failed before its timing (exit {p.wait()})")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = [json.loads(p.stdout.readline()) for p in procs]
+    for p in procs:
+        p.wait()
+    return [args.steps / r["seconds"] for r in results]
+
+
+def packing(args, rows) -> None:
+    print(f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together")
+    print(f"{'task / model':32s} {'size':6s} {'trials':>6s} {'steps/s each':>13s} {'steps/s all':>12s} {'vs 1 trial':>10s}")
+    for label, _, _, size, flat in rows:
+        alone = None
+        for k in PACKED:
+            rates = packed_rates(flat, k, args)
+            total = sum(rates)
+            alone = alone or total
+            print(f"{label:32s} {size:6s} {k:6d} {statistics.median(rates):13.2f} {total:12.2f} {total / alone:10.2f}", flush=True)
+
+
+def seeds(args, rows) -> None:
+    print(f"\nN seeds batched in one stacked model vs the same N seeds one after another: whole runs of {args.steps} "
+          f"steps and one evaluation, alternated, median of {args.repeats}")
+    print(f"{'task / model':32s} {'size':6s} {'N':>3s} {'separate s':>11s} {'batched s':>10s} {'batched/separate':>17s} "
+          f"{'loop seed-steps/s sep.':>23s} {'batched':>8s}")
+    for label, _, _, size, flat in rows:
+        base = trial_config(flat, args, n_iters=args.steps, eval_every=args.steps)
+        if batchable(base):
+            continue
+        load_task(base["task"], base.get("task_options", {}))  # generate into the cache once, outside the timing
+        for n in args.seeds_n:
+            seed_list = list(range(n))
+            separate, batched, rate_separate, rate_batched = [], [], [], []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                runs = [train(parse_trial_config({**base, "seed": seed}), log=None) for seed in seed_list]
+                separate.append(time.perf_counter() - start)
+                # Seed-steps per second of training loop, evaluations left out: n runs back to back.
+                rate_separate.append(n / sum(1 / r["steps_per_s"] for r in runs))
+                start = time.perf_counter()
+                together = train_seeds(parse_trial_config(base), seed_list, log=None)
+                batched.append(time.perf_counter() - start)
+                rate_batched.append(n * together[0]["steps_per_s"])
+            sep, bat = statistics.median(separate), statistics.median(batched)
+            print(f"{label:32s} {size:6s} {n:3d} {sep:11.1f} {bat:10.1f} {bat / sep:17.2f} "
+                  f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f}", flush=True)
+
+
+def layer(args) -> None:
+    device = torch.device(args.device)
+    print("\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer")
+    print(f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}")
+    for d_model, heads, d_ff, length, batch in [(256, 1, 512, 14, 512), (256, 4, 512, 14, 512), (512, 16, 1024, 52, 128), (128, 4, 256, 52, 128)]:
+        t_ndr, t_ref, ratio = layer_ratio(d_model, heads, d_ff, length, batch, device, repeats=max(3, args.steps))
+        print(f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sizes", default="paper,small", help="paper, small or both, comma-separated")
+    parser.add_argument("--sections", default="models,packing,seeds,layer")
+    parser.add_argument("--models", default=None, help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
+                        "every model in `models`; ctl / ndr for packing and seeds)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile (not with batched seeds)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")
+    parser.add_argument("--quick", action="store_true", help="3 steps, 1 repeat")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.steps)
+    if args.quick:
+        args.steps, args.repeats = 3, 1
+    args.seeds_n = [int(n) for n in args.seeds_n.split(",")]
+    sizes, sections = args.sizes.split(","), args.sections.split(",")
+    rows = [row for row in model_rows() if row[3] in sizes]
+
+    def chosen(default: list[str] | None):
+        keep = args.models.split(",") if args.models else default
+        return [row for row in rows if keep is None or row[0] in [k.strip() for k in keep]]
+
+    print(f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, compile {args.compile}")
+    if "models" in sections:
+        models(args, chosen(None))
+    if "packing" in sections:
+        packing(args, chosen(["ctl / ndr"]))
+    if "seeds" in sections:
+        seeds(args, chosen(["ctl / ndr"]))
+    if "layer" in sections:
+        layer(args)
+
+
+if __name__ == "__main__":
+    main()
