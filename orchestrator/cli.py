@@ -332,11 +332,8 @@ def describe_study(study) -> str:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
         lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
                  f"{study.budget.max_concurrent} at a time; MLflow {redact(study.tracking.uri)}"]
-        for p, n in zip(study.pairs, cells):
-            # Whether a pair batches its seeds can depend on its grid values (act); its first cell stands for all.
-            why_not = study.unbatched_because(p, {k: v[0] for k, v in p.grid.items()}) if len(study.seeds) > 1 else "one seed"
-            batching = "seeds batched: 1 trial per cell" if why_not is None else f"1 trial per seed: {why_not}"
-            lines.append(f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {batching})")
+        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {study.seed_batching(p)})"
+                  for p, n in zip(study.pairs, cells)]
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]

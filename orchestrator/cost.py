@@ -70,7 +70,7 @@ def describe_cost(study: Study, calibrate: bool = True) -> Iterator[str]:
                 total_s += trials * steps * per_step
                 line += f"; {per_step:.3f} s per step here -> at most {hours(trials * steps * per_step)} of trial time"
         yield line
-    slots = sum(min(study.budget.max_concurrent, study.trial_count(p)) for p in study.pairs)
+    slots = sum(min(study.budget.max_concurrent, study.tune_trial_count(p)) for p in study.pairs)
     slots = min(slots, study.budget.cluster_concurrent or slots, max(1, math.floor((os.cpu_count() or 1) / study.resources.cpu)))
     summary = f"  cost in all: {total_steps:,} training steps"
     if total_s:

@@ -149,11 +149,7 @@ def with_seeds(study: Study, pair: Pair, cell: dict, seeds: list[int]) -> list[d
 
 def ablation_cells(study: Study, pair: Pair) -> list[dict]:
     """Every combination of the pair's grid values, for every seed, in order."""
-    import itertools
-
-    keys = list(pair.grid)
-    return [trial for values in itertools.product(*(pair.grid[k] for k in keys))
-            for trial in with_seeds(study, pair, dict(zip(keys, values)), study.seeds)]
+    return [trial for cell in study.grid_cells(pair) for trial in with_seeds(study, pair, cell, study.seeds)]
 
 
 def phase_cells(study: Study, state: LaunchState, phase: str) -> dict[str, list[dict]] | None:
@@ -190,7 +186,7 @@ def cluster_slots(study: Study, use_gpu: bool) -> int:
     resources hold. Never more than the pairs' own limits allow together."""
     import ray
 
-    limit = sum(min(study.budget.max_concurrent, study.trial_count(p)) for p in study.pairs)
+    limit = sum(min(study.budget.max_concurrent, study.tune_trial_count(p)) for p in study.pairs)
     if study.budget.cluster_concurrent:
         return min(limit, study.budget.cluster_concurrent)
     total = ray.cluster_resources()
@@ -308,7 +304,7 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
         # Seconds of imports and store set-up (a new SQLite store creates its tables) while Ray
         # starts; the launch itself is registered only once the cluster has seen the storage.
         warming = pool.submit(tracking.warm_up, tracking.normalize_store(study.tracking.uri))
-        start_ray(address)
+        study.resolve_batching(start_ray(address))
         check_storage(study.storage, "storage")
         warming.result()
     state = new_launch(study, spec_text, launch_id, night)
@@ -436,7 +432,8 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     spec_text = tracking.redact_text(spec_text, uri)
     parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text)
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
-                        storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time())
+                        storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
+                        batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None)
     state.save()
     return state
 

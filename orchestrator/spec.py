@@ -6,6 +6,7 @@ each error is one line naming the file, the key and the reason.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -214,8 +215,11 @@ class Study:
     report: Report = field(default_factory=Report)
     confirm: Confirm = field(default_factory=Confirm)
     # An ablation cell's seeds, or a confirmed candidate's, trained together as one stacked model
-    # in one trial where the model allows (trainables.batched); false: one trial per seed.
-    batch_seeds: bool = True
+    # in one trial where the model allows (trainables.batched); false: one trial per seed. "auto"
+    # batches where trials get a GPU: on CPUs a stacked model of N seeds steps slower than N runs
+    # in turn (docs/measurements.md), and separate trials use more cores. A launch resolves it once
+    # (resolve_batching) and keeps the answer in launch.json, so a resume repeats the same trials.
+    batch_seeds: bool | str = "auto"
 
     @property
     def experiment(self) -> str:
@@ -232,15 +236,44 @@ class Study:
     def unbatched_because(self, pair: Pair, cell: dict) -> str | None:
         """Why the seeds of one of the pair's cells (grid values, or a candidate's config) train one
         trial per seed; None where they train batched in one trial."""
+        if self.batch_seeds == "auto":
+            return "batch_seeds: auto, and trials get no GPU here"
         if not self.batch_seeds:
             return "batch_seeds: false"
         return batchable({**pair.base, **cell})
+
+    def seed_batching(self, pair: Pair) -> str:
+        """How an ablation pair's seeds train, in words for the launch's plan. Whether they batch
+        can depend on the grid values (act): the first cell stands for all."""
+        if len(self.seeds) < 2:
+            return "one seed"
+        first = self.grid_cells(pair)[0]
+        if self.batch_seeds == "auto" and batchable({**pair.base, **first}) is None:
+            return "seeds batched where trials get a GPU (batch_seeds: auto), else 1 trial per seed"
+        why_not = self.unbatched_because(pair, first)
+        return "seeds batched: 1 trial per cell" if why_not is None else f"1 trial per seed: {why_not}"
+
+    def resolve_batching(self, trials_get_gpus: bool) -> None:
+        if self.batch_seeds == "auto":
+            self.batch_seeds = trials_get_gpus and self.resources.gpu > 0
 
     def trial_count(self, pair: Pair) -> int:
         """The pair's trials: its grid cells times the seeds for an ablation, else the search budget."""
         if not self.is_ablation:
             return self.budget.trials
         return math.prod(len(values) for values in pair.grid.values()) * len(self.seeds)
+
+    def grid_cells(self, pair: Pair) -> list[dict]:
+        """Every combination of an ablation pair's grid values, in order."""
+        keys = list(pair.grid)
+        return [dict(zip(keys, values)) for values in itertools.product(*(pair.grid[k] for k in keys))]
+
+    def tune_trial_count(self, pair: Pair) -> int:
+        """The Tune trials behind the pair's trial_count: an ablation cell whose seeds are batched
+        is one trial."""
+        if not self.is_ablation or len(self.seeds) < 2:
+            return self.trial_count(pair)
+        return sum(1 if self.unbatched_because(pair, cell) is None else len(self.seeds) for cell in self.grid_cells(pair))
 
 
 TOP_KEYS = {
@@ -379,9 +412,9 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             or len(set(confirm.seeds)) != len(confirm.seeds):
         raise SpecError(path, "confirm.seeds", f"expected a list of distinct integers, got {confirm.seeds!r}")
 
-    batch_seeds = raw.get("batch_seeds", True)
-    if not isinstance(batch_seeds, bool):
-        raise SpecError(path, "batch_seeds", f"must be true or false, got {batch_seeds!r}")
+    batch_seeds = raw.get("batch_seeds", "auto")
+    if not isinstance(batch_seeds, bool) and batch_seeds != "auto":
+        raise SpecError(path, "batch_seeds", f"must be true, false or auto, got {batch_seeds!r}")
 
     storage_path = raw.get("storage_path", "runs")
     if not isinstance(storage_path, str) or "://" in storage_path:

@@ -35,6 +35,7 @@ class LaunchState:
     night: int | None = None  # the nightly job's count of this file's nights before this one
     created: float = 0.0  # time.time() at registration
     candidates: dict | None = None  # a search with `confirm`: per pair, the configs of its best trials, best first
+    batch_seeds: bool | None = None  # the spec's batch_seeds as resolved at launch (auto: whether trials got GPUs)
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -56,6 +57,8 @@ class LaunchState:
         study = load_study(self.spec_file, text=self.spec_text)
         if self.night:
             study.seeds = [seed + self.night * SEED_STRIDE for seed in study.seeds]
+        if self.batch_seeds is not None:
+            study.batch_seeds = self.batch_seeds
         return study
 
     def trial_storage(self):

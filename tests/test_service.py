@@ -322,7 +322,7 @@ def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
 def test_ablation_grid_over_seeds_with_report(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     path = spec(tmp_path, uri, space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1], concurrent=2,
-                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2})
+                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, batch_seeds=True)
     out = orchestrator("launch", str(path), cwd=tmp_path)
     assert "ablation of 1 model/task pairs, 2 grid cells in all x 2 seeds" in out.stdout
     _, parents, children = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
@@ -357,6 +357,39 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     first = next(p.name for p in (tmp_path / "runs").iterdir() if p.name not in ("second", "mlflow.db", "mlartifacts") and p.is_dir())
     alone = orchestrator("report", first, "--storage-path", str(tmp_path / "runs"), "--compare", "previous", cwd=tmp_path, check=False)
     assert alone.returncode == 2 and "--compare previous: no launch of" in alone.stderr
+
+
+def test_batched_seeds_resume_after_the_driver_is_killed(tmp_path):
+    """A trial of batched seeds is checkpointed and restored as one; after a SIGKILL of the driver
+    mid-trial and `resume`, each seed's MLflow run holds every evaluation exactly once."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], concurrent=2, n_iters=300, eval_every=50,
+                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, batch_seeds=True)
+    experiment = yaml.safe_load(path.read_text())["name"]
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 300
+    for line in driver.stdout:
+        if " it 100/300 " in line or time.time() > deadline:  # a batched trial has checkpointed twice
+            assert "(mean of 3 batched seeds)" in line
+            break
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
+    assert json.loads((launch_dir / "launch.json").read_text())["batch_seeds"] is True
+    orchestrator("resume", str(launch_dir), cwd=tmp_path)
+
+    client, _, runs = trial_runs(uri, experiment)
+    runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
+    assert sorted((r.data.tags["cell"], r.data.tags["seed"]) for r in runs) == [(f"n_layers={n}", str(s)) for n in (1, 2) for s in (0, 1, 2)]
+    assert len({r.data.tags["trial_id"] for r in runs}) == 2  # one trial per cell
+    for run in runs:
+        assert run.data.tags["trial_status"] == "completed"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")] == list(range(50, 301, 50))
+    by_seed = {}
+    for run in runs:  # seeds differ from one another: each run holds its own seed's numbers
+        by_seed.setdefault(run.data.tags["cell"], set()).add(run.data.metrics["loss"])
+    assert all(len(losses) == 3 for losses in by_seed.values())
 
 
 def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):

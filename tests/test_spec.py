@@ -294,16 +294,19 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
 
     from orchestrator.launch import CONFIRM, SEARCH, phase_cells
 
-    ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2])
-    cells = phase_cells(load_study(write(tmp_path, ablation)), None, SEARCH)
+    ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], batch_seeds=True)
+    study = load_study(write(tmp_path, ablation))
+    cells = phase_cells(study, None, SEARCH)
     assert cells["fwd__ndr"] == [{"n_layers": n, "seeds": [0, 1, 2]} for n in (1, 2)]
     assert cells["fwd__lstm"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
+    # What the cluster's slots and the dry run's estimate count: Tune trials, not seeds.
+    assert {p.name: (study.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 6), "fwd__lstm": (6, 6)}
     unbatched = phase_cells(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), None, SEARCH)
     assert unbatched["fwd__ndr"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
     act = phase_cells(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), None, SEARCH)["fwd__ndr"]
     assert act == [{"act": "none", "seeds": [0, 1, 2]}] + [{"act": "graves", "seed": s} for s in (0, 1, 2)]
 
-    search = load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]})))
+    search = load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]}, batch_seeds=True)))
     state = SimpleNamespace(candidates={"fwd__ndr": [{"lr": 1e-3, "seed": 0}], "fwd__lstm": [{"lr": 1e-3, "seed": 0}]})
     confirm = phase_cells(search, state, CONFIRM)
     assert confirm["fwd__ndr"] == [{"lr": 1e-3, "seed": 0, "candidate": 0, "seeds": [5, 6]}]
@@ -311,6 +314,17 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
     assert phase_cells(search, state, SEARCH) is None
 
 
-def test_batch_seeds_must_be_a_flag(tmp_path):
-    with pytest.raises(SpecError, match="batch_seeds: must be true or false"):
+def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
+    """On CPUs a stacked model of N seeds steps slower than N runs in turn (docs/measurements.md):
+    the default batches only trials that get a GPU."""
+    from orchestrator.launch import SEARCH, phase_cells
+
+    ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1])
+    auto = load_study(write(tmp_path, ablation))
+    assert "seeds batched where trials get a GPU (batch_seeds: auto)" in auto.seed_batching(auto.pairs[0])
+    for gpus, per_trial_gpu, batched in ((False, 0.25, False), (True, 0.25, True), (True, 0, False)):
+        study = load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}}))
+        study.resolve_batching(gpus)
+        assert ("seeds" in phase_cells(study, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
+    with pytest.raises(SpecError, match="batch_seeds: must be true, false or auto"):
         load_study(write(tmp_path, with_(batch_seeds="yes")))

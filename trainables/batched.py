@@ -164,7 +164,7 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
         batch = stacked_batch([next_batch() for next_batch, _ in sources], device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
             out = train_forward(params, buffers, batch)
         losses = torch.stack([loss_of(task.kind, out[k], unstack(batch, k)) for k in range(n)])
         optimizer.zero_grad(set_to_none=True)

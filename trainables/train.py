@@ -161,7 +161,7 @@ def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, 
     for start in range(0, len(split), batch_size):
         rows = order[start : start + batch_size]
         batch = batch_tensors(split, rows, device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             out = predict(model, task.kind, batch)
         sums = add_sums(sums, score_sums(task.kind, out, batch))
         if by_depth and task.kind == "sequence_classification":
@@ -194,7 +194,7 @@ def clip_gradients(cfg: TrainConfig, parameters) -> None:
 
 def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor], device: torch.device):
     """-> (the model's output, the training loss) on one batch."""
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
         out = predict(model, kind, batch)
     loss = loss_of(kind, out, batch)
     if getattr(model, "aux_loss", None) is not None:  # e.g. ACT's ponder cost
