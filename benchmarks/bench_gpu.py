@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="paper,small", help="paper, small or both, comma-separated")
     parser.add_argument("--sections", default="models,packing,seeds,layer")
     parser.add_argument("--models", default=None, help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
-                        "every model in `models`; ctl / ndr for packing and seeds)")
+                        "every model; on a CPU, ctl / ndr alone for packing and seeds)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
     parser.add_argument("--compile", action="store_true", help="torch.compile (not with batched seeds)")
     parser.add_argument("--steps", type=int, default=20)
@@ -178,10 +178,12 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, bf16 {args.bf16}, compile {args.compile}")
     if "models" in sections:
         models(args, chosen(None))
+    # Every model on a GPU; on a CPU (minutes per paper-size row) the NDR alone unless --models says.
+    heavy_default = None if args.device == "cuda" else ["ctl / ndr"]
     if "packing" in sections:
-        packing(args, chosen(["ctl / ndr"]))
+        packing(args, chosen(heavy_default))
     if "seeds" in sections:
-        seeds(args, chosen(["ctl / ndr"]))
+        seeds(args, chosen(heavy_default))
     if "layer" in sections:
         layer(args)
 
