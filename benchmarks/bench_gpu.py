@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from bench_trainables import layer_ratio, model_rows
+from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
 from trainables.batched import batchable, train_seeds
 from trainables.config import parse_trial_config
 from trainables.tasks import load_task
@@ -142,7 +142,7 @@ def layer(args) -> None:
     device = torch.device(args.device)
     print("\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer")
     print(f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}")
-    for d_model, heads, d_ff, length, batch in [(256, 1, 512, 14, 512), (256, 4, 512, 14, 512), (512, 16, 1024, 52, 128), (128, 4, 256, 52, 128)]:
+    for d_model, heads, d_ff, length, batch in LAYER_SHAPES:
         t_ndr, t_ref, ratio = layer_ratio(d_model, heads, d_ff, length, batch, device, repeats=max(3, args.steps))
         print(f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}", flush=True)
 

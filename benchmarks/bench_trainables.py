@@ -34,6 +34,10 @@ OTHER_MODELS = [
 ]
 
 
+# (d_model, heads, d_ff, length, batch): CTL's NDR (1 and 4 heads), a wide and a narrow long-sequence layer.
+LAYER_SHAPES = [(256, 1, 512, 14, 512), (256, 4, 512, 14, 512), (512, 16, 1024, 52, 128), (128, 4, 256, 52, 128)]
+
+
 def model_rows() -> list[tuple[str, str, dict, str, dict]]:
     """(row label, task, task options, size, flat trial config) for every model at its paper's size
     (NDR Table 7 for CTL; the PANM and Compositional Attention presets) and at a small size."""
@@ -130,7 +134,7 @@ def main() -> None:
 
     print("\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer")
     print(f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}")
-    for d_model, heads, d_ff, length, batch in [(256, 1, 512, 14, 512), (256, 4, 512, 14, 512), (512, 16, 1024, 52, 128), (128, 4, 256, 52, 128)]:
+    for d_model, heads, d_ff, length, batch in LAYER_SHAPES:
         t_ndr, t_ref, ratio = layer_ratio(d_model, heads, d_ff, length, batch, device, repeats=3 if args.quick else 10)
         print(f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}", flush=True)
 
