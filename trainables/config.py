@@ -50,7 +50,7 @@ class TrainConfig:
     eval_batch_size: int = 1024
     seed: int = 0
     device: str = "auto"  # "auto" picks CUDA when there is one
-    bf16: bool = False  # bf16 autocast (on the CPU too, where it is slower: what tests check it against float32 on)
+    bf16: bool = False  # bf16 autocast, on any device (tests check it against float32 on the CPU)
     compile: bool = False  # torch.compile the model (Module.compile: checkpoints keep their keys)
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
