@@ -33,7 +33,7 @@ from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
 from trainables.batched import batchable, train_seeds
 from trainables.config import parse_trial_config
 from trainables.tasks import load_task
-from trainables.train import synchronize, train, training_step
+from trainables.train import pick_device, seconds_per_step, train
 
 PACKED = (1, 2, 4, 8)
 
@@ -42,8 +42,12 @@ def trial_config(flat: dict, args, **more) -> dict:
     return {**flat, "device": args.device, "bf16": args.bf16, "compile": args.compile, **more}
 
 
-def peak_memory(device: torch.device) -> str:
-    return f"{torch.cuda.max_memory_allocated(device) / 2**20:,.0f}" if device.type == "cuda" else "-"
+def peak_mib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
+def shown(mib: float | None) -> str:
+    return "-" if mib is None else f"{mib:,.0f}"
 
 
 def models(args, rows) -> None:
@@ -51,37 +55,31 @@ def models(args, rows) -> None:
     print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'steps/s':>9s} {'peak MiB':>9s}")
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args))
-        if cfg.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        step, device = training_step(cfg)
-        step()
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        synchronize(device)
-        rate = args.steps / (time.perf_counter() - start)
-        print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {rate:9.2f} {peak_memory(device):>9s}", flush=True)
+        device = pick_device(cfg.device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        rate = 1 / seconds_per_step(cfg, args.steps)
+        print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {rate:9.2f} {shown(peak_mib(device)):>9s}", flush=True)
 
 
 def child(config_json: str, steps: int) -> None:
     """One packed trial: build, warm up, say ready, wait for the parent's go (so that every
-    process times the same moments), time `steps` steps, print the seconds."""
-    step, device = training_step(parse_trial_config(json.loads(config_json)))
-    step()
-    synchronize(device)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(device)
-    print(json.dumps({"seconds": time.perf_counter() - start, "peak_mib": peak_memory(device)}), flush=True)
+    process times the same moments), time `steps` steps, print the seconds and the peak memory."""
+    cfg = parse_trial_config(json.loads(config_json))
+
+    def barrier() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    seconds = seconds_per_step(cfg, steps, before_timing=barrier) * steps
+    print(json.dumps({"seconds": seconds, "peak_mib": peak_mib(pick_device(cfg.device))}), flush=True)
 
 
-def packed_rates(flat: dict, k: int, args) -> list[float]:
-    """Steps/s of each of k copies of one trial run at once, each in its own process with its share
-    of the CPU threads (Ray sets a trial's threads to its CPUs)."""
+def packed_rates(flat: dict, k: int, args) -> tuple[list[float], float, float | None]:
+    """k copies of one trial run at once, each in its own process with its share of the CPU threads
+    (Ray sets a trial's threads to its CPUs): each one's steps/s, all steps over the wall time from
+    the go to the last one's end (a copy that ends early leaves the others more), and the largest
+    peak memory."""
     threads = max(1, (os.cpu_count() or 1) // k)
     config = json.dumps(trial_config(flat, args, threads=threads))
     procs = [subprocess.Popen([sys.executable, __file__, "--child", config, "--steps", str(args.steps)],
@@ -89,25 +87,27 @@ def packed_rates(flat: dict, k: int, args) -> list[float]:
     for p in procs:
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError(f"a packed trial failed before its timing (exit {p.wait()})")
+    start = time.perf_counter()
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
     results = [json.loads(p.stdout.readline()) for p in procs]
+    wall = time.perf_counter() - start
     for p in procs:
         p.wait()
-    return [args.steps / r["seconds"] for r in results]
+    peak = max((r["peak_mib"] for r in results), default=None, key=lambda mib: mib or 0)
+    return [args.steps / r["seconds"] for r in results], k * args.steps / wall, peak
 
 
 def packing(args, rows) -> None:
     print(f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together")
-    print(f"{'task / model':32s} {'size':6s} {'trials':>6s} {'steps/s each':>13s} {'steps/s all':>12s} {'vs 1 trial':>10s}")
+    print(f"{'task / model':32s} {'size':6s} {'trials':>6s} {'steps/s each':>13s} {'steps/s all':>12s} {'vs 1 trial':>10s} {'peak MiB each':>14s}")
     for label, _, _, size, flat in rows:
         alone = None
         for k in PACKED:
-            rates = packed_rates(flat, k, args)
-            total = sum(rates)
+            rates, total, peak = packed_rates(flat, k, args)
             alone = alone or total
-            print(f"{label:32s} {size:6s} {k:6d} {statistics.median(rates):13.2f} {total:12.2f} {total / alone:10.2f}", flush=True)
+            print(f"{label:32s} {size:6s} {k:6d} {statistics.median(rates):13.2f} {total:12.2f} {total / alone:10.2f} {shown(peak):>14s}", flush=True)
 
 
 def seeds(args, rows) -> None:
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--sections", default="models,packing,seeds,layer")
     parser.add_argument("--models", default=None, help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
                         "every model; on a CPU, ctl / ndr alone for packing and seeds)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="torch.compile (not with batched seeds)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from trainables.config import parse_trial_config, preset, presets
+from trainables.config import TRAIN_KEYS, parse_trial_config, preset, presets
 from trainables.models import model_fields
 from trainables.models.transformer import Layer, TransformerConfig
 from trainables.tasks import listops, load_task
@@ -45,7 +45,7 @@ def model_rows() -> list[tuple[str, str, dict, str, dict]]:
     rows = []
     for name in presets("ctl")["models"]:
         paper = {**preset("ctl", name), "task_options": ctl_options}
-        small = {**paper, **{k: v for k, v in SMALL.items() if k in model_fields(name) or k == "batch_size"}}
+        small = {**paper, **{k: v for k, v in SMALL.items() if k in model_fields(name) or k in TRAIN_KEYS}}
         if "n_heads" in small:
             small["n_heads"] = min(small["n_heads"], 4)
         rows += [(f"ctl / {name}", "ctl", ctl_options, "paper", paper), (f"ctl / {name}", "ctl", ctl_options, "small", small)]

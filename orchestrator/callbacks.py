@@ -225,8 +225,9 @@ class ProgressLines(Callback):
             self.best[pair] = value
         step = result.get("iteration", result.get("training_iteration"))
         shown = "-" if value is None else f"{value:.4f}"
-        if len(trial_seeds(trial.config)) > 1:
-            shown += f" (mean of {len(trial_seeds(trial.config))} batched seeds)"
+        n_seeds = len(trial_seeds(trial.config))
+        if n_seeds > 1:
+            shown += f" (mean of {n_seeds} batched seeds)"
         print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
         self.maybe_overall()
 

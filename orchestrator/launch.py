@@ -142,7 +142,7 @@ def make_searcher(study: Study, pair: Pair, storage, study_name: str):
 def with_seeds(study: Study, pair: Pair, cell: dict, seeds: list[int]) -> list[dict]:
     """A cell's trials over `seeds`: one trial training them all batched where the study batches
     seeds and the model allows (trainables.batched), else one trial per seed."""
-    if len(seeds) > 1 and study.unbatched_because(pair, own_config(cell)) is None:
+    if study.batches(pair, own_config(cell), len(seeds)):
         return [{**cell, SEEDS_KEY: list(seeds)}]
     return [{**cell, "seed": seed} for seed in seeds]
 

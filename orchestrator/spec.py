@@ -236,22 +236,26 @@ class Study:
     def unbatched_because(self, pair: Pair, cell: dict) -> str | None:
         """Why the seeds of one of the pair's cells (grid values, or a candidate's config) train one
         trial per seed; None where they train batched in one trial."""
-        if self.batch_seeds == "auto":
-            return "batch_seeds: auto, and trials get no GPU here"
-        if not self.batch_seeds:
-            return "batch_seeds: false"
-        return batchable({**pair.base, **cell})
+        model_says = batchable({**pair.base, **cell})
+        if model_says or self.batch_seeds is True:
+            return model_says
+        return "batch_seeds: auto, and trials get no GPU here" if self.batch_seeds == "auto" else "batch_seeds: false"
+
+    def batches(self, pair: Pair, cell: dict, n_seeds: int) -> bool:
+        """Whether a cell's `n_seeds` seeds train as one trial (trainables.batched)."""
+        return n_seeds > 1 and self.unbatched_because(pair, cell) is None
 
     def seed_batching(self, pair: Pair) -> str:
         """How an ablation pair's seeds train, in words for the launch's plan. Whether they batch
         can depend on the grid values (act): the first cell stands for all."""
         if len(self.seeds) < 2:
             return "one seed"
-        first = self.grid_cells(pair)[0]
-        if self.batch_seeds == "auto" and batchable({**pair.base, **first}) is None:
+        why_not = self.unbatched_because(pair, self.grid_cells(pair)[0])
+        if why_not is None:
+            return "seeds batched: 1 trial per cell"
+        if self.batch_seeds == "auto" and why_not.startswith("batch_seeds"):
             return "seeds batched where trials get a GPU (batch_seeds: auto), else 1 trial per seed"
-        why_not = self.unbatched_because(pair, first)
-        return "seeds batched: 1 trial per cell" if why_not is None else f"1 trial per seed: {why_not}"
+        return f"1 trial per seed: {why_not}"
 
     def resolve_batching(self, trials_get_gpus: bool) -> None:
         if self.batch_seeds == "auto":
@@ -271,9 +275,9 @@ class Study:
     def tune_trial_count(self, pair: Pair) -> int:
         """The Tune trials behind the pair's trial_count: an ablation cell whose seeds are batched
         is one trial."""
-        if not self.is_ablation or len(self.seeds) < 2:
+        if not self.is_ablation:
             return self.trial_count(pair)
-        return sum(1 if self.unbatched_because(pair, cell) is None else len(self.seeds) for cell in self.grid_cells(pair))
+        return sum(1 if self.batches(pair, cell, len(self.seeds)) else len(self.seeds) for cell in self.grid_cells(pair))
 
 
 TOP_KEYS = {

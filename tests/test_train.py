@@ -70,6 +70,7 @@ def test_bf16_autocast_trains_to_the_same_results_within_tolerance(model):
     plain, half = train(tiny(model), log=None), train(tiny(model, bf16=True), log=None)
     assert half["status"] == "completed"
     assert half["loss"] == pytest.approx(plain["loss"], rel=0.01), model
+    assert half["loss"] != plain["loss"], "bf16 changed nothing: autocast is not in effect"
     m = SCORE_OF_KIND[MODELS[model].task_kinds[0]]
     assert half[f"iid_valid_{m}"] == pytest.approx(plain[f"iid_valid_{m}"], abs=0.1 if m != "l1" else None, rel=0.05 if m == "l1" else None)
 

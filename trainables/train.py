@@ -402,12 +402,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def seconds_per_step(cfg: TrainConfig, steps: int = 3) -> float:
+def seconds_per_step(cfg: TrainConfig, steps: int = 3, before_timing: Callable[[], None] | None = None) -> float:
     """Seconds per training step of `cfg` on this machine, timed over `steps` steps after one
-    warm-up step, evaluations left out: what `launch --dry-run` turns into a cost estimate."""
+    warm-up step, evaluations left out: what `launch --dry-run` turns into a cost estimate.
+    `before_timing` runs between the warm-up and the timing (a benchmark's barrier)."""
     step, device = training_step(cfg)
     step()
     synchronize(device)
+    if before_timing:
+        before_timing()
     start = time.perf_counter()
     for _ in range(steps):
         step()
