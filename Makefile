@@ -1,28 +1,36 @@
 # Two commands set a fresh machine up: `make run` (the main job) and `make test` (the tests).
-# torch 2.13.0 is installed first, alone: a looser requirement would pull GBs of CUDA wheels. Chromium
-# (for the report's browser test) comes from Debian's packages where it is missing.
+# torch 2.13.0 is installed first, alone: a looser requirement would pull GBs of CUDA wheels. The main
+# job needs neither root nor a browser; the tests' browser checks need Chromium (`make browser`, as
+# root, from Debian's packages), and are skipped with a hint where it is missing.
 PYTHON ?= python3
 VENV := .venv
 
-$(VENV)/.installed: pyproject.toml
-	@# Headless Chromium (Debian's package) checks the HTML report in tests/test_report.py.
-	command -v chromium > /dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+# What the main job needs, and nothing more.
+$(VENV)/.run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q torch==2.13.0
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e .
+	touch $@
+
+# And what the tests need: pytest and friends, and the dashboard extra (tests/test_export.py serves it).
+$(VENV)/.installed: $(VENV)/.run-installed
+	$(VENV)/bin/pip install -q -e '.[test,dashboard]'
 	touch $@
 
 install: $(VENV)/.installed
 
-run: $(VENV)/.installed
+run: $(VENV)/.run-installed
 	$(VENV)/bin/orchestrator launch search_spaces/smoke.yaml
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q
 
+browser:
+	command -v chromium > /dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_trainables.py
 	$(VENV)/bin/python benchmarks/bench_orchestration.py
 
-.PHONY: install run test bench
+.PHONY: install run test bench browser

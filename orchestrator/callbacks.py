@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .search import CANDIDATE_KEY, PAIR_KEY, seed_config, trial_seeds
-from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, client, code_tags, numeric_metrics, seed_result
+from .search import CANDIDATE_KEY, PAIR_KEY, own_config, seed_config, trial_seeds
+from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, numeric_metrics, pair_run, seed_result
 
 
 def cell_tags(trial, seed: int | None = None) -> dict[str, str]:
@@ -31,7 +31,7 @@ def cell_tags(trial, seed: int | None = None) -> dict[str, str]:
         return {}
     if CANDIDATE_KEY in trial.config:
         return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), "seed": str(own["seed"])}
-    return {"cell": " ".join(f"{k}={v}" for k, v in own.items() if k != "seed") or "-", "seed": str(own["seed"])}
+    return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), "seed": str(own["seed"])}
 
 
 class TrialTracker(Callback):
@@ -43,14 +43,15 @@ class TrialTracker(Callback):
     def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
         self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
         self.base_configs, self.tags = base_configs, tags
-        self.runs: dict[str, str] = {}
+        self.runs: dict[str, str] = {}  # trial id (and seed) -> its run
+        self.pair_runs: dict[str, str] = {}  # pair -> its run, the parent of its trials' runs
         self.located: set[str] = set()  # runs whose node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
         self._client = None
         self._experiment_id = None
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
-        return self.__dict__ | {"_client": None, "located": set(), "last_step": {}}
+        return self.__dict__ | {"_client": None, "located": set(), "last_step": {}, "pair_runs": {}}
 
     @property
     def mlflow(self):
@@ -78,7 +79,7 @@ class TrialTracker(Callback):
                 self.experiment_id(),
                 run_name=self.short_name(pair, trial, seed),
                 tags={
-                    "mlflow.parentRunId": self.parent_run_id, "launch_id": self.launch_id, "kind": "trial",
+                    "mlflow.parentRunId": self.pair_run(pair), "launch_id": self.launch_id, "kind": "trial",
                     "trial_id": trial.trial_id, "pair": pair, **code_tags(),
                     CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial, seed),
                 },
@@ -95,16 +96,23 @@ class TrialTracker(Callback):
         self.runs[key] = run_id
         return run_id
 
+    def pair_run(self, pair: str) -> str:
+        if pair not in self.pair_runs:
+            own = {k: v for k, v in self.tags[pair].items() if k != "phase"}
+            self.pair_runs[pair] = pair_run(self.mlflow, self.experiment_id(), self.parent_run_id, self.launch_id, pair, own)
+        return self.pair_runs[pair]
+
     def short_name(self, pair: str, trial, seed: int | None = None) -> str:
         """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
-        seed, a search trial's number within its pair (counted in the store: a resumed driver
-        goes on counting), then the pair."""
+        seed, or a search trial's number within its pair (counted in the store: a resumed driver
+        goes on counting) and the values TPE chose; then the pair."""
         cell = cell_tags(trial, seed)
         if cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
         earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
                                           f"tags.kind = 'trial' and tags.pair = '{pair}'", max_results=10_000)
-        return f"#{len(earlier) + 1} {pair}"
+        chosen = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in own_config(trial.config).items())
+        return f"#{len(earlier) + 1} {chosen} {pair}".replace("  ", " ")
 
     def experiment_id(self) -> str:
         if self._experiment_id is None:

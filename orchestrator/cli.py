@@ -180,7 +180,7 @@ def cmd_launch(args) -> int:
 
             if args.calibrate:
                 print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
-            for line in describe_cost(study, args.calibrate):
+            for line in describe_cost(study, args.calibrate, args.address):
                 print(line, flush=True)
             continue
         launch_id = args.launch_id or (f"{study.name}-night-{time.strftime('%Y%m%d-%H%M%S')}" if nightly else None)
@@ -242,37 +242,79 @@ def load_state(args):
 def cmd_status(args) -> int:
     """From launch.json and the tracking store only: no Ray, no spec parsing, no torch."""
     from .state import describe
-    from .tracking import confirmed_text, pair_summaries
 
     state = load_state(args)
     plan = state.the_plan()
-    summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
     print(f"launch {state.launch_id} ({state.dir}): {describe(state)}")
-    kind = "grid cells x seeds" if plan["ablation"] else "trials"
     print(f"{plan['metric']}, {plan['mode']}")
-    print(f"{'pair':40s} {'done':>5s} {'stopped':>8s} {'running':>8s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
+    (cell_status if plan["ablation"] else trial_status)(state, plan)
+    return 0
+
+
+def trial_status(state, plan: dict) -> None:
+    """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
+    from .tracking import confirmed_text, pair_summaries
+
+    summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+    asha = plan.get("asha", True)  # a launch.json from before `asha` was saved: its trials may have been stopped
+
+    def stopped(value) -> str:
+        return f" {value:>8}" if asha else ""
+
+    print(f"{'pair':40s} {'done':>5s}{stopped('stopped')} {'running':>8s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
     for pair in plan["pairs"]:
         s = summaries.get(pair["name"], {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(f"{pair['name']:40s} {s['done']:5d} {s['stopped']:8d} {s['running']:8d} {s['failed']:7d} {pair['trials']:4d} "
+        print(f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:8d} {s['failed']:7d} {pair['trials']:4d} "
               f"{best:>8s} {test:>10s}  {pair['chance']}")
         if s.get("confirmed"):
             print(f"{'':40s} {confirmed_text(s['confirmed'])}")
-    print(f"('stopped': ended early by ASHA; 'of': the pair's {kind})")
-    return 0
+    print("(" + ("'stopped': ended early by ASHA; " if asha else "") + "'of': the pair's trials)")
+
+
+def cell_status(state, plan: dict) -> None:
+    """An ablation's table: per pair and grid cell, in numeric order, its seeds by how they ended
+    and the mean ± std over its done seeds of the metric and the test score."""
+    import itertools
+    import statistics
+
+    from .tracking import cell_name, cell_order, cell_summaries
+
+    def spread(values: list[float]) -> str:
+        if not values:
+            return "-"
+        return f"{statistics.fmean(values):.4f}" + (f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else "")
+
+    summaries = cell_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+    test = f"test_{plan['score']}_at_best"
+    width = max(len(plan["metric"]), len(test), len("0.0000 ± 0.0000")) + 2
+    print(f"{'pair / grid cell':40s} {'done':>5s} {'running':>8s} {'failed':>7s} {'of':>4s} {plan['metric']:>{width}s} {test:>{width}s}")
+    for pair in plan["pairs"]:
+        cells = summaries.get(pair["name"], {})
+        grid = pair.get("grid")  # None in a launch.json from before grids were saved: only the cells its runs name
+        planned = {cell_name(dict(zip(grid, values))) for values in itertools.product(*grid.values())} if grid is not None else set()
+        names = sorted(planned | set(cells), key=cell_order)
+        seeds = plan["seeds"] if "seeds" in plan else pair["trials"] // max(1, len(names))  # an old plan: right once every cell has started
+        print(f"{pair['name']} ({pair['chance']})")
+        for name in names:
+            c = cells.get(name, {"done": 0, "running": 0, "failed": 0, "metric": [], "test": []})
+            print(f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:8d} {c['failed']:7d} {seeds:4d} "
+                  f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}")
+    print("('of': the cell's seeds; mean ± std over its done seeds)")
 
 
 def cmd_best(args) -> int:
-    from . import launch
+    """From launch.json and the tracking store only, as `status`."""
+    from .best import write_best
 
-    for path in launch.write_best(load_state(args)):
+    for path in write_best(load_state(args)):
         print(path)
     return 0
 
 
 def cmd_report(args) -> int:
-    from .report import write_report
+    from .report import verdict_lines, write_report
     from .state import previous_launch
 
     state = load_state(args)
@@ -289,9 +331,60 @@ def cmd_report(args) -> int:
     paths, regressions = write_report(state, previous)
     for path in paths:
         print(path)
-    for r in regressions:
-        print(f"REGRESSION {r}")
+    for line in verdict_lines(regressions):
+        print(line)
     return 1 if regressions else 0
+
+
+def cmd_export(args) -> int:
+    """From launch.json and the tracking store only, as `status`."""
+    from .export import FORMATS, launch_frame, write_frame
+    from .tracking import unwritable
+
+    suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
+    fmt = args.format or (suffix if suffix in FORMATS else "csv")
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: unknown format {fmt!r}; expected {' or '.join(FORMATS)}")
+    state = load_state(args)
+    path = Path(args.output) if args.output else state.dir / "export" / f"runs.{fmt}"
+    where = "--output" if args.output else "export"
+    problem = unwritable(path.parent) or (f"{path} is a folder" if path.is_dir() else None)
+    if problem:
+        raise UsageError(f"{where}: cannot write {path} ({problem})")
+    frame = launch_frame(state)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_frame(frame, path, fmt)
+    except OSError as e:
+        raise UsageError(f"{where}: cannot write {path} ({e.strerror or e})") from None
+    print(path)
+    print(f"{len(frame)} runs x {len(frame.columns)} columns")
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    """optuna-dashboard (an optional extra) on the Optuna storage of a search launch."""
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise UsageError("dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'") from None
+    from .tracking import search_storage
+
+    state = load_state(args)
+    plan = state.the_plan()
+    if plan["ablation"]:
+        raise UsageError(f"dashboard: launch {state.launch_id} is an ablation, whose grid runs without Optuna; "
+                         "`orchestrator report` or `orchestrator export` show its runs")
+    print(f"the Optuna studies of launch {state.launch_id}, one per pair:")
+    for pair in plan["pairs"]:
+        print(f"  {state.optuna_study_name(pair['name'])}")
+    storage = search_storage(state.tracking_uri, state.dir)
+    sys.stdout.flush()  # before the dashboard's own lines (where it listens, how to quit) on stderr
+    try:
+        optuna_dashboard.run_server(storage, host=args.host, port=args.port)
+    except OSError as e:  # the port is taken, or the host is not one of this machine's addresses
+        raise UsageError(f"--port: cannot listen on {args.host}:{args.port} ({e.strerror or e})") from None
+    return 0
 
 
 def cmd_list(args) -> int:
@@ -371,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>, or <name>-night-<timestamp>)")
         p.add_argument("--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing")
         p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
-                       help="with --dry-run: count trials and steps, but time no training steps")
+                       help="with --dry-run: time no training steps; estimate from the step rates of earlier trials in the tracking store")
         p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("list", help="the tasks, models and presets one can name, or the launches under --storage-path")
@@ -385,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
         ("report", cmd_report, "a launch's report: per cell (or confirmed candidate) statistics over seeds beside the papers' numbers, "
                                "plots, attention maps (exit 1 on a regression vs --compare)"),
+        ("export", cmd_export, "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per run"),
+        ("dashboard", cmd_dashboard, "optuna-dashboard on a search launch's Optuna studies (pip install -e '.[dashboard]')"),
     ]:
         p = sub.add_parser(name, help=text)
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the most recent)")
@@ -393,6 +488,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--address", **ADDRESS)
         if name == "report":
             p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last launch of the same file")
+        if name == "export":
+            # Checked by cmd_export, not by argparse's choices: bad input is one line, exit status 2.
+            p.add_argument("--format", help="csv or parquet (default: --output's extension, else csv)")
+            p.add_argument("--output", help="the file to write (default: <launch>/export/runs.<format>)")
+        if name == "dashboard":
+            p.add_argument("--port", type=int, default=8080, help="default: 8080")
+            p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine only)")
         p.set_defaults(func=func)
     return parser
 

@@ -1,17 +1,22 @@
-"""What a launch will cost, for `launch --dry-run`: trials and training steps per pair and, from a
-short calibration (a few training steps of each pair's typical trial on this machine), the hours."""
+"""What a launch will cost, for `launch --dry-run`: trials and training steps per pair and the
+hours, from a short calibration (a few training steps of each pair's typical trial on this machine)
+or, without one, from the step rates earlier trials logged in the tracking store."""
 from __future__ import annotations
 
+import logging
 import math
 import os
+import statistics
 import tempfile
 from typing import Iterator
 from unittest import mock
 
+from . import tracking
 from .spec import Distribution, Pair, Study
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64
+CALIBRATION_STEPS = 5  # timed one by one; their median is the estimate
 
 
 def typical(d: Distribution):
@@ -44,36 +49,102 @@ def seconds_per_step(study: Study, pair: Pair) -> float:
     cfg = parse_trial_config(flat)
     cfg.threads = max(1, int(study.resources.cpu))
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
-        return timed(cfg)
+        return timed(cfg, CALIBRATION_STEPS)
+
+
+def reason(e: Exception) -> str:
+    """An error in one line, for a line of the estimate."""
+    return (str(e) or type(e).__name__).splitlines()[0]
 
 
 def hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
-def describe_cost(study: Study, calibrate: bool = True) -> Iterator[str]:
-    """Lines for `launch --dry-run`, each as soon as it is known: per pair, trials x steps and
-    (calibrated) trial time; in all, the wall time with as many trials at once as this machine's
-    CPUs hold."""
-    total_steps, total_s = 0, 0.0
+def resources(address: str | None) -> tuple[str, float, int]:
+    """(where, CPUs, GPUs) of what will train the trials: the Ray cluster at `address`, asked (and
+    left again), else this machine."""
+    if address and address != "local":
+        import ray
+
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            total = ray.cluster_resources()
+        finally:
+            ray.shutdown()
+        return f"the cluster at {address}", total.get("CPU", 0), int(total.get("GPU", 0))
+    import torch
+
+    return "this machine", os.cpu_count() or 1, torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_kind(pair: Pair, on_gpu: bool) -> str:
+    """Where the pair's trials train, cpu or cuda: a GPU where trials get one (Ray hides the GPUs
+    from a trial that asks for none), unless the config names its device."""
+    named = str(pair.base.get("device", "auto"))
+    return named.split(":")[0] if named != "auto" else "cuda" if on_gpu else "cpu"
+
+
+def stored_rate(rates: list[dict], model: str, task: str, device: str) -> tuple[float | None, str]:
+    """(the median steps/s of earlier trials of `model` on `device`, of `task` where there are any,
+    else of any task; where it comes from), or (None, why there is none)."""
+    of_model = [r["rate"] for r in rates if r["model"] == model and r["device"] == device]
+    of_task = [r["rate"] for r in rates if r["model"] == model and r["device"] == device and r["task"] == task]
+    if not of_model:
+        return None, f"no stored step rate for {model} on {device}"
+    found, what = (of_task, f"{model} on {task}") if of_task else (of_model, f"{model} (other tasks)")
+    return statistics.median(found), f"from {len(found)} earlier trials of {what} on {device}"
+
+
+def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str) -> tuple[float | None, str]:
+    """(seconds per training step of the pair's trials, in words), or (None, why there is no estimate):
+    calibrated here where `rates` is None, else from the stored rates."""
+    if rates is None:
+        try:
+            per_step = seconds_per_step(study, pair)
+        except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
+            return None, f"no time estimate ({reason(e)})"
+        return per_step, f"{per_step:.3f} s per step here"
+    rate, source = stored_rate(rates, pair.model, pair.task.task, device)
+    return (None, source) if rate is None else (1 / rate, f"{rate:.1f} steps/s ({source})")
+
+
+def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
+    """Lines for `launch --dry-run`, each as soon as it is known: per pair, trials x steps and the
+    trial time (calibrated, else from the store's step rates); in all, the GPU-hours (or CPU
+    core-hours) and the wall time with as many trials at once as the cluster (`address`) or this
+    machine holds. Reads only: a dry run writes nothing, not even a new store."""
+    where, cpus, gpus = resources(address)
+    on_gpu = bool(gpus and study.resources.gpu > 0)
+    rates = None
+    if not calibrate:
+        try:
+            rates = tracking.step_rates(study.tracking.uri)
+        except Exception as e:  # noqa: BLE001 - as with a failed calibration: no estimate, and no reason to refuse the launch
+            rates = []
+            yield f"  cannot read step rates from {tracking.redact(study.tracking.uri)}: {tracking.redact_text(reason(e), study.tracking.uri)}"
+    total_steps, total_s, unestimated = 0, 0.0, 0
     for pair in study.pairs:
         trials, steps = study.trial_count(pair) + study.confirm_count(), int(pair.base["n_iters"])
         total_steps += trials * steps
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
-        if calibrate:
-            try:
-                per_step = seconds_per_step(study, pair)
-            except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
-                line += f"; no time estimate ({(str(e) or type(e).__name__).splitlines()[0]})"
-            else:
-                total_s += trials * steps * per_step
-                line += f"; {per_step:.3f} s per step here -> at most {hours(trials * steps * per_step)} of trial time"
-        yield line
-    slots = sum(min(study.budget.max_concurrent, study.tune_trial_count(p)) for p in study.pairs)
-    slots = min(slots, study.budget.cluster_concurrent or slots, max(1, math.floor((os.cpu_count() or 1) / study.resources.cpu)))
+        per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu))
+        if per_step is None:
+            unestimated += 1
+            yield f"{line}; {words}"
+            continue
+        total_s += trials * steps * per_step
+        yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time"
     summary = f"  cost in all: {total_steps:,} training steps"
     if total_s:
-        summary += (f"; on this machine ({os.cpu_count()} CPUs, {slots} trial(s) at once) at most {hours(total_s / slots)} "
-                    "(evaluations left out; ASHA stops poor trials sooner)")
+        limit = sum(min(study.budget.max_concurrent, study.tune_trial_count(p)) for p in study.pairs)
+        fits = [cpus / study.resources.cpu] + ([gpus / study.resources.gpu] if on_gpu else [])
+        slots = max(1, min(limit, study.budget.cluster_concurrent or limit, math.floor(min(fits) + 1e-9)))
+        used = f"{total_s * study.resources.gpu / 3600:.1f} GPU-hours" if on_gpu else f"{total_s * study.resources.cpu / 3600:.1f} CPU core-hours"
+        held = f"{cpus:g} CPUs" + (f", {gpus} GPUs" if gpus else "")
+        summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(total_s / slots)}"
+                    f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")
+        if unestimated:
+            summary += f"; {unestimated} pair(s) without an estimate left out"
     yield summary

@@ -23,11 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from . import tracking
 from .search import CANDIDATE_KEY, PAIR_KEY, SEEDS_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
 from .spec import Pair, Study
+from .best import write_best
 from .callbacks import ProgressLines, TrialTracker
 from .state import Heartbeat, LaunchState, plan_of
 from .storage import TrialStorage, check_cluster_sees
@@ -168,7 +167,7 @@ def optuna_storage(state: LaunchState):
 
 
 def optuna_study_name(state: LaunchState, pair: Pair) -> str:
-    return f"{state.experiment}/{state.launch_id}/{pair.name}"
+    return state.optuna_study_name(pair.name)
 
 
 def fail_stale_proposals(storage, study_name: str) -> None:
@@ -353,7 +352,7 @@ def execute(state: LaunchState, address: str | None) -> int:
             errors += more_errors
         if code:
             return code
-        from .report import write_night, write_report
+        from .report import verdict_lines, write_night, write_report
 
         regressions, summaries = [], None
         if study.is_ablation:
@@ -374,8 +373,8 @@ def execute(state: LaunchState, address: str | None) -> int:
     print_summary(state, study, summaries)
     if errors:
         print(f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag", flush=True)
-    for regression in regressions:
-        print(f"[launch] REGRESSION {regression}", flush=True)
+    for line in verdict_lines(regressions):
+        print(f"[launch] {line}", flush=True)
     return EXIT_REGRESSION if regressions else 0
 
 
@@ -438,6 +437,40 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     return state
 
 
+PAPERS = {"ndr": "NDR", "panm": "PANM", "compositional_attention": "Compositional Attention"}  # published.yaml's paper keys
+
+
+def answer_lines(study: Study, summaries: dict) -> list[str]:
+    """What a search's summary means, per task: which model generalizes best on the file's headline
+    test split (report.headline), how far each is from chance, and what the papers report for the
+    same split at full scale."""
+    from .plots import chance_level
+    from .report import lower_is_better, published_for
+
+    metric = f"{study.report.headline}_{study.score}_at_best"
+    lines = []
+    for variant in dict.fromkeys(p.task.variant for p in study.pairs):
+        scored = []
+        for pair in (p for p in study.pairs if p.task.variant == variant):
+            s = summaries.get(pair.name, {})
+            value = (s.get("best_metrics") or {}).get(metric)
+            if value is not None:
+                paper = published_for(pair.model, pair.task.task, variant, metric, {}, s.get("best_config") or {})
+                scored.append((pair, value, paper))
+        if not scored:
+            continue
+        scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
+        (winner, value, _), chance = scored[0], chance_level(scored[0][0].chance)
+        versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
+        lines.append(f"[launch] answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
+                     + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
+                     + (f" vs {versus}" if versus else "") + "; each pair's best trial, at this launch's scale")
+        papers = [f"{pair.model} {paper['mean']:.2f} ({PAPERS.get(paper['paper'], paper['paper'])} {paper['table']})" for pair, _, paper in scored if paper]
+        if papers:
+            lines.append(f"[launch]   at full scale the papers report: {', '.join(papers)}")
+    return lines
+
+
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
     """The launch's answer per pair (`summaries`, else read from the store), beside what chance
     scores, and what to run next."""
@@ -450,29 +483,10 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         confirmed = tracking.confirmed_text(s.get("confirmed"))
         print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance}; "
               f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
+    if not study.is_ablation:
+        for line in answer_lines(study, summaries):
+            print(line, flush=True)
     later = f"{state.dir / 'report' / 'report.html'}" + ("" if study.is_ablation else f"; orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}")
     print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
           f"{state.tracking_uri}", flush=True)
 
-
-def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
-    """Per pair, `best/<pair>.yaml`: the confirmed candidate where the search was confirmed (the
-    best mean over new seeds), else the best trial."""
-    study = state.study()
-    summaries = summaries or tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
-    out = []
-    for pair_name, summary in sorted(summaries.items()):
-        if not summary["best_config"]:
-            continue
-        path = state.dir / "best" / f"{pair_name}.yaml"
-        path.parent.mkdir(exist_ok=True)
-        config, confirmed = summary["best_config"], summary.get("confirmed")
-        header = (f"# Best trial of {pair_name} in launch {state.launch_id}: {study.metric} = {summary['best']:.4f}, "
-                  f"test_{study.score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}.\n")
-        if confirmed:
-            config = {**confirmed["config"], "seed": config.get("seed", 0)}
-            header += (f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {study.confirm.top_k}, "
-                       f"{study.metric} {confirmed['metric']:.4f} on average, {tracking.confirmed_text(confirmed)}.\n")
-        path.write_text(header + f"# Run it again with: orchestrator train {path}\n" + yaml.safe_dump({"config": config}, sort_keys=True))
-        out.append(path)
-    return out

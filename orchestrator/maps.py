@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from . import tracking
+from .plots import figure_png, pyplot
 
 MAX_LAYER_PANELS = 14
 
@@ -67,8 +68,6 @@ def activations_of(config: dict, model_state: dict):
 def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: Path) -> tuple[Path, str]:
     """Per layer, the first head's attention (rows attend to columns), and the copy gate's mean
     over channels per position and layer (Figure 2's bottom row)."""
-    from .report import figure_png, pyplot
-
     plt = pyplot()
     attention = activations["attention"][:MAX_LAYER_PANELS]
     gates = activations.get("gates") or []
@@ -104,8 +103,6 @@ def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> t
     """PANM's pointer attention: per decoding step, each Mode-1 and Mode-2 head's weights over
     the memory slots (the input)."""
     import torch
-
-    from .report import figure_png, pyplot
 
     heads = []
     for mode in ("mode1", "mode2"):

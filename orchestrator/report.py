@@ -11,7 +11,6 @@ launch (last night's), a cell regresses only where a one-sided test across seeds
 """
 from __future__ import annotations
 
-import base64
 import datetime
 import json
 import os
@@ -24,7 +23,8 @@ import yaml
 
 from trainables.tasks.base import LOWER_IS_BETTER
 
-from . import maps, stats, tracking
+from . import maps, plots, stats, tracking
+from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
@@ -40,11 +40,12 @@ def lower_is_better(metric: str) -> bool:
     return any(f"_{score}_" in f"_{metric}_" for score in LOWER_IS_BETTER)
 
 
-def runs_frame(state) -> pd.DataFrame:
-    """One row per completed trial of the launch: pair, model, task, variant, its full config's
-    grid keys and seed, and every metric MLflow holds for it (the last value of each)."""
+def runs_frame(state, runs: list | None = None) -> pd.DataFrame:
+    """One row per completed trial of the launch (of `runs`, its trial runs where already read):
+    pair, model, task, variant, its full config's grid keys and seed, and every metric MLflow holds
+    for it (the last value of each)."""
     rows = []
-    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
+    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs:
         if run.data.tags.get(tracking.STATUS_TAG) != "completed":
             continue
         config = json.loads(run.data.tags[tracking.CONFIG_TAG])
@@ -145,26 +146,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
     return rows
 
 
-def figure_png(fig, path: Path) -> str:
-    """Save `fig` to `path`; -> the PNG as base64, for the HTML page to embed."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return base64.b64encode(path.read_bytes()).decode()
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, out_dir: Path) -> list[tuple[Path, str]]:
+def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
     """One panel per swept key: the metric's mean (95% interval) against that key's values, in
     numeric order, one line per combination of the other keys' values."""
     plt = pyplot()
@@ -186,16 +168,17 @@ def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, out_dir
                       [(m["metrics"][metric]["summary"].ci or (mean, mean))[1] - mean for m, mean in zip(members, means)]]
             label = ", ".join(f"{k}={v}" for k, v in zip(others, rest)) or metric
             ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=label)
+        draw_chance(ax, chance, metric)
         ax.set_xlabel(key)
         ax.set_ylabel(metric)
-        if len(lines) > 1:
+        if len(lines) > 1 or chance:
             ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"{pair}: {metric} (mean, 95% interval)", fontsize=10)
+    set_suptitle(fig, f"{pair}: {metric} (mean, 95% interval)")
     path = out_dir / f"{pair}.png"
     return [(path, figure_png(fig, path))]
 
 
-def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, out_dir: Path) -> list[tuple[Path, str]]:
+def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
     """Test score per test length (PANM's L, 1x..8x) or depth, a line per cell, the paper's points beside."""
     splits = sorted({TEST_SPLIT.match(c).group(1) for c in frame.columns if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")},
                     key=split_order)
@@ -212,13 +195,14 @@ def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, o
             ax.plot(splits, [p["mean"] if p else float("nan") for p in paper], linestyle="none", marker="x", color="black")
     ax.set_xlabel("test depth" if splits[0].startswith("depth") else "test length (L, then multiples of L+1)")
     ax.set_ylabel(f"test {score} at best")
+    draw_chance(ax, chance, f"test_{score}_at_best")
     ax.legend(fontsize=7, loc="best")
-    ax.set_title(f"{pair}: generalization to longer or deeper inputs (x: the paper's)", fontsize=10)
+    set_title(ax, f"{pair}: generalization to longer or deeper inputs (x: the paper's)")
     path = out_dir / f"{pair}_lengths.png"
     return [(path, figure_png(fig, path))]
 
 
-def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[str], score: str, out_dir: Path) -> list[tuple[Path, str]]:
+def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[str], score: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
     """The nightly job's history: per cell, its mean test score night after night. `nights` holds
     each night's label and runs (runs_frame), oldest first."""
     metric = f"test_{score}_at_best"
@@ -239,17 +223,77 @@ def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[s
                 label=cell_name(dict(zip(keys, cell))) if keys else pair)
     ax.set_xlabel("night")
     ax.set_ylabel(f"{metric} (mean over seeds)")
+    draw_chance(ax, chance, metric)
     ax.legend(fontsize=7, loc="best")
-    ax.set_title(f"{pair}: night after night", fontsize=10)
+    set_title(ax, f"{pair}: night after night")
     path = out_dir / f"{pair}_history.png"
     return [(path, figure_png(fig, path))]
+
+
+def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict:
+    """A search pair's trials as the report shows them: every trial (its number, the values TPE
+    chose, status, last iteration, selection metric and test score), the winning config, Optuna's
+    hyperparameter importances from the stored study, and figures: every trial's learning curve
+    and the metric against each searched hyperparameter."""
+    metric, test = study.metric, f"test_{study.score}_at_best"
+    trials = []
+    for run in runs:
+        if run.data.tags.get("pair") != pair.name or run.data.tags.get("phase") == "confirm":
+            continue
+        status = run.data.tags.get(tracking.STATUS_TAG, "running")
+        if status == "lost":  # replaced by another trial on resume
+            continue
+        config = json.loads(run.data.tags.get(tracking.CONFIG_TAG, "{}"))
+        curves = {name: [(m.step, m.value) for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
+                  for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")}
+        steps = [step for points in curves.values() for step, _ in points]
+        trials.append({"run_id": run.info.run_id, "name": run.info.run_name or "", "status": status, "last_step": max(steps, default=0),
+                       "params": {k: config[k] for k in pair.space if k in config}, "metric": run.data.metrics.get(metric),
+                       "test": run.data.metrics.get(test), "curves": curves, "start": run.info.start_time})
+    # The first best in the store's order, as tracking.pair_summaries and answer_runs take it.
+    scored = [t for t in trials if t["metric"] is not None]
+    best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
+    trials.sort(key=lambda t: t["start"])
+    for number, trial in enumerate(trials, 1):
+        trial.update(number=number, best=trial is best, label=f"#{number} " + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                                                                      for k, v in trial["params"].items()))
+    figures = [plots.learning_curves(pair.name, trials, study.score, pair.chance, out_dir)] if trials else []
+    sliced = plots.slices(pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, pair.chance, out_dir)
+    return {"trials": trials, "best": best, "importances": importances(state, pair, trials), "figures": figures + ([sliced] if sliced else []),
+            "space": {k: f"{d.kind} {list(d.values)}" for k, d in pair.space.items()}}
+
+
+def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | str:
+    """Optuna's hyperparameter importances (fANOVA) of the pair's stored study, most important
+    first; or why there are none."""
+    import optuna
+
+    if len(pair.space) < 2:
+        return f"one searched hyperparameter ({', '.join(pair.space) or 'none'}): nothing to rank"
+    finished = [t for t in trials if t["metric"] is not None]
+    if len(finished) < 3:
+        return f"{len(finished)} trial(s) with a score: too few to rank hyperparameters"
+    try:
+        study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=tracking.search_storage(state.tracking_uri, state.dir))
+        return list(optuna.importance.get_param_importances(study).items())
+    except Exception as e:  # noqa: BLE001 - a missing ranking is no reason to fail the report
+        return f"not computed ({(str(e) or type(e).__name__).splitlines()[0]})"
+
+
+def mlflow_ui(uri: str) -> dict[str, str]:
+    """Where MLflow's UI for the store `uri` answers, and the command that serves it: a tracking
+    server is its own UI; a database is served by `mlflow ui` (port 5000)."""
+    if uri.startswith(("http://", "https://")):
+        return {"url": tracking.redact(uri), "command": ""}
+    return {"url": "http://127.0.0.1:5000", "command": f"mlflow ui --backend-store-uri {tracking.redact(uri)}"}
 
 
 def build(state, previous_state=None, history: list | None = None) -> dict:
     """Everything the templates show, and the regressions against `previous_state`; with
     `history` (earlier nights, oldest first), a plot of each cell night after night."""
     study = state.study()
-    frame = runs_frame(state)
+    trial_runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+    frame = runs_frame(state, trial_runs)
     # Each night's runs read once, for every pair's history plot.
     label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
     nights = [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)] if history is not None else None
@@ -258,19 +302,27 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     out_dir.mkdir(exist_ok=True)
     pairs, tested = [], []
     mlflow = tracking.client(state.tracking_uri)
+    parent = mlflow.get_run(state.parent_run_id)
+    ui = mlflow_ui(state.tracking_uri)
     for pair in study.pairs:
+        links = tracking.ui_links(ui["url"], parent.info.experiment_id, [r.info.run_id for r in trial_runs if r.data.tags.get("pair") == pair.name
+                                                                          and r.data.tags.get(tracking.STATUS_TAG) != "lost"],
+                                  [f"ood_valid_{study.score}", f"iid_valid_{study.score}"])
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
+        searched = None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
         if not len(runs):
-            pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": [], "chance": pair.chance})
+            pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
+                          "chance": pair.chance, "search": searched, "links": links})
             continue
         runs, own_keys = answer_runs(runs, study, pair)
         metrics = table_metrics(study.score, runs.columns)
         lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline)
-        figures = plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", out_dir) + plot_lengths(pair.name, rows, runs, study.score, out_dir)
+        figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", pair.chance, out_dir)
+                   + plot_lengths(pair.name, rows, runs, study.score, pair.chance, out_dir))
         if nights is not None:
-            figures += plot_history(pair.name, nights, own_keys, study.score, out_dir)
+            figures += plot_history(pair.name, nights, own_keys, study.score, pair.chance, out_dir)
         ranked = runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min") if study.metric in runs else runs[:0]
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
@@ -285,7 +337,10 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                         if metric == f"test_{study.score}_at_best":
                             tested.append(((pair.name, cell_name(r["setting"]), metric), r["metrics"][metric]["values"],
                                            was["metrics"][metric]["values"], lower_is_better(metric)))
-        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": pair.chance})
+        if searched:
+            figures = searched["figures"] + figures
+        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": pair.chance,
+                      "search": searched, "links": links})
     comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
     flagged = {c.key for c in comparisons if c.regressed}
     for entry in pairs:
@@ -293,7 +348,6 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             metric = f"test_{study.score}_at_best"
             if (entry["name"], cell_name(r["setting"]), metric) in flagged:
                 r["metrics"][metric]["regressed"] = True
-    parent = mlflow.get_run(state.parent_run_id)
     return {
         "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
         "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
@@ -301,9 +355,34 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
         "report": study.report, "previous": previous_state.launch_id if previous_state else None,
-        "pairs": pairs, "comparisons": comparisons,
-        "regressions": [f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (p = {c.p:.3g})" for c in comparisons if c.regressed],
+        "pairs": pairs, "comparisons": comparisons, "mlflow_ui": ui,
+        "regressions": [regression_text(c) for c in comparisons if c.regressed],
     }
+
+
+def regression_text(c: stats.Comparison) -> str:
+    """A cell that regressed: pair, cell, metric, its mean before -> now, by how much it got worse, p."""
+    return f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (worse by {abs(c.now - c.before):.3f}, p = {c.p:.3g})"
+
+
+class Regressions(list):
+    """write_report's regressions: a line per cell that got worse (callers count and test them as
+    the list they always were), and `compared`: how many cells were tested against which launch,
+    and how; None where no launch was compared."""
+
+    def __init__(self, lines=(), compared: str | None = None):
+        super().__init__(lines)
+        self.compared = compared
+
+
+def verdict_lines(regressions: list[str]) -> list[str]:
+    """A comparison's verdict on the console (`report --compare`, the nightly job): each cell that
+    regressed, or one line saying that none did; nothing where no launch was compared (nor for a
+    plain list: a search launch compares nothing)."""
+    if regressions:
+        return [f"REGRESSION {r}" for r in regressions]
+    compared = getattr(regressions, "compared", None)
+    return [f"no regression in {compared}"] if compared else []
 
 
 def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
@@ -330,9 +409,9 @@ def render(context: dict, image_folder: str = "") -> tuple[str, str]:
     return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template("report.html.j2").render(**context)
 
 
-def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None) -> tuple[list[Path], list[str]]:
+def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None) -> tuple[list[Path], Regressions]:
     """Write the report to `<launch>/report/` (and log it on the parent run), and with `dated_in`
-    a dated copy there; -> (files written, regressions)."""
+    a dated copy there; -> (files written, the cells that regressed: see Regressions)."""
     context = build(state, previous_state, history)
     markdown, page = render(context)
     out_dir = state.dir / "report"
@@ -350,10 +429,15 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
         paths += [dated_in / f"{stamp}.md", dated_in / f"{stamp}.html"]
         paths[-2].write_text(markdown)
         paths[-1].write_text(page)
-    return paths, context["regressions"]
+    compared = None
+    if previous_state is not None:
+        n, settings = len(context["comparisons"]), context["report"]
+        compared = (f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
+                    f"(one-sided {settings.test} test across seeds, alpha {settings.alpha}, Holm-corrected)")
+    return paths, Regressions(context["regressions"], compared)
 
 
-def write_night(state) -> tuple[list[Path], list[str]]:
+def write_night(state) -> tuple[list[Path], Regressions]:
     """A night of the nightly job: its report, compared with the last finished night, with each
     cell's history, and a dated copy in `<storage_path>/nightly/<experiment>/` beside the
     previous nights'."""

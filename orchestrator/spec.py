@@ -191,6 +191,7 @@ class Report:
     alpha: float = 0.05  # nightly: a regression's level, Holm-corrected over the cells compared
     min_effect: float = 0.01  # nightly: and the mean must have moved at least this much
     test: str = "welch"  # or "mannwhitney" (needs 4 seeds a side to reach 0.05)
+    headline: str = "test"  # the test split a launch's closing line leads with, e.g. test_x2 (PANM's 2(L+1))
 
 
 @dataclass
@@ -228,6 +229,12 @@ class Study:
     @property
     def is_ablation(self) -> bool:
         return bool(self.grid or self.seeds)
+
+    @property
+    def uses_asha(self) -> bool:
+        """Whether ASHA may stop trials early: a search with scheduler asha (an ablation trains every
+        trial to its end)."""
+        return self.scheduler.name == "asha" and not self.is_ablation
 
     def confirm_count(self) -> int:
         """Each pair's confirmation trials: its top_k candidates times the confirmation seeds."""
@@ -401,6 +408,8 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     _positive(path, "report.min_effect", report.min_effect, allow_zero=True)
     if report.test not in ("welch", "mannwhitney"):
         raise SpecError(path, "report.test", f"unknown test {report.test!r}{closest(str(report.test), ['welch', 'mannwhitney'])}; valid: welch, mannwhitney")
+    if not re.fullmatch(r"test(_L|_x\d+|_depth\d+)?", str(report.headline)):
+        raise SpecError(path, "report.headline", f"{report.headline!r} is not a test split: test, test_L, test_x<k> or test_depth<d>")
     for key, value in report.baseline.items():
         if key not in grid:
             raise SpecError(path, f"report.baseline.{key}", f"not a grid key{closest(str(key), grid)}; the baseline names a grid cell")

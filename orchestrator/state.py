@@ -70,10 +70,17 @@ class LaunchState:
         """The plan saved at launch; a launch from before plans were saved parses its spec (slower)."""
         return self.plan or plan_of(self.study())
 
+    def optuna_study_name(self, pair: str) -> str:
+        """The Optuna study of a search's pair, in tracking.search_storage."""
+        return f"{self.experiment}/{self.launch_id}/{pair}"
+
 
 def plan_of(study) -> dict:
+    """What `status` and `best` need of the spec. Launches from before a key was saved lack it:
+    readers default `asha` to True, and take an ablation's cells from its runs' tags."""
     return {"metric": study.metric, "mode": study.mode, "score": study.score, "ablation": study.is_ablation,
-            "confirm": study.confirm_count(), "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance} for p in study.pairs]}
+            "confirm": study.confirm_count(), "top_k": study.confirm.top_k, "seeds": len(study.seeds), "asha": study.uses_asha,
+            "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance, "grid": p.grid} for p in study.pairs]}
 
 
 def find_launch(storage_path: str, launch_id: str | None) -> Path:

@@ -10,6 +10,8 @@ when the mean moved by at least a minimum effect.
 from __future__ import annotations
 
 import math
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +50,22 @@ def summarize(values, threshold: float | None = None, lower_is_better: bool = Fa
                    best=min(values) if lower_is_better else max(values))
 
 
+def constant(values) -> bool:
+    """All seeds tied. Not np.std(values) == 0: the mean of tied floats is rounded (3 x 0.1), so
+    their std comes out about 1e-17."""
+    return bool(np.ptp(values) == 0)
+
+
+@contextmanager
+def tied_seeds_quiet():
+    """Silence scipy's "Precision loss ... catastrophic cancellation" for a side whose seeds tie:
+    its variance is 0 up to rounding, which Welch's test handles; both sides tied never get here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred in moment calculation", category=RuntimeWarning,
+                                module="scipy")
+        yield
+
+
 def worse_p_value(now, before, lower_is_better: bool = False, test: str = "welch") -> float:
     """One-sided p-value of "now is worse than before" across seeds."""
     from scipy import stats
@@ -56,10 +74,11 @@ def worse_p_value(now, before, lower_is_better: bool = False, test: str = "welch
     alternative = "greater" if lower_is_better else "less"
     if test == "mannwhitney":
         return float(stats.mannwhitneyu(now, before, alternative=alternative).pvalue)
-    if np.std(now) == 0 and np.std(before) == 0:  # Welch is undefined: identical constants or a clear shift
+    if constant(now) and constant(before):  # Welch is undefined: identical constants or a clear shift
         worse = (np.mean(now) > np.mean(before)) if lower_is_better else (np.mean(now) < np.mean(before))
         return 0.0 if worse else 1.0
-    return float(stats.ttest_ind(now, before, equal_var=False, alternative=alternative).pvalue)
+    with tied_seeds_quiet():
+        return float(stats.ttest_ind(now, before, equal_var=False, alternative=alternative).pvalue)
 
 
 def two_sided_p(values, baseline, test: str = "welch") -> float:
@@ -68,9 +87,10 @@ def two_sided_p(values, baseline, test: str = "welch") -> float:
 
     if test == "mannwhitney":
         return float(stats.mannwhitneyu(values, baseline, alternative="two-sided").pvalue)
-    if np.std(values) == 0 and np.std(baseline) == 0:
+    if constant(values) and constant(baseline):
         return 1.0 if np.mean(values) == np.mean(baseline) else 0.0
-    return float(stats.ttest_ind(values, baseline, equal_var=False).pvalue)
+    with tied_seeds_quiet():
+        return float(stats.ttest_ind(values, baseline, equal_var=False).pvalue)
 
 
 def holm(p_values: list[float]) -> list[float]:

@@ -316,6 +316,16 @@ def metric_name(*parts: str) -> str:
     return re.sub(r"[^\w.\- :/]", "", "/".join(parts).replace("=", ":"))
 
 
+def pair_run(mlflow, exp_id: str, parent_run_id: str, launch_id: str, pair: str, tags: dict | None = None) -> str:
+    """The run of `pair` in a launch, nested under the launch's run, and the parent of the pair's
+    trial runs (MLflow's table then groups launch > pair > trials): found by its tags, else created."""
+    found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
+    if found:
+        return found[0].info.run_id
+    return mlflow.create_run(exp_id, run_name=pair, tags={
+        "mlflow.parentRunId": parent_run_id, "launch_id": launch_id, "kind": "pair", "pair": pair, **(tags or {}), **code_tags()}).info.run_id
+
+
 def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]) -> None:
     """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a glance: on the launch's run, each
     pair's best `metric` and that trial's test score, and the confirmed means where the search was
@@ -336,9 +346,7 @@ def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, s
                        f"confirmed_test_{score}_std": confirmed.get("test_std")})
         values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
-        found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
-        run_id = found[0].info.run_id if found else mlflow.create_run(exp_id, run_name=pair, tags={
-            "mlflow.parentRunId": parent_run_id, "launch_id": launch_id, "kind": "pair", "pair": pair, **code_tags()}).info.run_id
+        run_id = pair_run(mlflow, exp_id, parent_run_id, launch_id, pair)
         answer = confirmed.get("config") or summary["best_config"]  # the confirmed candidate's, where there is one
         params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(answer.items())]
         for start in range(0, len(params), 100):
@@ -351,9 +359,30 @@ def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, s
 
 
 def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED", launch_status: str = "finished") -> None:
+    """The launch's run and its pair runs ended with `status`."""
     mlflow = client(uri)
     mlflow.set_tag(parent_run_id, "launch_status", launch_status)
-    mlflow.set_terminated(parent_run_id, status=status)
+    launch = mlflow.get_run(parent_run_id)
+    pairs = mlflow.search_runs([launch.info.experiment_id], filter_string=f"tags.launch_id = '{launch.data.tags['launch_id']}' and tags.kind = 'pair'")
+    for run_id in [run.info.run_id for run in pairs] + [parent_run_id]:
+        mlflow.set_terminated(run_id, status=status)
+
+
+def cell_name(setting: dict) -> str:
+    """An ablation cell's `cell` tag: its grid values ("n_layers=4 lr=0.001"), "-" for seeds only."""
+    return " ".join(f"{k}={v}" for k, v in setting.items()) or "-"
+
+
+def cell_order(name: str) -> tuple:
+    """A `cell` tag's sort key: its values as numbers where they are ("n_layers=10" after "n_layers=8")."""
+    key = []
+    for part in name.split():
+        value = part.partition("=")[2]
+        try:
+            key.append((0, float(value), ""))
+        except ValueError:
+            key.append((1, 0.0, value))
+    return tuple(key)
 
 
 def seed_key(seed: int, key: str) -> str:
@@ -395,6 +424,65 @@ def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
             return runs
 
 
+def store_exists(uri: str) -> bool:
+    """Whether the store exists and holds MLflow's tables: opening one that does not would create them."""
+    uri = reveal(uri)
+    if uri.startswith(("http://", "https://")):
+        return True  # a tracking server's database is its own business
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        return False  # SQLite would create the file
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        return sqlalchemy.inspect(engine).has_table("experiments")
+    finally:
+        engine.dispose()
+
+
+def step_rates(uri: str, limit: int = 5000) -> list[dict]:
+    """The training steps/s of the store's latest `limit` trial runs, each with its model, task and
+    device kind (cpu, cuda): what a dry run without calibration estimates from. A read only: a store
+    that does not exist yet, or has no tables yet, stays so."""
+    if not store_exists(uri):
+        return []
+    mlflow = client(uri)
+    experiments = [e.experiment_id for e in mlflow.search_experiments()]
+    if not experiments:
+        return []
+    runs = mlflow.search_runs(experiments, filter_string="tags.kind = 'trial' and metrics.steps_per_s > 0",
+                              order_by=["attributes.start_time DESC"], max_results=limit)
+    return [{"model": r.data.tags.get("model"), "task": r.data.tags.get("task"), "device": r.data.tags.get("device", "").split(":")[0],
+             "rate": r.data.metrics["steps_per_s"]} for r in runs]
+
+
+def status_kind(run) -> str | None:
+    """How `status` counts a trial run: done, stopped (early, by ASHA), running or failed; None for
+    a run lost on resume (another trial replaced it)."""
+    status = run.data.tags.get(STATUS_TAG, "running")
+    if status == "lost":
+        return None
+    return {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}.get(status, "done")
+
+
+def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict[str, dict]]:
+    """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
+    running and failed, and the done ones' `metric` and test_<score>_at_best values."""
+    out: dict[str, dict[str, dict]] = {}
+    for run in launch_trial_runs(uri, experiment, launch_id):
+        kind = status_kind(run)
+        if kind is None:
+            continue
+        cells = out.setdefault(run.data.tags.get("pair", "?"), {})
+        cell = cells.setdefault(run.data.tags.get("cell", "-"), {"done": 0, "stopped": 0, "running": 0, "failed": 0, "metric": [], "test": []})
+        cell[kind] += 1
+        if kind == "done":
+            for key, name in (("metric", metric), ("test", f"test_{score}_at_best")):
+                if name in run.data.metrics:
+                    cell[key].append(run.data.metrics[name])
+    return out
+
+
 def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict]:
     """Per pair: search trial counts by status, the best trial so far by `metric` and its test
     score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
@@ -407,15 +495,14 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
             continue
         pair = run.data.tags.get("pair", "?")
         entry = out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
-        status = run.data.tags.get(STATUS_TAG, "running")
-        if status == "lost":  # replaced by another trial on resume
+        kind = status_kind(run)
+        if kind is None:
             continue
-        kind = {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}
-        entry[kind.get(status, "done")] += 1
+        entry[kind] += 1
         value = run.data.metrics.get(metric)
         if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
-                         test=run.data.metrics.get(f"test_{score}_at_best"))
+                         test=run.data.metrics.get(f"test_{score}_at_best"), best_metrics=dict(run.data.metrics))
     for pair, confirmed in confirmed_candidates(runs, metric, score).items():
         out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
         out[pair]["confirmed"] = confirmed
@@ -467,3 +554,21 @@ def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: s
     return {pair: [{key: v for key, v in config.items() if key != "seed"}
                    for _, config in sorted(entries, key=lambda e: e[0], reverse=not lower_is_better)[:k]]
             for pair, entries in found.items()}
+
+
+def ui_links(ui: str, experiment_id: str, run_ids: list[str], metrics: list[str]) -> dict[str, str]:
+    """Links into MLflow's UI at `ui` (e.g. `mlflow ui`'s http://127.0.0.1:5000) for a group of
+    runs: `compare`, MLflow's comparison page (params and metrics side by side, parallel
+    coordinates, scatter and contour plots), and `curves`, their `metrics` against steps, one line
+    per run."""
+    from urllib.parse import quote
+
+    def q(value) -> str:
+        return quote(json.dumps(value, separators=(",", ":")), safe="")
+
+    runs, experiments = q(run_ids), q([experiment_id])
+    base = ui.rstrip("/") + "/#/"
+    return {"compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
+            "curves": (f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}&plot_metric_keys={q(metrics)}"
+                       "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true&deselected_curves=%5B%5D"
+                       "&last_linear_y_axis_range=%5B%5D")}

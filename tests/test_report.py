@@ -106,6 +106,46 @@ def test_regression_only_where_a_test_across_seeds_says_so(tmp_path, uri):
     assert "**Regressions:**" in markdown and "was " in markdown
 
 
+def holm_adjusted(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni, written out: the k-th smallest p times (m - k), kept monotone, at most 1."""
+    order = np.argsort(p_values)
+    scaled = np.minimum(1.0, np.maximum.accumulate([(len(p_values) - rank) * p_values[i] for rank, i in enumerate(order)]))
+    adjusted = np.empty(len(p_values))
+    adjusted[order] = scaled
+    return list(adjusted)
+
+
+def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
+    """`report --compare` on the console: one line when no cell regressed, else each cell that did
+    with its means before and now, the drop and the Holm-adjusted p of Welch's one-sided test."""
+    from scipy import stats as scipy_stats
+
+    from orchestrator import cli
+
+    text = ablation_text("ndr_layers_test")
+    fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
+    before = scores_for(3, rng_seed=2)
+    fake_launch(tmp_path, uri, "night-2", before, text)
+    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "no regression in 6 cells compared with night-1 (one-sided welch test across seeds, alpha 0.05, Holm-corrected)"
+    assert not any("REGRESSION" in line for line in out)
+
+    now = scores_for(6, shift=0.2, rng_seed=3)
+    fake_launch(tmp_path, uri, "night-3", now, text)
+    assert cli.main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 1
+    flagged = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")]
+    seeds = lambda scores, layers: [v for (n, _), v in sorted(scores.items()) if n == layers]  # noqa: E731
+    raw = [scipy_stats.ttest_ind(seeds(now, n), seeds(before, n), equal_var=False, alternative="less").pvalue for n in LAYERS]
+    expected = [(n, np.mean(seeds(before, n)), np.mean(seeds(now, n)), p) for n, p in zip(LAYERS, holm_adjusted(raw))]
+    assert len(flagged) == len(LAYERS)
+    for line, (layers, mean_before, mean_now, p) in zip(flagged, expected):
+        found = re.fullmatch(r"REGRESSION ctl_backward__ndr n_layers=(\d+) test_acc_at_best: (\S+) -> (\S+) \(worse by (\S+), p = (\S+)\)", line)
+        assert found, line
+        assert int(found[1]) == layers and found[2] == f"{mean_before:.3f}" and found[3] == f"{mean_now:.3f}", line
+        assert found[4] == f"{mean_before - mean_now:.3f}" and float(found[5]) == pytest.approx(p, rel=1e-2) and p < 0.05, line
+
+
 def test_published_numbers_load_and_name_our_models_and_tasks():
     from trainables.models import MODELS
     from trainables.tasks import TASKS
@@ -119,23 +159,131 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
         assert isinstance(cell["mean"], (int, float)), cell
 
 
-def test_the_page_renders_in_a_real_browser(tmp_path, uri):
-    """Headless Chromium (Debian's package; .ci/run installs it) loads the HTML report: the cell
-    table, the published column with the paper's number, and every embedded plot decoded."""
-    import shutil
+def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:
+    """The DOM headless Chromium holds after `budget_ms` of virtual time on `url`."""
     import subprocess
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert browser, "chromium is not installed: apt-get install chromium (as .ci/run does)"
-    state = fake_launch(tmp_path, uri, "night-1", scores_for(0), ablation_text("ndr_layers_test"))
-    report.write_report(state)
-    page = (state.dir / "report" / "report.html").read_text()
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=180).stdout
+
+
+def with_image_probe(page: str, path) -> str:
+    """`page` written to `path` with a script that notes, on the body, how many images it has and
+    whether every one decoded; -> its file URL."""
     probe = ("<script>document.body.dataset.images = [...document.images].length + ':' + "
              "[...document.images].every(i => i.complete && i.naturalWidth > 100);</script></body>")
-    checked = tmp_path / "checked.html"
-    checked.write_text(page.replace("</body>", probe))
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom",
-                          checked.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    path.write_text(page.replace("</body>", probe))
+    return path.as_uri()
+
+
+def test_the_page_renders_in_a_real_browser(tmp_path, uri, chromium):
+    """Headless Chromium (Debian's package; .ci/run installs it) loads the HTML report: the cell
+    table, the published column with the paper's number, and every embedded plot decoded."""
+    state = fake_launch(tmp_path, uri, "night-1", scores_for(0), ablation_text("ndr_layers_test"))
+    report.write_report(state)
+    dom = rendered(chromium, with_image_probe((state.dir / "report" / "report.html").read_text(), tmp_path / "checked.html"))
     assert 'data-images="1:true"' in dom, dom[-500:]
     assert '<table class="cells">' in dom and "paper (test_acc_at_best)" in dom
     assert re.search(r'<td class="published">1\.000 ± 0\.000 \([+-]\d\.\d{3}; Table 4\)</td>', dom), "no published number in the page"
+
+
+SEARCH_TRIALS = [  # (lr, n_layers, status, OOD accuracy per evaluation at 10, 20), in the order they ran
+    (1e-4, 1, "completed", [0.20, 0.40]),
+    (5e-4, 2, "early_stopped", [0.15]),
+    (3e-4, 2, "completed", [0.30, 0.90]),
+    (8e-4, 1, "completed", [0.25, 0.50]),
+]
+
+
+def fake_search(tmp_path, uri: str, launch_id: str = "search-1") -> LaunchState:
+    """A finished search launch in the store, its trial runs nested under their pair's run as the
+    tracker writes them: SEARCH_TRIALS, each with its learning curves."""
+    from orchestrator import tracking
+
+    text = yaml.safe_dump({"name": "search_test", "tasks": [{"task": "ctl", "variant": "tiny", "options": {"direction": "forward"}}],
+                           "models": ["ndr"], "metric": "best_ood_valid_acc", "budget": {"trials": len(SEARCH_TRIALS)},
+                           "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "n_layers": {"int": [1, 2]}}})
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("search_test")
+    exp_id = exp.experiment_id if exp else client.create_experiment("search_test")
+    parent = client.create_run(exp_id, run_name=launch_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
+    pair_run = tracking.pair_run(tracking.client(uri), exp_id, parent.info.run_id, launch_id, "tiny__ndr")
+    for number, (lr, layers, status, curve) in enumerate(SEARCH_TRIALS, 1):
+        config = {"task": "ctl", "model": "ndr", "lr": lr, "n_layers": layers, "seed": 0, "n_iters": 20}
+        run = client.create_run(exp_id, run_name=f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr", start_time=1000 * number, tags={
+            "mlflow.parentRunId": pair_run, "launch_id": launch_id, "kind": "trial", "trial_id": uuid.uuid4().hex[:8], "pair": "tiny__ndr",
+            "model": "ndr", "task": "ctl", "variant": "tiny", "phase": "search", "trial_status": status, "trial_config": json.dumps(config)})
+        for k, value in enumerate(curve, 1):
+            for metric, v in {"ood_valid_acc": value, "iid_valid_acc": min(1.0, value + 0.3), "best_ood_valid_acc": max(curve[:k]),
+                              "test_acc_at_best": max(curve[:k]) - 0.1}.items():
+                client.log_metric(run.info.run_id, metric, v, step=10 * k)
+        client.set_terminated(run.info.run_id)
+    folder = tmp_path / launch_id
+    folder.mkdir()
+    state = LaunchState(launch_id, folder, "search_test", "search_spaces/search_test.yaml", text, uri, parent.info.run_id, state="finished")
+    state.save()
+    return state
+
+
+def test_a_search_report_shows_every_trial_the_winner_and_the_curves(tmp_path, uri, chromium):
+    """Per pair: the winning config, a row per trial in the order they ran (hyperparameters,
+    status, last iteration, metric, test), learning curves and the metric against each
+    hyperparameter; the page loads in Chromium with its trial table and every figure decoded."""
+    state = fake_search(tmp_path, uri)
+    report.write_report(state)
+    markdown = (state.dir / "report" / "report.md").read_text()
+    rows = [line for line in markdown.splitlines() if re.match(r"\| (\*\*)?\d", line)]
+    assert len(rows) == len(SEARCH_TRIALS)
+    for number, ((lr, layers, status, curve), row) in enumerate(zip(SEARCH_TRIALS, rows), 1):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells == [f"**{number}**" if number == 3 else str(number), f"{lr:.3g}", str(layers), status, str(10 * len(curve)),
+                         f"{max(curve):.3f}", f"{max(curve) - 0.1:.3f}"], row
+    assert "Winning config (trial #3" in markdown and "`lr` = 0.0003 (of loguniform [0.0001, 0.001])" in markdown
+    assert "Hyperparameter importances" in markdown
+    assert "compare-runs?runs=" in markdown and "mlflow ui --backend-store-uri" in markdown
+    figures = {p.name for p in (state.dir / "report").glob("*.png")}
+    assert {"tiny__ndr_curves.png", "tiny__ndr_slices.png"} <= figures
+    dom = rendered(chromium, with_image_probe((state.dir / "report" / "report.html").read_text(), tmp_path / "checked.html"))
+    assert dom.count('<tr class="best">') == 1 and dom.count("<tr") >= len(SEARCH_TRIALS) + 1
+    assert re.search(r'data-images="[2-9]:true"', dom), dom[-500:]
+    assert 'alt="tiny__ndr_curves.png"' in dom and 'alt="tiny__ndr_slices.png"' in dom
+
+
+@pytest.mark.slow
+def test_mlflow_shows_the_trials_nested_and_compares_them_in_a_real_browser(tmp_path, uri, chromium):
+    """A real `mlflow server` on the store, MLflow's React UI in Chromium: the experiment page
+    lists the launch's run, and the report's comparison link opens MLflow's comparison of the
+    pair's trials, by the names that carry their hyperparameters."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    state = fake_search(tmp_path, uri)
+    report.write_report(state)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not come up"
+                time.sleep(1)
+        markdown = (state.dir / "report" / "report.md").read_text()
+        compare = re.search(r"\[compare these trials\]\((\S+)\)", markdown).group(1).replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
+        dom = rendered(chromium, compare, budget_ms=30000)
+        assert f"Comparing {len(SEARCH_TRIALS)} Runs" in dom, dom[-1000:]
+        for number, (lr, layers, _, _) in enumerate(SEARCH_TRIALS, 1):
+            assert f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr" in dom
+        experiment = MlflowClient(uri).get_experiment_by_name("search_test").experiment_id
+        assert "search-1" in rendered(chromium, f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs", budget_ms=30000)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

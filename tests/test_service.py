@@ -4,6 +4,7 @@ Each test drives the CLI as a user would (a subprocess) and then reads what land
 """
 import json
 import os
+import re
 import signal
 import shutil
 import subprocess
@@ -69,8 +70,12 @@ def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_eve
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == trials
     steps = list(range(eval_every, n_iters + 1, eval_every))
+    # MLflow's table groups launch > pair > trials: each trial under its pair's run, each pair's under the launch's.
+    pair_runs = {r.info.run_id: r for r in client.search_runs([parents[0].info.experiment_id], filter_string="tags.kind = 'pair'")}
     for run in children:
-        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        pair_run = pair_runs[run.data.tags["mlflow.parentRunId"]]
+        assert pair_run.data.tags["pair"] == run.data.tags["pair"] and pair_run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert pair_run.info.status == "FINISHED"
         for tag in ("model", "task", "variant", "launch_id", "trial_id", "code_version", "mlflow.source.git.commit", "node", "node_id", "device"):
             assert run.data.tags.get(tag), tag
         assert run.data.tags["device"] == "cpu" and run.data.tags["trial_status"] == "completed"
@@ -105,7 +110,13 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     assert not any("Traceback" in line for line in driver)
     children = check_store_contents(uri, path, trials=8)
     # MLflow at a glance: short run names, the pair's answer on the launch's run and on a nested pair run.
-    assert sorted(r.info.run_name for r in children) == sorted(f"#{n} tiny__ndr" for n in range(1, 9))
+    # A search trial's name: its number, the values TPE chose, its pair.
+    for run in children:
+        config = json.loads(run.data.tags["trial_config"])
+        number, *chosen, pair = run.info.run_name.split()
+        assert re.fullmatch(r"#\d", number) and pair == "tiny__ndr", run.info.run_name
+        assert sorted(chosen) == sorted([f"lr={config['lr']:.3g}", *(f"{k}={config[k]}" for k in ("d_model", "n_heads", "n_layers"))])
+    assert sorted(int(r.info.run_name.split()[0][1:]) for r in children) == list(range(1, 9))
     client, parents, _ = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
     best = max(r.data.metrics["best_ood_valid_acc"] for r in children)
     assert parents[0].data.metrics["tiny__ndr/best_ood_valid_acc"] == best
@@ -116,6 +127,8 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     assert {"report/report.html", "report/tiny__ndr_attention.png"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
     search_report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
     assert "# Search " in search_report and "(one seed: no confirmation)" in search_report and f"{best:.3f} (one seed)" in search_report
+    assert "Winning config (trial #" in search_report and sum(1 for line in search_report.splitlines() if re.match(r"\| (\*\*)?\d", line)) == 8
+    assert {"report/tiny__ndr_curves.png", "report/tiny__ndr_slices.png"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
     # Eight trials asked to run together did run together: their MLflow runs overlap in time.
     spans = sorted((r.info.start_time, r.info.end_time) for r in children)
     overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
@@ -307,8 +320,9 @@ def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     assert yaml.safe_load(best_text)["config"]["model"] == "transformer_compositional"
     status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
     rows = [line.split() for line in status.splitlines() if line.startswith("cr__")]
-    assert len(rows) == 2 and all(row[7] != "-" for row in rows)  # the L1 test score is shown, not "-"
-    assert all(" ".join(row[8:]) == "predicting zero: rel_l1 1.0" for row in rows)  # and what chance scores
+    assert "stopped" not in status  # scheduler fifo: no trial stopped early, no column for it
+    assert len(rows) == 2 and all(row[6] != "-" for row in rows)  # the L1 test score is shown, not "-"
+    assert all(" ".join(row[7:]) == "predicting zero: rel_l1 1.0" for row in rows)  # and what chance scores
 
     copy = spec(tmp_path, uri, trials=1, models=("panm",), space={"lr": {"loguniform": [1e-4, 1e-3]}}, metric="best_ood_valid_token_acc",
                 tasks=[{"task": "copy", "options": {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}}],
@@ -440,6 +454,7 @@ def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
     assert "night 1 of " in first.stdout and "No previous launch compared" in next(runs.glob("*/report/report.md")).read_text()
     second = orchestrator("nightly", str(path), cwd=tmp_path)
     assert "night 2 of " in second.stdout and "seeds + 1000" in second.stdout and "REGRESSION" not in second.stdout
+    assert "[launch] no regression in 1 cell compared with " in second.stdout  # the verdict, said either way
     data = yaml.safe_load(path.read_text())
     data["fixed"]["lr"] = 1e-7
     path.write_text(yaml.safe_dump(data))

@@ -263,8 +263,81 @@ def test_dry_run_prints_the_cost_from_a_calibration_and_writes_nothing(tmp_path)
     lines = out.stdout.splitlines()
     assert any(line.startswith("  cost of fwd__lstm: 2 trials x 10 steps = 20 training steps; ") and " s per step here -> at most " in line
                for line in lines), out.stdout
-    assert any(line.startswith("  cost in all: 20 training steps; on this machine (") for line in lines), out.stdout
+    assert any(line.startswith("  cost in all: 20 training steps = ") and " CPU core-hours; on this machine (" in line for line in lines), out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]  # no store, no launch folder, no data cache
+
+
+def test_calibration_takes_the_median_step(monkeypatch):
+    """One step slowed by other work on a shared machine does not move the estimate."""
+    import time
+
+    import torch
+
+    from trainables import train
+
+    durations = iter([0.0, 0.01, 0.01, 0.3, 0.01, 0.01])  # the warm-up, then five timed steps
+    monkeypatch.setattr(train, "training_step", lambda cfg: (lambda: time.sleep(next(durations)), torch.device("cpu")))
+    assert 0.01 <= train.seconds_per_step(None, steps=5) < 0.05
+
+
+def stored_step_rates(uri: str, rates) -> None:
+    """Trial runs as callbacks.TrialTracker leaves them: model, task and device tags, steps_per_s per evaluation."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("earlier")
+    for model, task, device, rate in rates:
+        run = client.create_run(experiment, tags={"kind": "trial", "model": model, "task": task, "device": device})
+        client.log_metric(run.info.run_id, "steps_per_s", rate / 2, step=1)  # the last evaluation's rate is the run's
+        client.log_metric(run.info.run_id, "steps_per_s", rate, step=2)
+
+
+def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, monkeypatch):
+    """The median steps/s of earlier trials of the model on the device kind, of the same task where
+    there are some; GPU-hours where trials get GPUs, CPU core-hours otherwise."""
+    import statistics
+
+    from orchestrator import cost
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    stored_step_rates(uri, [("ndr", "ctl", "cpu", 1.0), ("ndr", "ctl", "cpu", 2.0), ("ndr", "ctl", "cpu", 10.0),
+                            ("ndr", "listops", "cpu", 50.0), ("ndr", "ctl", "cuda:0", 400.0), ("ndr", "ctl", "cuda:1", 600.0),
+                            ("lstm", "listops", "cpu", 3.0), ("lstm", "listops", "cpu", 5.0)])  # no lstm trial on ctl: any task's
+    budget = {"trials": 2, "max_concurrent": 2, "n_iters": 3000, "eval_every": 1000}
+    steps = 2 * 3000
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", 4, 0))
+    lines = list(cost.describe_cost(load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False))
+    ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
+    assert lines == [
+        f"  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier trials of ndr on ctl on cpu) "
+        f"-> at most {cost.hours(ndr)} of trial time",
+        f"  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier trials of lstm (other tasks) on cpu) "
+        f"-> at most {cost.hours(lstm)} of trial time",
+        f"  cost in all: 12,000 training steps = {(ndr + lstm) / 3600:.1f} CPU core-hours; on this machine (4 CPUs, 4 trial(s) at once) "
+        f"at most {cost.hours((ndr + lstm) / 4)} (evaluations left out; ASHA stops poor trials sooner)",
+    ]
+    # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", 16, 2))
+    on_gpus = with_(budget={**budget, "max_concurrent": 8, "trials": 8}, resources={"cpu": 1, "gpu": 0.5}, tracking={"uri": uri})
+    lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379"))
+    ndr = 8 * 3000 / 500.0
+    assert lines[1].endswith("no stored step rate for lstm on cuda")
+    assert lines[2] == (f"  cost in all: 48,000 training steps = {ndr * 0.5 / 3600:.1f} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
+                        f"4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left out; ASHA stops poor trials sooner); "
+                        "1 pair(s) without an estimate left out")
+
+
+def test_dry_run_without_calibration_creates_no_store(tmp_path):
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    out = run_cli("launch", str(write(tmp_path, with_(tracking={"uri": uri}))), "--dry-run", "--no-calibrate", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "; no stored step rate for ndr on cpu" in out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
+    from orchestrator.tracking import step_rates
+
+    empty = tmp_path / "empty.db"  # a database without MLflow's tables gets none
+    empty.touch()
+    assert step_rates(f"sqlite:///{empty}") == [] and empty.stat().st_size == 0
 
 
 def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):

@@ -70,3 +70,15 @@ def test_false_alarm_rate_of_unchanged_nights_stays_below_five_percent():
         cells = [((k,), list(rng.normal(c, 0.05, 3)), list(rng.normal(c, 0.05, 3)), False) for k, c in enumerate(centres)]
         nights_flagged += any(c.regressed for c in stats.regressions(cells))
     assert nights_flagged / 2000 < 0.05
+
+
+def test_tied_seeds_give_exact_answers_without_scipy_warnings(recwarn):
+    # Three tied 0.1s have a mean of 0.10000000000000002 and a std of about 1e-17, not 0.
+    assert stats.worse_p_value([0.1] * 3, [0.1] * 3) == 1.0 and stats.two_sided_p([0.1] * 3, [0.1] * 3) == 1.0
+    assert stats.worse_p_value([0.7] * 3, [0.9] * 3) == 0.0 and stats.worse_p_value([0.9] * 3, [0.7] * 3) == 1.0
+    # One side tied: Welch with that side's variance 0, i.e. a one-sample t test of the other side (df n - 1).
+    before = [0.9, 0.9, 0.91]
+    t = (0.7 - np.mean(before)) / math.sqrt(np.var(before, ddof=1) / 3)
+    assert stats.worse_p_value([0.7] * 3, before) == pytest.approx(scipy_stats.t.cdf(t, 2))
+    assert stats.two_sided_p([0.7] * 3, before) == pytest.approx(2 * scipy_stats.t.cdf(t, 2))
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -403,16 +404,19 @@ def synchronize(device: torch.device) -> None:
 
 
 def seconds_per_step(cfg: TrainConfig, steps: int = 3, before_timing: Callable[[], None] | None = None) -> float:
-    """Seconds per training step of `cfg` on this machine, timed over `steps` steps after one
-    warm-up step, evaluations left out: what `launch --dry-run` turns into a cost estimate.
-    `before_timing` runs between the warm-up and the timing (a benchmark's barrier)."""
+    """Seconds per training step of `cfg` on this machine: the median of `steps` steps, each timed
+    to its device's end, after one warm-up step, evaluations left out: what `launch --dry-run` turns
+    into a cost estimate. A median, so that one step slowed by other work on a shared machine does
+    not move the estimate. `before_timing` runs between the warm-up and the timing (a benchmark's barrier)."""
     step, device = training_step(cfg)
     step()
     synchronize(device)
     if before_timing:
         before_timing()
-    start = time.perf_counter()
+    times = []
     for _ in range(steps):
+        start = time.perf_counter()
         step()
-    synchronize(device)
-    return (time.perf_counter() - start) / steps
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

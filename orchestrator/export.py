@@ -1,0 +1,46 @@
+"""A launch's trial runs as one table, for pandas, R or a spreadsheet (`orchestrator export`).
+
+Read from the tracking store alone, like `status`: no Ray, no torch.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import tracking
+
+FORMATS = ("csv", "parquet")
+# The tags that place a run, in this order; cell, candidate and seed only where the launch has them.
+TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, "cell", "candidate", "seed", "code_version")
+
+
+def launch_frame(state) -> pd.DataFrame:
+    """One row per trial run of the launch, whatever its status, in the order they started: run_id,
+    run_name, start_time and end_time, the tags in TAGS, the trial's config as `params.<key>` (typed,
+    nested options flattened: `params.task_options.direction`) and the last value of each metric as
+    `metrics.<name>`, as mlflow.search_runs names its columns."""
+    rows = []
+    for run in sorted(tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id), key=lambda r: r.info.start_time):
+        tags = run.data.tags
+        rows.append({"run_id": run.info.run_id, "run_name": run.info.run_name,
+                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
+                     "end_time": pd.to_datetime(run.info.end_time, unit="ms", utc=True) if run.info.end_time else pd.NaT,
+                     **{tag: tags[tag] for tag in TAGS if tag in tags},
+                     "params": json.loads(tags.get(tracking.CONFIG_TAG, "{}")), "metrics": run.data.metrics})
+    frame = pd.json_normalize(rows, sep=".")
+    for tag in ("candidate", "seed"):  # MLflow keeps tags as text; these are numbers to sort and group by
+        if tag in frame:
+            frame[tag] = pd.to_numeric(frame[tag]).astype("Int64")
+    leading = [c for c in ("run_id", "run_name", "start_time", "end_time", *TAGS) if c in frame]
+    return frame[leading + sorted(c for c in frame.columns if c.startswith("params.")) + sorted(c for c in frame.columns if c.startswith("metrics."))]
+
+
+def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+        return
+    # A Parquet column has one type: a config key that is a number in one pair and text in another is written as text.
+    mixed = [c for c in frame.columns if frame[c].dtype == object and frame[c].dropna().map(type).nunique() > 1]
+    frame.astype({c: "string" for c in mixed}).to_parquet(path, index=False)

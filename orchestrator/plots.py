@@ -1,0 +1,128 @@
+"""Figures shared by the reports (report.py) and the attention maps (maps.py): matplotlib set up
+without a display, a figure saved as a PNG and returned as base64 for the HTML page, titles wrapped
+to the figure's width, chance drawn on every accuracy axis; and a search's own figures (learning
+curves of every trial, the metric against each searched hyperparameter, Optuna's importances)."""
+from __future__ import annotations
+
+import base64
+import math
+import textwrap
+from pathlib import Path
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_png(fig, path: Path) -> str:
+    """Save `fig` to `path`; -> the PNG as base64, for the HTML page to embed."""
+    plt = pyplot()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def wrapped(text: str, inches: float, fontsize: float) -> str:
+    """`text` broken into lines that fit `inches` of width at `fontsize` points (a character is
+    about half its point size wide)."""
+    return textwrap.fill(text, width=max(20, int(inches * 72 / (0.55 * fontsize))))
+
+
+def set_title(ax, text: str, fontsize: float = 9) -> None:
+    ax.set_title(wrapped(text, ax.figure.get_figwidth() * ax.get_position().width, fontsize), fontsize=fontsize)
+
+
+def set_suptitle(fig, text: str, fontsize: float = 9) -> None:
+    fig.suptitle(wrapped(text, fig.get_figwidth(), fontsize), fontsize=fontsize)
+
+
+def chance_level(chance: str) -> float | None:
+    """The number in a task's chance text ("uniform guess: 0.077" -> 0.077)."""
+    try:
+        return float(chance.rsplit(" ", 1)[-1])
+    except (ValueError, AttributeError):
+        return None
+
+
+def draw_chance(ax, chance: str | None, metric: str) -> None:
+    """On an accuracy axis: chance as a dashed line, and the axis from 0 to 1, so that noise at
+    chance never looks like an effect."""
+    level = chance_level(chance) if chance else None
+    if not metric.endswith("_acc") and "_acc_" not in metric:
+        return
+    ax.set_ylim(0, 1.02)
+    if level is not None:
+        ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"chance {level:.3f}")
+
+
+def learning_curves(pair: str, trials: list[dict], score: str, chance: str, out_dir: Path) -> tuple[Path, str]:
+    """Per trial, its OOD and IID validation score against iterations (a panel each); a trial
+    ASHA stopped is dashed and ends in an x, the best trial drawn thicker. `trials`: dicts with
+    `label`, `status`, `best` and `curves` ({metric name: [(step, value), ...]})."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, split in zip(axes[0], ("ood_valid", "iid_valid")):
+        metric = f"{split}_{score}"
+        for k, trial in enumerate(trials):
+            points = trial["curves"].get(metric) or []
+            if not points:
+                continue
+            steps, values = zip(*points)
+            stopped = trial["status"] != "completed"
+            ax.plot(steps, values, color=colors[k % len(colors)], linestyle="--" if stopped else "-",
+                    linewidth=2.5 if trial["best"] else 1.2, label=trial["label"] if split == "ood_valid" else None)
+            if stopped:
+                ax.plot(steps[-1], values[-1], marker="x", color=colors[k % len(colors)])
+        draw_chance(ax, chance, metric)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(metric)
+        set_title(ax, f"{'OOD' if split == 'ood_valid' else 'IID'} validation")
+    if len(trials) <= 12:
+        axes[0][0].legend(fontsize=6, loc="best")
+    set_suptitle(fig, f"{pair}: every trial's learning curve (dashed, x: stopped early or not completed; thick: the best)")
+    path = out_dir / f"{pair}_curves.png"
+    return path, figure_png(fig, path)
+
+
+def slices(pair: str, trials: list[dict], params: dict[str, tuple], metric: str, chance: str, out_dir: Path) -> tuple[Path, str] | None:
+    """The selection metric of each trial against each searched hyperparameter (Optuna's slice
+    plot) over its searched range, on a log axis where it was searched log-uniformly; `params`:
+    name -> (its distribution's kind, its values). Completed trials filled, the others hollow."""
+    shown = [name for name in params if any(name in t["params"] for t in trials)]
+    if not shown:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(shown), figsize=(max(5.0, 3.4 * len(shown)), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], shown):
+        for completed in (True, False):
+            points = [(t["params"][name], t["metric"]) for t in trials
+                      if name in t["params"] and t["metric"] is not None and math.isfinite(t["metric"]) and (t["status"] == "completed") == completed]
+            if points:
+                xs, ys = zip(*points)
+                ax.scatter([str(x) if params[name][0] == "choice" else x for x in xs], ys, s=28,
+                           facecolors="C0" if completed else "none", edgecolors="C0", label="completed" if completed else "stopped / other")
+        kind, bounds = params[name]
+        if kind == "loguniform":
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_minor_locator(NullLocator())  # labelled minor ticks overlap over a short range
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+        if kind != "choice":
+            ax.set_xlim(*bounds)  # where in the searched range the trials fell
+        ax.tick_params(axis="x", labelsize=7)
+        draw_chance(ax, chance, metric)
+        ax.set_xlabel(name)
+        ax.set_ylabel(metric)
+    axes[0][0].legend(fontsize=6, loc="best")
+    set_suptitle(fig, f"{pair}: {metric} against each searched hyperparameter")
+    path = out_dir / f"{pair}_slices.png"
+    return path, figure_png(fig, path)

@@ -1,0 +1,118 @@
+"""`orchestrator status` and `best` from launch.json and a real MLflow store (SQLite) holding runs
+written as callbacks.TrialTracker writes them: an ablation's cells in numeric order with their seeds'
+counts and mean ± std, no ASHA column where nothing stops trials early, and neither command
+importing Ray or torch."""
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator.spec import load_study
+from orchestrator.state import LaunchState, plan_of
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = {"name": "status_test", "tasks": [{"task": "ctl", "variant": "fwd", "options": {"direction": "forward"}}], "models": ["ndr"],
+        "budget": {"trials": 3, "max_concurrent": 1, "n_iters": 10, "eval_every": 5}}
+# (n_layers, seed) -> (trial_status, best_ood_valid_acc, test_acc_at_best); n_layers=12 has not started.
+RUNS = {(4, 0): ("completed", 0.61, 0.52), (4, 1): ("completed", 0.65, 0.50), (4, 2): ("completed", 0.70, 0.57),
+        (10, 0): ("completed", 0.91, 0.88), (10, 1): ("running", 0.5, 0.4), (10, 2): ("completed", 0.95, 0.81),
+        (8, 0): ("diverged", 0.2, 0.1), (8, 1): ("completed", 0.8, 0.75), (8, 2): ("lost", 0.9, 0.9)}
+
+
+def launch(tmp_path: Path, spec: dict, runs: dict, plan_keys=None) -> LaunchState:
+    """A launch in a SQLite store: `runs` maps (grid values, seed) to (status, metric, test score);
+    `plan_keys` keeps only those keys of the plan (a launch.json from an older version)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    study = load_study(path)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment(f"{study.experiment}-{uuid.uuid4().hex[:6]}")
+    launch_id = f"launch-{uuid.uuid4().hex[:6]}"
+    parent = client.create_run(experiment, tags={"launch_id": launch_id, "kind": "launch"})
+    for (cell, seed), (status, metric, test) in runs.items():
+        setting = dict(zip(study.grid, cell))
+        tags = {"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial", "pair": study.pairs[0].name,
+                "trial_status": status, "trial_config": json.dumps({**study.pairs[0].base, **setting, "seed": seed})}
+        if study.is_ablation:
+            tags.update(cell=" ".join(f"{k}={v}" for k, v in setting.items()) or "-", seed=str(seed))
+        run = client.create_run(experiment, tags=tags)
+        client.log_metric(run.info.run_id, "best_ood_valid_acc", metric)
+        client.log_metric(run.info.run_id, "test_acc_at_best", test)
+    plan = plan_of(study)
+    if plan_keys is not None:
+        plan = {k: v for k, v in plan.items() if k in plan_keys}
+        plan["pairs"] = [{k: v for k, v in p.items() if k in plan_keys} for p in plan["pairs"]]
+    folder = tmp_path / "runs" / launch_id
+    folder.mkdir(parents=True)
+    state = LaunchState(launch_id, folder, client.get_experiment(experiment).name, str(path), path.read_text(), uri, parent.info.run_id,
+                        state="finished", plan=plan)
+    state.save()
+    return state
+
+
+def orchestrator(*args: str) -> tuple[str, list[str]]:
+    """The command's output, and which of Ray and torch it imported."""
+    code = ("import sys; from orchestrator.cli import main; code = main(sys.argv[1:]); "
+            "print('imported:', *(m for m in ('ray', 'torch') if m in sys.modules)); sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
+    body, _, imported = out.rpartition("imported:")
+    return body, imported.split()
+
+
+def spread(values: list[float]) -> str:
+    return f"{np.mean(values):.4f}" + (f" ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else "")
+
+
+def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
+    state = launch(tmp_path, {**SPEC, "grid": {"n_layers": [4, 8, 10, 12]}, "seeds": [0, 1, 2]}, {((n,), s): v for (n, s), v in RUNS.items()})
+    out, imported = orchestrator("status", str(state.dir))
+    assert imported == []
+    assert "stopped" not in out and "ASHA" not in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("  n_layers=")]
+    assert [row[0] for row in rows] == ["n_layers=4", "n_layers=8", "n_layers=10", "n_layers=12"]  # as text, 10 sorts before 4
+    for row in rows:
+        layers = int(row[0].split("=")[1])
+        done = [v for (n, _), v in RUNS.items() if n == layers and v[0] == "completed"]
+        counted = [sum(1 for (n, _), v in RUNS.items() if n == layers and v[0] in kinds) for kinds in (("completed",), ("running",), ("diverged",))]
+        assert [int(x) for x in row[1:5]] == counted + [3], row
+        shown = " ".join(row[5:])
+        if done:
+            assert shown == f"{spread([v[1] for v in done])} {spread([v[2] for v in done])}", row
+        else:
+            assert shown == "- -"
+
+    # A launch.json from before grids and seed counts were saved: the cells its runs name, in the same order.
+    old = launch(tmp_path, {**SPEC, "grid": {"n_layers": [4, 8, 10, 12]}, "seeds": [0, 1, 2]}, {((n,), s): v for (n, s), v in RUNS.items()},
+                 plan_keys={"metric", "mode", "score", "ablation", "confirm", "pairs", "name", "trials", "chance"})
+    out, imported = orchestrator("status", str(old.dir))
+    assert imported == [] and [line.split()[0] for line in out.splitlines() if line.startswith("  n_layers=")] == [
+        "n_layers=4", "n_layers=8", "n_layers=10"]
+    seeds_only = launch(tmp_path, {**SPEC, "seeds": [0, 1]}, {((), 0): ("completed", 0.5, 0.4), ((), 1): ("completed", 0.7, 0.6)})
+    out, _ = orchestrator("status", str(seeds_only.dir))
+    row = next(line for line in out.splitlines() if line.startswith("  (seeds only)"))
+    assert " ".join(row.split()[2:]) == f"2 0 0 2 {spread([0.5, 0.7])} {spread([0.4, 0.6])}"
+
+
+def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
+    runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
+    fifo = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
+    out, imported = orchestrator("status", str(fifo.dir))
+    assert imported == [] and "stopped" not in out
+    assert any(line.split()[:6] == ["fwd__ndr", "3", "0", "0", "3", "0.7000"] for line in out.splitlines()), out
+    written, imported = orchestrator("best", str(fifo.dir))
+    assert imported == [] and written.split() == [str(fifo.dir / "best" / "fwd__ndr.yaml")]
+    best = (fifo.dir / "best" / "fwd__ndr.yaml").read_text()
+    assert best.startswith(f"# Best trial of fwd__ndr in launch {fifo.launch_id}: best_ood_valid_acc = 0.7000, test_acc_at_best = 0.6")
+    assert yaml.safe_load(best)["config"]["seed"] == 2
+    # ASHA's column where ASHA may have stopped trials, and for a launch.json that does not say.
+    asha = launch(tmp_path, SPEC, runs)
+    assert "stopped" in orchestrator("status", str(asha.dir))[0]
+    old = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs, plan_keys={"metric", "mode", "score", "ablation", "confirm", "pairs",
+                                                                                   "name", "trials", "chance"})
+    assert "stopped" in orchestrator("status", str(old.dir))[0]
