@@ -307,7 +307,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     for pair in study.pairs:
         links = tracking.ui_links(ui["url"], parent.info.experiment_id, [r.info.run_id for r in trial_runs if r.data.tags.get("pair") == pair.name
                                                                           and r.data.tags.get(tracking.STATUS_TAG) != "lost"],
-                                  [f"ood_valid_{study.score}", f"iid_valid_{study.score}"])
+                                  [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
+                                  f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'", study.metric, study.mode)
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
         searched = None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
         if not len(runs):

@@ -556,19 +556,22 @@ def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: s
             for pair, entries in found.items()}
 
 
-def ui_links(ui: str, experiment_id: str, run_ids: list[str], metrics: list[str]) -> dict[str, str]:
+def ui_links(ui: str, experiment_id: str, run_ids: list[str], metrics: list[str], runs_filter: str, order_by: str, mode: str) -> dict[str, str]:
     """Links into MLflow's UI at `ui` (e.g. `mlflow ui`'s http://127.0.0.1:5000) for a group of
-    runs: `compare`, MLflow's comparison page (params and metrics side by side, parallel
-    coordinates, scatter and contour plots), and `curves`, their `metrics` against steps, one line
-    per run."""
-    from urllib.parse import quote
+    runs: `runs`, the experiment's runs table filtered by `runs_filter` and sorted by the metric
+    `order_by`, best first (flat, not under their collapsed parent runs); `compare`, MLflow's
+    comparison page (params and metrics side by side, parallel coordinates, scatter and contour
+    plots); and `curves`, their `metrics` against steps, one line per run."""
+    from urllib.parse import quote, urlencode
 
     def q(value) -> str:
         return quote(json.dumps(value, separators=(",", ":")), safe="")
 
     runs, experiments = q(run_ids), q([experiment_id])
     base = ui.rstrip("/") + "/#/"
-    return {"compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
+    table = urlencode({"searchFilter": runs_filter, "orderByKey": f"metrics.`{order_by}`", "orderByAsc": str(mode == "min").lower()})
+    return {"runs": f"{base}experiments/{experiment_id}/runs?{table}",
+            "compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
             "curves": (f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}&plot_metric_keys={q(metrics)}"
                        "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true&deselected_curves=%5B%5D"
                        "&last_linear_y_axis_range=%5B%5D")}

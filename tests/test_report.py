@@ -252,8 +252,8 @@ def test_a_search_report_shows_every_trial_the_winner_and_the_curves(tmp_path, u
 @pytest.mark.slow
 def test_mlflow_shows_the_trials_nested_and_compares_them_in_a_real_browser(tmp_path, uri, chromium):
     """A real `mlflow server` on the store, MLflow's React UI in Chromium: the experiment page
-    lists the launch's run, and the report's comparison link opens MLflow's comparison of the
-    pair's trials, by the names that carry their hyperparameters."""
+    lists the launch's run, the report's links open the pair's trials best first and MLflow's
+    comparison of them, by the names that carry their hyperparameters."""
     import socket
     import subprocess
     import sys
@@ -277,8 +277,12 @@ def test_mlflow_shows_the_trials_nested_and_compares_them_in_a_real_browser(tmp_
                 assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not come up"
                 time.sleep(1)
         markdown = (state.dir / "report" / "report.md").read_text()
-        compare = re.search(r"\[compare these trials\]\((\S+)\)", markdown).group(1).replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")
-        dom = rendered(chromium, compare, budget_ms=30000)
+        link = lambda text: re.search(rf"\[{text}\]\((\S+)\)", markdown).group(1).replace("http://127.0.0.1:5000", f"http://127.0.0.1:{port}")  # noqa: E731
+        dom = rendered(chromium, link("these trials, best first"), budget_ms=30000)
+        names = [f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr" for number, (lr, layers, _, _) in enumerate(SEARCH_TRIALS, 1)]
+        best_first = sorted(names, key=lambda name: -max(SEARCH_TRIALS[names.index(name)][3]))
+        assert [dom.index(name) for name in best_first] == sorted(dom.index(name) for name in names), dom[-1000:]
+        dom = rendered(chromium, link("compare them"), budget_ms=30000)
         assert f"Comparing {len(SEARCH_TRIALS)} Runs" in dom, dom[-1000:]
         for number, (lr, layers, _, _) in enumerate(SEARCH_TRIALS, 1):
             assert f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr" in dom
