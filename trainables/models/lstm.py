@@ -5,7 +5,21 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+
+
+class LSTM(nn.LSTM):
+    """nn.LSTM, in float32 on the CPU under bf16 autocast: oneDNN builds no bf16 LSTM on a CPU
+    without bf16 instructions ("could not create a primitive descriptor for the LSTM forward
+    propagation primitive" on an AMD EPYC without AVX-512). On a GPU autocast applies as to any layer."""
+
+    def forward(self, input, hx=None):
+        data = input.data if isinstance(input, PackedSequence) else input
+        if data.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+            return super().forward(input, hx)
+        with torch.autocast("cpu", enabled=False):
+            input = input._replace(data=data.float()) if isinstance(input, PackedSequence) else data.float()
+            return super().forward(input, None if hx is None else tuple(h.float() for h in hx))
 
 
 @dataclass
@@ -21,7 +35,7 @@ class LSTMClassifier(nn.Module):
         hidden = cfg.d_model // 2 if bidirectional else cfg.d_model
         self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.lstm = nn.LSTM(
+        self.lstm = LSTM(
             cfg.d_model, hidden, num_layers=cfg.n_layers, batch_first=True,
             bidirectional=bidirectional, dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
         )

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .lstm import LSTM
 from .transformer import sinusoids
 
 
@@ -86,7 +87,7 @@ class SequenceEncoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.features = nn.Linear(n_features, d_model) if n_features else None
         if kind == "lstm":
-            self.net = nn.LSTM(d_model, d_model, num_layers=n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
+            self.net = LSTM(d_model, d_model, num_layers=n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
         else:
             layer = nn.TransformerEncoderLayer(d_model, n_heads, 2 * d_model, dropout, batch_first=True)
             self.net = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)

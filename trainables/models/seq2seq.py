@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from .lstm import LSTM
 from .transformer import sinusoids
 
 
@@ -34,7 +35,7 @@ class LSTMSeq2Seq(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, vocab_size: int, n_features: int = 0):
         super().__init__()
         self.vocab_size = vocab_size
-        self.lstm = nn.LSTM(vocab_size + n_features, cfg.d_model, num_layers=cfg.n_layers, batch_first=True,
+        self.lstm = LSTM(vocab_size + n_features, cfg.d_model, num_layers=cfg.n_layers, batch_first=True,
                             dropout=cfg.dropout if cfg.n_layers > 1 else 0.0)
         self.dropout = nn.Dropout(cfg.dropout)
         self.output = nn.Linear(cfg.d_model, vocab_size)
