@@ -154,18 +154,26 @@ def check_complete(uri: str, path: Path, trials: int, n_iters: int, eval_every: 
     return children
 
 
-def test_storage_every_node_must_see(tmp_path, cluster):
-    """A worker in a private mount namespace cannot see the driver's launch folder: local storage
-    is refused before anything is written; a path both nodes see, and an S3-compatible object
-    store on a loopback port, both carry a launch through SIGINT and resume to the end."""
+STORAGE_ITERS, STORAGE_EVERY = 200, 20
+
+
+def cluster_with_a_blind_node(tmp_path, cluster) -> tuple[Path, str, Path]:
+    """Two workers, the second in a private mount namespace where the driver's launch folder
+    `runs` is an empty folder; -> (runs, the store's URI, a search file of 3 NDR trials)."""
     cluster.worker()
     runs = tmp_path / "runs"
     runs.mkdir()
     cluster.worker(hide=runs)  # the second "machine" sees an empty folder there
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    n_iters, every = 200, 20
-    path = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=n_iters, eval_every=every, cpu=1, models=("ndr",))
+    return runs, uri, spec(tmp_path, uri, trials=3, concurrent=2, n_iters=STORAGE_ITERS, eval_every=STORAGE_EVERY, cpu=1, models=("ndr",))
 
+
+def test_storage_every_node_must_see(tmp_path, cluster):
+    """A worker in a private mount namespace cannot see the driver's launch folder: local storage
+    is refused before anything is written; an S3-compatible object store on a loopback port
+    carries a launch through SIGINT and resume to the end."""
+    runs, uri, path = cluster_with_a_blind_node(tmp_path, cluster)
+    n_iters, every = STORAGE_ITERS, STORAGE_EVERY
     refused = orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env, check=False)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     [line] = [l for l in refused.stderr.splitlines() if l.startswith("orchestrator:")]
@@ -173,21 +181,7 @@ def test_storage_every_node_must_see(tmp_path, cluster):
     assert list(runs.iterdir()) == []  # no launch folder, no marker left behind
     assert MlflowClient(uri).get_experiment_by_name(yaml.safe_load(path.read_text())["name"]) is None
 
-    shared = Path(tempfile.mkdtemp(prefix="sysgen-shared-", dir="/tmp"))  # outside the hidden folder
-    try:
-        driver = popen_launch("launch", str(path), "--address", cluster.address, "--storage", str(shared), cwd=tmp_path, env=cluster.env)
-        wait_for_checkpoint(shared, driver)
-        out = interrupt_then_resume(driver, tmp_path, cluster.env, cluster.address)
-        assert "resuming from" in out
-        children = check_complete(uri, path, trials=3, n_iters=n_iters, eval_every=every)
-        assert len({r.data.tags["node_id"] for r in children}) == 2  # both nodes ran trials
-        launch_id = next(runs.glob("*/launch.json")).parent.name
-        assert len(list((shared / launch_id / "tune").glob("tiny__ndr_*/checkpoint_*"))) == 3  # the last of each trial
-        assert not list(runs.glob("*/tune"))
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
-
-    # The same cluster with an S3-compatible object store: a real server on a loopback port.
+    # An S3-compatible object store: a real server on a loopback port.
     import pyarrow.fs
 
     port = free_port()
@@ -201,8 +195,6 @@ def test_storage_every_node_must_see(tmp_path, cluster):
                 break
             except OSError:
                 time.sleep(0.2)
-        shutil.rmtree(runs)
-        runs.mkdir()
         s3 = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=n_iters, eval_every=every, cpu=1, models=("ndr",),
                   storage={"uri": "s3://ckpt/sweeps", "endpoint": f"http://127.0.0.1:{port}"})
         driver = popen_launch("launch", str(s3), "--address", cluster.address, cwd=tmp_path, env=cluster.env)
@@ -217,6 +209,27 @@ def test_storage_every_node_must_see(tmp_path, cluster):
         assert S3_ENV["AWS_SECRET_ACCESS_KEY"] not in launch_json  # credentials stay in the environment
     finally:
         os.killpg(server.pid, signal.SIGKILL)
+
+
+@pytest.mark.long
+def test_storage_on_a_path_every_node_sees(tmp_path, cluster):
+    """The same blind node, with `--storage` on a path both nodes see: a launch through SIGINT and
+    resume to the end, its checkpoints there and none in the launch folder."""
+    runs, uri, path = cluster_with_a_blind_node(tmp_path, cluster)
+    n_iters, every = STORAGE_ITERS, STORAGE_EVERY
+    shared = Path(tempfile.mkdtemp(prefix="sysgen-shared-", dir="/tmp"))  # outside the hidden folder
+    try:
+        driver = popen_launch("launch", str(path), "--address", cluster.address, "--storage", str(shared), cwd=tmp_path, env=cluster.env)
+        wait_for_checkpoint(shared, driver)
+        out = interrupt_then_resume(driver, tmp_path, cluster.env, cluster.address)
+        assert "resuming from" in out
+        children = check_complete(uri, path, trials=3, n_iters=n_iters, eval_every=every)
+        assert len({r.data.tags["node_id"] for r in children}) == 2  # both nodes ran trials
+        launch_id = next(runs.glob("*/launch.json")).parent.name
+        assert len(list((shared / launch_id / "tune").glob("tiny__ndr_*/checkpoint_*"))) == 3  # the last of each trial
+        assert not list(runs.glob("*/tune"))
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
@@ -239,6 +252,7 @@ def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
     assert run.data.tags["node_id"] != before.data.tags["node_id"]  # finished elsewhere
 
 
+@pytest.mark.long
 def test_resume_after_the_driver_dies_as_a_checkpoint_is_pruned(tmp_path):
     """Tune deletes a trial's previous checkpoint as it registers a new one, a moment before the
     experiment snapshot that resume reads is rewritten. Kill the driver (and its local Ray) the

@@ -224,6 +224,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
             assert run.info.end_time < parents[0].info.end_time  # not run again
 
 
+@pytest.mark.long
 def test_two_nodes(tmp_path, request):
     """A head and a worker node on this machine; a custom resource with one slot per node makes the
     two concurrent trials land on different nodes, and MLflow shows which node ran each. Then, with
@@ -303,6 +304,7 @@ def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
         server.wait(timeout=30)
 
 
+@pytest.mark.long
 def test_launch_minimises_l1_on_set_regression_and_covers_seq2seq(tmp_path):
     """The other papers' pairs through the whole service: compositional vs multi-head attention on
     contextual retrieval (L1, minimised) and PANM on Copy (token and sequence accuracy per test length)."""
@@ -373,6 +375,7 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     assert alone.returncode == 2 and "--compare previous: no launch of" in alone.stderr
 
 
+@pytest.mark.long
 def test_batched_seeds_resume_after_the_driver_is_killed(tmp_path):
     """A trial of batched seeds is checkpointed and restored as one; after a SIGKILL of the driver
     mid-trial and `resume`, each seed's MLflow run holds every evaluation exactly once."""
@@ -406,6 +409,7 @@ def test_batched_seeds_resume_after_the_driver_is_killed(tmp_path):
     assert all(len(losses) == 3 for losses in by_seed.values())
 
 
+@pytest.mark.long
 def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
     """`confirm: {top_k: 2, seeds: [5, 6]}`: after the search, each pair's two best trials run again
     with seeds 5 and 6; the pair's answer (summary, best config, MLflow) is the best candidate's mean."""
@@ -441,6 +445,7 @@ def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
     assert f"{np.mean(tests):.3f} ± {np.std(tests, ddof=1):.3f} [" in rows[chosen]
 
 
+@pytest.mark.long
 def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
     """Three nights of one ablation (3 seeds, new ones each night): unchanged, unchanged, then with
     a learning rate too small to learn. Only the third is flagged, and its exit status says so."""

@@ -53,7 +53,7 @@ def test_every_model_trains_and_reports(model):
     assert metrics[f"best_ood_valid_{m}"] == pick(r[f"ood_valid_{m}"] for r in reports)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_compile_trains_to_the_same_results_within_rounding():
     """torch.compile fuses operations, which reorders floating-point sums: NDR's loss after 12
     steps moved by 0.1% in a trial run; both models must stay within 1%."""
@@ -221,7 +221,7 @@ def test_orchestrator_train_cli(tmp_path):
     assert bad.stderr.count("\n") == 1 and "n_layer" in bad.stderr and "n_layers" in bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_small_ndr_learns_ctl_in_about_a_minute():
     """A 4-layer, 64-wide NDR on CTL (train depths 1-3), about 80 s on 2 CPU threads; chance is 1/8.
     Measured IID accuracy: 0.75 after 3000 steps, 0.84 after 3500, 0.92 after 4500 (the plateau's end moves a few
@@ -236,7 +236,7 @@ def test_small_ndr_learns_ctl_in_about_a_minute():
     assert metrics["iid_valid_acc"] >= 0.85, metrics
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_panm_learns_copy_at_training_length():
     """Fresh batches of lengths 1..9: IID token accuracy 1.00 and OOD (length 10) 1.00 after 400
     steps (ablations/panm_cpu_copy.yaml runs the same model to 1000 steps)."""
@@ -249,7 +249,7 @@ def test_panm_learns_copy_at_training_length():
     assert metrics["iid_valid_token_acc"] >= 0.95 and metrics["iid_valid_seq_acc"] >= 0.8, metrics
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_compositional_transformer_beats_chance_on_contextual_retrieval():
     """The paper-shaped model with fresh batches of 64; chance (predicting the median) has L1 about
     0.75 with the authors' alphas."""
