@@ -15,7 +15,7 @@ $(VENV)/.run-installed: pyproject.toml
 
 # And what the tests need: pytest and friends, and the dashboard extra (tests/test_export.py serves it).
 $(VENV)/.installed: $(VENV)/.run-installed
-	$(VENV)/bin/pip install -q -e '.[test,dashboard]'
+	$(VENV)/bin/pip install -q -e '.[test,dashboard,server]'
 	touch $@
 
 install: $(VENV)/.installed

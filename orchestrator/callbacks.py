@@ -19,7 +19,7 @@ from pathlib import Path
 from ray.tune import Callback
 
 from .search import CANDIDATE_KEY, PAIR_KEY, own_config, seed_config, trial_seeds
-from .tracking import CONFIG_TAG, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, numeric_metrics, pair_run, seed_result
+from .tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, numeric_metrics, pair_run, seed_result
 
 
 def cell_tags(trial, seed: int | None = None) -> dict[str, str]:
@@ -32,6 +32,16 @@ def cell_tags(trial, seed: int | None = None) -> dict[str, str]:
     if CANDIDATE_KEY in trial.config:
         return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), "seed": str(own["seed"])}
     return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), "seed": str(own["seed"])}
+
+
+def error_line(trial) -> str:
+    """": <the last line of the trial's error>", from the file Tune wrote; Tune's own log of the
+    error (a traceback) is kept off the console (launch.quiet_ray)."""
+    path = getattr(trial, "error_file", None)
+    if not path or not os.path.exists(path):
+        return ""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    return f": {lines[-1].strip()[:300]}" if lines else ""
 
 
 class TrialTracker(Callback):
@@ -47,11 +57,15 @@ class TrialTracker(Callback):
         self.pair_runs: dict[str, str] = {}  # pair -> its run, the parent of its trials' runs
         self.located: set[str] = set()  # runs whose node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
+        self.ended: set[str] = set()  # trials whose end (complete or error) Tune reported to this driver
         self._client = None
         self._experiment_id = None
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
         return self.__dict__ | {"_client": None, "located": set(), "last_step": {}, "pair_runs": {}}
+
+    def __setstate__(self, state):  # a launch started before `ended` existed resumes too
+        self.__dict__.update({"ended": set(), **state})
 
     @property
     def mlflow(self):
@@ -137,7 +151,7 @@ class TrialTracker(Callback):
         for seed, run_id in self.run_ids(trial).items():
             # A restored trial first replays the evaluations its checkpoint holds: the driver may have
             # died after the trial wrote a checkpoint and before it logged that evaluation.
-            for record in result.get(REPLAY_KEY) or ():
+            for record in json.loads(result.get(REPLAY_KEY) or "[]"):
                 self.log_evaluation(run_id, seed_result(record, seed))
             self.log_evaluation(run_id, seed_result(result, seed))
             if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
@@ -161,6 +175,7 @@ class TrialTracker(Callback):
             self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        self.ended.add(trial.trial_id)
         for seed, run_id in self.run_ids(trial).items():
             status = seed_result(trial.last_result or {}, seed).get("status", "completed")
             if status == "running":
@@ -171,10 +186,12 @@ class TrialTracker(Callback):
     def on_trial_recover(self, iteration, trials, trial, **info):
         """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
         self.located.difference_update(self.run_ids(trial).values())  # tag the node it lands on next
-        print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)); restarting it from its last "
-              f"checkpoint", flush=True)
+        print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)){error_line(trial)}; restarting it "
+              f"from its last checkpoint", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self.ended.add(trial.trial_id)
+        print(f"[launch] trial {trial.trial_id} failed for good{error_line(trial)}; its traceback is in its MLflow run's error tag", flush=True)
         for run_id in self.run_ids(trial).values():
             self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
             if trial.error_file and os.path.exists(trial.error_file):
@@ -183,20 +200,14 @@ class TrialTracker(Callback):
 
     def on_experiment_end(self, trials, **info):
         """Runs still "running" when Tune stops: a trial that Ctrl-C or SIGTERM interrupted is
-        marked so (resume continues it from its checkpoint). A trial that started after Tune's last
-        experiment checkpoint is forgotten when a killed driver is resumed, and Tune proposes a new
-        trial in its place; its run is marked lost."""
-        live = {trial.trial_id for trial in trials if trial.status not in ("TERMINATED", "ERROR")}
+        marked so (resume continues it from its checkpoint); Tune's own state cannot tell, since its
+        clean-up marks every live trial TERMINATED before this callback, so a trial counts as ended
+        only where Tune reported its end. A trial that started after Tune's last experiment
+        checkpoint is forgotten when a killed driver is resumed, and Tune proposes a new trial in
+        its place; its run is marked lost."""
         known = {trial.trial_id for trial in trials}
-        stale = self.mlflow.search_runs(
-            [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.kind = 'trial' and tags.{STATUS_TAG} = 'running'",
-        )
-        for run in stale:
-            trial_id = run.data.tags.get("trial_id")
-            if trial_id in live or trial_id not in known:
-                self.mlflow.set_tag(run.info.run_id, STATUS_TAG, "interrupted" if trial_id in live else "lost")
-                self.mlflow.set_terminated(run.info.run_id, status="KILLED")
+        end_running_runs(self.mlflow, self.experiment_id(), self.launch_id,
+                         lambda trial_id: "interrupted" if trial_id in known else "lost", skip=self.ended)
 
 
 class ProgressLines(Callback):
@@ -207,14 +218,25 @@ class ProgressLines(Callback):
         self.counts: dict[str, int] = {}  # pair -> trials seen
         self.ended: dict[str, set] = {pair: set() for pair in budgets}
         self.best: dict[str, float] = {}
+        self.ended_before = 0  # trials that ended under an earlier driver of the launch: not in this one's pace
         self.started = time.monotonic()
         self.last_overall = self.started
 
-    def __getstate__(self):  # pickled into Tune's experiment state: start the clocks afresh on resume
+    def __getstate__(self):  # pickled with the tuner as the launch starts: start the clocks afresh on resume
         return self.__dict__ | {"started": None, "last_overall": None}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, started=time.monotonic(), last_overall=time.monotonic())
+        self.__dict__.update({"ended_before": 0, **state}, started=time.monotonic(), last_overall=time.monotonic())
+
+    # Tune saves this with every experiment snapshot and hands it back on resume: the numbers, the
+    # trials ended and the best so far carry over ("trial 2/3" stays trial 2, "best" is not "-").
+    def get_state(self) -> dict:
+        return {"numbers": self.numbers, "counts": self.counts, "ended": self.ended, "best": self.best}
+
+    def set_state(self, state: dict) -> None:
+        self.numbers, self.counts, self.best = dict(state["numbers"]), dict(state["counts"]), dict(state["best"])
+        self.ended = {pair: set(ids) for pair, ids in state["ended"].items()}
+        self.ended_before = sum(map(len, self.ended.values()))
 
     def number(self, trial) -> str:
         pair = trial.config[PAIR_KEY]
@@ -254,7 +276,8 @@ class ProgressLines(Callback):
         pairs_done = sum(1 for pair, budget in self.budgets.items() if len(self.ended.get(pair, ())) >= budget)
         elapsed = now - self.started
         # Trials end at an even pace once the cluster is full: a rough but honest estimate.
-        eta = f"{(total - ended) * elapsed / ended / 60:.0f} min" if ended else "after the first trial"
+        ended_here = ended - self.ended_before
+        eta = f"{(total - ended) * elapsed / ended_here / 60:.0f} min" if ended_here > 0 else "after the first trial"
         best = ", ".join(f"{pair} {value:.4f}" for pair, value in sorted(self.best.items()))
         print(f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, trials ended {ended}/{total}, "
               f"{elapsed / 60:.1f} min, ETA {eta}; best {self.metric}: {best or '-'}", flush=True)

@@ -42,7 +42,7 @@ def load_trial_source(source: str) -> dict:
 
 
 def cmd_train(args) -> int:
-    from trainables.config import ConfigError, parse_trial_config, set_override
+    from trainables.config import ConfigError, check_builds, parse_trial_config, set_override
 
     flat = load_trial_source(args.source)
     try:
@@ -51,6 +51,10 @@ def cmd_train(args) -> int:
         cfg = parse_trial_config(flat)
     except ConfigError as e:
         raise UsageError(f"{args.source}: {e}") from None
+    try:
+        check_builds(cfg)  # the same check a launch's space gets
+    except ConfigError as e:
+        raise UsageError(f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}") from None
     from trainables.train import train
 
     metrics = train(cfg)
@@ -64,7 +68,7 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     overriding the file's, and its text, with the tracking store reachable; UsageError otherwise."""
     from .spec import SpecError, load_study
     from .storage import TrialStorage
-    from .tracking import TrackingError, check_store, normalize_store
+    from .tracking import TrackingError, check_store, normalize_store, redact
 
     try:
         study = load_study(spec_file, text=text)
@@ -78,6 +82,9 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
             study.storage.validate()
         except ValueError as e:
             raise UsageError(f"--storage: {e}") from None
+    if tracking_uri and redact(tracking_uri) != tracking_uri:
+        raise UsageError("--tracking-uri: holds a password, which `ps` shows every user of this machine for as long as the launch "
+                         "runs; set MLFLOW_TRACKING_URI to this URI instead")
     from_env = os.environ.get("MLFLOW_TRACKING_URI")
     # The flag, then the environment (where a password can stay out of files and command lines), then the file.
     study.tracking.uri = normalize_store(tracking_uri or from_env or study.tracking.uri)
@@ -188,6 +195,8 @@ def cmd_launch(args) -> int:
             code = launch.start(study, text, launch_id, args.address, night)
         except StorageError as e:
             raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
+        except launch.ClusterMismatch as e:
+            raise UsageError(f"{study.path}: {e}") from None
         if code not in (0, launch.EXIT_REGRESSION):
             return code  # interrupted or failed: the nights after it wait for `resume`
         status = max(status, code)
@@ -500,12 +509,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .tracking import StoreUnavailable
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except UsageError as e:
         print(f"orchestrator: error: {e}", file=sys.stderr)
         return 2
+    except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
+        print(f"orchestrator: error: {e}; nothing was started: run the command again once the store answers", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)
+        print("orchestrator: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

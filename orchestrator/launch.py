@@ -64,7 +64,7 @@ def run_trial(config: dict, bases: dict, cpus: float, metric: str) -> None:
     def report(metrics: dict, state) -> None:
         nonlocal replay
         history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        extra = {tracking.REPLAY_KEY: replay} if replay else {}
+        extra = {tracking.REPLAY_KEY: json.dumps(replay)} if replay else {}  # a string: Tune's loggers skip it quietly
         replay = None
         with tempfile.TemporaryDirectory() as d:
             torch.save(state(), Path(d) / "state.pt")
@@ -118,6 +118,7 @@ def make_trainable(study: Study, use_gpu: bool):
 
     class CheckpointFallbackTrial(function_trainable):
         def restore(self, checkpoint_path):
+            logging.getLogger("ray.tune.trainable.trainable").setLevel(logging.WARNING)  # "Restored on <ip> ...": the driver says it
             found = newest_existing_checkpoint(checkpoint_path) if hasattr(checkpoint_path, "checkpoint") else checkpoint_path
             if found is not None:
                 return super().restore(found)
@@ -285,7 +286,65 @@ def start_ray(address: str | None) -> bool:
             # on this machine (/tmp/ray/ray_current_cluster), and waits for ever if that one died.
             ray.init(address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING)
             print("[launch] started a local Ray instance", flush=True)
+        quiet_ray()
     return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def restated(record: logging.LogRecord) -> bool:
+    """False for Tune's log records that restate what our lines say: a failed trial's traceback, and
+    the previous checkpoint already gone when Tune deletes it (a driver killed as Tune pruned it;
+    newest_existing_checkpoint copes)."""
+    message = record.getMessage()
+    if message.startswith("Trial task failed"):
+        return False
+    error = record.exc_info[1] if record.exc_info else None
+    return not ("Error handling checkpoint" in message and isinstance(error, FileNotFoundError) and "checkpoint_" in str(error))
+
+
+def quiet_ray() -> None:
+    """The console shows our lines, not Ray's restatement of a fault they already report: Tune's
+    traceback of a failed trial (callbacks.error_line gives its last line; the whole one is in
+    its MLflow run's error tag), and of what trial processes and Ray's own processes print (a
+    dying node's "Failed to remove bundle", an interrupted worker's shutdown traceback), only
+    our "[trial] ..." lines; the rest stays in Ray's log folder (<ray tmp>/session_latest/logs).
+    Ray has no switch for its forwarding: its handlers are wrapped, where the installed Ray has them."""
+    logging.getLogger("ray.tune.execution.tune_controller").addFilter(restated)
+    try:
+        from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return
+
+    def only_ours(forward):
+        def handle(data):
+            lines = [line for line in data.get("lines", []) if line.startswith("[trial]")]
+            if lines:
+                forward({**data, "lines": lines})
+        return handle
+
+    dispatcher.handlers = [(name, only_ours(handler)) for name, handler in getattr(dispatcher, "handlers", [])]
+
+
+class ClusterMismatch(RuntimeError):
+    """The launch asks for what the cluster cannot give; refused before anything is written."""
+
+
+def check_fits(study: Study, use_gpu: bool) -> None:
+    """A trial that no node can hold would wait for ever (Ray queues it silently): refused, with the
+    resources key at fault, before anything of the launch is written."""
+    import ray
+
+    asks = {"CPU": study.resources.cpu, **({"GPU": study.resources.gpu} if use_gpu and study.resources.gpu else {}),
+            **{name: amount for name, amount in study.resources.custom.items() if amount}}
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
+        return
+    for name, amount in asks.items():
+        most = max((node.get(name, 0) for node in nodes), default=0)
+        if most < amount:
+            key = {"CPU": "resources.cpu", "GPU": "resources.gpu"}.get(name, f"resources.custom.{name}")
+            raise ClusterMismatch(f"{key}: a trial asks for {amount:g} {name}; no node of the cluster has that much "
+                                  f"(the most on one node: {most:g})")
+    raise ClusterMismatch(f"resources: no node of the cluster holds a whole trial's {asks}")
 
 
 def check_storage(storage: TrialStorage, key: str) -> None:
@@ -300,10 +359,12 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
     """Join (or start) Ray, check the trial storage, register the launch (as the nightly job's
     night `night`, if given), then run it."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        # Seconds of imports and store set-up (a new SQLite store creates its tables) while Ray
-        # starts; the launch itself is registered only once the cluster has seen the storage.
+        # Seconds of MLflow's imports while Ray starts; nothing is written (a new store gets its
+        # tables) until the cluster has been checked and has seen the storage.
         warming = pool.submit(tracking.warm_up, tracking.normalize_store(study.tracking.uri))
-        study.resolve_batching(start_ray(address))
+        use_gpu = start_ray(address)
+        check_fits(study, use_gpu)
+        study.resolve_batching(use_gpu)
         check_storage(study.storage, "storage")
         warming.result()
     state = new_launch(study, spec_text, launch_id, night)
@@ -326,9 +387,15 @@ def execute(state: LaunchState, address: str | None) -> int:
     # Tune's console (its boxes, tables and TensorBoard hint) off: callbacks.ProgressLines prints.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    # A restored experiment's trial that never reported has no result files; we read MLflow, not those.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    # "The `process_trial_result` operation took 31 s": a store being retried, which [store] lines say.
+    logging.getLogger("ray.tune.utils.util").setLevel(logging.ERROR)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # "Falling back to a slower alternative" with the SQL of a dropped connection: it recovered.
+    logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
     print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
           f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
     # The lock tells a second driver on this machine that this one runs; the heartbeat tells a
@@ -337,37 +404,61 @@ def execute(state: LaunchState, address: str | None) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         lock.write(f"{socket.gethostname()} {os.getpid()}\n")
         lock.flush()
-        state.state = "running"
-        state.save()
-        code, errors = run_phase(state, study, SEARCH, use_gpu, slots)
-        confirming = study.confirm.top_k and not study.is_ablation
-        if code == 0 and confirming:
-            if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
-                state.candidates = tracking.top_configs(state.tracking_uri, state.experiment, state.launch_id, study.metric,
-                                                        study.score, study.confirm.top_k)
-                state.save()
-            print(f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
-                  f"{', '.join(map(str, study.confirm.seeds))}", flush=True)
-            code, more_errors = run_phase(state, study, CONFIRM, use_gpu, slots)
-            errors += more_errors
-        if code:
-            return code
-        from .report import verdict_lines, write_night, write_report
+        try:
+            return run_launch(state, study, use_gpu, slots)
+        except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
+            return stopped_by_outage(state, str(e))
+        except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
+            if state.state != "finished":  # else only the closing lines were cut short
+                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further one would cut the record short
+                try:
+                    mark_interrupted(state)
+                finally:
+                    signal.signal(signal.SIGINT, previous)
+            return EXIT_INTERRUPTED
 
-        regressions, summaries = [], None
-        if study.is_ablation:
-            written, regressions = write_night(state) if state.night is not None else write_report(state)
-        else:
-            storage = optuna_storage(state)
-            for pair in study.pairs:
-                fail_stale_proposals(storage, optuna_study_name(state, pair))
-            summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
-            written = write_best(state, summaries)
-            tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
-            written += write_report(state)[0]
-        tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
-        state.state = "finished"
-        state.save()
+
+def stopped_by_outage(state: LaunchState, reason: str) -> int:
+    """One line for a store that stayed unreachable through every retry. -> the exit status, 1."""
+    state.state = "failed"
+    state.save()
+    print(f"orchestrator: error: {reason}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`", flush=True)
+    return 1
+
+
+def run_launch(state: LaunchState, study: Study, use_gpu: bool, slots: int) -> int:
+    """execute's work, under the driver's lock: every phase, then the answer."""
+    state.state = "running"
+    state.save()
+    code, errors = run_phase(state, study, SEARCH, use_gpu, slots)
+    confirming = study.confirm.top_k and not study.is_ablation
+    if code == 0 and confirming:
+        if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
+            state.candidates = tracking.top_configs(state.tracking_uri, state.experiment, state.launch_id, study.metric,
+                                                    study.score, study.confirm.top_k)
+            state.save()
+        print(f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
+              f"{', '.join(map(str, study.confirm.seeds))}", flush=True)
+        code, more_errors = run_phase(state, study, CONFIRM, use_gpu, slots)
+        errors += more_errors
+    if code:
+        return code
+    from .report import verdict_lines, write_night, write_report
+
+    regressions, summaries = [], None
+    if study.is_ablation:
+        written, regressions = write_night(state) if state.night is not None else write_report(state)
+    else:
+        storage = optuna_storage(state)
+        for pair in study.pairs:
+            fail_stale_proposals(storage, optuna_study_name(state, pair))
+        summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+        written = write_best(state, summaries)
+        tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
+        written += write_report(state)[0]
+    tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
+    state.state = "finished"
+    state.save()
     for path in written:
         print(f"[launch] wrote {path}", flush=True)
     print_summary(state, study, summaries)
@@ -391,31 +482,72 @@ def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots
                                    resume_errored=True, storage_filesystem=fs)
     else:
         tuner = build_tuner(study, state, use_gpu, slots, phase)
-    # Tune stops cleanly on SIGINT (saving its state); treat SIGTERM (a scheduler's stop) the same.
-    previous = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-    try:
-        results = tuner.fit()
-    except Exception as e:
-        unavailable = tracking.store_outage(e)
-        if unavailable is None:
-            raise
-        state.state = "failed"
-        state.save()
-        print(f"orchestrator: error: {unavailable}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`", flush=True)
-        return 1, 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with CalmStop():
+        try:
+            results = tuner.fit()
+        except Exception as e:
+            unavailable = tracking.store_outage(e)
+            if unavailable is None:
+                raise
+            return stopped_by_outage(state, unavailable), 0
+        return phase_outcome(state, study, phase, results)
+
+
+def phase_outcome(state: LaunchState, study: Study, phase: str, results) -> tuple[int, int]:
+    """-> (0 or EXIT_INTERRUPTED, failed trials) once a phase's Tune run has returned."""
     cells = phase_cells(study, state, phase)
     total = sum(map(len, cells.values())) if cells is not None else sum(study.trial_count(p) for p in study.pairs)
-    ended = results.num_terminated + results.num_errors
-    if len(results) < total or ended < len(results):
-        state.state = "interrupted"
-        state.save()
-        tracking.close_launch(state.tracking_uri, state.parent_run_id, status="KILLED", launch_status="interrupted")
-        print(f"[launch] interrupted with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}trials ended; nothing is lost: "
-              f"orchestrator resume {state.dir}", flush=True)
+    # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
+    ended = tracking.ended_trials(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
+    if ended < total:
+        mark_interrupted(state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}trials ended")
         return EXIT_INTERRUPTED, results.num_errors
     return 0, results.num_errors
+
+
+def mark_interrupted(state: LaunchState, how: str = "") -> None:
+    """The launch stopped before its end (Ctrl-C, SIGTERM): say so in launch.json and MLflow."""
+    state.state = "interrupted"
+    state.save()
+    tracking.interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
+    print(f"[launch] interrupted{' ' + how if how else ''}; nothing is lost: orchestrator resume {state.dir}", flush=True)
+
+
+class CalmStop(logging.Filter):
+    """Ctrl-C as a user sees it, for the span of a phase. Tune stops at the first SIGINT, saving
+    its state, then puts back the SIGINT handler it found: this one, which answers further Ctrl-Cs
+    with a line instead of a KeyboardInterrupt in the middle of that save. Tune's own lines about
+    the stop (they invite a second Ctrl-C and name Tuner.restore, not `orchestrator resume`) become
+    ours. SIGTERM (a scheduler's stop) is taken as SIGINT."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopping = False
+        self.tune_log = logging.getLogger("ray.tune.tune")
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, handler) for sig, handler in
+                         ((signal.SIGINT, self.on_sigint), (signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT)))}
+        self.tune_log.addFilter(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.tune_log.removeFilter(self)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Stop signal received"):
+            self.stopping = True
+            print("[launch] stopping: saving every trial's state (a few seconds)", flush=True)
+            return False
+        return not message.startswith("Experiment has been interrupted")
+
+    def on_sigint(self, signum, frame) -> None:
+        if not self.stopping:
+            raise KeyboardInterrupt
+        print("[launch] still saving the launch's state; it stops by itself in a moment", flush=True)
 
 
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import re
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -264,8 +265,8 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
 
 
 def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | str:
-    """Optuna's hyperparameter importances (fANOVA) of the pair's stored study, most important
-    first; or why there are none."""
+    """Optuna's hyperparameter importances (its default evaluator) of the pair's stored study, most
+    important first; or why there are none (in the report, not as a warning on the console)."""
     import optuna
 
     if len(pair.space) < 2:
@@ -275,7 +276,11 @@ def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | st
         return f"{len(finished)} trial(s) with a score: too few to rank hyperparameters"
     try:
         study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=tracking.search_storage(state.tracking_uri, state.dir))
-        return list(optuna.importance.get_param_importances(study).items())
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            ranked = list(optuna.importance.get_param_importances(study).items())
+        equal = [w for w in said if "importances will be equal" in str(w.message)]
+        return f"not ranked: {equal[0].message}" if equal else ranked
     except Exception as e:  # noqa: BLE001 - a missing ranking is no reason to fail the report
         return f"not computed ({(str(e) or type(e).__name__).splitlines()[0]})"
 

@@ -9,11 +9,15 @@ start (its tail), another pair's trials take the free slots.
 from __future__ import annotations
 
 import pickle
+import time
+import warnings
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
+import optuna
+from optuna.trial import TrialState
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
@@ -46,14 +50,58 @@ class TruncationAwareOptunaSearch(OptunaSearch):
     on_trial_complete only, is reported too, so Optuna's last value is MLflow's."""
 
     def on_trial_result(self, trial_id, result):
-        super().on_trial_result(trial_id, {**result, TRAINING_ITERATION: int(result.get("iteration", result[TRAINING_ITERATION]))})
+        with warnings.catch_warnings():
+            # A restored trial replays evaluations Optuna may have already: ignoring them is right.
+            warnings.filterwarnings("ignore", message="The reported value is ignored")
+            super().on_trial_result(trial_id, {**result, TRAINING_ITERATION: int(result.get("iteration", result[TRAINING_ITERATION]))})
+
+    def suggest(self, trial_id):
+        """TPE's next proposal; first, one a killed driver made and no trial took (Optuna stored it,
+        Tune's snapshot did not have it): the new trial adopts it instead of leaving it RUNNING in
+        the study beside a duplicate."""
+        if trial_id not in self._ot_trials and self._ot_study is not None:
+            mine = {trial.number for trial in self._ot_trials.values()}
+            orphans = [t for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in mine]
+            if orphans:
+                self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, orphans[0]._trial_id)
+        return super().suggest(trial_id)
+
+    def told_already(self, trial_id) -> bool:
+        """Whether Optuna's storage has this trial finished: a driver killed after telling Optuna and
+        before Tune's snapshot recorded the end sees the trial end again after its resume."""
+        trial = self._ot_trials.get(trial_id)
+        return trial is not None and trial.number in {
+            t.number for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))}
 
     def on_trial_complete(self, trial_id, result=None, error=False):
+        if trial_id in self._completed_trials or self.told_already(trial_id):
+            self._completed_trials.add(trial_id)
+            return
         if result and result.get("status") != "completed":
-            if self.metric in result and trial_id in self._ot_trials and trial_id not in self._completed_trials:
+            if self.metric in result and trial_id in self._ot_trials:
                 self.on_trial_result(trial_id, result)
             result = None
-        super().on_trial_complete(trial_id, result=result, error=error)
+        value = (result or {}).get(self.metric)
+        state = TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
+        self.tell(trial_id, value, state)
+        self._completed_trials.add(trial_id)
+
+    def tell(self, trial_id, value, state) -> None:
+        """Optuna told of a trial's end, retried while the store drops connections (Ray's own
+        call logs the failure and goes on, leaving the trial RUNNING in the study for ever); a
+        tell whose commit landed before its connection dropped is not told twice."""
+        from .tracking import RETRY_DELAYS_S, transient
+
+        for delay in (*RETRY_DELAYS_S, None):
+            try:
+                self._ot_study.tell(self._ot_trials[trial_id], value, state=state)
+                return
+            except Exception as e:
+                if not transient(e) or delay is None:
+                    raise
+                time.sleep(delay)
+                if self.told_already(trial_id):
+                    return
 
 
 class CellSearch(Searcher):

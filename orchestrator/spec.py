@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from trainables.batched import batchable
-from trainables.config import TRAIN_KEYS, ConfigError, closest, defaults, parse_trial_config, preset, presets
-from trainables.models import MODELS, build_model, model_fields
+from trainables.config import TRAIN_KEYS, ConfigError, check_builds, check_range, closest, defaults, parse_trial_config, preset, presets
+from trainables.models import MODELS, model_fields
 from trainables.tasks import TASKS, task_config
 from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 
@@ -371,6 +371,11 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     _positive(path, "resources.gpu", resources.gpu, allow_zero=True)
     if resources.gpu > 1:
         raise SpecError(path, "resources.gpu", f"a trial uses at most one GPU; got {resources.gpu}")
+    if not isinstance(resources.custom, dict):
+        raise SpecError(path, "resources.custom", f"expected a mapping of resource name -> amount, got {resources.custom!r}")
+    for name, amount in resources.custom.items():
+        safe_name(name, path, "resources.custom")
+        _positive(path, f"resources.custom.{name}", amount, allow_zero=True)
     tracking = _section(Tracking, raw.get("tracking"), "tracking", path)
     if tracking.experiment is not None:
         safe_name(tracking.experiment, path, "tracking.experiment")
@@ -421,9 +426,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         raise SpecError(path, "confirm.top_k", f"must be an integer from 0 to budget.trials ({budget.trials}), got {confirm.top_k!r}")
     if confirm.top_k and (grid or seeds):
         raise SpecError(path, "confirm", "an ablation runs every seed of every cell already; confirm re-runs a search's best trials")
-    if not isinstance(confirm.seeds, list) or not confirm.seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in confirm.seeds) \
-            or len(set(confirm.seeds)) != len(confirm.seeds):
-        raise SpecError(path, "confirm.seeds", f"expected a list of distinct integers, got {confirm.seeds!r}")
+    _seed_list(path, "confirm.seeds", confirm.seeds)
 
     batch_seeds = raw.get("batch_seeds", "auto")
     if not isinstance(batch_seeds, bool) and batch_seeds != "auto":
@@ -518,10 +521,22 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SpecError(path, f"{where}.{key}", "expected a non-empty list of values")
-    seeds = raw.get("seeds") or ([0] if grid else [])
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise SpecError(path, "seeds", f"expected a list of integers, got {seeds!r}")
+    seeds = raw.get("seeds", [0] if grid else [])
+    if "seeds" in raw:
+        _seed_list(path, "seeds", seeds)
     return grid, seeds
+
+
+def _seed_list(path, key: str, seeds) -> None:
+    """A list of distinct seeds, each one a trial's `seed` accepts."""
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise SpecError(path, key, f"expected a non-empty list of distinct integers, got {seeds!r}")
+    for seed in seeds:
+        try:
+            check_range("seed", seed)
+        except ConfigError as e:
+            raise SpecError(path, key, str(e)) from None
 
 
 def _parse_tasks(raw, path) -> list[TaskEntry]:
@@ -582,20 +597,15 @@ def _check_builds(path, pair: Pair) -> None:
     """Build what a trial would build (its config, its task's config, its model, on the meta device:
     no data, no weights) at every extreme of the space and every grid value, one key at a time with
     the others at their first value, so that a value a trial would reject is rejected before launch."""
-    import torch
-
     varied = {f"space.{k}": _extremes(d) for k, d in pair.space.items()} | {f"grid.{k}": list(v) for k, v in pair.grid.items()}
     first = {where.split(".", 1)[1]: values[0] for where, values in varied.items()}
     probes = [("fixed", first)] + [(where, {**first, where.split(".", 1)[1]: v}) for where, values in varied.items() for v in values[1:]]
     for where, values in probes:
         try:
-            cfg = parse_trial_config({**pair.base, **values})
-            task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
-            with torch.device("meta"):
-                build_model(cfg.model, cfg.model_options, task)
-        except Exception as e:  # noqa: BLE001 - constructors reject values with any exception type (torch asserts)
+            check_builds(parse_trial_config({**pair.base, **values}))
+        except ConfigError as e:
             key = where if where == "fixed" else f"{where}={values[where.split('.', 1)[1]]!r}"
-            raise SpecError(path, f"{key} ({pair.name})", (str(e) or type(e).__name__).splitlines()[0]) from None
+            raise SpecError(path, f"{key} ({pair.name})", str(e)) from None
 
 
 def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path) -> Pair:
@@ -614,6 +624,10 @@ def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dic
         base["n_iters"] = budget.n_iters
     if budget.eval_every:
         base["eval_every"] = budget.eval_every
+    try:  # every value of `fixed` passes a trial's checks, one the pair's space replaces too
+        parse_trial_config(base)
+    except ConfigError as e:
+        raise SpecError(path, f"fixed ({task.variant}__{model})", str(e)) from None
     for key in list(own_space):
         base.pop(key, None)
     warm = {k: own_space[k].nearest(v) for k, v in paper_setting.items()}

@@ -22,7 +22,7 @@ from trainables.tasks.base import LOWER_IS_BETTER
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
-REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds
+REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds, as JSON
 
 
 # "Creating initial MLflow database tables..." is MLflow's business, not a line of the launch's console.
@@ -90,8 +90,9 @@ def transient(error: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, StoreUnavailable):  # an inner call has already retried for the whole budget
             return False
-        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, ConnectionError, TimeoutError)):
-            return True
+        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.PendingRollbackError,
+                             ConnectionError, TimeoutError)):
+            return True  # PendingRollbackError: a session whose connection dropped mid-transaction (retried() may reset it)
         if isinstance(seen, MlflowException) and seen.error_code == "TEMPORARILY_UNAVAILABLE":
             return True
         seen = seen.__cause__ or seen.__context__
@@ -108,9 +109,39 @@ def store_outage(error: BaseException) -> str | None:
     return None
 
 
-def retried(method, what: str):
-    """`method`, called again with backoff while the store is unreachable; StoreUnavailable once
-    RETRY_DELAYS_S are spent."""
+class RetryNotices:
+    """Our line for a store fault being retried, in place of the library's ERROR log and traceback
+    (MLflow logs every failed query before raising it to us): at most one every `every_s`, so a burst
+    of dropped connections reads as a few lines, each counting the retries it stands for."""
+
+    def __init__(self, every_s: float = 10.0):
+        self.every_s, self.last, self.unsaid = every_s, -math.inf, 0
+
+    def retrying(self, what: str, reason: str, delay: float) -> None:
+        self.unsaid += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            burst = f" ({self.unsaid} calls retried since the last notice)" if self.unsaid > 1 else ""
+            print(f"[store] {what}: {reason}; retrying in {delay:g} s{burst}", flush=True)
+            self.last, self.unsaid = now, 0
+
+
+NOTICES = RetryNotices()
+
+
+def first_line(error: BaseException) -> str:
+    """The reason a store call failed: the first line of the innermost error (the driver's, not a
+    wrapper's such as Optuna's "An exception is raised during the commit ... invalid data"),
+    without SQLAlchemy's "(psycopg.errors.AdminShutdown) " prefix."""
+    while (error.__cause__ or error.__context__) is not None:
+        error = error.__cause__ or error.__context__
+    text = str(getattr(error, "orig", None) or error).strip() or type(error).__name__
+    return re.sub(r"^\([\w.]+\) ", "", text.splitlines()[0])[:200]
+
+
+def retried(method, what: str, reset=None):
+    """`method`, called again with backoff while the store is unreachable (after `reset(*args)`,
+    where given); StoreUnavailable once RETRY_DELAYS_S are spent."""
 
     @functools.wraps(method)
     def call(*args, **kwargs):
@@ -121,10 +152,12 @@ def retried(method, what: str):
                 if not transient(e):
                     raise
                 if delay is None:
-                    reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0][:200]
                     raise StoreUnavailable(f"{what} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
-                                           f"({len(RETRY_DELAYS_S) + 1} tries): {reason}") from e
+                                           f"({len(RETRY_DELAYS_S) + 1} tries): {first_line(e)}") from e
+                NOTICES.retrying(what, first_line(e), delay)
                 time.sleep(delay)
+                if reset is not None:
+                    reset(*args)
 
     return call
 
@@ -135,7 +168,12 @@ class RetryingClient:
     def __init__(self, uri: str):
         from mlflow.tracking import MlflowClient
 
-        self._client, self._uri = MlflowClient(tracking_uri=reveal(uri)), redact(uri)
+        # It logs each failed query (SQL, parameters, traceback) before raising it; retried() says it in one line.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+        logging.getLogger("psycopg").setLevel(logging.ERROR)  # "error ignored terminating <Pipeline>": the same dropped connection
+        self._uri = redact(uri)
+        # Opening the store creates or migrates its tables: as much a store call as any other.
+        self._client = retried(MlflowClient, f"tracking store {self._uri}")(tracking_uri=reveal(uri))
 
     def __getattr__(self, name):
         return retried(getattr(self._client, name), f"tracking store {redact(self._uri)}")
@@ -143,8 +181,17 @@ class RetryingClient:
 
 def search_storage(uri: str, launch_dir: Path):
     """The Optuna storage of a launch (see search_store), its calls retried like MLflow's."""
-    url, engine_kwargs = search_store(reveal(uri), launch_dir)
-    return ReconnectingRDBStorage(url, engine_kwargs=engine_kwargs)
+    what = "search store (Optuna)"
+    url, engine_kwargs = retried(search_store, what)(reveal(uri), launch_dir)
+    return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables
+
+
+def fresh_session(storage, *args, **kwargs) -> None:
+    """Discard `storage`'s (an Optuna RDBStorage) thread's session: the next call opens another."""
+    try:
+        storage.scoped_session.remove()
+    except Exception:  # noqa: BLE001 - closing a session on a dead connection may fail; it is discarded anyway
+        pass
 
 
 def _reconnecting_rdb_storage():
@@ -169,7 +216,9 @@ def _reconnecting_rdb_storage():
             continue
         parameters = list(inspect.signature(method).parameters)
         if parameters[:1] == ["self"] and "session" not in parameters:
-            setattr(ReconnectingRDBStorage, name, retried(method, "search store (Optuna)"))
+            # A session whose connection dropped mid-transaction refuses every later call until it
+            # is rolled back, which a dead connection cannot do: retry with a fresh session.
+            setattr(ReconnectingRDBStorage, name, retried(method, "search store (Optuna)", reset=fresh_session))
     ReconnectingRDBStorage.__module__, ReconnectingRDBStorage.__qualname__ = __name__, "ReconnectingRDBStorage"
     return ReconnectingRDBStorage
 
@@ -205,23 +254,39 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast, before anything launches, if the tracking store cannot be reached."""
     uri = reveal(uri)
     if uri.startswith("sqlite:///"):
-        parent = Path(uri[len("sqlite:///"):]).resolve().parent
-        problem = unwritable(parent)
+        file = Path(uri[len("sqlite:///"):]).resolve()
+        if file.exists():
+            if not file.is_file():
+                raise TrackingError(f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)")
+            with open(file, "rb") as f:
+                head = f.read(16)
+            if head and head != b"SQLite format 3\x00":
+                raise TrackingError(f"{file} is not a SQLite database")
+            if not os.access(file, os.R_OK | os.W_OK):
+                raise TrackingError(f"{file} is not readable and writable by this user")
+            return
+        problem = unwritable(file.parent)
         if problem:  # the folder itself is made at launch, once everything has been checked
-            raise TrackingError(f"cannot create the SQLite store in {parent}: {problem}")
+            raise TrackingError(f"cannot create the SQLite store in {file.parent}: {problem}")
         return
     if uri.startswith(("http://", "https://")):
         import urllib.request
 
         import urllib.error
 
+        # Not /health, which MLflow exempts from its host check and its authentication: an API
+        # call, with the credentials MLflow's client sends (from the environment), answers as a launch's will.
+        request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+                                         headers=auth_headers())
         try:
-            # Not /health, which MLflow exempts from its host check: an API call answers as a launch's will.
-            urllib.request.urlopen(uri.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", timeout=timeout_s).read()
+            urllib.request.urlopen(request, timeout=timeout_s).read()
         except urllib.error.HTTPError as e:
-            if e.code == 403 or e.code >= 500:  # 404: no such experiment, but the server answered
-                answer = e.read().decode(errors="replace").strip().splitlines()[:1]
-                raise TrackingError(f"tracking server {redact(uri)} refuses requests: {e.code} {' '.join(answer)}") from None
+            if e.code != 404:  # 404: no such experiment, but the server answered
+                answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
+                if e.code == 401:
+                    answer += (" (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)" if auth_headers() else
+                               " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
+                raise TrackingError(f"tracking server {redact(uri)} refuses requests: {e.code} {answer}") from None
         except OSError as e:
             raise TrackingError(f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}") from None
         return
@@ -235,6 +300,19 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
     except Exception as e:  # driver errors differ per database; all mean "unreachable"
         first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
         raise TrackingError(f"cannot reach {redact(uri)}: {first_line}") from None
+
+
+def auth_headers() -> dict[str, str]:
+    """The Authorization header MLflow's client sends a tracking server, from the same variables:
+    a token (MLFLOW_TRACKING_TOKEN) or basic auth (MLFLOW_TRACKING_USERNAME / _PASSWORD)."""
+    import base64
+
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        return {"Authorization": f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"}
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
 
 
 def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
@@ -279,10 +357,12 @@ def code_tags() -> dict[str, str]:
 
 
 def warm_up(uri: str) -> None:
-    """Open the store once (imports, connection, a new store's tables), writing no run."""
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    client(uri).search_experiments(max_results=1)
+    """MLflow's imports and, where the store exists, a first read; nothing written, so a launch
+    refused after this (its storage unseen by a node) leaves no store behind."""
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (seconds of imports)
+
+    if store_exists(uri):
+        client(uri).search_experiments(max_results=1)
 
 
 def artifact_root(uri: str) -> str | None:
@@ -296,6 +376,8 @@ def artifact_root(uri: str) -> str | None:
 
 def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str) -> str:
     """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its id."""
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     mlflow = client(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
@@ -435,7 +517,7 @@ def store_exists(uri: str) -> bool:
 
     engine = sqlalchemy.create_engine(uri)
     try:
-        return sqlalchemy.inspect(engine).has_table("experiments")
+        return retried(lambda: sqlalchemy.inspect(engine).has_table("experiments"), f"tracking store {redact(uri)}")()
     finally:
         engine.dispose()
 
@@ -454,6 +536,33 @@ def step_rates(uri: str, limit: int = 5000) -> list[dict]:
                               order_by=["attributes.start_time DESC"], max_results=limit)
     return [{"model": r.data.tags.get("model"), "task": r.data.tags.get("task"), "device": r.data.tags.get("device", "").split(":")[0],
              "rate": r.data.metrics["steps_per_s"]} for r in runs]
+
+
+def end_running_runs(mlflow, experiment_id: str, launch_id: str, status_of, skip: set[str] = frozenset()) -> None:
+    """Every trial run of a launch still "running" (its trial not in `skip`) when the launch's
+    driver stops: tagged status_of(its trial id) and KILLED."""
+    stale = mlflow.search_runs([experiment_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial' and "
+                                                             f"tags.{STATUS_TAG} = 'running'", max_results=10_000)
+    for run in stale:
+        trial_id = run.data.tags.get("trial_id")
+        if trial_id not in skip:
+            mlflow.set_tag(run.info.run_id, STATUS_TAG, status_of(trial_id))
+            mlflow.set_terminated(run.info.run_id, status="KILLED")
+
+
+def interrupt_launch(uri: str, experiment: str, parent_run_id: str, launch_id: str) -> None:
+    """The records of a launch whose driver was stopped: its running trial runs interrupted, its
+    own run and its pairs' KILLED (resume marks them running again)."""
+    mlflow = client(uri)
+    end_running_runs(mlflow, mlflow.get_experiment_by_name(experiment).experiment_id, launch_id, lambda _: "interrupted")
+    close_launch(uri, parent_run_id, status="KILLED", launch_status="interrupted")
+
+
+def ended_trials(uri: str, experiment: str, launch_id: str, phase: str) -> int:
+    """How many trials of a launch's phase ("search" or "confirm") have ended (completed, stopped
+    early, diverged or failed), by their MLflow runs: a trial of batched seeds counts once."""
+    return len({run.data.tags.get("trial_id") for run in launch_trial_runs(uri, experiment, launch_id)
+                if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running")})
 
 
 def status_kind(run) -> str | None:

@@ -54,6 +54,18 @@ def mutated_files(draw):
     return source.name, yaml.safe_dump(data)
 
 
+def run_in(folder: Path, argv: list[str]) -> tuple[int, io.StringIO, io.StringIO]:
+    """The CLI in this process, in `folder`: (exit status, its stdout, its stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            return cli.main(argv), out, err
+    finally:
+        os.chdir(cwd)
+
+
 @settings(max_examples=int(os.environ.get("BAD_INPUT_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mutated_files())
 def test_a_mutated_file_is_launchable_or_refused_in_one_line_with_nothing_written(tmp_path_factory, case):
@@ -62,14 +74,7 @@ def test_a_mutated_file_is_launchable_or_refused_in_one_line_with_nothing_writte
     path = folder / name
     path.write_text(text)
     before = set(os.listdir(folder))
-    out, err = io.StringIO(), io.StringIO()
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(["launch", str(path), "--dry-run", "--no-calibrate"])
-    finally:
-        os.chdir(cwd)
+    code, out, err = run_in(folder, ["launch", str(path), "--dry-run", "--no-calibrate"])
     if code == 0:
         assert err.getvalue() == "", err.getvalue()
         return
@@ -77,3 +82,57 @@ def test_a_mutated_file_is_launchable_or_refused_in_one_line_with_nothing_writte
     lines = err.getvalue().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"orchestrator: error: {path}"), err.getvalue()
     assert set(os.listdir(folder)) == before, "a refused file wrote something"
+
+
+GOOD = {"tasks": [{"task": "ctl", "variant": "fwd"}], "models": ["ndr", "lstm"],
+        "budget": {"trials": 2, "max_concurrent": 1, "n_iters": 10, "eval_every": 5},
+        "space": {"lr": {"loguniform": [1e-4, 1e-3]}}, "tracking": {"uri": "sqlite:///store/mlflow.db"}}
+ABLATION = {**{k: v for k, v in GOOD.items() if k != "space"}, "models": ["lstm"], "grid": {"lr": [1e-3]}, "seeds": [1, 2]}
+
+
+def refused(folder: Path, argv: list[str]) -> str:
+    """Run the CLI in `folder`; assert it refused with exit 2, one line, writing nothing. -> the line."""
+    before = set(os.listdir(folder))
+    code, out, err = run_in(folder, argv)
+    lines = err.getvalue().strip().splitlines()
+    assert code == 2 and len(lines) == 1, (code, out.getvalue()[-2000:], err.getvalue())
+    assert set(os.listdir(folder)) == before, "a refused command wrote something"
+    return lines[0]
+
+
+# Rules, each caught where every value of its kind is checked (a case here stands for its rule).
+SPEC_CASES = {
+    "a fixed value the space replaces": ({**GOOD, "fixed": {"lr": "abc"}}, "fixed (fwd__ndr): lr: expected a number"),
+    "a training value out of range": ({**GOOD, "fixed": {"batch_size": 0}}, "fixed (fwd__ndr): batch_size: must be at least 1"),
+    "a negative custom resource": ({**GOOD, "resources": {"custom": {"slot": -2}}}, "resources.custom.slot: must be a non-negative number"),
+    "no seeds": ({**ABLATION, "seeds": []}, "seeds: expected a non-empty list of distinct integers"),
+    "a seed twice": ({**ABLATION, "seeds": [1, 1]}, "seeds: expected a non-empty list of distinct integers"),
+    "a seed a trial refuses": ({**ABLATION, "seeds": [-1]}, "seeds: seed: must be at least 0"),
+    "a confirmation seed a trial refuses": ({**GOOD, "confirm": {"top_k": 1, "seeds": [2**40]}}, "confirm.seeds: seed: must be at least 0"),
+    "a store that is a folder": ({**GOOD, "tracking": {"uri": "sqlite:///folder"}}, "tracking.uri: "),
+    "a store that is not SQLite": ({**GOOD, "tracking": {"uri": "sqlite:///notes.txt"}}, "tracking.uri: "),
+}
+
+
+def test_every_value_a_file_gives_is_checked(tmp_path):
+    for name, (data, reason) in SPEC_CASES.items():
+        folder = tmp_path / name.replace(" ", "_")
+        (folder / "folder").mkdir(parents=True)
+        (folder / "notes.txt").write_text("not a database\n")
+        path = folder / "space.yaml"
+        path.write_text(yaml.safe_dump(data))
+        line = refused(folder, ["launch", str(path), "--dry-run", "--no-calibrate"])
+        assert line.startswith(f"orchestrator: error: {path}: {reason}"), (name, line)
+
+
+TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0": "eval_every: must be at least 1",
+               "seed=-1": "seed: must be at least 0", "device=tpu": "device: must be auto, cpu, cuda",
+               "n_layers=-2": "model lstm with its options", "dropout=2": "model lstm with its options",
+               "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number"}
+
+
+def test_train_set_gets_the_checks_of_a_launch(tmp_path):
+    """`orchestrator train --set` refuses what a launch's file would: one line, exit 2, before training."""
+    for assignment, reason in TRAIN_CASES.items():
+        line = refused(tmp_path, ["train", "ctl/lstm", "--set", "n_iters=2", "--set", assignment])
+        assert line.startswith(f"orchestrator: error: ctl/lstm: {reason}"), (assignment, line)

@@ -123,3 +123,25 @@ def test_storage_defaults_to_the_launch_folders_and_accepts_an_object_store(tmp_
     fs, root = storage.filesystem()
     assert root == "bucket/sweeps" and fs.type_name == "s3"
     assert b"AWS" not in pickle.dumps(fs)  # keys are resolved on each node, never pickled
+
+
+def test_a_proposal_a_killed_driver_left_is_adopted_not_duplicated(tmp_path):
+    """Optuna stored a proposal that Tune's snapshot never saw (the driver died in between): the
+    resumed searcher's next trial takes it over, and the study ends with one trial per Tune trial."""
+    import optuna
+
+    from orchestrator.search import TruncationAwareOptunaSearch
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+    def searcher():
+        return TruncationAwareOptunaSearch(space=space, storage=storage, study_name="s", metric="acc", mode="max",
+                                           sampler=optuna.samplers.TPESampler(seed=0))
+
+    dead = searcher()
+    orphan = dead.suggest("a")  # asked, then the driver died before Tune's snapshot
+    resumed = searcher()
+    assert resumed.suggest("b") == orphan
+    resumed.on_trial_complete("b", {"acc": 0.5, "status": "completed"})
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] and trials[0].params == orphan

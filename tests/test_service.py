@@ -2,6 +2,7 @@
 
 Each test drives the CLI as a user would (a subprocess) and then reads what landed in the store.
 """
+import contextlib
 import json
 import os
 import re
@@ -53,6 +54,13 @@ def orchestrator(*args, cwd, timeout=600, check=True, env_extra=None, **kw):
     if check and out.returncode != 0:
         raise AssertionError(f"orchestrator {' '.join(args)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     return out
+
+
+def foreign_lines(out: str, path: Path) -> list[str]:
+    """Console lines that are not ours: ours start with "[launch]", "[<pair> trial ...]", the search
+    file's path (the plan), two spaces (a table's rows) or "orchestrator: error: " (the one line a
+    command ends with when it cannot go on). A traceback, a library's log line or warning shows up here."""
+    return [line for line in out.splitlines() if line.strip() and not line.startswith(("[", "  ", f"{path}: ", "orchestrator: error: "))]
 
 
 def trial_runs(uri: str, experiment: str):
@@ -204,7 +212,9 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
     status = orchestrator("status", str(launch_dir), cwd=tmp_path).stdout
     assert "tiny__ndr" in status
-    orchestrator("resume", str(launch_dir), cwd=tmp_path)
+    resumed = orchestrator("resume", str(launch_dir), cwd=tmp_path)
+    # Every line of the resumed driver and its trials is ours: no traceback, no library warning.
+    assert foreign_lines(resumed.stdout + resumed.stderr, path) == [], (resumed.stdout + resumed.stderr)[-3000:]
 
     _, parents, after = trial_runs(uri, experiment)
     assert len(parents) == 1
@@ -267,17 +277,18 @@ def test_two_nodes(tmp_path, request):
     orchestrator("launch", str(again), cwd=tmp_path, env_extra=env, timeout=180)
 
 
-def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
+@contextlib.contextmanager
+def mlflow_server(tmp_path, command: list[str], env: dict):
+    """A real MLflow tracking server on a loopback port, started by `command` (which gets the port
+    appended or through $PORT), until /health answers. Yields its URI."""
     import socket
     import urllib.request
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mlflow_bin = str(Path(sys.executable).parent / "mlflow")
-    server = subprocess.Popen([mlflow_bin, "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                               "--allowed-hosts", f"127.0.0.1:{port}"], cwd=tmp_path,  # its ./mlartifacts
+    server = subprocess.Popen([part.replace("{port}", str(port)) for part in command], cwd=tmp_path,  # its ./mlartifacts
+                              env={**os.environ, **env, "PORT": str(port), "ALLOWED_HOSTS": f"127.0.0.1:{port}"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -287,21 +298,55 @@ def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
                 urllib.request.urlopen(uri + "/health", timeout=2)
                 break
             except OSError:
-                if time.time() > deadline:
-                    raise
+                assert server.poll() is None and time.time() < deadline, "the MLflow server did not start"
                 time.sleep(1)
+        yield uri
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+@pytest.mark.long
+def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
+    mlflow_bin = str(Path(sys.executable).parent / "mlflow")
+    command = [mlflow_bin, "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--host", "127.0.0.1", "--port", "{port}",
+               "--workers", "1", "--allowed-hosts", "127.0.0.1:{port}"]
+    with mlflow_server(tmp_path, command, {}) as uri:
         path = spec(tmp_path, uri, trials=2)
         # The server's host check refuses "localhost": the dry run says so (/health would not have).
-        refused = orchestrator("launch", str(path), "--dry-run", "--tracking-uri", f"http://localhost:{port}", cwd=tmp_path, check=False)
+        refused = orchestrator("launch", str(path), "--dry-run", "--tracking-uri", uri.replace("127.0.0.1", "localhost"), cwd=tmp_path, check=False)
         assert refused.returncode == 2 and "refuses requests: 403 Invalid Host header" in refused.stderr, refused.stderr
         assert not (tmp_path / "runs").exists()
         orchestrator("launch", str(path), cwd=tmp_path)
         check_store_contents(uri, path, trials=2)
-        page = urllib.request.urlopen(uri + "/", timeout=10).read().decode()
-        assert "MLflow" in page or "mlflow" in page  # the UI is served
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+
+
+def test_a_team_server_with_authentication_tracks_a_launch_from_the_environment(tmp_path, monkeypatch):
+    """deploy/mlflow-server.sh as a team runs it (SQLite here for the runs and the users): a request
+    without credentials is refused, and so is a launch without them (one line, nothing written);
+    with MLFLOW_TRACKING_USERNAME / _PASSWORD in its environment a launch is tracked through it."""
+    import urllib.error
+    import urllib.request
+
+    admin = {"MLFLOW_AUTH_ADMIN_PASSWORD": "team-Admin-pw-1"}
+    server_env = {**admin, "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOST": "127.0.0.1",
+                  "MLFLOW_DB": f"sqlite:///{tmp_path}/server.db", "MLFLOW_AUTH_DB": f"sqlite:///{tmp_path}/users.db"}
+    with mlflow_server(tmp_path, ["bash", str(ROOT / "deploy" / "mlflow-server.sh")], server_env) as uri:
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(uri + "/api/2.0/mlflow/experiments/search?max_results=1", timeout=10)
+        assert anonymous.value.code == 401
+        path = spec(tmp_path, uri, trials=2)
+        refused = orchestrator("launch", str(path), cwd=tmp_path, check=False)
+        [line] = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and line.startswith(f"orchestrator: error: {path}: tracking.uri: tracking server {uri} refuses requests: 401 ")
+        assert line.endswith("(it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)"), line
+        assert not (tmp_path / "runs").exists()
+        credentials = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": admin["MLFLOW_AUTH_ADMIN_PASSWORD"]}
+        orchestrator("launch", str(path), cwd=tmp_path, env_extra=credentials)
+        for name, value in credentials.items():
+            monkeypatch.setenv(name, value)
+        check_store_contents(uri, path, trials=2)
 
 
 @pytest.mark.long
@@ -472,8 +517,9 @@ def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
 
 
 def test_a_planted_password_is_in_no_file_record_or_output(tmp_path):
-    """A launch (a search, so Optuna's storage is pickled too) with a password in --tracking-uri, then
-    status: the password is in none of the files the launch wrote, not in the store, not in the output.
+    """A password in --tracking-uri (where `ps` would show it) is refused; a launch (a search, so
+    Optuna's storage is pickled too) with it in MLFLOW_TRACKING_URI, then status: the password is in
+    none of the files the launch wrote, not in the store, not in the output.
     The local PostgreSQL trusts every login, so the planted password is accepted."""
     import psycopg
 
@@ -486,7 +532,10 @@ def test_a_planted_password_is_in_no_file_record_or_output(tmp_path):
         work = tmp_path / "work"
         work.mkdir()
         path = spec(work, "sqlite:///unused.db", trials=2)
-        outputs = [orchestrator("launch", str(path), "--tracking-uri", uri, cwd=work)]
+        on_command_line = orchestrator("launch", str(path), "--tracking-uri", uri, cwd=work, check=False)
+        assert on_command_line.returncode == 2 and on_command_line.stderr.startswith("orchestrator: error: --tracking-uri: holds a password")
+        assert not (work / "runs").exists()
+        outputs = [on_command_line, orchestrator("launch", str(path), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]
         refused = orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, check=False)
         assert refused.returncode == 2 and "set MLFLOW_TRACKING_URI" in refused.stderr, refused.stderr
         outputs += [refused, orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]

@@ -82,7 +82,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(grid={"n_layers": [2, 4]}), "grid: an ablation (grid/seeds) runs every combination"),
         (with_(space={}, grid={"n_layerz": [2, 4]}), "grid.n_layerz: no model in this file has this parameter (did you mean 'n_layers'?)"),
         (with_(space={}, grid={"n_layers": []}), "grid.n_layers: expected a non-empty list"),
-        (with_(space={}, grid={"n_layers": [2]}, seeds="0-4"), "seeds: expected a list of integers"),
+        (with_(space={}, grid={"n_layers": [2]}, seeds="0-4"), "seeds: expected a non-empty list of distinct integers"),
         # Values a trial would reject, found by building its task config and model before launch.
         (with_(tasks=[{"task": "ctl", "options": {"direction": "sideways"}}]), "tasks[0].options: direction: must be one of forward, backward"),
         (with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]), "p_subexpression: must be a probability in [0, 1)"),
@@ -190,7 +190,7 @@ def test_confirm_is_checked(tmp_path):
     assert study.confirm_count() == 6
     with pytest.raises(SpecError, match=r"confirm.top_k: must be an integer from 0 to budget.trials \(2\), got 3"):
         load_study(write(tmp_path, with_(confirm={"top_k": 3})))
-    with pytest.raises(SpecError, match="confirm.seeds: expected a list of distinct integers"):
+    with pytest.raises(SpecError, match="confirm.seeds: expected a non-empty list of distinct integers"):
         load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [1, 1]})))
     with pytest.raises(SpecError, match="confirm: an ablation runs every seed"):
         load_study(write(tmp_path, with_(space={}, seeds=[0, 1], confirm={"top_k": 1})))
@@ -341,12 +341,16 @@ def test_dry_run_without_calibration_creates_no_store(tmp_path):
 
 
 def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
-    """The local PostgreSQL trusts every login, so a planted password connects and must not show."""
+    """The local PostgreSQL trusts every login, so a planted password connects and must not show;
+    on the command line, where `ps` would show it, it is refused."""
     secret = "planted-Pa55word"
     for uri in (f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test", f"postgresql+psycopg://postgres:{secret}@127.0.0.1:1/test"):
-        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", "--tracking-uri", uri, cwd=tmp_path)
+        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri})
         assert out.returncode in (0, 2) and "postgres:***@127.0.0.1" in out.stdout + out.stderr
         assert secret not in out.stdout + out.stderr
+        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.strip() == ("orchestrator: error: --tracking-uri: holds a password, which `ps` shows every "
+                                                              "user of this machine for as long as the launch runs; set MLFLOW_TRACKING_URI to this URI instead")
 
 
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):

@@ -1,7 +1,9 @@
 """The MLflow side of a driver crash, on a real SQLite store: what a new driver does with the runs
 the killed one left behind. (The whole kill-and-resume path runs in test_service.py; the moments
 tested here are too brief to hit reliably by killing a process.)"""
+import json
 import pickle
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -66,15 +68,22 @@ def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, 
 
 
 def test_an_interrupted_trial_is_marked_so_and_running_again_on_resume(tmp_path, monkeypatch):
-    """Ctrl-C: Tune stops with the trial unfinished; its run says interrupted (KILLED), and the
-    resumed driver's tracker finds the same run and marks it running again."""
+    """Ctrl-C: Tune's clean-up marks the unfinished trial TERMINATED, as it does a finished one,
+    before the experiment ends; only the finished one's end was reported. The unfinished trial's
+    run says interrupted (KILLED), the launch counts one trial ended, and the resumed driver's
+    tracker finds the same run and marks it running again."""
     uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
-    a = trial("a")
-    tracker.on_trial_start(0, [], a)
-    tracker.on_experiment_end([a])
+    a, done = trial("a"), trial("done")
+    for t in (a, done):
+        tracker.on_trial_start(0, [], t)
+    tracker.on_trial_complete(0, [], done)
+    a.status = done.status = "TERMINATED"
+    tracker.on_experiment_end([a, done])
     client = MlflowClient(uri)
     run = client.get_run(tracker.runs["a"])
     assert run.data.tags[tracking.STATUS_TAG] == "interrupted" and run.info.status == "KILLED"
+    assert client.get_run(tracker.runs["done"]).data.tags[tracking.STATUS_TAG] == "completed"
+    assert tracking.ended_trials(uri, "exp", "launch-1", "search") == 1
     resumed = pickle.loads(pickle.dumps(tracker))
     resumed.runs.clear()
     resumed.on_trial_start(0, [], a)
@@ -103,7 +112,7 @@ def test_evaluations_the_dead_driver_never_logged_are_replayed_from_the_checkpoi
     history, so MLflow still gets every step once."""
     uri, first_driver, second_driver, a = driver_died_after_logging(tmp_path, monkeypatch, (10, 20))
     history = [{"iteration": step, "loss": 1.0 / step} for step in (10, 20, 30)]
-    second_driver.on_trial_result(0, [], a, {**result(40, 1.0 / 40), tracking.REPLAY_KEY: history})
+    second_driver.on_trial_result(0, [], a, {**result(40, 1.0 / 40), tracking.REPLAY_KEY: json.dumps(history)})
     logged = MlflowClient(uri).get_metric_history(first_driver.runs["a"], "loss")
     assert [(m.step, m.value) for m in logged] == [(step, 1.0 / step) for step in (10, 20, 30, 40)]
 
@@ -133,3 +142,80 @@ def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_folder(tmp_path
     parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
     assert (tmp_path / "store" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
     assert MlflowClient(uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
+
+
+def test_a_retried_store_fault_is_one_line_of_ours(monkeypatch, capsys):
+    """Three calls, each failing twice as a dropped connection does, then answering: one notice
+    (the next would come only after `every_s`), counting in the one after it what it stood for."""
+    import sqlalchemy.exc
+
+    monkeypatch.setattr(tracking, "RETRY_DELAYS_S", (0, 0, 0))
+    monkeypatch.setattr(tracking, "NOTICES", tracking.RetryNotices(every_s=3600))
+    failures = iter([True, True, False] * 3)
+
+    def query():
+        if next(failures):
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("terminating connection due to administrator command"))
+        return "answer"
+
+    call = tracking.retried(query, "tracking store x")
+    assert [call() for _ in range(3)] == ["answer"] * 3
+    assert capsys.readouterr().out == "[store] tracking store x: terminating connection due to administrator command; retrying in 0 s\n"
+    tracking.NOTICES.every_s = 0
+    tracking.NOTICES.retrying("tracking store x", "gone", 0.5)
+    assert capsys.readouterr().out == "[store] tracking store x: gone; retrying in 0.5 s (6 calls retried since the last notice)\n"
+
+
+
+def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, monkeypatch, capsys):
+    """Opening the stores creates their tables (MLflow's dozens of migrations, Optuna's schema),
+    statements on a fresh PostgreSQL database: its connections terminated meanwhile (as an
+    administrator would), or refused for a while (as a restarting server does), are retried like any
+    other call, not a traceback. Optuna's schema is created too quickly for terminations to hit it
+    reliably (they hit idle pooled connections, which pre-ping replaces silently), so its fault is
+    the refusal, which every first connection meets."""
+    import threading
+    import uuid
+
+    import psycopg
+
+    monkeypatch.setattr(tracking, "NOTICES", tracking.RetryNotices(every_s=0))
+    database = f"sysgen_terminated_{uuid.uuid4().hex[:8]}"
+    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+
+        def in_background(seconds: float, fault) -> threading.Thread:
+            def loop():
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    fault()
+                    time.sleep(0.05)
+
+            thread = threading.Thread(target=loop)
+            thread.start()
+            return thread
+
+        def terminate():
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+
+        reopen = threading.Timer(1.5, admin.execute, (f"ALTER DATABASE {database} ALLOW_CONNECTIONS true",))
+        try:
+            faults = in_background(1.5, terminate)
+            assert tracking.client(uri).search_experiments(max_results=1)  # its migrations ran: the Default experiment
+            faults.join()
+            out = capsys.readouterr().out
+            assert out.startswith(f"[store] tracking store {uri}: terminating connection due to administrator command; retrying"), out
+            assert all(line.startswith("[store] ") for line in out.splitlines()), out
+
+            admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+            terminate()
+            reopen.start()
+            assert tracking.search_storage(uri, tmp_path).get_all_studies() == []
+            reopen.join()
+            out = capsys.readouterr().out
+            assert out.startswith("[store] search store (Optuna): connection failed") and "not currently accepting connections; retrying" in out, out
+            assert all(line.startswith("[store] ") for line in out.splitlines()), out
+        finally:
+            reopen.cancel()
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")

@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import re
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -61,6 +62,20 @@ class TrainConfig:
 
 
 CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "grad_clip_by": ("norm", "value")}
+# (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; None stays allowed where it is the default.
+RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
+          "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),
+          "early_budget": (1, True, None), "eval_batch_size": (1, True, None), "seed": (0, True, 2**32 - 1), "threads": (1, True, None)}
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
+
+
+def check_range(key: str, value) -> None:
+    low, low_allowed, high = RANGES[key]
+    if value is None or isinstance(value, bool):
+        return
+    if value < low or (value == low and not low_allowed) or (high is not None and value > high):
+        bound = f"{'at least' if low_allowed else 'greater than'} {low}" + (f" and at most {high}" if high is not None else "")
+        raise ConfigError(f"{key}: must be {bound}, got {value!r}")
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
 
 
@@ -107,7 +122,27 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
     for key, allowed in CHOICES.items():
         if key in train and train[key] not in allowed:
             raise ConfigError(f"{key}: must be one of {', '.join(allowed)}, got {train[key]!r}")
+    for key in RANGES.keys() & train.keys():
+        check_range(key, train[key])
+    if "device" in train and not (isinstance(train["device"], str) and DEVICE.fullmatch(train["device"])):
+        raise ConfigError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {train['device']!r}")
     return TrainConfig(**train, model_options=model)
+
+
+def check_builds(cfg: TrainConfig) -> None:
+    """Build what a trial of `cfg` would build (its task's config, its model) on the meta device:
+    no data, no weights, a fraction of a second; a value the constructors reject (with whatever
+    exception they raise: torch asserts too) is a ConfigError naming the first line of why."""
+    import torch
+
+    from .models import build_model
+
+    try:
+        task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
+        with torch.device("meta"):
+            build_model(cfg.model, cfg.model_options, task)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError((str(e) or type(e).__name__).splitlines()[0]) from None
 
 
 def defaults(model: str) -> dict[str, Any]:

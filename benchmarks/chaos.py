@@ -1,0 +1,310 @@
+"""Chaos soak: a search launch on a local multi-node Ray cluster with PostgreSQL tracking while a
+seeded loop of faults keeps firing, then an audit of everything the launch recorded.
+
+  python benchmarks/chaos.py [--seed 7] [--trials-per-pair 20] [--short] [--keep]
+
+Faults, in an order and at times drawn from --seed: the driver SIGKILLed (with its process group)
+then `orchestrator resume`; SIGINT to the driver's process group (a terminal's Ctrl-C) then
+`resume`; a worker node SIGKILLed and a new one started; every PostgreSQL backend of the launch's
+database terminated, five times in two seconds; and (not with --short) one PostgreSQL outage
+longer than the store retries (connections refused for 45 s): the driver must stop with one
+line, and `resume` goes on once the database is back.
+
+The audit counts: trials lost (a trial of the budget without a finished run), duplicated (two
+runs or two Optuna trials for one), evaluation steps missing or repeated in MLflow, runs left in
+a wrong state (MLflow or Optuna), the launch not finished, drivers that exited otherwise than the
+fault implies, checkpoints missing, and console lines that are not ours (tracebacks, library
+warnings). It prints them and exits 1 if any is not zero. `--short` (4 trials of 100 steps per pair instead of
+20 of 300, one fault of each kind but the outage) is what tests/test_chaos.py runs in CI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+TASK = {"train_size": 600, "eval_size": 40, "train_depths": [1, 2], "ood_valid_depths": [3, 3], "test_depths": [4, 4]}
+MODELS = ("lstm", "transformer", "ndr")
+EVAL_EVERY = 20
+RAY = str(Path(sys.executable).parent / "ray")
+OUTAGE_S = 45  # longer than tracking.RETRY_DELAYS_S (31 s) in all
+EXPECTED_EXIT = {"driver_kill": -signal.SIGKILL, "sigint": 130, "outage": 1}  # how a driver the fault hits ends
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A head node that only coordinates and worker nodes of one CPU, each `ray start` in a process
+    group of its own, so that one can be killed alone (never `ray stop`: it stops every Ray here)."""
+
+    def __init__(self, workers: int):
+        self.port = free_port()
+        self.tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths live under it
+        self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2, "RAY_TMPDIR": self.tmp,
+                    "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+        self.head = self.start("--head", f"--port={self.port}", "--include-dashboard=false", "--num-cpus=0")
+        self.workers = [self.start_worker() for _ in range(workers)]
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, *args) -> int:
+        node = subprocess.Popen([RAY, "start", *args], start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self.env)
+        out, _ = node.communicate(timeout=120)
+        if node.returncode:
+            raise RuntimeError(out)
+        return node.pid
+
+    def start_worker(self) -> int:
+        return self.start(f"--address={self.address}", "--num-cpus=1")
+
+    @staticmethod
+    def kill(group: int) -> None:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        for group in [self.head, *self.workers]:
+            self.kill(group)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Database:
+    """The launch's PostgreSQL database, and the faults it suffers."""
+
+    def __init__(self):
+        import psycopg
+
+        self.name = f"sysgen_chaos_{uuid.uuid4().hex[:8]}"
+        self.admin = psycopg.connect(ADMIN, autocommit=True)
+        self.admin.execute(f"CREATE DATABASE {self.name}")
+        self.uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{self.name}"
+
+    def terminate(self) -> int:
+        return len(self.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (self.name,)).fetchall())
+
+    def allow(self, allowed: bool) -> None:
+        self.admin.execute(f"ALTER DATABASE {self.name} ALLOW_CONNECTIONS {str(allowed).lower()}")
+
+    def drop(self) -> None:
+        self.allow(True)
+        self.admin.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+        self.admin.close()
+
+
+def schedule(rng: random.Random, short: bool) -> list[tuple[str, float]]:
+    """(fault, seconds after the previous fault or its driver's start) in a seeded order; driver
+    faults end a driver, so each is followed by a resume."""
+    kinds = ["driver_kill", "sigint", "node_kill", "pg_terminate"] + ([] if short else
+                                                                        ["outage", "driver_kill", "sigint", "node_kill", "pg_terminate",
+                                                                         "pg_terminate", "node_kill"])
+    rng.shuffle(kinds)
+    return [(kind, round(rng.uniform(5, 10), 1)) for kind in kinds]
+
+
+def write_spec(folder: Path, uri: str, trials_per_pair: int, n_iters: int, seed: int) -> Path:
+    data = {
+        "name": f"chaos-{uuid.uuid4().hex[:6]}", "tasks": [{"task": "ctl", "variant": "tiny", "options": TASK}], "models": list(MODELS),
+        "budget": {"trials": trials_per_pair, "max_concurrent": 2, "n_iters": n_iters, "eval_every": EVAL_EVERY, "max_failures": 20},
+        "scheduler": {"name": "asha", "grace_period": 2 * EVAL_EVERY, "reduction_factor": 2}, "seed": seed,
+        "resources": {"cpu": 1}, "fixed": {"batch_size": 16}, "warm_start": False,
+        "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "d_model": {"choice": [16, 32]}, "n_layers": {"int": [1, 2]}, "n_heads": {"choice": [1, 2]}},
+        "tracking": {"uri": uri}, "storage_path": str(folder / "runs"),
+    }
+    path = folder / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def start_driver(args: list[str], folder: Path, env: dict, n: int):
+    log = folder / f"driver-{n}.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=folder, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    process.log, process.started = log, time.monotonic()
+    return process
+
+
+def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Database, deadline_s: float) -> list[dict]:
+    """Launch, then fire `faults` while drivers run, resuming after each driver fault, until a
+    driver finishes the launch. -> one record per driver: its fault, exit status and log."""
+    env, drivers, pending = cluster.env, [], list(faults)
+    launch_dir = folder / "runs" / "chaos"
+    command = ["launch", str(path), "--address", cluster.address, "--launch-id", "chaos"]
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        driver = start_driver(command, folder, env, len(drivers))
+        record = {"fault": None, "log": driver.log}
+        while driver.poll() is None and time.monotonic() < deadline:
+            if pending and time.monotonic() - driver.started >= pending[0][1]:
+                kind, _ = pending.pop(0)
+                print(f"[chaos] {time.strftime('%H:%M:%S')} {kind}", flush=True)
+                if kind == "driver_kill":
+                    os.killpg(driver.pid, signal.SIGKILL)
+                elif kind == "sigint":
+                    os.killpg(driver.pid, signal.SIGINT)
+                elif kind == "node_kill":
+                    victim = cluster.workers.pop(0)
+                    cluster.kill(victim)
+                    cluster.workers.append(cluster.start_worker())
+                elif kind == "pg_terminate":
+                    for _ in range(5):
+                        db.terminate()
+                        time.sleep(0.4)
+                elif kind == "outage":
+                    db.allow(False)
+                    db.terminate()
+                    end = time.monotonic() + OUTAGE_S
+                    while time.monotonic() < end:
+                        db.terminate()  # a connection made just before the switch
+                        time.sleep(1)
+                    db.allow(True)
+                driver.started = time.monotonic()  # the next fault's delay counts from here
+                if kind in EXPECTED_EXIT:
+                    record["fault"] = kind
+                    if kind != "outage":
+                        break
+            time.sleep(0.2)
+        try:
+            record["exit"] = driver.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            record["exit"] = "timeout"
+        drivers.append(record)
+        if record["exit"] == 0 or [d["exit"] for d in drivers[-3:]] == [2, 2, 2]:
+            return drivers  # finished, or refused three times running: the audit says which
+        if (launch_dir / "launch.json").exists():  # a driver killed before it registered the launch left nothing to resume
+            command = ["resume", str(launch_dir), "--address", cluster.address]
+    return drivers
+
+
+def ours(line: str, path: Path) -> bool:
+    """Our console lines (see tests/test_service.foreign_lines; a trial's "[trial] ..." as Ray
+    forwards it, behind its "(trial pid=...)" prefix), and Ray's notice of a node marked dead,
+    which the node faults cause and which says so."""
+    line = re.sub(r"^(\x1b\[\d+m)?\(trial pid=\d+\)(\x1b\[0m)? (?=\[trial\])", "", line)
+    return (not line.strip() or line.startswith(("[", "  ", f"{path}: ", "orchestrator: error: ")) or "(raylet)" in line
+            or "raylet has lagging heartbeats" in line)
+
+
+def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int) -> dict[str, int]:
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.tracking import search_store
+
+    spec = yaml.safe_load(path.read_text())
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(spec["name"])
+    runs = client.search_runs([experiment.experiment_id], max_results=10_000) if experiment else []
+    trials = [r for r in runs if r.data.tags.get("kind") == "trial" and r.data.tags.get("trial_status") != "lost"]
+    counts = dict.fromkeys(["trials lost", "trials duplicated", "steps missing", "steps repeated", "runs in a wrong state",
+                            "optuna trials in a wrong state", "optuna trials duplicated", "launch not finished", "drivers ended wrongly",
+                            "checkpoints missing", "console lines not ours"], 0)
+    by_pair: dict[str, list] = {}
+    for run in trials:
+        by_pair.setdefault(run.data.tags["pair"], []).append(run)
+    for pair in [f"tiny__{m}" for m in MODELS]:
+        found = by_pair.get(pair, [])
+        ids = [r.data.tags["trial_id"] for r in found]
+        counts["trials duplicated"] += len(ids) - len(set(ids))
+        counts["trials lost"] += max(0, trials_per_pair - len(set(ids)))
+    for run in trials:
+        status = run.data.tags.get("trial_status")
+        if status not in ("completed", "early_stopped") or run.info.status != "FINISHED":
+            counts["runs in a wrong state"] += 1
+            print(f"[audit] run {run.info.run_name}: {status} / {run.info.status}", flush=True)
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")]
+        last = n_iters if status == "completed" else max(steps, default=0)
+        expected = set(range(EVAL_EVERY, last + 1, EVAL_EVERY))
+        counts["steps repeated"] += len(steps) - len(set(steps))
+        counts["steps missing"] += len(expected - set(steps))
+        trial_dir = folder / "runs" / "chaos" / "tune" / f"{run.data.tags['pair']}_{run.data.tags['trial_id']}"
+        if not any(trial_dir.glob("checkpoint_*")):
+            counts["checkpoints missing"] += 1
+    launch = [r for r in runs if r.data.tags.get("kind") == "launch"]
+    state = json.loads((folder / "runs" / "chaos" / "launch.json").read_text())["state"] if (folder / "runs" / "chaos" / "launch.json").exists() else None
+    counts["launch not finished"] = int(state != "finished" or len(launch) != 1 or launch[0].info.status != "FINISHED")
+
+    url, engine = search_store(uri, folder / "runs" / "chaos")
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine)
+    for name in optuna.get_all_study_names(storage):
+        if not name.startswith(spec["name"] + "/"):
+            continue
+        states = [t.state.name for t in optuna.load_study(study_name=name, storage=storage).trials]
+        counts["optuna trials in a wrong state"] += sum(s not in ("COMPLETE", "PRUNED") for s in states)
+        counts["optuna trials duplicated"] += max(0, len(states) - trials_per_pair)
+    for record in drivers[:-1]:
+        if record["exit"] != EXPECTED_EXIT.get(record["fault"], "no fault ends a driver"):
+            counts["drivers ended wrongly"] += 1
+            print(f"[audit] a driver hit by {record['fault']} exited {record['exit']}: {record['log']}", flush=True)
+    if drivers[-1]["exit"] != 0:
+        counts["drivers ended wrongly"] += 1
+        print(f"[audit] the last driver exited {drivers[-1]['exit']}: {drivers[-1]['log']}", flush=True)
+    for record in drivers:
+        if record["exit"] != (EXPECTED_EXIT.get(record["fault"], 0) if record is not drivers[-1] else 0):
+            for line in record["log"].read_text().splitlines()[-30:]:
+                print(f"[audit] {record['log'].name}| {line[:300]}", flush=True)
+    for record in drivers:
+        foreign = [line for line in record["log"].read_text().splitlines() if not ours(line, path)]
+        counts["console lines not ours"] += len(foreign)
+        for line in foreign[:5]:
+            print(f"[audit] {record['log'].name}: {line[:200]}", flush=True)
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--trials-per-pair", type=int, default=20, help=f"trials of each of the {len(MODELS)} pairs")
+    parser.add_argument("--short", action="store_true", help="4 trials per pair and one fault of each kind but the outage (CI)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder and the database")
+    args = parser.parse_args()
+    trials_per_pair, n_iters = (4, 100) if args.short else (args.trials_per_pair, 300)
+    faults = schedule(random.Random(args.seed), args.short)
+    print(f"[chaos] seed {args.seed}: {len(MODELS)} pairs x {trials_per_pair} trials of {n_iters} steps on a head and 2 worker nodes, "
+          f"PostgreSQL tracking; faults (kind, seconds after the previous one or the driver's start): {faults}", flush=True)
+    folder = Path(tempfile.mkdtemp(prefix="chaos-"))
+    os.environ.setdefault("SYSGEN_DATA_CACHE", str(folder / "data"))
+    db, cluster = Database(), Cluster(workers=2)
+    started = time.monotonic()
+    try:
+        path = write_spec(folder, db.uri, trials_per_pair, n_iters, args.seed)
+        drivers = run_with_faults(faults, folder, path, cluster, db, deadline_s=600 if args.short else 1800)
+        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters)
+    finally:
+        cluster.stop()
+        if not args.keep:
+            db.drop()
+    print(f"[chaos] {len(drivers)} drivers, {(time.monotonic() - started) / 60:.1f} min; work folder {folder}", flush=True)
+    for name, count in counts.items():
+        print(f"  {name:32s} {count}", flush=True)
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 1 if any(counts.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
