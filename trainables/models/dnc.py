@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout
+
 EPS = 1e-6
 
 
@@ -144,7 +146,7 @@ class DNCClassifier(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embedding = nn.Embedding(vocab_size, cfg.embedding_size, padding_idx=pad_id)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.memory = DNCMemory(cfg)
         reads = cfg.n_read_heads * self.memory.words
         self.controller = nn.LSTMCell(cfg.embedding_size + reads, cfg.d_model)

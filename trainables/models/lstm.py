@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
+from .dropout import Dropout
+
 
 class LSTM(nn.LSTM):
     """nn.LSTM, in float32 on the CPU under bf16 autocast: oneDNN builds no bf16 LSTM on a CPU
@@ -34,7 +36,7 @@ class LSTMClassifier(nn.Module):
         super().__init__()
         hidden = cfg.d_model // 2 if bidirectional else cfg.d_model
         self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.lstm = LSTM(
             cfg.d_model, hidden, num_layers=cfg.n_layers, batch_first=True,
             bidirectional=bidirectional, dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout
 from .lstm import LSTM
 from .transformer import sinusoids
 
@@ -128,7 +129,7 @@ class PANM(nn.Module):
         self.controller_start = nn.Identity() if d == cfg.hidden else nn.Linear(d, cfg.hidden, bias=False)
         self.output = mlp(read + cfg.hidden, cfg.mlp_hidden, vocab_size)  # g^o
         self.log_sharpness = nn.Parameter(torch.full((2,), math.log(cfg.sharpness)))
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, tokens, lengths, n_steps: int, token_features=None, return_activations: bool = False):
         """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights."""

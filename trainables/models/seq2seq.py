@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from .dropout import Dropout
 from .lstm import LSTM
 from .transformer import sinusoids
 
@@ -37,7 +38,7 @@ class LSTMSeq2Seq(nn.Module):
         self.vocab_size = vocab_size
         self.lstm = LSTM(vocab_size + n_features, cfg.d_model, num_layers=cfg.n_layers, batch_first=True,
                             dropout=cfg.dropout if cfg.n_layers > 1 else 0.0)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
     def forward(self, tokens, lengths, n_steps: int, token_features=None):

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dropout import Dropout
+
 ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
 ACT_VARIANTS = ("none", "graves", "dehghani")
 
@@ -119,8 +121,8 @@ class Attention(nn.Module):
         self.key = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, d_model)
-        self.attention_dropout = nn.Dropout(attention_dropout)
-        self.query_dropout = nn.Dropout(query_dropout)
+        self.attention_dropout = Dropout(attention_dropout)
+        self.query_dropout = Dropout(query_dropout)
         if kind in ("rel", "absrel"):
             self.pos_key = nn.Linear(d_model, d_model, bias=False)  # W_{k,P}
             self.content_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # b_{q,E}
@@ -208,7 +210,7 @@ class FeedForward(nn.Sequential):
     """Eq. 5: W2 max(W1 x + b1, 0) + b2."""
 
     def __init__(self, d_in: int, d_hidden: int, dropout: float):
-        super().__init__(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_hidden, d_in))
+        super().__init__(nn.Linear(d_in, d_hidden), nn.ReLU(), Dropout(dropout), nn.Linear(d_hidden, d_in))
 
 
 class Layer(nn.Module):
@@ -221,10 +223,10 @@ class Layer(nn.Module):
         self.mask_self = cfg.mask_self
         self.norm_attention = nn.LayerNorm(cfg.d_model)
         self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         if gated:
             self.gate_drop = cfg.gate_drop
-            self.update_dropout = nn.Dropout(cfg.dropout if cfg.update_dropout else 0.0)
+            self.update_dropout = Dropout(cfg.dropout if cfg.update_dropout else 0.0)
             self.gate = FeedForward(cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0)
             nn.init.constant_(self.gate[-1].bias, cfg.gate_bias_init)
             # App. C.3: gated models without geometric attention squash the update with tanh
@@ -258,7 +260,7 @@ class UniversalTransformerClassifier(nn.Module):
         self.cfg, self.attention_kind = cfg, attention
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.embedding = nn.Embedding(vocab_size, cfg.d_model)
-        self.input_dropout = nn.Dropout(cfg.input_dropout)
+        self.input_dropout = Dropout(cfg.input_dropout)
         self.layer = Layer(cfg, attention, gated)
         self.readout = nn.Linear(cfg.d_model, n_classes)
         if cfg.act != "none":
