@@ -406,7 +406,7 @@ def cmd_list(args) -> int:
     if args.what == "tasks":
         for name, spec in TASKS.items():
             options = ", ".join(f.name for f in dataclasses.fields(spec.config))
-            print(f"{name:22s} {spec.kind:24s} scores {'/'.join(SCORES_OF_KIND[spec.kind]):16s} options: {options}")
+            print(f"{name:22s} {spec.kind:26s} scores {'/'.join(SCORES_OF_KIND[spec.kind]):16s} options: {options}")
     elif args.what == "models":
         for name, spec in MODELS.items():
             print(f"{name:24s} {', '.join(spec.task_kinds):42s} {spec.description}")

@@ -1,12 +1,14 @@
 """What a researcher opens first: the attention and gate maps of a pair's best trial (the NDR
 paper's Figure 2: per layer, where each position attends and how much of it the copy gate
 updates) and PANM's pointer attention per decoding step. The trial's last checkpoint is loaded into
-its model and run on the longest example of its longest test split."""
+its model and run on the longest example of its longest test split (Sort-of-CLEVR: a ternary
+question about the first test image, the columns its summary token and patches)."""
 from __future__ import annotations
 
 import inspect
 import io
 import json
+import math
 from pathlib import Path
 
 from . import tracking
@@ -37,13 +39,14 @@ def last_model_state(state, run) -> dict | None:
 
 
 def activations_of(config: dict, model_state: dict):
-    """-> (task, token labels of the example, the model's activations), or None where the model
-    returns none (LSTMs, the DNC, the seq2seq baselines)."""
+    """-> (task, the names of the columns, the example in words, the model's activations), or None
+    where the model returns none (LSTMs, the DNC, the seq2seq baselines)."""
     import numpy as np
     import torch
 
     from trainables.config import parse_trial_config
     from trainables.tasks import load_task
+    from trainables.tasks.sort_of_clevr import describe
     from trainables.train import batch_tensors, make_model
 
     cfg = parse_trial_config(config)
@@ -54,24 +57,31 @@ def activations_of(config: dict, model_state: dict):
     model.load_state_dict(model_state)
     model.eval()
     split = task.splits[task.test_splits[-1]]
+    if task.kind == "visual_question_answering":  # the first question of the first test image, a ternary one where there is
+        example = int(np.argmax(split.depths))
+        batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
+        with torch.no_grad():
+            _, activations = model(batch["images"], batch["questions"], return_activations=True)
+        patches = round(math.sqrt(activations["attention"][0].shape[-1] - 1))
+        names = ["summary", *(f"r{r + 1}c{c + 1}" for r in range(patches) for c in range(patches))]
+        return task, names, describe(split.questions[example]), activations
     example = int(np.argmax(split.lengths))
     batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
-    tokens = batch["tokens"][0, : int(batch["lengths"][0])].tolist()
+    tokens = [str(t) for t in task.decode(batch["tokens"][0, : int(batch["lengths"][0])].tolist())]
     with torch.no_grad():
         if task.kind == "sequence_to_sequence":
             _, activations = model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"), return_activations=True)
-        else:
-            _, activations = model(batch["tokens"], batch["lengths"], return_activations=True)
-    return task, [str(t) for t in task.decode(tokens)], activations
+            return task, tokens, " ".join(tokens), activations
+        _, activations = model(batch["tokens"], batch["lengths"], return_activations=True)
+    return task, ["<bos>", *tokens, "<eos>"], " ".join(tokens), activations
 
 
-def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: Path) -> tuple[Path, str]:
-    """Per layer, the first head's attention (rows attend to columns), and the copy gate's mean
-    over channels per position and layer (Figure 2's bottom row)."""
+def plot_transformer(pair: str, names: list[str], caption: str, activations: dict, out_dir: Path) -> tuple[Path, str]:
+    """Per layer, the first head's attention (rows attend to columns; `names` the columns), and the
+    copy gate's mean over channels per position and layer (Figure 2's bottom row)."""
     plt = pyplot()
     attention = activations["attention"][:MAX_LAYER_PANELS]
     gates = activations.get("gates") or []
-    names = ["<bos>", *labels, "<eos>"]
     columns = min(7, len(attention))
     rows = -(-len(attention) // columns) + (1 if gates else 0)
     fig, axes = plt.subplots(rows, columns, figsize=(max(6.0, 2.2 * columns), 2.3 * rows + 0.6), squeeze=False)
@@ -94,7 +104,7 @@ def plot_transformer(pair: str, labels: list[str], activations: dict, out_dir: P
         ax.set_xticks(range(n), names, fontsize=5, rotation=90)
         ax.set_yticks(range(len(update)), [str(k + 1) for k in range(len(update))], fontsize=5)
         ax.set_ylabel("layer", fontsize=7)
-    fig.suptitle(f"{pair}, best trial (last checkpoint): head 1's attention per layer\non {' '.join(labels)}", fontsize=8)
+    fig.suptitle(f"{pair}, best trial (last checkpoint): head 1's attention per layer\non {caption}", fontsize=8)
     path = out_dir / f"{pair}_attention.png"
     return path, figure_png(fig, path)
 
@@ -135,12 +145,12 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]
         found = activations_of(json.loads(run.data.tags[tracking.CONFIG_TAG]), model_state)
         if found is None:
             return []
-        task, labels, activations = found
+        task, names, caption, activations = found
         out_dir.mkdir(parents=True, exist_ok=True)
         if task.kind == "sequence_to_sequence":
-            figure = plot_pointers(pair, labels, activations, out_dir)
+            figure = plot_pointers(pair, names, activations, out_dir)
             return [figure] if figure else []
-        return [plot_transformer(pair, labels, activations, out_dir)]
+        return [plot_transformer(pair, names, caption, activations, out_dir)]
     except Exception as e:  # noqa: BLE001 - see the docstring
         print(f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}", flush=True)
         return []

@@ -29,6 +29,7 @@ from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
+MAX_DEPTH_COLUMNS = 4
 TEST_SPLIT = re.compile(r"^test_(L|x\d+|depth\d+)_")  # per-length test splits (PANM's tasks), per-depth scores (the others)
 
 
@@ -87,9 +88,12 @@ def numeric_order(values) -> list:
 
 def table_metrics(score: str, columns) -> list[str]:
     """What the cell table shows: the selection metric, then the test and IID scores as the papers
-    report them (at the best checkpoint and final), where the runs have them."""
+    report them (at the best checkpoint and final), where the runs have them. A handful of test
+    depths (Sort-of-CLEVR's three question types, the paper's columns) are columns too; a range of
+    them (CTL's) is a curve (plot_lengths)."""
     wanted = [f"best_ood_valid_{score}", f"test_{score}_at_best", f"test_{score}_final", f"iid_valid_{score}_at_best", f"iid_valid_{score}_final"]
-    return [m for m in wanted if m in columns]
+    depths = sorted((c for c in columns if re.fullmatch(rf"test_depth\d+_{score}_at_best", c)), key=lambda c: int(re.sub(r"\D", "", c.split("_")[1])))
+    return [m for m in wanted if m in columns] + (depths if len(depths) <= MAX_DEPTH_COLUMNS else [])
 
 
 @lru_cache(maxsize=1)

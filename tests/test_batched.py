@@ -48,6 +48,18 @@ def test_batched_set_regression_equals_separate_runs():
         close(train(parse_trial_config({**flat, "seed": seed}), log=None), batched[seed])
 
 
+@pytest.mark.parametrize("retrieval_scores", ["dot", "mlp"])
+def test_batched_sort_of_clevr_equals_separate_runs(retrieval_scores):
+    """The Compositional Attention paper's Sort-of-CLEVR model: a convolution, pre-norm layers."""
+    task, options = TINY_BY_KIND["visual_question_answering"]
+    flat = {"task": task, "model": "transformer_compositional", "task_options": options, "n_iters": 12, "eval_every": 6,
+            "batch_size": 16, "lr": 1e-3, "d_model": 16, "n_heads": 2, "n_layers": 2, "n_retrievals": 2, "retrieval_dim": 4,
+            "retrieval_scores": retrieval_scores, **NO_DROPOUT}
+    batched = train_seeds(parse_trial_config(flat), [1, 2], log=None)
+    for seed in (1, 2):
+        close(train(parse_trial_config({**flat, "seed": seed}), log=None), batched[seed])
+
+
 def test_each_seed_draws_its_own_dropout():
     """Two copies of one model, stacked: in training their dropout masks differ, so their outputs
     do; in evaluation they are the same model."""

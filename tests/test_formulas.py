@@ -269,16 +269,20 @@ def slow_compositional(att: Attention, h: torch.Tensor) -> torch.Tensor:
         for i in range(S):
             search = torch.softmax(q[:, i] @ k[:, i].T / math.sqrt(d), dim=-1)  # Eq. 8
             retrievals = [search @ v[:, j] for j in range(R)]  # Eq. 10
-            keys = torch.stack([att.retrieval_key(r) for r in retrievals], 1)  # (N, R, d_r), Eq. 11-12
-            scores = torch.softmax(torch.einsum("nk,nrk->nr", q_bar[:, i], keys) / math.sqrt(d_r), dim=-1)  # Eq. 13
+            if att.retrieval_scores == "dot":
+                keys = torch.stack([att.retrieval_key(r) for r in retrievals], 1)  # (N, R, d_r), Eq. 11-12
+                scores = torch.softmax(torch.einsum("nk,nrk->nr", q_bar[:, i], keys) / math.sqrt(d_r), dim=-1)  # Eq. 13
+            else:  # the authors' Table 8: a linear score of the retrieval query beside each retrieved value
+                scores = torch.softmax(torch.cat([att.retrieval_score(torch.cat([q_bar[:, i], r], -1)) for r in retrievals], -1), dim=-1)
             searches.append(sum(scores[:, j : j + 1] * retrievals[j] for j in range(R)))
         out.append(att.out(torch.cat(searches, -1)))  # Eq. 14
     return torch.stack(out)
 
 
-def test_compositional_attention_against_its_equations():
+@pytest.mark.parametrize("retrieval_scores", ["dot", "mlp"])
+def test_compositional_attention_against_its_equations(retrieval_scores):
     torch.manual_seed(3)
-    att = Attention("compositional", 12, 3, 0.0, 0.0, n_retrievals=4, retrieval_dim=5).eval()
+    att = Attention("compositional", 12, 3, 0.0, 0.0, n_retrievals=4, retrieval_dim=5, retrieval_scores=retrieval_scores).eval()
     h = torch.randn(2, 6, 12, requires_grad=True)
     padding = torch.zeros(2, 6, dtype=torch.bool)
     fast, _ = att(h, padding)

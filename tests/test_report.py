@@ -1,6 +1,7 @@
 """Ablation reports from a real MLflow store (SQLite) holding runs written as the tracker writes them:
 every number equals an independent aggregation of the runs, rows come in numeric order, the
 published numbers stand beside ours, and a regression needs a test across seeds."""
+import dataclasses
 import json
 import re
 import uuid
@@ -147,8 +148,10 @@ def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
 
 
 def test_published_numbers_load_and_name_our_models_and_tasks():
-    from trainables.models import MODELS
+    from trainables.config import TRAIN_KEYS
+    from trainables.models import MODELS, model_fields
     from trainables.tasks import TASKS
+    from trainables.tasks.base import SCORES_OF_KIND
 
     cells = report.published_cells()
     assert len(cells) > 50
@@ -157,6 +160,12 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
         assert cell["task"] in TASKS, cell
         assert cell["model"] in MODELS or cell.get("ours") is False, cell
         assert isinstance(cell["mean"], (int, float)), cell
+        # A misspelt setting key would match no run: every key is a task option or a trial's key.
+        known = {f.name for f in dataclasses.fields(TASKS[cell["task"]].config)} | TRAIN_KEYS
+        if cell["model"] in MODELS:
+            known |= model_fields(cell["model"])
+        assert set(cell.get("setting") or {}) <= known, cell
+        assert re.fullmatch(r"(depth\d+_)?(" + "|".join(SCORES_OF_KIND[TASKS[cell["task"]].kind]) + ")", cell["metric"]), cell
 
 
 def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:

@@ -219,7 +219,7 @@ def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
 def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     from orchestrator import cli
 
-    for what, expected in (("tasks", "copy                   sequence_to_sequence     scores token_acc/seq_acc"),
+    for what, expected in (("tasks", "copy                   sequence_to_sequence       scores token_acc/seq_acc"),
                            ("models", "panm "), ("presets", "ctl/ndr")):
         assert cli.main(["list", what]) == 0
         assert expected in capsys.readouterr().out

@@ -23,6 +23,7 @@ TINY_BY_KIND = {
     "sequence_classification": ("ctl", TINY_TASK),
     "sequence_to_sequence": ("copy", {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}),
     "set_regression": ("contextual_retrieval", {"train_size": 200, "eval_size": 20}),
+    "visual_question_answering": ("sort_of_clevr", {"train_images": 20, "eval_images": 4}),
 }
 
 

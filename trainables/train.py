@@ -28,7 +28,7 @@ from tqdm import tqdm
 from .config import ConfigError, TrainConfig
 from .models import build_model
 from .tasks import load_task
-from .tasks.base import LOWER_IS_BETTER, Split, Task
+from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, Split, Task
 
 # report(metrics, state): called after every evaluation; `state()` returns a resumable snapshot.
 Reporter = Callable[[dict[str, Any], Callable[[], dict]], None]
@@ -46,22 +46,28 @@ def resident(split: Split, device: torch.device) -> dict[str, torch.Tensor]:
     On the CPU they share the arrays' memory."""
     cache = split.__dict__.setdefault("_resident", {})
     if device not in cache:
-        cache[device] = {name: torch.from_numpy(array).to(device) for name, array in split.arrays.items() if name != "depths"}
+        cache[device] = {name: torch.from_numpy(array).to(device) for name, array in split.arrays.items() if name not in HOST_ONLY}
     return cache[device]
 
 
 def batch_tensors(split: Split, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """The arrays of `split` at `index` as tensors on `device` (int64 or float32), token rows
     trimmed to the batch's longest. The width comes from the host's copy of the lengths, so
-    nothing waits for the device."""
+    nothing waits for the device. Images (one per several questions) are gathered through the
+    questions' `image_ids` and stay uint8, a quarter of float32's traffic: the model scales them."""
     widths = {"tokens": "lengths", "token_features": "lengths", "targets": "target_lengths"}
     rows = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(device, non_blocking=True)
+    arrays = resident(split, device)
     out = {}
-    for name, tensor in resident(split, device).items():
+    for name, tensor in arrays.items():
+        if name == "images":
+            continue
         batch = tensor[rows]
         if name in widths and widths[name] in split.arrays:
             batch = batch[:, : int(split.arrays[widths[name]][index].max())]
         out[name] = batch.float() if batch.is_floating_point() else batch.long()
+    if "images" in arrays:
+        out["images"] = arrays["images"][out["image_ids"]]
     return out
 
 
@@ -70,6 +76,8 @@ def predict(model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor]) -
         return model(batch["features"])
     if kind == "sequence_to_sequence":
         return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"))
+    if kind == "visual_question_answering":
+        return model(batch["images"], batch["questions"])
     return model(batch["tokens"], batch["lengths"])
 
 
@@ -165,7 +173,7 @@ def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, 
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             out = predict(model, task.kind, batch)
         sums = add_sums(sums, score_sums(task.kind, out, batch))
-        if by_depth and task.kind == "sequence_classification":
+        if by_depth and task.kind in CLASSIFICATION_KINDS:
             for depth, right in zip(split.depths[rows].tolist(), (out.argmax(-1) == batch["labels"]).tolist()):
                 correct_by_depth.setdefault(int(depth), []).append(right)
     model.train(was_training)

@@ -17,7 +17,7 @@ from .lstm import LSTMClassifier, LSTMConfig
 from .panm import PANM, PANMConfig
 from .set_attention import SetAttentionRegressor
 from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
-from .transformer import TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
+from .transformer import ImageQuestionTransformer, TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ def _token_ids(task: Task) -> dict:
 
 
 def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
-    # Position-free attention (plain or compositional, without the copy gate) also reads sets.
+    # Position-free attention (plain or compositional, without the copy gate) also reads sets, and
+    # images with a question.
     reads_sets = attention in ("softmax", "compositional") and not gated
 
     def build(cfg, task):
@@ -43,9 +44,11 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
             return SetAttentionRegressor(cfg.d_model, cfg.n_heads, cfg.n_retrievals if attention == "compositional" else None, task.n_features)
         if task.kind == "set_regression":
             return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
+        if task.kind == "visual_question_answering":
+            return ImageQuestionTransformer(cfg, attention, task.n_features, task.n_classes)
         return UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))
 
-    kinds = ("sequence_classification", "set_regression") if reads_sets else ("sequence_classification",)
+    kinds = ("sequence_classification", "set_regression", "visual_question_answering") if reads_sets else ("sequence_classification",)
     return ModelSpec(TransformerConfig, build, kinds, description)
 
 

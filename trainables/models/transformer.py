@@ -6,10 +6,13 @@ One layer's weights are applied n_layers times. Variants differ in two places:
              absolute and relative positional keys), "geometric" (Sec. 2.2: attend to the closest
              match, with direction encoding).
              "compositional" (Mittal et al., Eq. 7-14): n_heads searches share n_retrievals
-             value projections, each search choosing its retrieval by a second attention.
+             value projections, each search choosing its retrieval by a second attention
+             (dot-product scores, or the authors' "MLP" scores of their Table 8).
   gate:      the copy gate of Sec. 2.1 (Eq. 1-5), which lets a column skip a layer.
 NDR = geometric attention + copy gate. The same layers also read sets (feature vectors, no
-positions) for set regression: UniversalTransformerSetRegressor.
+positions) for set regression: UniversalTransformerSetRegressor; and, normalised before each
+sublayer as the Compositional Attention authors' are, images with a question (Sort-of-CLEVR):
+ImageQuestionTransformer.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from torch import nn
 from .dropout import Dropout
 
 ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
+RETRIEVAL_SCORES = ("dot", "mlp")
 ACT_VARIANTS = ("none", "graves", "dehghani")
 
 
@@ -47,6 +51,7 @@ class TransformerConfig:
     gate_bias_init: float = -3.0
     n_retrievals: int = 2  # compositional attention: R (n_heads is the number of searches S)
     retrieval_dim: int = 32  # compositional attention: d_r, size of retrieval queries and keys
+    retrieval_scores: str = "dot"  # compositional attention: "dot" (Eq. 13) or "mlp" (Table 8)
     mask_self: bool = False  # sets: no element attends to itself (contextual retrieval searches j != i)
     # Sets: "paper", the Compositional Attention paper's one attention layer between two MLPs
     # (set_attention.py; uses d_model, n_heads and n_retrievals only), or "transformer", these
@@ -110,7 +115,7 @@ def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -
 class Attention(nn.Module):
     def __init__(self, kind: str, d_model: int, n_heads: int, attention_dropout: float, query_dropout: float,
                  n_retrievals: int = 1, retrieval_dim: int = 32, normalize_geometric: bool = False,
-                 shared_geometric_scale: bool = True):
+                 shared_geometric_scale: bool = True, retrieval_scores: str = "dot"):
         super().__init__()
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
@@ -132,10 +137,15 @@ class Attention(nn.Module):
         if kind == "compositional":
             if n_retrievals < 1:
                 raise ValueError(f"n_retrievals must be >= 1, got {n_retrievals}")
-            self.n_retrievals, self.retrieval_dim = n_retrievals, retrieval_dim
+            if retrieval_scores not in RETRIEVAL_SCORES:
+                raise ValueError(f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {retrieval_scores!r}")
+            self.n_retrievals, self.retrieval_dim, self.retrieval_scores = n_retrievals, retrieval_dim, retrieval_scores
             self.value = nn.Linear(d_model, n_retrievals * self.d_head)  # W_v1..W_vR (Eq. 9)
             self.retrieval_query = nn.Linear(d_model, n_heads * retrieval_dim, bias=False)  # W̄_q per search (Eq. 11)
-            self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
+            if retrieval_scores == "dot":
+                self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
+            else:  # the authors' "MLP" (Table 8): one linear map of [retrieval query; retrieved value] to a score
+                self.retrieval_score = nn.Linear(retrieval_dim + self.d_head, 1)
         if kind == "geometric":
             # Eq. 9-10: direction projections per head; alpha, beta, gamma shared by the heads in the
             # authors' code (the paper is silent), or one set per head.
@@ -200,8 +210,13 @@ class Attention(nn.Module):
         values = self.value(h).view(batch, n, self.n_retrievals, self.d_head).transpose(1, 2)  # (B, R, N, d)
         retrieved = torch.einsum("bsij,brjd->bsrid", search, values)  # Retrieval_ij (Eq. 10)
         queries = self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)  # (B, S, N, d_r)
-        keys = self.retrieval_key(retrieved)  # (B, S, R, N, d_r), Eq. 11-12
-        value_scores = torch.softmax(torch.einsum("bsnk,bsrnk->bsnr", queries, keys) / math.sqrt(self.retrieval_dim), dim=-1)
+        if self.retrieval_scores == "dot":
+            keys = self.retrieval_key(retrieved)  # (B, S, R, N, d_r), Eq. 11-12
+            logits = torch.einsum("bsnk,bsrnk->bsnr", queries, keys) / math.sqrt(self.retrieval_dim)
+        else:
+            pairs = torch.cat([queries[:, :, None].expand(-1, -1, self.n_retrievals, -1, -1), retrieved], -1)
+            logits = self.retrieval_score(pairs)[..., 0].transpose(2, 3)  # (B, S, N, R)
+        value_scores = torch.softmax(logits, dim=-1)
         self.last_value_scores = value_scores.detach()  # Eq. 13's "value scores", for plots
         return torch.einsum("bsnr,bsrnd->bsnd", value_scores, retrieved)
 
@@ -213,13 +228,17 @@ class FeedForward(nn.Sequential):
         super().__init__(nn.Linear(d_in, d_hidden), nn.ReLU(), Dropout(dropout), nn.Linear(d_hidden, d_in))
 
 
+def attention_of(cfg: TransformerConfig, attention: str) -> Attention:
+    return Attention(attention, cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.query_dropout, cfg.n_retrievals,
+                     cfg.retrieval_dim, cfg.normalize_geometric, cfg.shared_geometric_scale, cfg.retrieval_scores)
+
+
 class Layer(nn.Module):
     def __init__(self, cfg: TransformerConfig, attention: str, gated: bool):
         super().__init__()
         d_ff = int(cfg.ff_multiplier * cfg.d_model)
         self.gated = gated
-        self.attention = Attention(attention, cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.query_dropout,
-                                   cfg.n_retrievals, cfg.retrieval_dim, cfg.normalize_geometric, cfg.shared_geometric_scale)
+        self.attention = attention_of(cfg, attention)
         self.mask_self = cfg.mask_self
         self.norm_attention = nn.LayerNorm(cfg.d_model)
         self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout)
@@ -358,3 +377,54 @@ class UniversalTransformerSetRegressor(nn.Module):
         for _ in range(self.cfg.n_layers):
             h, _, _ = self.layer(h, no_padding)
         return self.readout(h)[..., 0]
+
+
+class PreNormLayer(nn.Module):
+    """The Compositional Attention authors' block: each sublayer reads a LayerNorm of its input and
+    adds to it, x + Attention(LN(x)), then x + FF(LN(x)), dropout inside and after the feed-forward."""
+
+    def __init__(self, cfg: TransformerConfig, attention: str):
+        super().__init__()
+        self.attention = attention_of(cfg, attention)
+        self.norm_attention, self.norm_ff = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.ff = FeedForward(cfg.d_model, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, h: torch.Tensor, key_padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        attended, weights = self.attention(self.norm_attention(h), key_padding)
+        h = h + attended
+        return h + self.dropout(self.ff(self.norm_ff(h))), weights
+
+
+class ImageQuestionTransformer(nn.Module):
+    """The Compositional Attention paper's Sort-of-CLEVR model (Sec. 4.2, App. C.2, the authors'
+    `Sort-of-CLEVR/model.py`): 15 x 15 patches of the image, each embedded by one convolution to
+    d/2 plus sinusoidal positions, after a learnt summary token; the question, embedded to d/2, is
+    appended to every token, and one map to d mixes the two. One pre-norm layer applied n_layers
+    times (shared weights; the paper's 4), then the summary token's column is classified."""
+
+    def __init__(self, cfg: TransformerConfig, attention: str, n_question: int, n_classes: int, patch: int = 15):
+        super().__init__()
+        if cfg.d_model % 2:
+            raise ValueError(f"d_model={cfg.d_model} must be even: image and question get half each")
+        self.cfg, half = cfg, cfg.d_model // 2
+        self.patches = nn.Conv2d(3, half, kernel_size=patch, stride=patch)
+        self.summary = nn.Parameter(torch.randn(1, 1, half))
+        self.question = nn.Linear(n_question, half)
+        self.mix = nn.Linear(cfg.d_model, cfg.d_model)
+        self.layer = PreNormLayer(cfg, attention)
+        self.readout = nn.Linear(cfg.d_model, n_classes)
+
+    def forward(self, images: torch.Tensor, questions: torch.Tensor, return_activations: bool = False):
+        """images (B, H, W, 3) uint8, questions (B, n_question) -> class logits (B, C)."""
+        x = self.patches(images.permute(0, 3, 1, 2).float() / 255).flatten(2).transpose(1, 2)  # (B, P, d/2)
+        x = x + sinusoids(torch.arange(x.shape[1], device=x.device), x.shape[-1])
+        x = torch.cat([self.summary.expand(len(x), -1, -1), x], 1)
+        h = self.mix(torch.cat([x, self.question(questions)[:, None].expand(-1, x.shape[1], -1)], -1))
+        no_padding = torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
+        attention = []
+        for _ in range(self.cfg.n_layers):
+            h, weights = self.layer(h, no_padding)
+            attention.append(weights.detach())
+        logits = self.readout(h[:, 0])
+        return (logits, {"attention": attention}) if return_activations else logits

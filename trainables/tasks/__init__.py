@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import algorithmic, arithmetic, ctl, listops, retrieval
+from . import algorithmic, arithmetic, ctl, listops, retrieval, sort_of_clevr
 from .base import Task
 
 
@@ -25,6 +25,7 @@ TASKS: dict[str, TaskSpec] = {
     **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), functools.partial(algorithmic.probe, name), "sequence_to_sequence")
        for name in algorithmic.TASK_NAMES},
     "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, retrieval.probe, "set_regression"),
+    "sort_of_clevr": TaskSpec(sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, "visual_question_answering"),
 }
 
 

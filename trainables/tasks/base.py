@@ -59,8 +59,10 @@ def check_values(config) -> None:
 
 @dataclass
 class Split:
-    """The arrays of one split, all with the same first dimension. Which arrays exist depends on the
-    task kind (see SCORE_OF_KIND); every kind has `depths`, the split-defining depth or length per sample."""
+    """The arrays of one split, all with the same first dimension but those of a visual task's
+    scenes (`images`, `centres`, `shapes`: one row per image, which its questions' `image_ids`
+    index). Which arrays exist depends on the task kind (see SCORE_OF_KIND); every kind has
+    `depths`, the split-defining depth or length per sample (Sort-of-CLEVR: the question type)."""
 
     arrays: dict[str, np.ndarray]
 
@@ -83,14 +85,18 @@ class Split:
 # Task kinds -> the scores a prediction gets, the first one being the papers' number (the one that
 # selects checkpoints): one class per token sequence (accuracy); an output token sequence per input
 # (token-level accuracy, as PANM's tables, then exact-match sequence accuracy); a scalar per set
-# element (L1 error, then L1 relative to predicting zero; lower is better).
+# element (L1 error, then L1 relative to predicting zero; lower is better); one answer class per
+# question about an image (accuracy).
 SCORES_OF_KIND = {
     "sequence_classification": ("acc",),
+    "visual_question_answering": ("acc",),
     "sequence_to_sequence": ("token_acc", "seq_acc"),
     "set_regression": ("l1", "rel_l1"),
 }
 SCORE_OF_KIND = {kind: scores[0] for kind, scores in SCORES_OF_KIND.items()}
 LOWER_IS_BETTER = {"l1", "rel_l1"}
+CLASSIFICATION_KINDS = ("sequence_classification", "visual_question_answering")  # scored per depth too
+HOST_ONLY = {"depths", "centres", "shapes"}  # what defines a split or a scene, never what a model reads
 
 
 @dataclass

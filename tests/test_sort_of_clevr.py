@@ -1,0 +1,155 @@
+"""Sort-of-CLEVR's generator against an evaluator written from the paper (Mittal et al., App. C.2)
+and the authors' generator (`sort_of_clevr_generator.py`): question by question in plain Python,
+over the scene description, with the authors' geometry (list distances, the four-clause box, the
+line y = m x + c, angles from the law of cosines); and the images against the scenes."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from trainables.tasks import sort_of_clevr as soc
+
+CLASS = {name: k for k, name in enumerate(soc.CLASSES)}
+
+
+def decode(question: np.ndarray) -> tuple[int, int, int, int | None]:
+    """-> (type 1..3, subtype 0..2, colour A, colour B or None), from the 18 numbers."""
+    assert set(question.tolist()) <= {0.0, 1.0} and question.sum() == (4 if question[14] else 3)
+    kind = int(np.argmax(question[12:15])) + 1
+    b = int(np.argmax(question[6:12])) if kind == 3 else None
+    return kind, int(np.argmax(question[15:18])), int(np.argmax(question[0:6])), b
+
+
+def evaluate(centres: np.ndarray, shapes: np.ndarray, question: np.ndarray, authors_closest: bool = True) -> str:
+    kind, subtype, a, b = decode(question)
+    objects = [(tuple(int(v) for v in c), "rectangle" if s == soc.SQUARE else "circle") for c, s in zip(centres, shapes)]
+    (ax, ay), shape_a = objects[a]
+    if kind == 1:
+        if subtype == 0:
+            return shape_a
+        return "yes" if (ax if subtype == 1 else ay) < 75 / 2 else "no"
+    if kind == 2:
+        distances = [(ax - x) ** 2 + (ay - y) ** 2 for (x, y), _ in objects]
+        if subtype == 0:
+            distances[a] = 999 if authors_closest else math.inf
+            return objects[distances.index(min(distances))][1]
+        if subtype == 1:
+            return objects[distances.index(max(distances))][1]
+        return str(sum(shape == shape_a for _, shape in objects) - 1)
+    (bx, by), _ = objects[b]
+    others = [xy for k, (xy, _) in enumerate(objects) if k not in (a, b)]
+    if subtype == 0:
+        inside = [(ax <= x <= bx and ay <= y <= by) or (ax <= x <= bx and by <= y <= ay) or
+                  (bx <= x <= ax and by <= y <= ay) or (bx <= x <= ax and ay <= y <= by) for x, y in others]
+        return str(sum(inside))
+    if subtype == 1:
+        if ax == bx:  # the authors' epsilon makes the slope of a vertical line huge: only x = ax is near it
+            near = [x == ax and abs(y - ay) <= 12 for x, y in others]
+        else:
+            m = Fraction(by - ay, bx - ax)
+            near = [abs(y - (m * x + (ay - m * ax))) <= 12 for x, y in others]
+        return "yes" if any(near) else "no"
+    # The authors' law of cosines in floats: its error near 90 and 180 degrees is about 1e-6 degrees, while
+    # integer points 75 pixels apart are never within 0.005 degrees of either without being on it.
+    tolerance = 1e-4
+    count = 0
+    for cx, cy in others:
+        la, lb, lc = math.dist((bx, by), (cx, cy)), math.dist((cx, cy), (ax, ay)), math.dist((ax, ay), (bx, by))
+        angles = [math.degrees(math.acos(max(-1.0, min(1.0, (p * p + q * q - r * r) / (2 * p * q)))))
+                  for p, q, r in ((lb, lc, la), (la, lc, lb), (la, lb, lc))]
+        count += 90 - tolerance <= max(angles) < 180 - tolerance
+    return str(count)
+
+
+@pytest.fixture(scope="module")
+def split():
+    return soc.make_split(soc.SortOfClevrConfig(), np.random.default_rng(11), 400)
+
+
+def test_every_answer_agrees_with_the_evaluator(split):
+    questions = split.questions
+    for k in range(len(split)):
+        image = split.image_ids[k]
+        assert soc.CLASSES[split.labels[k]] == evaluate(split.centres[image], split.shapes[image], questions[k]), k
+        assert decode(questions[k])[0] == split.depths[k]
+
+
+def test_the_papers_closest_never_answers_with_the_object_itself():
+    config = soc.SortOfClevrConfig(authors_closest=False)
+    split = soc.make_split(config, np.random.default_rng(5), 200)
+    for k in np.flatnonzero(split.depths == 2):
+        image = split.image_ids[k]
+        assert soc.CLASSES[split.labels[k]] == evaluate(split.centres[image], split.shapes[image], split.questions[k], authors_closest=False)
+    authors = soc.make_split(soc.SortOfClevrConfig(), np.random.default_rng(5), 200)
+    closest = (split.depths == 2) & (split.questions[:, 15] == 1)
+    assert (authors.labels[closest] != split.labels[closest]).any()  # the authors' 999 differs sometimes
+
+
+def test_scenes_keep_their_distances_and_questions_their_mix(split):
+    gaps = ((split.centres[:, :, None].astype(int) - split.centres[:, None].astype(int)) ** 2).sum(-1)
+    off_diagonal = ~np.eye(6, dtype=bool)
+    assert (gaps[:, off_diagonal] >= 100).all()
+    assert split.centres.min() >= 5 and split.centres.max() <= 69
+    per_image = np.bincount(split.image_ids)
+    assert (per_image == 30).all()
+    for kind in (1, 2, 3):
+        assert (np.bincount(split.image_ids[split.depths == kind]) == 10).all()
+    decoded = [decode(q) for q in split.questions]
+    ternary = [(a, b) for kind, _, a, b in decoded if kind == 3]
+    assert all(a != b and a < 5 and b < 5 for a, b in ternary)  # the authors' colours for ternary questions
+    assert {a for kind, _, a, _ in decoded if kind != 3} == set(range(6))
+    assert {s for _, s, _, _ in decoded} == {0, 1, 2}
+
+
+def test_images_show_the_scenes(split):
+    """Each object that no later one overlaps shows its whole shape in its colour: 121 pixels for a
+    11 x 11 square, 81 for a disk of radius 5; the rest of the image is white."""
+    colours = np.array(list(soc.COLOURS.values()))
+    for image, centres, shapes in zip(split.images, split.centres, split.shapes):
+        painted = np.zeros((75, 75), dtype=bool)
+        for k, ((x, y), shape) in enumerate(zip(centres.astype(int), shapes)):
+            mine = (image == colours[k]).all(-1)
+            painted |= mine
+            later = centres[k + 1 :].astype(int)
+            overlapped = len(later) and (np.abs(later - (x, y)).max(-1) <= 10).any()
+            if not overlapped:
+                assert mine.sum() == (121 if shape == soc.SQUARE else 81)
+                assert mine[y, x] and mine[y - 5, x] and mine[y, x + 5]
+                assert mine[y - 5, x - 5] == (shape == soc.SQUARE)  # a square's corner, outside the disk
+        assert (image[~painted] == 255).all()
+
+
+def test_question_types_are_scored_separately_by_the_trainer():
+    """Depth is the question type: evaluate(by_depth) gives the paper's three columns."""
+    from trainables.models import build_model
+    from trainables.train import batch_tensors, evaluate as evaluate_split
+
+    config = soc.SortOfClevrConfig(train_images=2, eval_images=4)
+    task = soc.build(config)
+    batch = batch_tensors(task.splits["test"], np.arange(7), torch.device("cpu"))
+    assert batch["images"].shape == (7, 75, 75, 3) and batch["images"].dtype == torch.uint8
+    assert torch.equal(batch["images"][6], torch.from_numpy(task.splits["test"].images[0]))  # question 6 is about image 0
+    model = build_model("transformer_compositional", {"d_model": 16, "n_heads": 2, "n_layers": 1, "retrieval_dim": 4}, task)
+    scores = evaluate_split(model, task, task.splits["test"], 32, torch.device("cpu"), by_depth=True)
+    assert set(scores) == {"acc", "depth1_acc", "depth2_acc", "depth3_acc"}
+
+
+def test_the_reports_attention_map_reads_a_question_about_an_image(tmp_path):
+    from orchestrator.maps import activations_of, plot_transformer
+    from trainables.config import parse_trial_config
+    from trainables.tasks import load_task
+    from trainables.train import make_model
+
+    config = {"task": "sort_of_clevr", "model": "transformer", "task_options": {"train_images": 2, "eval_images": 2},
+              "d_model": 16, "n_heads": 2, "n_layers": 2}
+    cfg = parse_trial_config(config)
+    state = make_model(cfg, load_task(cfg.task, cfg.task_options)).state_dict()
+    task, names, caption, activations = activations_of(config, state)
+    assert names[:2] == ["summary", "r1c1"] and len(names) == 26 and activations["attention"][0].shape[-1] == 26
+    assert caption.startswith(tuple(soc.COLOURS)) and " with " in caption  # a ternary question, in words
+    path, _ = plot_transformer("sort_of_clevr__transformer", names, caption, activations, tmp_path)
+    assert path.stat().st_size > 0
