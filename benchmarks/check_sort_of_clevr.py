@@ -11,7 +11,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from tqdm import tqdm
 

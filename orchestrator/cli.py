@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -525,5 +526,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def console() -> None:
+    """The command as a shell runs it. Once main has answered, a Ctrl-C has nothing left to stop,
+    and one pressed while the interpreter exits (Ray's atexit shutdown of its local instance
+    sleeps) printed a traceback after our last line: so the exit ignores it."""
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -476,7 +476,7 @@ def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots
 
     fs, storage_path, name = experiment_location(state, phase)
     experiment = f"{storage_path}/{name}"
-    if tune.Tuner.can_restore(experiment, storage_filesystem=fs):
+    if has_snapshot(experiment, fs):
         print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
         tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu), resume_unfinished=True,
                                    resume_errored=True, storage_filesystem=fs)
@@ -491,6 +491,19 @@ def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots
                 raise
             return stopped_by_outage(state, unavailable), 0
         return phase_outcome(state, study, phase, results)
+
+
+def has_snapshot(experiment: str, fs) -> bool:
+    """Whether a phase's Tune experiment can be continued. Tune writes tuner.pkl (all that
+    Tuner.can_restore looks for) as the run starts and its first snapshot, experiment_state-*.json,
+    a moment later; restored from a driver killed in between, Tune "restarts" with a searcher that
+    ends after one trial. Without a snapshot no trial has reported, so the phase starts afresh: the
+    Optuna study adopts what the killed driver proposed (search.TruncationAwareOptunaSearch.suggest),
+    and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end)."""
+    import pyarrow.fs
+
+    found = (fs or pyarrow.fs.LocalFileSystem()).get_file_info(pyarrow.fs.FileSelector(experiment, allow_not_found=True))
+    return any(f.base_name.startswith("experiment_state-") and f.base_name.endswith(".json") for f in found)
 
 
 def phase_outcome(state: LaunchState, study: Study, phase: str, results) -> tuple[int, int]:

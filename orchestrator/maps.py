@@ -57,14 +57,22 @@ def activations_of(config: dict, model_state: dict):
     model.load_state_dict(model_state)
     model.eval()
     split = task.splits[task.test_splits[-1]]
-    if task.kind == "visual_question_answering":  # the first question of the first test image, a ternary one where there is
+    if task.kind in ("visual_question_answering", "image_classification"):
+        # The first question of the first test image, a ternary one where there is; the first image.
         example = int(np.argmax(split.depths))
         batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
         with torch.no_grad():
-            _, activations = model(batch["images"], batch["questions"], return_activations=True)
+            _, activations = model(batch["images"], batch.get("questions"), return_activations=True)
         patches = round(math.sqrt(activations["attention"][0].shape[-1] - 1))
         names = ["summary", *(f"r{r + 1}c{c + 1}" for r in range(patches) for c in range(patches))]
-        return task, names, describe(split.questions[example]), activations
+        caption = describe(split.questions[example]) if "questions" in batch else f"a test image, answer: {task.classes[split.labels[example]]}"
+        return task, names, caption, activations
+    if task.kind == "image_sequence_classification":  # the first test trial: its objects by position and id
+        batch = batch_tensors(split, np.array([0]), torch.device("cpu"))
+        with torch.no_grad():
+            _, activations = model(batch["images"], return_activations=True)
+        names = [f"{k + 1}: object {i}" for k, i in enumerate(split.image_ids[0].tolist())]
+        return task, names, f"a test trial, answer: {task.classes[split.labels[0]]}", activations
     example = int(np.argmax(split.lengths))
     batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
     tokens = [str(t) for t in task.decode(batch["tokens"][0, : int(batch["lengths"][0])].tolist())]
@@ -73,6 +81,8 @@ def activations_of(config: dict, model_state: dict):
             _, activations = model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"), return_activations=True)
             return task, tokens, " ".join(tokens), activations
         _, activations = model(batch["tokens"], batch["lengths"], return_activations=True)
+    if "mode1" in activations:  # PANM on Dyck: its memory slots are the symbols themselves
+        return task, tokens, " ".join(tokens), activations
     return task, ["<bos>", *tokens, "<eos>"], " ".join(tokens), activations
 
 
@@ -147,7 +157,7 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]
             return []
         task, names, caption, activations = found
         out_dir.mkdir(parents=True, exist_ok=True)
-        if task.kind == "sequence_to_sequence":
+        if "mode1" in activations:
             figure = plot_pointers(pair, names, activations, out_dir)
             return [figure] if figure else []
         return [plot_transformer(pair, names, caption, activations, out_dir)]

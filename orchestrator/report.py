@@ -30,11 +30,12 @@ from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
 MAX_DEPTH_COLUMNS = 4
-TEST_SPLIT = re.compile(r"^test_(L|x\d+|depth\d+)_")  # per-length test splits (PANM's tasks), per-depth scores (the others)
+NAMED_TEST_SPLITS = ("interpolate", "extrapolate")
+TEST_SPLIT = re.compile(r"^test_(L|x\d+|\d+|depth\d+)_")  # per-length test splits (PANM's tasks; Dyck's lengths), per-depth scores (the others)
 
 
 def split_order(split: str) -> int:
-    """L before 1x, 2x, ...; depths in order."""
+    """L before 1x, 2x, ...; lengths and depths in order."""
     return -1 if split == "L" else int(re.sub(r"\D", "", split))
 
 
@@ -90,8 +91,10 @@ def table_metrics(score: str, columns) -> list[str]:
     """What the cell table shows: the selection metric, then the test and IID scores as the papers
     report them (at the best checkpoint and final), where the runs have them. A handful of test
     depths (Sort-of-CLEVR's three question types, the paper's columns) are columns too; a range of
-    them (CTL's) is a curve (plot_lengths)."""
+    them (CTL's) is a curve (plot_lengths). Named test sets (mathematics' interpolation and
+    extrapolation) get both columns each."""
     wanted = [f"best_ood_valid_{score}", f"test_{score}_at_best", f"test_{score}_final", f"iid_valid_{score}_at_best", f"iid_valid_{score}_final"]
+    wanted += [f"test_{name}_{score}_{when}" for name in NAMED_TEST_SPLITS for when in ("at_best", "final")]
     depths = sorted((c for c in columns if re.fullmatch(rf"test_depth\d+_{score}_at_best", c)), key=lambda c: int(re.sub(r"\D", "", c.split("_")[1])))
     return [m for m in wanted if m in columns] + (depths if len(depths) <= MAX_DEPTH_COLUMNS else [])
 
@@ -106,15 +109,18 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     the split and score of `metric`; a paper cell that names every key the row sweeps (a layer
     ablation's rows match Table 4, not Table 1's one setting), and whose setting the trial's config
     and task options agree with."""
-    split_score = re.match(r"^(test(?:_L|_x\d+)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$", metric)
+    split_score = re.match(r"^(test(?:_L|_x\d+|_\d+|_interpolate|_extrapolate)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$", metric)
     if not split_score:
         return None
     split, score, when = split_score.groups()
-    checkpoint = "early" if when == "at_best_early" else None  # a column at an earlier budget (Table 2's 50K)
+    # A cell's `checkpoint`: "early" (a column at an earlier budget, Table 2's 50K) meets only
+    # *_at_best_early, "final" (the paper reports the last model: SCAN) only *_final; none, both
+    # *_at_best and *_final.
+    allowed = {"at_best_early": ("early",), "at_best": (None,), "final": (None, "final")}[when]
     known = {"in_distribution": False, **config.get("task_options", {}), **config}
     swept = {k for k in grid if k != "candidate"}
     for cell in published_cells():
-        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric"), cell.get("checkpoint")) != (model, task, split, score, checkpoint):
+        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score) or cell.get("checkpoint") not in allowed:
             continue
         own = cell.get("setting") or {}
         if cell.get("variant", variant) == variant and swept <= set(own) and all(k in known and known[k] == v for k, v in own.items()):
@@ -122,7 +128,7 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     return None
 
 
-def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict) -> list[dict]:
+def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str) -> list[dict]:
     """Per grid cell (in numeric order): the seeds and, per metric, its summary, the paper's number,
     and the test against the baseline cell."""
     frame = frame.assign(**{k: frame["config"].map(lambda c, k=k: c.get(k)) for k in keys + ["seed"]})
@@ -147,6 +153,11 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
                 if len(values) > 1 and len(against) > 1:
                     entry["vs_baseline"] = stats.two_sided_p(values, against, report.test)
             row["metrics"][metric] = entry
+        # The paper column: the test score at the checkpoint the paper reports (the best one, or the last).
+        # Where the paper reports one named test set (mathematics: extrapolation), that one.
+        candidates = [f"test{split}_{score}_{when}" for split in ("", *(f"_{n}" for n in NAMED_TEST_SPLITS)) for when in ("at_best", "final")]
+        row["paper"] = next((row["metrics"][m] for m in candidates if m in row["metrics"] and row["metrics"][m]["published"]),
+                            row["metrics"].get(f"test_{score}_at_best"))
         rows.append(row)
     return rows
 
@@ -198,7 +209,7 @@ def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, c
         paper = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("published") for s in splits]
         if any(paper):
             ax.plot(splits, [p["mean"] if p else float("nan") for p in paper], linestyle="none", marker="x", color="black")
-    ax.set_xlabel("test depth" if splits[0].startswith("depth") else "test length (L, then multiples of L+1)")
+    ax.set_xlabel("test depth" if splits[0].startswith("depth") else "test length" if splits[0].isdigit() else "test length (L, then multiples of L+1)")
     ax.set_ylabel(f"test {score} at best")
     draw_chance(ax, chance, f"test_{score}_at_best")
     ax.legend(fontsize=7, loc="best")
@@ -328,7 +339,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         metrics = table_metrics(study.score, runs.columns)
         lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
-        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline)
+        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score)
         figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", pair.chance, out_dir)
                    + plot_lengths(pair.name, rows, runs, study.score, pair.chance, out_dir))
         if nights is not None:
@@ -338,7 +349,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
         if before is not None and len(before):
             old = {json.dumps(r["setting"], sort_keys=True, default=str): r
-                   for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {})}
+                   for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {}, study.score)}
             for r in rows:
                 was = old.get(json.dumps(r["setting"], sort_keys=True, default=str))
                 for metric in metrics:

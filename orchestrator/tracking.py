@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainables.tasks.base import LOWER_IS_BETTER
+from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
@@ -482,12 +482,16 @@ def seed_result(result: dict[str, Any], seed: int | None) -> dict[str, Any]:
             **{k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}}
 
 
+# Every score of every task kind (a metric is "<split>_<score>" or ends in a checkpoint's suffix).
+METRIC_SUFFIXES = (*dict.fromkeys(f"_{score}" for scores in SCORES_OF_KIND.values() for score in scores), "_at_best", "_final", "_early")
+
+
 def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The training protocol's metrics in a Tune result (Tune adds bookkeeping keys we leave out)."""
     return {
         k: float(v) for k, v in result.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        and (k.endswith(("_acc", "_l1", "_at_best", "_final", "_early")) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
+        and (k.endswith(METRIC_SUFFIXES) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
     }
 
 

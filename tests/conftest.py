@@ -1,4 +1,4 @@
-"""Shared fixtures: the headless browser that checks the pages a researcher reads."""
+"""Shared fixtures: the headless browser that checks the pages a researcher reads; the data sets users bring."""
 import os
 import shutil
 
@@ -16,3 +16,20 @@ def chromium() -> str:
     if not found:
         (pytest.fail if os.environ.get("SYSGEN_REQUIRE_BROWSER") else pytest.skip)(BROWSER_HINT)
     return found
+
+
+@pytest.fixture()
+def downloaded_data(tmp_path, monkeypatch):
+    """bAbI's and Multi30K's files cannot be downloaded here: folders with a line or two of each,
+    named by BABI_DATA and MULTI30K_DATA, where the shipped files and presets expect them."""
+    babi, multi30k = tmp_path / "babi", tmp_path / "multi30k"
+    babi.mkdir()
+    multi30k.mkdir()
+    for number in range(1, 21):
+        (babi / f"qa{number}_task_train.txt").write_text("1 Mary went to the kitchen.\n2 Where is Mary?\tkitchen\t1\n")
+    for part in ("train", "val", "test_2016_flickr"):
+        (multi30k / f"{part}.en").write_text("A dog runs.\nA dog and a man run.\n")
+        (multi30k / f"{part}.de").write_text("Ein Hund rennt.\nEin Hund und ein Mann rennen.\n")
+    monkeypatch.setenv("BABI_DATA", str(babi))
+    monkeypatch.setenv("MULTI30K_DATA", str(multi30k))
+    return tmp_path

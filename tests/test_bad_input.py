@@ -103,6 +103,7 @@ def refused(folder: Path, argv: list[str]) -> str:
 # Rules, each caught where every value of its kind is checked (a case here stands for its rule).
 SPEC_CASES = {
     "a fixed value the space replaces": ({**GOOD, "fixed": {"lr": "abc"}}, "fixed (fwd__ndr): lr: expected a number"),
+    "a switch that is not true or false": ({**GOOD, "fixed": {"compile": "yes please"}}, "fixed (fwd__ndr): compile: expected true or false"),
     "a training value out of range": ({**GOOD, "fixed": {"batch_size": 0}}, "fixed (fwd__ndr): batch_size: must be at least 1"),
     "a negative custom resource": ({**GOOD, "resources": {"custom": {"slot": -2}}}, "resources.custom.slot: must be a non-negative number"),
     "no seeds": ({**ABLATION, "seeds": []}, "seeds: expected a non-empty list of distinct integers"),
@@ -128,7 +129,8 @@ def test_every_value_a_file_gives_is_checked(tmp_path):
 TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0": "eval_every: must be at least 1",
                "seed=-1": "seed: must be at least 0", "device=tpu": "device: must be auto, cpu, cuda",
                "n_layers=-2": "model lstm with its options", "dropout=2": "model lstm with its options",
-               "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number"}
+               "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number",
+               "bf16=maybe": "bf16: expected true or false"}
 
 
 def test_train_set_gets_the_checks_of_a_launch(tmp_path):

@@ -272,12 +272,12 @@ def wait_for_line(process, text: str, timeout=300) -> None:
         time.sleep(0.1)
 
 
-def test_ctrl_c_pressed_three_times_then_resume(tmp_path):
+def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
     """Ctrl-C as a terminal sends it (to the driver's whole process group, its local Ray too),
-    three times, while the third of three trials runs and the first two have ended: one calm stop
-    (exit 130, every line ours), the unfinished trial's run interrupted (KILLED), the count of
-    ended trials from our records (2 of 3, where Tune counts all 3 TERMINATED); then a resume
-    that keeps the trial's number and the best so far, and finishes with every line ours."""
+    again and again from the moment the third of three trials runs and the first two have ended:
+    one calm stop (exit 130, every line ours), the unfinished trial's run interrupted (KILLED), the
+    count of ended trials from our records (2 of 3, where Tune counts all 3 TERMINATED); then a
+    resume that keeps the trial's number and the best so far, and finishes with every line ours."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     n_iters, every = 600, 50
     # One trial at a time: two at once, the third starts as the first ends, and the second may end
@@ -286,10 +286,13 @@ def test_ctrl_c_pressed_three_times_then_resume(tmp_path):
                 space={"lr": {"loguniform": [1e-4, 1e-3]}})
     driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
     wait_for_line(driver, "trial 3/3] it ")
-    for _ in range(3):
+    # Pressed again and again until the driver has exited: every moment of the stop, the exit's
+    # included (Ray's atexit shutdown once printed a traceback), meets one.
+    deadline = time.time() + 180
+    while driver.poll() is None and time.time() < deadline:
         os.killpg(driver.pid, signal.SIGINT)
         time.sleep(0.1)
-    out = finish(driver, timeout=180)
+    out = finish(driver, timeout=10)
     assert driver.returncode == 130, out[-3000:]
     assert "[launch] interrupted with 2 of 3 trials ended; nothing is lost: orchestrator resume" in out, out[-3000:]
     assert foreign_lines(out, path) == [], out[-3000:]
@@ -355,18 +358,22 @@ def test_launch_survives_postgresql_dropping_its_connections(tmp_path):
         path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=n_iters, eval_every=every)
         driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
         wait_for_checkpoint(tmp_path / "runs", driver)
-        terminated = 0
+        terminated = busy = 0
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
             while driver.poll() is None:
-                terminated += len(admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                                                (database,)).fetchall())
-                time.sleep(0.5)
+                cut = admin.execute("SELECT pg_terminate_backend(pid), state FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+                terminated += len(cut)
+                busy += sum(state != "idle" for _, state in cut)
+                time.sleep(0.2)
         out = finish(driver)
         assert driver.returncode == 0, out[-3000:]
         assert terminated > 0
         # A retried fault is our one line, not the library's ERROR log with its SQL and traceback.
         assert foreign_lines(out, path) == [], out[-3000:]
-        assert "[store] tracking store " in out or "[store] search store " in out, out[-3000:]
+        # A connection cut while idle is replaced unseen (the pool pings it); one cut mid-statement
+        # is a fault the store retries, and says so. Which of the two happens is the machine's timing.
+        if busy:
+            assert "[store] tracking store " in out or "[store] search store " in out, (busy, out[-3000:])
         check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
     finally:
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:

@@ -257,17 +257,19 @@ def test_closed_copy_gate_copies_its_input():
 
 # ---------- Compositional attention (Mittal et al., Eq. 7-14) ----------
 
-def slow_compositional(att: Attention, h: torch.Tensor) -> torch.Tensor:
-    """Eq. 7-14 written out per search i and retrieval j, one sample at a time."""
+def slow_compositional(att: Attention, h: torch.Tensor, source: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+    """Eq. 7-14 written out per search i and retrieval j, one sample at a time; keys and values
+    from `source` where given (a decoder reading its encoder), position n seeing keys 0..n if `causal`."""
     S, R, d, d_r = att.n_heads, att.n_retrievals, att.d_head, att.retrieval_dim
     out = []
-    for x in h:  # (N, D)
-        q, k = heads_of(att.query, x, S), heads_of(att.key, x, S)  # (N, S, d)
-        v = heads_of(att.value, x, R)  # (N, R, d)
+    for x, y in zip(h, h if source is None else source):  # (N, D), (M, D)
+        q, k = heads_of(att.query, x, S), heads_of(att.key, y, S)  # (N, S, d), (M, S, d)
+        v = heads_of(att.value, y, R)  # (M, R, d)
         q_bar = heads_of(att.retrieval_query, x, S)  # (N, S, d_r)
+        future = torch.tensor([[m > n for m in range(len(y))] for n in range(len(x))]) if causal else torch.zeros(len(x), len(y), dtype=torch.bool)
         searches = []
         for i in range(S):
-            search = torch.softmax(q[:, i] @ k[:, i].T / math.sqrt(d), dim=-1)  # Eq. 8
+            search = torch.softmax((q[:, i] @ k[:, i].T / math.sqrt(d)).masked_fill(future, -math.inf), dim=-1)  # Eq. 8
             retrievals = [search @ v[:, j] for j in range(R)]  # Eq. 10
             if att.retrieval_scores == "dot":
                 keys = torch.stack([att.retrieval_key(r) for r in retrievals], 1)  # (N, R, d_r), Eq. 11-12
@@ -292,6 +294,17 @@ def test_compositional_attention_against_its_equations(retrieval_scores):
     (g_slow,) = torch.autograd.grad(slow.sum(), h)
     torch.testing.assert_close(g_fast, g_slow)
     assert torch.allclose(att.last_value_scores.sum(-1), torch.ones(2, 3, 6))  # value scores: a distribution over R
+
+
+@pytest.mark.parametrize("retrieval_scores", ["dot", "mlp"])
+def test_compositional_attention_reading_another_sequence_and_causal_against_its_equations(retrieval_scores):
+    """The encoder-decoder's two other uses (enc_dec.py): cross-attention to the encoder's output, and
+    a decoder's causal self-attention."""
+    torch.manual_seed(5)
+    att = Attention("compositional", 12, 3, 0.0, 0.0, n_retrievals=2, retrieval_dim=5, retrieval_scores=retrieval_scores).eval()
+    h, memory = torch.randn(2, 4, 12), torch.randn(2, 7, 12)
+    torch.testing.assert_close(att(h, torch.zeros(2, 7, dtype=torch.bool), source=memory)[0], slow_compositional(att, h, source=memory))
+    torch.testing.assert_close(att(h, torch.zeros(2, 4, dtype=torch.bool), causal=True)[0], slow_compositional(att, h, causal=True))
 
 
 def test_one_search_one_retrieval_is_one_head_attention():

@@ -166,6 +166,7 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
             known |= model_fields(cell["model"])
         assert set(cell.get("setting") or {}) <= known, cell
         assert re.fullmatch(r"(depth\d+_)?(" + "|".join(SCORES_OF_KIND[TASKS[cell["task"]].kind]) + ")", cell["metric"]), cell
+        assert cell.get("checkpoint") in (None, "early", "final") and cell.get("statistic") in (None, "median"), cell
 
 
 def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:
@@ -192,7 +193,7 @@ def test_the_page_renders_in_a_real_browser(tmp_path, uri, chromium):
     report.write_report(state)
     dom = rendered(chromium, with_image_probe((state.dir / "report" / "report.html").read_text(), tmp_path / "checked.html"))
     assert 'data-images="1:true"' in dom, dom[-500:]
-    assert '<table class="cells">' in dom and "paper (test_acc_at_best)" in dom
+    assert '<table class="cells">' in dom and "paper (test_acc, at the paper's checkpoint)" in dom
     assert re.search(r'<td class="published">1\.000 ± 0\.000 \([+-]\d\.\d{3}; Table 4\)</td>', dom), "no published number in the page"
 
 

@@ -234,6 +234,30 @@ def test_resume_after_the_driver_is_killed(tmp_path):
             assert run.info.end_time < parents[0].info.end_time  # not run again
 
 
+def test_resume_after_the_driver_is_killed_before_tunes_first_snapshot(tmp_path):
+    """Tune writes tuner.pkl as its run starts and its first snapshot a moment later; a driver
+    killed in between (CI's chaos soak did so) used to leave a launch whose every resume ran one
+    trial and stopped "interrupted". It must start the phase afresh and finish."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=3)
+    experiment = yaml.safe_load(path.read_text())["name"]
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path), "--launch-id", "early"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    tune_dir = tmp_path / "runs" / "early" / "tune"
+    deadline = time.time() + 300
+    while not (tune_dir / "tuner.pkl").exists() and time.time() < deadline and driver.poll() is None:
+        time.sleep(0.005)
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert (tune_dir / "tuner.pkl").exists() and not list(tune_dir.glob("experiment_state-*.json"))
+
+    resumed = orchestrator("resume", str(tmp_path / "runs" / "early"), cwd=tmp_path)
+    assert foreign_lines(resumed.stdout + resumed.stderr, path) == [], (resumed.stdout + resumed.stderr)[-3000:]
+    _, _, runs = trial_runs(uri, experiment)
+    assert sorted(r.data.tags["trial_status"] for r in runs if r.data.tags["trial_status"] != "lost") == ["completed"] * 3
+    assert optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["tiny__ndr"] == ["COMPLETE"] * 3
+
+
 @pytest.mark.long
 def test_two_nodes(tmp_path, request):
     """A head and a worker node on this machine; a custom resource with one slot per node makes the

@@ -30,7 +30,7 @@ def with_(**changes):
     return {**GOOD, **changes}
 
 
-def test_shipped_search_spaces_and_ablations_are_valid():
+def test_shipped_search_spaces_and_ablations_are_valid(downloaded_data):
     for path in sorted([*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "ablations").glob("*.yaml")]):
         study = load_study(path)
         assert study.pairs, path

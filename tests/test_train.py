@@ -24,15 +24,18 @@ TINY_BY_KIND = {
     "sequence_to_sequence": ("copy", {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}),
     "set_regression": ("contextual_retrieval", {"train_size": 200, "eval_size": 20}),
     "visual_question_answering": ("sort_of_clevr", {"train_images": 20, "eval_images": 4}),
+    "autoregressive_seq2seq": ("scan", {"length_cutoff": 40, "eval_size": 40}),
+    "next_symbol_sets": ("dyck", {"train_size": 100, "eval_size": 20, "test_multipliers": [2]}),
 }
 
 
 def tiny(model="ndr", **overrides) -> TrainConfig:
     task, options = TINY_BY_KIND[MODELS[model].task_kinds[0]]
     flat = {"task": task, "model": model, "task_options": options, "n_iters": 12, "eval_every": 6,
-            "batch_size": 16, "lr": 1e-3, "d_model": 16, **overrides}
+            "batch_size": 16, "lr": 1e-3, **overrides}
     fields = model_fields(model)
-    flat.update({k: v for k, v in {"n_layers": 2, "n_heads": 2, "hidden": 16, "mlp_hidden": 8}.items() if k in fields})
+    sizes = {"d_model": 16, "n_layers": 2, "n_heads": 2, "hidden": 16, "mlp_hidden": 8, "encoder_layers": 2, "decoder_layers": 2, "stack_size": 12}
+    flat.update({k: v for k, v in sizes.items() if k in fields and k not in overrides})
     return parse_trial_config(flat)
 
 
@@ -181,7 +184,7 @@ def test_readout_first_column_option():
     torch.testing.assert_close(first(*short), first(torch.tensor([[5, 6, 0]]), torch.tensor([2])))
 
 
-def test_presets_cover_the_papers_tables():
+def test_presets_cover_the_papers_tables(downloaded_data):
     for task in TASKS:
         data = presets(task)
         for model in data["models"]:

@@ -82,6 +82,10 @@ TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options
 def coerce(cls: type, key: str, value: Any) -> Any:
     """Give a value its field's numeric type: YAML reads `1e-3` as a string, and `--set` input is text."""
     hint = str(typing.get_type_hints(cls)[key])
+    if hint == "<class 'bool'>":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
     if value is None or isinstance(value, bool):
         return value
     try:
@@ -191,14 +195,21 @@ def presets(task: str) -> dict[str, Any]:
 def preset(task: str, model: str, options: dict | None = None) -> dict[str, Any]:
     """The flat trial config of the paper's setting for one model on one task. A preset file's
     `variants` (rows for task options, e.g. Table 6's 4 searches x 8 retrievals) apply where every
-    option they name has their value in `options`."""
+    option they name has their value in `options` (the task's defaults where `options` is silent),
+    each matching row in turn: its keys beside `options` for every model, then its model's row."""
     data = presets(task)
     if model not in data["models"]:
         raise ConfigError(f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; have: {', '.join(data['models'])}")
     shared = {k: v for k, v in data.items() if k not in ("models", "overrides", "variants")}
-    variant = {}
-    for entry in data.get("variants", ()):
-        if all((options or {}).get(k) == v for k, v in entry["options"].items()):
-            variant = entry["models"].get(model, {})
+    variant: dict[str, Any] = {}
+    if data.get("variants"):
+        try:
+            resolved = dataclasses.asdict(task_config(task, options))
+        except (KeyError, TypeError, ValueError):  # refused where the options are checked, with the file and key
+            resolved = dict(options or {})
+        for entry in data["variants"]:
+            if all(resolved.get(k) == v for k, v in entry["options"].items()):
+                variant.update({k: v for k, v in entry.items() if k not in ("options", "models")})
+                variant.update(entry.get("models", {}).get(model, {}))
     # The task's own overrides (e.g. ID Sort's longer training) win over the model's row.
     return {**shared, "model": model, **data["models"][model], **variant, **data["overrides"]}

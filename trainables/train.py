@@ -28,7 +28,7 @@ from tqdm import tqdm
 from .config import ConfigError, TrainConfig
 from .models import build_model
 from .tasks import load_task
-from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, Split, Task
+from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, SEQUENCE_OUTPUT_KINDS, Split, Task
 
 # report(metrics, state): called after every evaluation; `state()` returns a resumable snapshot.
 Reporter = Callable[[dict[str, Any], Callable[[], dict]], None]
@@ -76,8 +76,14 @@ def predict(model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor]) -
         return model(batch["features"])
     if kind == "sequence_to_sequence":
         return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"))
+    if kind == "autoregressive_seq2seq":  # teacher forcing in training; in evaluation the decoder reads its own outputs
+        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"] if model.training else None)
+    if kind == "translation":  # teacher forcing always: perplexity scores the reference's tokens
+        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"])
     if kind == "visual_question_answering":
         return model(batch["images"], batch["questions"])
+    if kind in ("image_classification", "image_sequence_classification"):  # the latter's images: (B, T, H, W, channels)
+        return model(batch["images"])
     return model(batch["tokens"], batch["lengths"])
 
 
@@ -89,9 +95,12 @@ def target_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 def loss_of(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     if kind == "set_regression":
         return (out.float() - batch["targets"]).abs().mean()
-    if kind == "sequence_to_sequence":
+    if kind in SEQUENCE_OUTPUT_KINDS:
         mask = target_mask(batch)
         return F.cross_entropy(out.float()[mask], batch["targets"][mask])
+    if kind == "next_symbol_sets":  # the Dyck authors' squared error of the sigmoid outputs
+        mask = target_mask(batch)
+        return F.mse_loss(torch.sigmoid(out.float()[mask]), batch["targets"][mask].float())
     return F.cross_entropy(out.float(), batch["labels"])
 
 
@@ -104,9 +113,17 @@ def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
         n = torch.tensor(float(len(error)), device=error.device)
         # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero).
         return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
-    if kind == "sequence_to_sequence":
+    if kind == "translation":  # perplexity: e to the mean negative log-likelihood of the target tokens (see ratios)
         mask = target_mask(batch)
-        correct = out.argmax(-1) == batch["targets"]
+        nll = F.cross_entropy(out.float()[mask], batch["targets"][mask], reduction="sum")
+        right = (out.argmax(-1) == batch["targets"]) & mask
+        return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": torch.stack([right.sum().float(), mask.sum().float()])}
+    if kind in SEQUENCE_OUTPUT_KINDS or kind == "next_symbol_sets":
+        mask = target_mask(batch)
+        if kind == "next_symbol_sets":  # a position is right when each symbol's sigmoid is on the right side of 0.5
+            correct = ((out >= 0) == (batch["targets"] > 0)).all(-1)
+        else:
+            correct = out.argmax(-1) == batch["targets"]
         n = torch.tensor(float(len(correct)), device=correct.device)
         return {"token_acc": torch.stack([(correct & mask).sum().float(), mask.sum().float()]),
                 "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), n])}
@@ -115,7 +132,11 @@ def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
 
 
 def ratios(sums: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {name: float(total[0] / total[1]) if total[1] else math.nan for name, total in sums.items()}
+    """Each score's sum over its count; perplexity is e to its ratio, the mean negative log-likelihood."""
+    out = {name: float(total[0] / total[1]) if total[1] else math.nan for name, total in sums.items()}
+    if "perplexity" in out:
+        out["perplexity"] = math.exp(min(out["perplexity"], 700.0))  # a diverged model's, finite
+    return out
 
 
 def add_sums(into: dict[str, torch.Tensor], more: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

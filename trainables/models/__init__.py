@@ -13,10 +13,13 @@ from torch import nn
 
 from ..tasks.base import Task
 from .dnc import DNCClassifier, DNCConfig
-from .lstm import LSTMClassifier, LSTMConfig
-from .panm import PANM, PANMConfig
+from .enc_dec import EncDecConfig, EncDecPANMConfig, TransformerEncoderDecoder, TransformerPANM
+from .esbn import ObjectSequenceTransformer
+from .lstm import LSTMClassifier, LSTMConfig, LSTMTagger
+from .panm import PANM, CausalPANM, PANMConfig
 from .set_attention import SetAttentionRegressor
 from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
+from .stack_rnn import StackRNNConfig, StackRNNTagger
 from .transformer import ImageQuestionTransformer, TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
 
 
@@ -34,7 +37,7 @@ def _token_ids(task: Task) -> dict:
 
 def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
     # Position-free attention (plain or compositional, without the copy gate) also reads sets, and
-    # images with a question.
+    # images with a question, and sequences of images.
     reads_sets = attention in ("softmax", "compositional") and not gated
 
     def build(cfg, task):
@@ -46,9 +49,14 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
             return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
         if task.kind == "visual_question_answering":
             return ImageQuestionTransformer(cfg, attention, task.n_features, task.n_classes)
+        if task.kind == "image_classification":  # the triangles' images: n_features channels, 4 x 4 patches
+            return ImageQuestionTransformer(cfg, attention, 0, task.n_classes, patch=4, channels=task.n_features)
+        if task.kind == "image_sequence_classification":  # the ESBN tasks' sequences of object images
+            return ObjectSequenceTransformer(cfg, attention, task.n_classes, channels=task.n_features)
         return UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))
 
-    kinds = ("sequence_classification", "set_regression", "visual_question_answering") if reads_sets else ("sequence_classification",)
+    kinds = ("sequence_classification", "set_regression", "visual_question_answering", "image_classification",
+             "image_sequence_classification") if reads_sets else ("sequence_classification",)
     return ModelSpec(TransformerConfig, build, kinds, description)
 
 
@@ -64,10 +72,21 @@ MODELS: dict[str, ModelSpec] = {
     "transformer_geometric": _transformer("geometric", False, "Transformer + geometric attention"),
     "ndr": _transformer("geometric", True, "Neural Data Router: geometric attention + copy gate"),
     "transformer_compositional": _transformer("compositional", False, "Transformer with compositional attention (Mittal et al.)"),
-    "panm": _seq2seq(PANMConfig, PANM, "Pointer-Augmented Neural Memory (Le et al.)"),
+    "panm": ModelSpec(PANMConfig, lambda cfg, task: CausalPANM(cfg, len(task.vocab), task.n_classes) if task.kind == "next_symbol_sets"
+                      else PANM(cfg, len(task.vocab), task.n_features), ("sequence_to_sequence", "next_symbol_sets"),
+                      "Pointer-Augmented Neural Memory (Le et al.)"),
     "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
     "transformer_seq2seq": _seq2seq(Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder-decoder"),
-    "lstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)), ("sequence_classification",), "LSTM"),
+    "transformer_enc_dec": ModelSpec(EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
+                                     ("autoregressive_seq2seq", "translation"), "Transformer encoder-decoder (Csordás et al. 2021)"),
+    "transformer_enc_dec_compositional": ModelSpec(EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "compositional", len(task.vocab), task.bos_id),
+                                                   ("autoregressive_seq2seq", "translation"), "Transformer encoder-decoder with compositional attention"),
+    "transformer_enc_dec_panm": ModelSpec(EncDecPANMConfig, lambda cfg, task: TransformerPANM(cfg, len(task.vocab), task.bos_id),
+                                          ("autoregressive_seq2seq", "translation"), "Transformer encoder, PANM's Controller on a Transformer decoder (Le et al., App. D.3)"),
+    "lstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMTagger(cfg, len(task.vocab), task.n_classes, task.pad_id) if task.kind == "next_symbol_sets"
+                      else LSTMClassifier(cfg, False, **_token_ids(task)), ("sequence_classification", "next_symbol_sets"), "LSTM"),
+    "stack_rnn": ModelSpec(StackRNNConfig, lambda cfg, task: StackRNNTagger(cfg, len(task.vocab), task.n_classes), ("next_symbol_sets",),
+                           "stack RNN with a softmax push/pop gate (Suzgun et al. 2019)"),
     "dnc": ModelSpec(DNCConfig, lambda cfg, task: DNCClassifier(cfg, **_token_ids(task)), ("sequence_classification",),
                      "DNC with the improvements of Csordás & Schmidhuber (2019)"),
     "bilstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task)), ("sequence_classification",), "bidirectional LSTM"),

@@ -1,4 +1,5 @@
-"""LSTM and bidirectional LSTM classifiers, the NDR paper's recurrent baselines (no begin/end tokens)."""
+"""LSTM and bidirectional LSTM classifiers, the NDR paper's recurrent baselines (no begin/end tokens),
+and an LSTM that answers after every token (Dyck)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,3 +52,18 @@ class LSTMClassifier(nn.Module):
         # sequence, backward at the start.
         top = h_n[-2:] if self.lstm.bidirectional else h_n[-1:]
         return self.readout(self.dropout(torch.cat(list(top), dim=-1)))
+
+
+class LSTMTagger(nn.Module):
+    """An LSTM that answers after every input token (Dyck's next-symbol sets: one logit per symbol)."""
+
+    def __init__(self, cfg: LSTMConfig, vocab_size: int, n_outputs: int, pad_id: int):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        self.dropout = Dropout(cfg.dropout)
+        self.lstm = LSTM(cfg.d_model, cfg.d_model, num_layers=cfg.n_layers, batch_first=True, dropout=cfg.dropout if cfg.n_layers > 1 else 0.0)
+        self.readout = nn.Linear(cfg.d_model, n_outputs)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.dropout(self.embedding(tokens)))  # causal: padding after a sequence changes nothing before it
+        return self.readout(self.dropout(out))

@@ -8,10 +8,14 @@ address is seen) and is 0 at evaluation. Per decoding step t:
   Mode-1 dereference:                                  *p_t = M w_t,
   Mode-2 relational access (Eq. 4-6), per head:        q_t = g^c([*p_t^a ...]),
       w_t^c[n] = softmax_n cos(q_t, M[n]),  *p_t^c = M w_t^c,
-  Controller (Eq. 7 and the output MLP):               h_t^c = GRU([*p^a..., *p^c...], h_{t-1}^c),
+  Controller (Eq. 7 and the output MLP):               h_t^c = GRU([*p^a..., *p^c..., z_t], h_{t-1}^c),
       y_t = g^o([*p^a..., *p^c..., h_t^c]),  h_0^c = sum_n M[n] (Eq. 7; `controller_start: last`
       starts from the encoder's state at the last token, as the authors' code does).
-The decoder input z_t is zero, as in the paper's algorithmic experiments (no teacher forcing).
+The decoder input z_t is zero, as in the paper's algorithmic experiments (no teacher forcing); on
+SCAN it is a Transformer decoder's output (App. D.3; enc_dec.py).
+On Dyck (Sec. 3.2, App. D.2: `CausalPANM`) there is no encoder: the memory holds the raw symbols
+(one-hot), each step sees the slots up to its own, z_t is the current symbol, and the Controller's
+recurrent core is the stack RNN it is compared with (`controller: srnn`) or an LSTM.
 Mode-1 pointers start at the base, end and middle addresses (H^a = 1, 2, 3). MLPs have one hidden
 layer of 128 units; GRUs have 256.
 
@@ -20,6 +24,7 @@ distribution over tens of slots; we multiply them by a learned inverse temperatu
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -29,6 +34,7 @@ from torch import nn
 
 from .dropout import Dropout
 from .lstm import LSTM
+from .stack_rnn import StackRNNCell
 from .transformer import sinusoids
 
 
@@ -46,6 +52,9 @@ class PANMConfig:
     dropout: float = 0.0
     sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
     controller_start: str = "sum"  # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
+    controller: str = "gru"  # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
+    stack_size: int = 104  # srnn: the stack's cells
+    stack_dim: int = 5  # srnn: each cell's size
 
 
 def address_bank(base: torch.Tensor, length: int, bits: int) -> torch.Tensor:
@@ -106,8 +115,12 @@ class SequenceEncoder(nn.Module):
         return self.net(x, src_key_padding_mask=padding)
 
 
-class PANM(nn.Module):
-    def __init__(self, cfg: PANMConfig, vocab_size: int, n_features: int = 0):
+class PointerDecoder(nn.Module):
+    """Pointer Units, Mode-2 access, Controller and output MLP (Eq. 1-7) over a given memory: the
+    decoding half of PANM, which the SCAN model puts on a Transformer decoder (enc_dec.py). With
+    `input_size` > 0 each step's controller also reads a decoder input z_t (Eq. 7)."""
+
+    def __init__(self, cfg: PANMConfig, vocab_size: int, input_size: int = 0):
         super().__init__()
         if not 0 <= cfg.mode1_heads <= 3:
             raise ValueError(f"mode1_heads must be 0..3 (pointers start at base, end, middle), got {cfg.mode1_heads}")
@@ -115,61 +128,106 @@ class PANM(nn.Module):
             raise ValueError(f"controller_start must be 'sum' or 'last', got {cfg.controller_start!r}")
         if cfg.mode2_heads < 0:
             raise ValueError(f"mode2_heads must be >= 0, got {cfg.mode2_heads}")
+        if cfg.controller not in ("gru", "lstm", "srnn"):
+            raise ValueError(f"controller must be 'gru', 'lstm' or 'srnn', got {cfg.controller!r}")
         self.cfg = cfg
         d, b = cfg.d_model, cfg.address_bits
-        self.encoder = SequenceEncoder(cfg.encoder, vocab_size, n_features, d, cfg.n_layers, cfg.n_heads, cfg.dropout)
         self.pointer_units = nn.ModuleList(nn.GRUCell(b, cfg.hidden) for _ in range(cfg.mode1_heads))
         self.address_keys = nn.ModuleList(mlp(b, cfg.mlp_hidden, cfg.hidden) for _ in range(cfg.mode1_heads))  # g^a
         # Mode-2 queries come from the Mode-1 values (Eq. 4); with no Mode-1 head, from the controller.
         query_in = cfg.mode1_heads * d or cfg.hidden
         self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
         read = (cfg.mode1_heads + cfg.mode2_heads) * d
-        self.controller = nn.GRUCell(max(read, 1), cfg.hidden)
+        core_in = max(read + input_size, 1)
+        if cfg.controller == "srnn":
+            self.controller = StackRNNCell(core_in, cfg.hidden, cfg.stack_size, cfg.stack_dim)
+        else:
+            self.controller = (nn.GRUCell if cfg.controller == "gru" else nn.LSTMCell)(core_in, cfg.hidden)
         # Eq. 7 puts a memory slot's sum in the controller's state: only a size mismatch needs a map.
         self.controller_start = nn.Identity() if d == cfg.hidden else nn.Linear(d, cfg.hidden, bias=False)
         self.output = mlp(read + cfg.hidden, cfg.mlp_hidden, vocab_size)  # g^o
         self.log_sharpness = nn.Parameter(torch.full((2,), math.log(cfg.sharpness)))
-        self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, tokens, lengths, n_steps: int, token_features=None, return_activations: bool = False):
-        """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights."""
-        batch, length = tokens.shape
-        memory = self.dropout(self.encoder(tokens, lengths, token_features))
-        padding = torch.arange(length, device=tokens.device)[None] >= lengths[:, None]
+    def begin(self, memory: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """The decoding state before the first step, over memory (B, L, D) of `lengths` slots."""
+        batch, length = memory.shape[:2]
+        padding = torch.arange(length, device=memory.device)[None] >= lengths[:, None]
         if self.training:
-            base = torch.randint(0, 2**self.cfg.address_bits, (batch,), device=tokens.device)
+            base = torch.randint(0, 2**self.cfg.address_bits, (batch,), device=memory.device)
         else:
-            base = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+            base = torch.zeros(batch, dtype=torch.long, device=memory.device)
         bank = address_bank(base, length, self.cfg.address_bits).to(memory.dtype)
-        keys = [g(bank) for g in self.address_keys]
-        pointers = initial_pointers(bank, lengths, self.cfg.mode1_heads)
-        states = [torch.zeros(batch, self.cfg.hidden, device=tokens.device) for _ in pointers]
-        rows = torch.arange(batch, device=tokens.device)
         if self.cfg.controller_start == "sum":
             start = memory.masked_fill(padding[..., None], 0.0).sum(1)
         else:
-            start = memory[rows, lengths - 1]
-        control = self.controller_start(start)
+            start = memory[torch.arange(batch, device=memory.device), lengths - 1]
+        return {"memory": memory, "padding": padding, "bank": bank, "keys": [g(bank) for g in self.address_keys],
+                "pointers": initial_pointers(bank, lengths, self.cfg.mode1_heads),
+                "states": [torch.zeros(batch, self.cfg.hidden, device=memory.device) for _ in range(self.cfg.mode1_heads)],
+                "control": self.initial_control(self.controller_start(start)), "mode1": [], "mode2": []}
+
+    def initial_control(self, h: torch.Tensor):
+        """The core's state from h_0^c: the GRU's is h itself; an LSTM's adds a zero cell, the stack RNN an empty stack."""
+        if self.cfg.controller == "lstm":
+            return h, torch.zeros_like(h)
+        return self.controller.initial(h) if self.cfg.controller == "srnn" else h
+
+    def control_of(self, state: dict) -> torch.Tensor:
+        """h_t^c, what the Controller's output and queries read."""
+        return state["control"] if self.cfg.controller == "gru" else state["control"][0]
+
+    def step(self, state: dict, z: torch.Tensor | None = None) -> torch.Tensor:
+        """One decoding step (B,) -> logits (B, vocab); `state` moves on, its attention weights appended."""
+        memory, padding, bank = state["memory"], state["padding"], state["bank"]
         sharp_a, sharp_c = self.log_sharpness.exp()
-        logits, trace = [], {"mode1": [], "mode2": []}
-        for _ in range(n_steps):
-            mode1 = []
-            for h, unit in enumerate(self.pointer_units):
-                states[h] = unit(pointers[h], states[h])  # Eq. 1
-                w = cosine_attention(states[h], keys[h], padding, sharp_a)  # Eq. 2
-                pointers[h] = torch.einsum("bl,blk->bk", w, bank)  # Eq. 3
-                mode1.append((w, dereference(w, memory)))
-            query_source = torch.cat([v for _, v in mode1], -1) if mode1 else control
-            mode2 = []
-            for g in self.mode2_queries:
-                w = cosine_attention(g(query_source), memory, padding, sharp_c)  # Eq. 5
-                mode2.append((w, dereference(w, memory)))  # Eq. 6
-            values = [v for _, v in mode1 + mode2]
-            read = torch.cat(values, -1) if values else torch.zeros(batch, 1, device=tokens.device)
-            control = self.controller(read, control)  # Eq. 7, z_t = 0
-            logits.append(self.output(torch.cat(values + [control], -1)))
-            if return_activations:
-                trace["mode1"].append(torch.stack([w for w, _ in mode1], 1) if mode1 else None)
-                trace["mode2"].append(torch.stack([w for w, _ in mode2], 1) if mode2 else None)
-        out = torch.stack(logits, 1)
-        return (out, trace) if return_activations else out
+        mode1 = []
+        for h, unit in enumerate(self.pointer_units):
+            state["states"][h] = unit(state["pointers"][h], state["states"][h])  # Eq. 1
+            w = cosine_attention(state["states"][h], state["keys"][h], padding, sharp_a)  # Eq. 2
+            state["pointers"][h] = torch.einsum("bl,blk->bk", w, bank)  # Eq. 3
+            mode1.append((w, dereference(w, memory)))
+        query_source = torch.cat([v for _, v in mode1], -1) if mode1 else self.control_of(state)
+        mode2 = []
+        for g in self.mode2_queries:
+            w = cosine_attention(g(query_source), memory, padding, sharp_c)  # Eq. 5
+            mode2.append((w, dereference(w, memory)))  # Eq. 6
+        values = [v for _, v in mode1 + mode2]
+        read = values + ([z] if z is not None else [])
+        read = torch.cat(read, -1) if read else memory.new_zeros(len(memory), 1)
+        state["control"] = self.controller(read, state["control"])  # Eq. 7
+        state["mode1"].append(torch.stack([w for w, _ in mode1], 1) if mode1 else None)
+        state["mode2"].append(torch.stack([w for w, _ in mode2], 1) if mode2 else None)
+        return self.output(torch.cat(values + [self.control_of(state)], -1))
+
+
+class PANM(PointerDecoder):
+    def __init__(self, cfg: PANMConfig, vocab_size: int, n_features: int = 0):
+        super().__init__(cfg, vocab_size)
+        self.encoder = SequenceEncoder(cfg.encoder, vocab_size, n_features, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, tokens, lengths, n_steps: int, token_features=None, return_activations: bool = False):
+        """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights.
+        The decoder input z_t is zero (the algorithmic tasks: no teacher forcing)."""
+        state = self.begin(self.dropout(self.encoder(tokens, lengths, token_features)), lengths)
+        out = torch.stack([self.step(state) for _ in range(n_steps)], 1)
+        return (out, {"mode1": state["mode1"], "mode2": state["mode2"]}) if return_activations else out
+
+
+class CausalPANM(PointerDecoder):
+    """PANM on Dyck: after each symbol, a logit per symbol that may come next (see the module's docstring)."""
+
+    def __init__(self, cfg: PANMConfig, vocab_size: int, n_outputs: int):
+        super().__init__(dataclasses.replace(cfg, d_model=vocab_size), n_outputs, input_size=vocab_size)
+        self.vocab_size = vocab_size
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, return_activations: bool = False):
+        memory = F.one_hot(tokens, self.vocab_size).float()
+        state = self.begin(memory, torch.ones_like(lengths))  # at t = 0 only slot 0 is visible: every pointer starts there
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        out = []
+        for t in range(tokens.shape[1]):
+            state["padding"] = (positions > t)[None].expand(len(tokens), -1)
+            out.append(self.step(state, memory[:, t]))
+        out = torch.stack(out, 1)
+        return (out, {"mode1": state["mode1"], "mode2": state["mode2"]}) if return_activations else out

@@ -57,6 +57,7 @@ class TransformerConfig:
     # (set_attention.py; uses d_model, n_heads and n_retrievals only), or "transformer", these
     # shared-weight layers (UniversalTransformerSetRegressor).
     set_layer: str = "paper"
+    context_norm: str = "sequence"  # ESBN tasks (esbn.py): standardise the objects' codes over the "sequence", over "pairs", or "none"
     act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
     act_threshold: float = 0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
     act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
@@ -159,10 +160,13 @@ class Attention(nn.Module):
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, H, N, d_head)
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head).transpose(1, 2)
 
-    def scores(self, h: torch.Tensor) -> torch.Tensor:
-        """Pre-normalisation attention logits (B, H, N_target, N_source)."""
+    def scores(self, h: torch.Tensor, source: torch.Tensor | None = None) -> torch.Tensor:
+        """Pre-normalisation attention logits (B, H, N_target, N_source); the keys are `h`'s own or,
+        for softmax and compositional attention, another sequence's (`source`: a decoder reading its encoder)."""
         n = h.shape[1]
-        q, k = self.split_heads(self.query(h)), self.split_heads(self.key(h))
+        if source is not None and self.kind not in ("softmax", "compositional"):
+            raise ValueError(f"{self.kind} attention reads only its own sequence: its positions are relative to it")
+        q, k = self.split_heads(self.query(h)), self.split_heads(self.key(h if source is None else source))
         if self.kind in ("softmax", "compositional"):  # compositional: the searches, Eq. 7-8
             return self.query_dropout(q) @ k.transpose(-1, -2) / math.sqrt(self.d_head)
         if self.kind == "geometric":
@@ -188,26 +192,32 @@ class Attention(nn.Module):
             positional = r * positional + (1 - r) * absolute
         return (content + positional) / math.sqrt(self.d_head)
 
-    def forward(self, h: torch.Tensor, key_padding: torch.Tensor, mask_self: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """h (B, N, D), key_padding (B, N) True at padding -> (output (B, N, D), weights (B, H, N, N))."""
-        logits = self.scores(h).masked_fill(key_padding[:, None, None, :], float("-inf"))
+    def forward(self, h: torch.Tensor, key_padding: torch.Tensor, mask_self: bool = False, source: torch.Tensor | None = None,
+                causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (B, N, D), key_padding (B, M) True at padding -> (output (B, N, D), weights (B, H, N, M)).
+        Keys and values come from `source` (B, M, D) where given, else from h (M = N); `causal`:
+        position i sees positions up to i only (a decoder's own outputs)."""
+        source_ = h if source is None else source
+        logits = self.scores(h, source).masked_fill(key_padding[:, None, None, :], float("-inf"))
         if mask_self:
             logits = logits.masked_fill(torch.eye(h.shape[1], dtype=torch.bool, device=h.device), float("-inf"))
+        if causal:
+            logits = logits.masked_fill(torch.ones(logits.shape[-2:], dtype=torch.bool, device=h.device).triu(1), float("-inf"))
         if self.kind == "geometric":
             weights = geometric_attention_weights(logits, self.normalize_geometric)
         else:
             weights = torch.softmax(logits, dim=-1)
         if self.kind == "compositional":
-            mixed = self.compose(h, self.attention_dropout(weights))
+            mixed = self.compose(h, self.attention_dropout(weights), source_)
         else:
-            mixed = self.attention_dropout(weights) @ self.split_heads(self.value(h))
+            mixed = self.attention_dropout(weights) @ self.split_heads(self.value(source_))
         return self.out(mixed.transpose(1, 2).reshape(h.shape)), weights
 
-    def compose(self, h: torch.Tensor, search: torch.Tensor) -> torch.Tensor:
+    def compose(self, h: torch.Tensor, search: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """Eq. 9-13: every search applied to every retrieval, then each search picks its retrievals.
-        search (B, S, N, N) -> (B, S, N, d_head)."""
+        search (B, S, N, M) -> (B, S, N, d_head); values from `source` (B, M, D), retrieval queries from h."""
         batch, n, _ = h.shape
-        values = self.value(h).view(batch, n, self.n_retrievals, self.d_head).transpose(1, 2)  # (B, R, N, d)
+        values = self.value(source).view(batch, source.shape[1], self.n_retrievals, self.d_head).transpose(1, 2)  # (B, R, M, d)
         retrieved = torch.einsum("bsij,brjd->bsrid", search, values)  # Retrieval_ij (Eq. 10)
         queries = self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)  # (B, S, N, d_r)
         if self.retrieval_scores == "dot":
@@ -401,26 +411,29 @@ class ImageQuestionTransformer(nn.Module):
     `Sort-of-CLEVR/model.py`): 15 x 15 patches of the image, each embedded by one convolution to
     d/2 plus sinusoidal positions, after a learnt summary token; the question, embedded to d/2, is
     appended to every token, and one map to d mixes the two. One pre-norm layer applied n_layers
-    times (shared weights; the paper's 4), then the summary token's column is classified."""
+    times (shared weights; the paper's 4), then the summary token's column is classified.
+    Without a question (n_question 0: equilateral triangles, App. C.3, the authors'
+    `Equilateral-Detection/model.py`) the patches (4 x 4 of one channel there) are embedded to d."""
 
-    def __init__(self, cfg: TransformerConfig, attention: str, n_question: int, n_classes: int, patch: int = 15):
+    def __init__(self, cfg: TransformerConfig, attention: str, n_question: int, n_classes: int, patch: int = 15, channels: int = 3):
         super().__init__()
-        if cfg.d_model % 2:
+        if n_question and cfg.d_model % 2:
             raise ValueError(f"d_model={cfg.d_model} must be even: image and question get half each")
-        self.cfg, half = cfg, cfg.d_model // 2
-        self.patches = nn.Conv2d(3, half, kernel_size=patch, stride=patch)
-        self.summary = nn.Parameter(torch.randn(1, 1, half))
-        self.question = nn.Linear(n_question, half)
-        self.mix = nn.Linear(cfg.d_model, cfg.d_model)
+        self.cfg = cfg
+        width = cfg.d_model // 2 if n_question else cfg.d_model
+        self.patches = nn.Conv2d(channels, width, kernel_size=patch, stride=patch)
+        self.summary = nn.Parameter(torch.randn(1, 1, width))
+        self.question = nn.Linear(n_question, width) if n_question else None
+        self.mix = nn.Linear(cfg.d_model, cfg.d_model) if n_question else None
         self.layer = PreNormLayer(cfg, attention)
         self.readout = nn.Linear(cfg.d_model, n_classes)
 
-    def forward(self, images: torch.Tensor, questions: torch.Tensor, return_activations: bool = False):
-        """images (B, H, W, 3) uint8, questions (B, n_question) -> class logits (B, C)."""
-        x = self.patches(images.permute(0, 3, 1, 2).float() / 255).flatten(2).transpose(1, 2)  # (B, P, d/2)
+    def forward(self, images: torch.Tensor, questions: torch.Tensor | None = None, return_activations: bool = False):
+        """images (B, H, W, channels) uint8, questions (B, n_question) -> class logits (B, C)."""
+        x = self.patches(images.permute(0, 3, 1, 2).float() / 255).flatten(2).transpose(1, 2)  # (B, P, width)
         x = x + sinusoids(torch.arange(x.shape[1], device=x.device), x.shape[-1])
         x = torch.cat([self.summary.expand(len(x), -1, -1), x], 1)
-        h = self.mix(torch.cat([x, self.question(questions)[:, None].expand(-1, x.shape[1], -1)], -1))
+        h = x if self.question is None else self.mix(torch.cat([x, self.question(questions)[:, None].expand(-1, x.shape[1], -1)], -1))
         no_padding = torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
         attention = []
         for _ in range(self.cfg.n_layers):

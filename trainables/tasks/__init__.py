@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import algorithmic, arithmetic, ctl, listops, retrieval, sort_of_clevr
+from . import algorithmic, arithmetic, babi, ctl, dyck, esbn, listops, mathematics, multi30k, retrieval, scan, sort_of_clevr, triangles
 from .base import Task
 
 
@@ -25,6 +25,13 @@ TASKS: dict[str, TaskSpec] = {
     **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), functools.partial(algorithmic.probe, name), "sequence_to_sequence")
        for name in algorithmic.TASK_NAMES},
     "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, retrieval.probe, "set_regression"),
+    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, "autoregressive_seq2seq"),
+    "mathematics": TaskSpec(mathematics.MathematicsConfig, mathematics.load, mathematics.probe, "autoregressive_seq2seq"),
+    "triangles": TaskSpec(triangles.TrianglesConfig, triangles.load, triangles.probe, "image_classification"),
+    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, "autoregressive_seq2seq"),
+    "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, "translation"),
+    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, "image_sequence_classification"),
+    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, "next_symbol_sets"),
     "sort_of_clevr": TaskSpec(sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, "visual_question_answering"),
 }
 

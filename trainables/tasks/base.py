@@ -23,13 +23,14 @@ SPECIAL_TOKENS = [PAD, BOS, EOS]
 GENERATOR_VERSION = 5
 
 
-ZERO_ALLOWED = {"seed", "validation_combinations"}
+ZERO_ALLOWED = {"seed", "validation_combinations", "holdout"}
 
 
 def check_values(config) -> None:
     """Values no generator can take, as ValueError naming the key, by the same rules for every task:
-    sizes and counts positive, probabilities (p_*) in [0, 1), depth ranges (lo, hi) with 1 <= lo <= hi,
-    flags booleans, named choices (field metadata) respected; then the config's own `check()`."""
+    sizes and counts positive, probabilities (p_*) in [0, 1), fractions (*_fraction) in (0, 1), depth
+    ranges (lo, hi) with 1 <= lo <= hi, flags booleans, named choices (field metadata) respected;
+    then the config's own `check()`."""
     for f in dataclasses.fields(config):
         key, value, hint = f.name, getattr(config, f.name), str(f.type)
         if value is None and "None" in hint:
@@ -42,19 +43,37 @@ def check_values(config) -> None:
         elif hint.startswith("tuple[int, int]"):
             ok = isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value) and 1 <= value[0] <= value[1]
             want = "[low, high] with 1 <= low <= high"
-        elif hint.startswith("tuple"):
+        elif hint.startswith("tuple[int"):
             ok, want = isinstance(value, tuple) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value), "a list of positive integers"
         elif hint.startswith("int"):
             ok = number and float(value).is_integer() and (value >= 0 if key in ZERO_ALLOWED else value > 0)
             want = "a non-negative integer" if key in ZERO_ALLOWED else "a positive integer"
         elif hint.startswith("float") and key.startswith("p_"):
             ok, want = number and 0 <= value < 1, "a probability in [0, 1)"
+        elif hint.startswith("float") and key.endswith("_fraction"):
+            ok, want = number and 0 < value < 1, "a fraction in (0, 1)"
         else:
             continue
         if not ok:
             raise ValueError(f"{key}: must be {want}, got {value!r}")
     if hasattr(config, "check"):
         config.check()
+
+
+def user_folder(data_dir: str) -> Path:
+    """The folder of a data set the user brings (this service cannot download it): `data_dir` with
+    its $VARIABLES and ~ expanded."""
+    return Path(os.path.expandvars(data_dir)).expanduser()
+
+
+def check_user_folder(data_dir: str, holding: str) -> Path:
+    """user_folder, or ValueError naming `data_dir` where a variable in it is unset or the folder missing."""
+    folder, wanted = user_folder(data_dir), f"the folder holding {holding} (it cannot be downloaded here)"
+    if "$" in str(folder):
+        raise ValueError(f"data_dir: {data_dir!r} names an unset environment variable: set it to {wanted}")
+    if not folder.is_dir():
+        raise ValueError(f"data_dir: no folder {str(folder)!r}: give {wanted}")
+    return folder
 
 
 @dataclass
@@ -86,16 +105,27 @@ class Split:
 # selects checkpoints): one class per token sequence (accuracy); an output token sequence per input
 # (token-level accuracy, as PANM's tables, then exact-match sequence accuracy); a scalar per set
 # element (L1 error, then L1 relative to predicting zero; lower is better); one answer class per
-# question about an image (accuracy).
+# question about an image, per image, or per sequence of images (accuracy); an output sequence
+# that a decoder generates token by token, fed its own tokens until <eos> (exact match, the SCAN
+# papers' number, then token accuracy); the set of symbols that may come next after each input
+# position, multi-hot (Dyck: a sequence is right when every position's set is, then the fraction
+# of right positions); a translation read under teacher forcing (perplexity, lower is better, then
+# token accuracy).
 SCORES_OF_KIND = {
     "sequence_classification": ("acc",),
     "visual_question_answering": ("acc",),
+    "image_classification": ("acc",),
+    "image_sequence_classification": ("acc",),
     "sequence_to_sequence": ("token_acc", "seq_acc"),
+    "autoregressive_seq2seq": ("seq_acc", "token_acc"),
+    "translation": ("perplexity", "token_acc"),
+    "next_symbol_sets": ("seq_acc", "token_acc"),
     "set_regression": ("l1", "rel_l1"),
 }
 SCORE_OF_KIND = {kind: scores[0] for kind, scores in SCORES_OF_KIND.items()}
-LOWER_IS_BETTER = {"l1", "rel_l1"}
-CLASSIFICATION_KINDS = ("sequence_classification", "visual_question_answering")  # scored per depth too
+LOWER_IS_BETTER = {"l1", "rel_l1", "perplexity"}
+CLASSIFICATION_KINDS = ("sequence_classification", "visual_question_answering", "image_classification", "image_sequence_classification")  # scored per depth too
+SEQUENCE_OUTPUT_KINDS = ("sequence_to_sequence", "autoregressive_seq2seq", "translation")  # targets (token ids) and target_lengths
 HOST_ONLY = {"depths", "centres", "shapes"}  # what defines a split or a scene, never what a model reads
 
 
@@ -106,7 +136,7 @@ class Task:
     splits: dict[str, Split]
     vocab: list[str] = field(default_factory=list)  # token tasks: inputs (and outputs, for seq2seq)
     classes: list[str] = field(default_factory=list)  # classification: the class names
-    n_features: int = 0  # set tasks: features per set element
+    n_features: int = 0  # set tasks: features per set element; images without a question: channels
     # Tasks trained on fresh data every step (the PANM and Compositional Attention protocols):
     # (rng, batch size) -> one training batch as a Split. Not stored in the cache; loaders attach it.
     draw_train: Callable[[np.random.Generator, int], Split] | None = None
@@ -140,6 +170,10 @@ class Task:
         """What guessing scores on the task's first score, in words (a status line's yardstick)."""
         if self.kind == "set_regression":
             return "predicting zero: rel_l1 1.0"
+        if self.kind == "translation":
+            return f"a uniform guess over the vocabulary: perplexity {len(self.vocab)}"
+        if self.metric == "seq_acc":
+            return "a guess matching a whole sequence: 0.0"
         return f"uniform guess: {1 / self.n_classes:.3f}"
 
     @property
@@ -164,6 +198,18 @@ def pack_split(samples: Sequence[tuple[list[int], int, int]]) -> Split:
         "lengths": np.array([len(s[0]) for s in samples], dtype=np.int16),
         "labels": np.array([s[1] for s in samples], dtype=np.int16),
         "depths": np.array([s[2] for s in samples], dtype=np.int16),
+    })
+
+
+def decoder_split(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], vocab: list[str], depths: Sequence[int]) -> Split:
+    """(input symbols, output symbols) pairs of a task whose decoder writes its output and <eos>."""
+    ids = {s: k for k, s in enumerate(vocab)}
+    return Split({
+        "tokens": pad_rows([[ids[s] for s in source] for source, _ in pairs]),
+        "lengths": np.array([len(source) for source, _ in pairs], dtype=np.int16),
+        "targets": pad_rows([[ids[s] for s in target] + [ids[EOS]] for _, target in pairs]),
+        "target_lengths": np.array([len(target) + 1 for _, target in pairs], dtype=np.int16),
+        "depths": np.asarray(depths, dtype=np.int16),
     })
 
 
