@@ -171,6 +171,8 @@ class RetryingClient:
         # It logs each failed query (SQL, parameters, traceback) before raising it; retried() says it in one line.
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
         logging.getLogger("psycopg").setLevel(logging.ERROR)  # "error ignored terminating <Pipeline>": the same dropped connection
+        # "Exception during reset or similar" with a traceback: the pool throwing a dropped connection away.
+        logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
         self._uri = redact(uri)
         # Opening the store creates or migrates its tables: as much a store call as any other.
         self._client = retried(MlflowClient, f"tracking store {self._uri}")(tracking_uri=reveal(uri))
