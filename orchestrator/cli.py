@@ -405,9 +405,11 @@ def cmd_list(args) -> int:
     from trainables.tasks.base import SCORES_OF_KIND
 
     if args.what == "tasks":
+        kind_width = max(len(spec.kind) for spec in TASKS.values())
+        scores_width = max(len("/".join(scores)) for scores in SCORES_OF_KIND.values())
         for name, spec in TASKS.items():
             options = ", ".join(f.name for f in dataclasses.fields(spec.config))
-            print(f"{name:22s} {spec.kind:26s} scores {'/'.join(SCORES_OF_KIND[spec.kind]):16s} options: {options}")
+            print(f"{name:22s} {spec.kind:{kind_width}s} scores {'/'.join(SCORES_OF_KIND[spec.kind]):{scores_width}s} options: {options}")
     elif args.what == "models":
         for name, spec in MODELS.items():
             print(f"{name:24s} {', '.join(spec.task_kinds):42s} {spec.description}")
