@@ -11,7 +11,8 @@ Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
            together (as Ray runs trials with `resources.gpu: 1/k`): steps/s of each and of all
   seeds    N seeds of one configuration batched (trainables.batched) vs the same N seeds trained one
            after another: whole training runs (data loading and one evaluation included),
-           alternated side by side, medians over --repeats
+           alternated side by side, medians over --repeats; and the same stack with a learning
+           rate and weight decay of each member's own (what a grid over lr x weight_decay stacks)
   layer    one NDR layer vs torch.nn.TransformerEncoderLayer, forward+backward (bench_trainables)
 
 On the CPU, processes and a stacked model share the same cores, so neither packing nor batching can
@@ -30,7 +31,7 @@ import time
 import torch
 
 from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
-from trainables.batched import batchable, train_seeds
+from trainables.batched import batchable, train_members, train_seeds
 from trainables.config import parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, train
@@ -114,7 +115,7 @@ def seeds(args, rows) -> None:
     print(f"\nN seeds batched in one stacked model vs the same N seeds one after another: whole runs of {args.steps} "
           f"steps and one evaluation, alternated, median of {args.repeats}")
     print(f"{'task / model':32s} {'size':6s} {'N':>3s} {'separate s':>11s} {'batched s':>10s} {'batched/separate':>17s} "
-          f"{'loop seed-steps/s sep.':>23s} {'batched':>8s}")
+          f"{'loop seed-steps/s sep.':>23s} {'batched':>8s} {'own lr s':>9s} {'own lr/batched':>15s}")
     for label, _, _, size, flat in rows:
         base = trial_config(flat, args, n_iters=args.steps, eval_every=args.steps)
         if batchable(base):
@@ -122,7 +123,10 @@ def seeds(args, rows) -> None:
         load_task(base["task"], base.get("task_options", {}))  # generate into the cache once, outside the timing
         for n in args.seeds_n:
             seed_list = list(range(n))
-            separate, batched, rate_separate, rate_batched = [], [], [], []
+            separate, batched, rate_separate, rate_batched, own = [], [], [], [], []
+            # Members with a learning rate and decay each: the optimizer's step is scaled per member.
+            members = [{"seed": seed, "lr": float(base.get("lr", 1e-4)) * 2 ** (k % 3), "weight_decay": 0.01 * (k % 2)}
+                       for k, seed in enumerate(seed_list)]
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 runs = [train(parse_trial_config({**base, "seed": seed}), log=None) for seed in seed_list]
@@ -133,9 +137,12 @@ def seeds(args, rows) -> None:
                 together = train_seeds(parse_trial_config(base), seed_list, log=None)
                 batched.append(time.perf_counter() - start)
                 rate_batched.append(n * together[0]["steps_per_s"])
-            sep, bat = statistics.median(separate), statistics.median(batched)
+                start = time.perf_counter()
+                train_members(parse_trial_config(base), members, log=None)
+                own.append(time.perf_counter() - start)
+            sep, bat, mine = statistics.median(separate), statistics.median(batched), statistics.median(own)
             print(f"{label:32s} {size:6s} {n:3d} {sep:11.1f} {bat:10.1f} {bat / sep:17.2f} "
-                  f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f}", flush=True)
+                  f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f} {mine:9.1f} {mine / bat:15.2f}", flush=True)
 
 
 def layer(args) -> None:

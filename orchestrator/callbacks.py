@@ -18,20 +18,21 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .search import CANDIDATE_KEY, PAIR_KEY, own_config, seed_config, trial_seeds
-from .tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, numeric_metrics, pair_run, seed_result
+from .search import CANDIDATE_KEY, PAIR_KEY, member_config, own_config, trial_members
+from .tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run
 
 
-def cell_tags(trial, seed: int | None = None) -> dict[str, str]:
+def cell_tags(trial, member: int | None = None) -> dict[str, str]:
     """An ablation trial's grid cell and seed (its config beyond the pair's holds both), or a
-    confirmation trial's candidate (its rank in the search, from 1) and seed; `seed` picks one of
-    a trial's batched seeds."""
-    own = seed_config(trial.config, seed)
+    confirmation trial's candidate (its rank in the search, from 1) and seed; `member` picks one of
+    a trial's stacked members (and is tagged: its weights are that slice of the trial's checkpoint)."""
+    own = member_config(trial.config, member)
     if "seed" not in own:
         return {}
+    tags = {"seed": str(own["seed"]), **({"member": str(member)} if member is not None else {})}
     if CANDIDATE_KEY in trial.config:
-        return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), "seed": str(own["seed"])}
-    return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), "seed": str(own["seed"])}
+        return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), **tags}
+    return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), **tags}
 
 
 def error_line(trial) -> str:
@@ -46,14 +47,14 @@ def error_line(trial) -> str:
 
 class TrialTracker(Callback):
     """Tune callback that mirrors every trial of a launch into MLflow, as a child of the launch's run;
-    a trial of batched seeds as one run per seed (tagged with its trial and its seed), so MLflow
+    a trial of stacked members as one run per member (tagged with its trial, seed and member), so MLflow
     and everything that reads it see what separate trials would have written.
     `base_configs` and `tags` are per pair, keyed by the pair named in each trial's config."""
 
     def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
         self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
         self.base_configs, self.tags = base_configs, tags
-        self.runs: dict[str, str] = {}  # trial id (and seed) -> its run
+        self.runs: dict[str, str] = {}  # trial id (and member) -> its run
         self.pair_runs: dict[str, str] = {}  # pair -> its run, the parent of its trials' runs
         self.located: set[str] = set()  # runs whose node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
@@ -73,17 +74,17 @@ class TrialTracker(Callback):
             self._client = client(self.uri)
         return self._client
 
-    def run_id(self, trial, seed: int | None = None) -> str:
-        key = trial.trial_id if seed is None else f"{trial.trial_id}/{seed}"
+    def run_id(self, trial, member: int | None = None) -> str:
+        key = trial.trial_id if member is None else f"{trial.trial_id}/{member}"
         if key in self.runs:
             return self.runs[key]
         found = self.mlflow.search_runs(
             [self.experiment_id()],
             filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'"
-                          + (f" and tags.seed = '{seed}'" if seed is not None else ""),
+                          + (f" and tags.member = '{member}'" if member is not None else ""),
         )
         pair = trial.config[PAIR_KEY]
-        config = {**self.base_configs[pair], **seed_config(trial.config, seed)}
+        config = {**self.base_configs[pair], **member_config(trial.config, member)}
         if found:
             run_id = found[0].info.run_id
             self.mlflow.update_run(run_id, status="RUNNING")
@@ -91,11 +92,11 @@ class TrialTracker(Callback):
         else:
             run = self.mlflow.create_run(
                 self.experiment_id(),
-                run_name=self.short_name(pair, trial, seed),
+                run_name=self.short_name(pair, trial, member),
                 tags={
                     "mlflow.parentRunId": self.pair_run(pair), "launch_id": self.launch_id, "kind": "trial",
                     "trial_id": trial.trial_id, "pair": pair, **code_tags(),
-                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial, seed),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial, member),
                 },
             )
             run_id = run.info.run_id
@@ -116,11 +117,11 @@ class TrialTracker(Callback):
             self.pair_runs[pair] = pair_run(self.mlflow, self.experiment_id(), self.parent_run_id, self.launch_id, pair, own)
         return self.pair_runs[pair]
 
-    def short_name(self, pair: str, trial, seed: int | None = None) -> str:
+    def short_name(self, pair: str, trial, member: int | None = None) -> str:
         """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
         seed, or a search trial's number within its pair (counted in the store: a resumed driver
         goes on counting) and the values TPE chose; then the pair."""
-        cell = cell_tags(trial, seed)
+        cell = cell_tags(trial, member)
         if cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
         earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
@@ -139,8 +140,8 @@ class TrialTracker(Callback):
         return self.last_step[run_id]
 
     def run_ids(self, trial) -> dict:
-        """Seed (None for a trial of one seed) -> the MLflow run of that seed of the trial."""
-        return {seed: self.run_id(trial, seed) for seed in trial_seeds(trial.config)}
+        """Member (None for a trial of one run) -> the MLflow run of that member of the trial."""
+        return {member: self.run_id(trial, member) for member in trial_members(trial.config)}
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.run_ids(trial)
@@ -148,12 +149,12 @@ class TrialTracker(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from mlflow.entities import RunTag
 
-        for seed, run_id in self.run_ids(trial).items():
+        for member, run_id in self.run_ids(trial).items():
             # A restored trial first replays the evaluations its checkpoint holds: the driver may have
             # died after the trial wrote a checkpoint and before it logged that evaluation.
             for record in json.loads(result.get(REPLAY_KEY) or "[]"):
-                self.log_evaluation(run_id, seed_result(record, seed))
-            self.log_evaluation(run_id, seed_result(result, seed))
+                self.log_evaluation(run_id, member_result(record, member))
+            self.log_evaluation(run_id, member_result(result, member))
             if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
                 self.located.add(run_id)
                 self.mlflow.log_batch(run_id, tags=[
@@ -176,8 +177,8 @@ class TrialTracker(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
-        for seed, run_id in self.run_ids(trial).items():
-            status = seed_result(trial.last_result or {}, seed).get("status", "completed")
+        for member, run_id in self.run_ids(trial).items():
+            status = member_result(trial.last_result or {}, member).get("status", "completed")
             if status == "running":
                 status = "early_stopped"  # the scheduler ended it before its budget
             self.mlflow.set_tag(run_id, STATUS_TAG, status)
@@ -255,9 +256,9 @@ class ProgressLines(Callback):
             self.best[pair] = value
         step = result.get("iteration", result.get("training_iteration"))
         shown = "-" if value is None else f"{value:.4f}"
-        n_seeds = len(trial_seeds(trial.config))
-        if n_seeds > 1:
-            shown += f" (mean of {n_seeds} batched seeds)"
+        n_members = len(trial_members(trial.config))
+        if n_members > 1:
+            shown += f" (mean of {n_members} stacked members)"
         print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
         self.maybe_overall()
 

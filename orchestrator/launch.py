@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import tracking
-from .search import CANDIDATE_KEY, PAIR_KEY, SEEDS_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
+from .search import CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
 from .spec import Pair, Study
 from .best import write_best
 from .callbacks import ProgressLines, TrialTracker
@@ -37,13 +37,13 @@ EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 
 def run_trial(config: dict, bases: dict, cpus: float, metric: str) -> None:
     """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation; or,
-    for a config with batched seeds, every seed at once (trainables.batched), each seed's metrics
-    under `seed<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric` their mean."""
+    for a config of stacked members, every member at once (trainables.batched), each member's
+    metrics under `member<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric` their mean."""
     import ray
     import torch
     from ray import tune
 
-    from trainables.batched import train_seeds
+    from trainables.batched import train_members
     from trainables.config import parse_trial_config
     from trainables.train import pick_device, train
 
@@ -71,16 +71,16 @@ def run_trial(config: dict, bases: dict, cpus: float, metric: str) -> None:
             (Path(d) / "history.json").write_text(json.dumps(history))
             tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    def report_seeds(per_seed: dict, state) -> None:
-        statuses = {m["status"] for m in per_seed.values()}
-        live = [m[metric] for m in per_seed.values() if m["status"] != "diverged" and metric in m] or [math.nan]
-        report({**{tracking.seed_key(seed, k): v for seed, m in per_seed.items() for k, v in m.items()},
-                "iteration": max(m.get("iteration", 0) for m in per_seed.values()), metric: sum(live) / len(live),
+    def report_members(per_member: list[dict], state) -> None:
+        statuses = {m["status"] for m in per_member}
+        live = [m[metric] for m in per_member if m["status"] != "diverged" and metric in m] or [math.nan]
+        report({**{tracking.member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
+                "iteration": max(m.get("iteration", 0) for m in per_member), metric: sum(live) / len(live),
                 "status": "diverged" if statuses == {"diverged"} else "running" if "running" in statuses else "completed"}, state)
 
-    seeds = config.get(SEEDS_KEY)
-    if seeds:
-        train_seeds(cfg, seeds, report=report_seeds, resume_state=resume_state, log=None)
+    members = config.get(MEMBERS_KEY)
+    if members:
+        train_members(cfg, members, report=report_members, resume_state=resume_state, log=None)
     else:
         train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (callbacks.ProgressLines)
 
@@ -139,27 +139,14 @@ def make_searcher(study: Study, pair: Pair, storage, study_name: str):
     )
 
 
-def with_seeds(study: Study, pair: Pair, cell: dict, seeds: list[int]) -> list[dict]:
-    """A cell's trials over `seeds`: one trial training them all batched where the study batches
-    seeds and the model allows (trainables.batched), else one trial per seed."""
-    if study.batches(pair, own_config(cell), len(seeds)):
-        return [{**cell, SEEDS_KEY: list(seeds)}]
-    return [{**cell, "seed": seed} for seed in seeds]
-
-
-def ablation_cells(study: Study, pair: Pair) -> list[dict]:
-    """Every combination of the pair's grid values, for every seed, in order."""
-    return [trial for cell in study.grid_cells(pair) for trial in with_seeds(study, pair, cell, study.seeds)]
-
-
 def phase_cells(study: Study, state: LaunchState, phase: str) -> dict[str, list[dict]] | None:
     """Each pair's list of trials where the phase has one (an ablation's cells, a confirmation's
     candidates, over their seeds), None for a search (TPE proposes its trials)."""
     if phase == CONFIRM:
-        return {p.name: [trial for k, config in enumerate(state.candidates.get(p.name, []))
-                         for trial in with_seeds(study, p, {**config, CANDIDATE_KEY: k}, study.confirm.seeds)] for p in study.pairs}
+        return {p.name: study.trials(p, [{**config, CANDIDATE_KEY: k} for k, config in enumerate(state.candidates.get(p.name, []))],
+                                     study.confirm.seeds) for p in study.pairs}
     if study.is_ablation:
-        return {p.name: ablation_cells(study, p) for p in study.pairs}
+        return {p.name: study.trials(p, study.grid_cells(p), study.seeds) for p in study.pairs}
     return None
 
 

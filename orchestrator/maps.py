@@ -22,7 +22,7 @@ def last_model_state(state, run) -> dict | None:
     import pyarrow.fs
     import torch
 
-    from trainables.batched import seed_state_dict
+    from trainables.batched import member_state_dict
 
     fs, root = state.trial_storage().filesystem()
     fs = fs or pyarrow.fs.LocalFileSystem()
@@ -34,8 +34,8 @@ def last_model_state(state, run) -> dict | None:
         return None
     with fs.open_input_stream(f"{checkpoints[-1]}/state.pt") as f:
         saved = torch.load(io.BytesIO(f.read()), weights_only=False, map_location="cpu")
-    # A trial of batched seeds holds every seed's weights, stacked: take this run's.
-    return seed_state_dict(saved, int(run.data.tags["seed"])) if "seeds_batched" in saved else saved["model"]
+    # A trial of stacked members holds every member's weights, stacked: take this run's.
+    return member_state_dict(saved, int(run.data.tags["member"])) if "members" in saved else saved["model"]
 
 
 def activations_of(config: dict, model_state: dict):

@@ -19,24 +19,25 @@ from ray.tune.search.optuna import OptunaSearch
 import optuna
 from optuna.trial import TrialState
 
+from .spec import MEMBERS_KEY
+
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
-SEEDS_KEY = "seeds"  # in a trial's config: the seeds it trains batched (trainables.batched), instead of one "seed"
 
 
 def own_config(config: dict) -> dict:
-    """A trial's config without the keys that only route it (its pair, its candidate, its batched seeds)."""
-    return {k: v for k, v in config.items() if k not in (PAIR_KEY, CANDIDATE_KEY, SEEDS_KEY)}
+    """A trial's config without the keys that only route it (its pair, its candidate, its stacked members)."""
+    return {k: v for k, v in config.items() if k not in (PAIR_KEY, CANDIDATE_KEY, MEMBERS_KEY)}
 
 
-def trial_seeds(config: dict) -> list:
-    """The seeds a trial trains: its batched seeds, else [None] (its own config holds its seed)."""
-    return list(config.get(SEEDS_KEY) or [None])
+def trial_members(config: dict) -> list[int | None]:
+    """The indices of a trial's stacked members, else [None] (its own config is its one run's)."""
+    return list(range(len(config[MEMBERS_KEY]))) if config.get(MEMBERS_KEY) else [None]
 
 
-def seed_config(config: dict, seed) -> dict:
-    """One seed's config of a trial (its own config, with `seed` where the trial batches seeds)."""
-    return {**own_config(config), **({"seed": seed} if seed is not None else {})}
+def member_config(config: dict, member: int | None) -> dict:
+    """One member's config of a trial: the trial's own config with the member's values."""
+    return {**own_config(config), **(config[MEMBERS_KEY][member] if member is not None else {})}
 
 
 class TruncationAwareOptunaSearch(OptunaSearch):

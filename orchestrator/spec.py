@@ -14,13 +14,17 @@ from pathlib import Path
 
 import yaml
 
-from trainables.batched import batchable
+from trainables.batched import MEMBER_KEYS, batchable
 from trainables.config import TRAIN_KEYS, ConfigError, check_builds, check_range, closest, defaults, parse_trial_config, preset, presets
 from trainables.models import MODELS, model_fields
 from trainables.tasks import TASKS, task_config
 from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 
 from .storage import TrialStorage
+
+# In a trial's config: the members it trains stacked (trainables.batched), each a seed and its own
+# values of trainables.batched.MEMBER_KEYS, instead of one "seed".
+MEMBERS_KEY = "members"
 
 
 class SpecError(ValueError):
@@ -216,7 +220,9 @@ class Study:
     report: Report = field(default_factory=Report)
     confirm: Confirm = field(default_factory=Confirm)
     # An ablation cell's seeds, or a confirmed candidate's, trained together as one stacked model
-    # in one trial where the model allows (trainables.batched); false: one trial per seed. "auto"
+    # in one trial where the model allows (trainables.batched), with every other cell that differs
+    # from it only in values a stack's members may have of their own (learning rate, weight decay,
+    # gradient clipping: trainables.batched.MEMBER_KEYS); false: one trial per seed. "auto"
     # batches where trials get a GPU: on CPUs a stacked model of N seeds steps slower than N runs
     # in turn (docs/measurements.md), and separate trials use more cores. A launch resolves it once
     # (resolve_batching) and keeps the answer in launch.json, so a resume repeats the same trials.
@@ -248,9 +254,25 @@ class Study:
             return model_says
         return "batch_seeds: auto, and trials get no GPU here" if self.batch_seeds == "auto" else "batch_seeds: false"
 
-    def batches(self, pair: Pair, cell: dict, n_seeds: int) -> bool:
-        """Whether a cell's `n_seeds` seeds train as one trial (trainables.batched)."""
-        return n_seeds > 1 and self.unbatched_because(pair, cell) is None
+    def trials(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
+        """The trials that run `cells` (grid values, or candidates' configs) over `seeds`, in the
+        cells' order. Where the model stacks (unbatched_because), cells that differ only in
+        MEMBER_KEYS share one trial whose MEMBERS_KEY lists every seed of each (the seed and the
+        cell's own MEMBER_KEYS values); the trial's config is its first cell's, which each member's
+        values override in place (so a member's config keeps the grid's key order, as its run's
+        `cell` tag must). Elsewhere, and for a stack of one, a trial per cell and seed."""
+        trials, stacks = [], {}
+        for cell in cells:
+            if self.unbatched_because(pair, cell) is not None:
+                trials += [{**cell, "seed": seed} for seed in seeds]
+                continue
+            shared = repr(sorted((k, repr(v)) for k, v in cell.items() if k not in MEMBER_KEYS))
+            if shared not in stacks:
+                stacks[shared] = {**cell, MEMBERS_KEY: []}
+                trials.append(stacks[shared])
+            stacks[shared][MEMBERS_KEY] += [{**{k: cell[k] for k in MEMBER_KEYS if k in cell}, "seed": seed} for seed in seeds]
+        return [{k: v for k, v in {**t, **t[MEMBERS_KEY][0]}.items() if k != MEMBERS_KEY} if len(t.get(MEMBERS_KEY, ())) == 1 else t
+                for t in trials]
 
     def seed_batching(self, pair: Pair) -> str:
         """How an ablation pair's seeds train, in words for the launch's plan. Whether they batch
@@ -259,7 +281,7 @@ class Study:
             return "one seed"
         why_not = self.unbatched_because(pair, self.grid_cells(pair)[0])
         if why_not is None:
-            return "seeds batched: 1 trial per cell"
+            return f"stacked: {self.tune_trial_count(pair)} trial(s) train its {self.trial_count(pair)} runs (trainables.batched)"
         if self.batch_seeds == "auto" and why_not.startswith("batch_seeds"):
             return "seeds batched where trials get a GPU (batch_seeds: auto), else 1 trial per seed"
         return f"1 trial per seed: {why_not}"
@@ -280,11 +302,10 @@ class Study:
         return [dict(zip(keys, values)) for values in itertools.product(*(pair.grid[k] for k in keys))]
 
     def tune_trial_count(self, pair: Pair) -> int:
-        """The Tune trials behind the pair's trial_count: an ablation cell whose seeds are batched
-        is one trial."""
+        """The Tune trials behind the pair's trial_count: a stack of members is one trial."""
         if not self.is_ablation:
             return self.trial_count(pair)
-        return sum(1 if self.batches(pair, cell, len(self.seeds)) else len(self.seeds) for cell in self.grid_cells(pair))
+        return len(self.trials(pair, self.grid_cells(pair), self.seeds))
 
 
 TOP_KEYS = {

@@ -469,18 +469,18 @@ def cell_order(name: str) -> tuple:
     return tuple(key)
 
 
-def seed_key(seed: int, key: str) -> str:
-    """Where a trial of batched seeds puts one seed's metric in its Tune result."""
-    return f"seed{seed}/{key}"
+def member_key(member: int, key: str) -> str:
+    """Where a trial of stacked members puts one member's metric in its Tune result."""
+    return f"member{member}/{key}"
 
 
-def seed_result(result: dict[str, Any], seed: int | None) -> dict[str, Any]:
-    """One seed's result within a trial's: its own `seed<k>/` keys over the trial's shared ones
-    (iteration, node); a trial of one seed's result as it is."""
-    if seed is None:
+def member_result(result: dict[str, Any], member: int | None) -> dict[str, Any]:
+    """One member's result within a trial's: its own `member<k>/` keys over the trial's shared ones
+    (iteration, node); a trial of one run's result as it is."""
+    if member is None:
         return result
-    prefix = seed_key(seed, "")
-    return {**{k: v for k, v in result.items() if not k.startswith("seed") or "/" not in k},
+    prefix = member_key(member, "")
+    return {**{k: v for k, v in result.items() if not k.startswith("member") or "/" not in k},
             **{k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}}
 
 
@@ -566,7 +566,7 @@ def interrupt_launch(uri: str, experiment: str, parent_run_id: str, launch_id: s
 
 def ended_trials(uri: str, experiment: str, launch_id: str, phase: str) -> int:
     """How many trials of a launch's phase ("search" or "confirm") have ended (completed, stopped
-    early, diverged or failed), by their MLflow runs: a trial of batched seeds counts once."""
+    early, diverged or failed), by their MLflow runs: a trial of stacked members counts once."""
     return len({run.data.tags.get("trial_id") for run in launch_trial_runs(uri, experiment, launch_id)
                 if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running")})
 

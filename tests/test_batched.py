@@ -1,11 +1,11 @@
-"""Seeds batched with torch.func (trainables/batched.py) against separate runs of each seed."""
+"""Members stacked with torch.func (trainables/batched.py) against separate runs of each member."""
 import copy
 
 import pytest
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from trainables.batched import BATCHABLE_MODELS, batchable, clip_per_seed, seed_state_dict, train_seeds
+from trainables.batched import BATCHABLE_MODELS, batchable, clip_per_member, member_state_dict, train_members, train_seeds
 from trainables.config import parse_trial_config
 from trainables.models import build_model
 from trainables.train import train
@@ -60,6 +60,26 @@ def test_batched_sort_of_clevr_equals_separate_runs(retrieval_scores):
         close(train(parse_trial_config({**flat, "seed": seed}), log=None), batched[seed])
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "adam", "rmsprop"])
+def test_members_with_their_own_learning_rate_decay_and_clipping_equal_separate_runs(optimizer):
+    """One stack of members that differ in seed, learning rate, weight decay and gradient clipping:
+    each equals the run of its own config alone (the issue's "a stacked group with different
+    learning rates / weight decays equals separate runs")."""
+    members = [{"seed": 0, "lr": 1e-3, "weight_decay": 0.0, "grad_clip": 5.0},
+               {"seed": 0, "lr": 3e-3, "weight_decay": 0.1, "grad_clip": 0.05},
+               {"seed": 2, "lr": 3e-4, "weight_decay": 0.01, "grad_clip": None}]
+    cfg = tiny("transformer_rel", optimizer=optimizer, momentum=0.9 if optimizer == "rmsprop" else 0.0, **NO_DROPOUT)
+    stacked = train_members(cfg, members, log=None)
+    for member, metrics in zip(members, stacked):
+        close(train(tiny("transformer_rel", optimizer=optimizer, momentum=cfg.momentum, **member, **NO_DROPOUT), log=None), metrics)
+    assert len({m["loss"] for m in stacked}) == len(members)
+
+
+def test_a_member_sets_only_what_may_differ():
+    with pytest.raises(ValueError, match="at most seed, lr, weight_decay, grad_clip"):
+        train_members(tiny("ndr"), [{"seed": 0}, {"seed": 1, "d_model": 32}], log=None)
+
+
 def test_each_seed_draws_its_own_dropout():
     """Two copies of one model, stacked: in training their dropout masks differ, so their outputs
     do; in evaluation they are the same model."""
@@ -80,21 +100,22 @@ def test_each_seed_draws_its_own_dropout():
 
 
 @pytest.mark.parametrize("by", ["norm", "value"])
-def test_clipping_is_each_seeds_own(by):
-    """clip_per_seed on stacked gradients = torch's clipping of each seed's gradients alone."""
+def test_clipping_is_each_members_own(by):
+    """clip_per_member on stacked gradients = torch's clipping of each member's gradients alone, at
+    the member's own limit."""
     torch.manual_seed(0)
     grads = [torch.randn(3, 5, 4) * torch.tensor([0.01, 1.0, 30.0])[:, None, None], torch.randn(3, 7) * 10]
-    cfg = tiny(grad_clip=1.0, grad_clip_by=by)
+    limits = [1.0, 0.5, 2.0]
     clipped = [g.clone() for g in grads]
-    clip_per_seed(cfg, clipped)
+    clip_per_member(by, torch.tensor(limits), clipped)
     for k in range(3):
         alone = [torch.nn.Parameter(torch.zeros_like(g[k])) for g in grads]
         for p, g in zip(alone, grads):
             p.grad = g[k].clone()
         if by == "norm":
-            torch.nn.utils.clip_grad_norm_(alone, 1.0)
+            torch.nn.utils.clip_grad_norm_(alone, limits[k])
         else:
-            torch.nn.utils.clip_grad_value_(alone, 1.0)
+            torch.nn.utils.clip_grad_value_(alone, limits[k])
         for mine, theirs in zip(clipped, alone):
             torch.testing.assert_close(mine[k], theirs.grad)
 
@@ -116,7 +137,7 @@ def test_a_seeds_weights_load_into_a_model_of_its_own():
     train_seeds(cfg, [4, 9], report=lambda metrics, state: states.append(state()), log=None)
     alone = {}
     train(tiny("ndr", seed=9, **NO_DROPOUT), report=lambda metrics, state: alone.update(state()), log=None)
-    mine = seed_state_dict(states[-1], 9)
+    mine = member_state_dict(states[-1], 1)
     assert mine.keys() == alone["model"].keys()
     for name, value in alone["model"].items():
         torch.testing.assert_close(mine[name], value, rtol=1e-4, atol=1e-5)
@@ -127,7 +148,7 @@ def test_a_diverged_seed_stops_alone():
     reports = []
 
     def report(metrics, state):
-        reports.append({seed: dict(m) for seed, m in metrics.items()})
+        reports.append([dict(m) for m in metrics])
 
     cfg = tiny("ndr", n_iters=12, eval_every=4)
     original = torch.optim.AdamW.step

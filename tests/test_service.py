@@ -445,11 +445,12 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
 
 
 @pytest.mark.long
-def test_batched_seeds_resume_after_the_driver_is_killed(tmp_path):
-    """A trial of batched seeds is checkpointed and restored as one; after a SIGKILL of the driver
-    mid-trial and `resume`, each seed's MLflow run holds every evaluation exactly once."""
+def test_stacked_members_resume_after_the_driver_is_killed(tmp_path):
+    """A trial of stacked members (every seed of the cells that differ only in learning rate) is
+    checkpointed and restored as one; after a SIGKILL of the driver mid-trial and `resume`, each
+    member's MLflow run holds every evaluation exactly once, under its own cell and seed."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    path = spec(tmp_path, uri, space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], concurrent=2, n_iters=300, eval_every=50,
+    path = spec(tmp_path, uri, space={}, grid={"n_layers": [1, 2], "lr": [1e-3, 3e-3]}, seeds=[0, 1, 2], concurrent=2, n_iters=300, eval_every=50,
                 fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, batch_seeds=True)
     experiment = yaml.safe_load(path.read_text())["name"]
     driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -457,7 +458,7 @@ def test_batched_seeds_resume_after_the_driver_is_killed(tmp_path):
     deadline = time.time() + 300
     for line in driver.stdout:
         if " it 100/300 " in line or time.time() > deadline:  # a batched trial has checkpointed twice
-            assert "(mean of 3 batched seeds)" in line
+            assert "(mean of 6 stacked members)" in line
             break
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -467,15 +468,19 @@ def test_batched_seeds_resume_after_the_driver_is_killed(tmp_path):
 
     client, _, runs = trial_runs(uri, experiment)
     runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
-    assert sorted((r.data.tags["cell"], r.data.tags["seed"]) for r in runs) == [(f"n_layers={n}", str(s)) for n in (1, 2) for s in (0, 1, 2)]
-    assert len({r.data.tags["trial_id"] for r in runs}) == 2  # one trial per cell
+    assert sorted((r.data.tags["cell"], r.data.tags["seed"]) for r in runs) == sorted(
+        (f"lr={lr} n_layers={n}", str(s)) for n in (1, 2) for lr in (0.001, 0.003) for s in (0, 1, 2))  # the file's grid order
+    assert len({r.data.tags["trial_id"] for r in runs}) == 2  # one trial per layer count
+    for run in runs:  # each run's config is its member's own
+        cell = dict(part.split("=") for part in run.data.tags["cell"].split())
+        assert json.loads(run.data.tags["trial_config"])["lr"] == float(cell["lr"])
     for run in runs:
         assert run.data.tags["trial_status"] == "completed"
         assert [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")] == list(range(50, 301, 50))
     by_seed = {}
     for run in runs:  # seeds differ from one another: each run holds its own seed's numbers
         by_seed.setdefault(run.data.tags["cell"], set()).add(run.data.metrics["loss"])
-    assert all(len(losses) == 3 for losses in by_seed.values())
+    assert all(len(losses) == 3 for losses in by_seed.values()) and len(by_seed) == 4
 
 
 @pytest.mark.long

@@ -1,5 +1,6 @@
 """Bad input: one clear line naming the file, key and reason, exit status 2, nothing launched or written."""
 import json
+import re
 import os
 import socket
 import subprocess
@@ -219,10 +220,12 @@ def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
 def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     from orchestrator import cli
 
-    for what, expected in (("tasks", "copy                   sequence_to_sequence       scores token_acc/seq_acc"),
-                           ("models", "panm "), ("presets", "ctl/ndr")):
+    for what, expected in (("tasks", r"copy +sequence_to_sequence +scores token_acc/seq_acc"), ("models", "panm "), ("presets", "ctl/ndr")):
         assert cli.main(["list", what]) == 0
-        assert expected in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert re.search(expected, out)
+        if what == "tasks":  # one column each: every row's scores start where the first row's do
+            assert len({line.index(" scores ") for line in out.splitlines()}) == 1
     launch = tmp_path / "runs" / "smoke-1"
     launch.mkdir(parents=True)
     (launch / "launch.json").write_text(json.dumps({"launch_id": "smoke-1", "dir": str(launch), "state": "running", "experiment": "smoke",
@@ -374,21 +377,41 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], batch_seeds=True)
     study = load_study(write(tmp_path, ablation))
     cells = phase_cells(study, None, SEARCH)
-    assert cells["fwd__ndr"] == [{"n_layers": n, "seeds": [0, 1, 2]} for n in (1, 2)]
+    assert cells["fwd__ndr"] == [{"n_layers": n, "members": [{"seed": s} for s in (0, 1, 2)]} for n in (1, 2)]
     assert cells["fwd__lstm"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
     # What the cluster's slots and the dry run's estimate count: Tune trials, not seeds.
     assert {p.name: (study.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 6), "fwd__lstm": (6, 6)}
     unbatched = phase_cells(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), None, SEARCH)
     assert unbatched["fwd__ndr"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
     act = phase_cells(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), None, SEARCH)["fwd__ndr"]
-    assert act == [{"act": "none", "seeds": [0, 1, 2]}] + [{"act": "graves", "seed": s} for s in (0, 1, 2)]
+    assert act == [{"act": "none", "members": [{"seed": s} for s in (0, 1, 2)]}] + [{"act": "graves", "seed": s} for s in (0, 1, 2)]
 
     search = load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]}, batch_seeds=True)))
     state = SimpleNamespace(candidates={"fwd__ndr": [{"lr": 1e-3, "seed": 0}], "fwd__lstm": [{"lr": 1e-3, "seed": 0}]})
     confirm = phase_cells(search, state, CONFIRM)
-    assert confirm["fwd__ndr"] == [{"lr": 1e-3, "seed": 0, "candidate": 0, "seeds": [5, 6]}]
+    assert confirm["fwd__ndr"] == [{"lr": 1e-3, "seed": 0, "candidate": 0, "members": [{"lr": 1e-3, "seed": 5}, {"lr": 1e-3, "seed": 6}]}]
     assert confirm["fwd__lstm"] == [{"lr": 1e-3, "candidate": 0, "seed": s} for s in (5, 6)]
     assert phase_cells(search, state, SEARCH) is None
+
+
+def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_stack(tmp_path):
+    """Issue 21 item 3: every seed of every cell whose model shape is the same, differing in learning
+    rate, weight decay or clipping, trains in one trial; a shape key (n_layers) starts another. A
+    member's config keeps the grid's key order (its run's `cell` tag is the planned one)."""
+    from orchestrator.launch import SEARCH, phase_cells
+    from orchestrator.search import member_config
+
+    ablation = with_(space={}, grid={"n_layers": [1, 2], "lr": [1e-3, 3e-3], "weight_decay": [0.0, 0.1]}, seeds=[0, 1], batch_seeds=True)
+    study = load_study(write(tmp_path, ablation))
+    trials = phase_cells(study, None, SEARCH)["fwd__ndr"]
+    assert [t["n_layers"] for t in trials] == [1, 2]
+    assert trials[1]["members"] == [{"lr": lr, "weight_decay": wd, "seed": s} for lr in (1e-3, 3e-3) for wd in (0.0, 0.1) for s in (0, 1)]
+    assert list(member_config(trials[1], 5)) == [*study.pairs[0].grid, "seed"]
+    assert member_config(trials[1], 5) == {"n_layers": 2, "lr": 3e-3, "weight_decay": 0.0, "seed": 1}
+    assert {p.name: (study.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 16), "fwd__lstm": (16, 16)}
+    assert "stacked: 2 trial(s) train its 16 runs" in study.seed_batching(study.pairs[0])
+    one = phase_cells(load_study(write(tmp_path, {**ablation, "grid": {"n_layers": [1]}, "seeds": [3]})), None, SEARCH)["fwd__ndr"]
+    assert one == [{"n_layers": 1, "seed": 3}]  # a stack of one is a plain trial
 
 
 def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
@@ -402,6 +425,6 @@ def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
     for gpus, per_trial_gpu, batched in ((False, 0.25, False), (True, 0.25, True), (True, 0, False)):
         study = load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}}))
         study.resolve_batching(gpus)
-        assert ("seeds" in phase_cells(study, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
+        assert ("members" in phase_cells(study, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
     with pytest.raises(SpecError, match="batch_seeds: must be true, false or auto"):
         load_study(write(tmp_path, with_(batch_seeds="yes")))

@@ -1,22 +1,25 @@
-"""N seeds of one configuration trained as one model: their parameters stacked along a new first
+"""N members of one configuration trained as one model: their parameters stacked along a new first
 dimension (torch.func.stack_module_state) and every step one vmapped forward and backward
 (torch.func.vmap over functional_call). On a GPU, where one small model cannot fill the device,
-this runs N seeds in little more than the time of one.
+this runs N members in little more than the time of one.
 
-Each seed keeps what a run of its own would have: its initialisation (the model built after
-`torch.manual_seed(seed)`, as `train` does), its data order (its own batch generator and length
-buckets), its own dropout masks (vmap's randomness="different"), its own gradient clipping (the
-norm per seed), and its own checkpoint selection and metrics (train.Selection). Adam, AdamW and
-RMSprop update each entry from its own gradient alone, so one optimizer over the stacked
-parameters takes every seed's own step. Without dropout the result equals N separate runs within
-floating-point rounding (tests/test_batched.py); with dropout each seed draws other masks than its
-separate run would, from the same distribution.
+A member is a seed, and may have its own learning rate, weight decay and gradient clipping too
+(MEMBER_KEYS: values that live in tensors, not in the model's shapes or its data), so every seed of
+every cell of an ablation over those values trains as one stack. Each member keeps what a run of
+its own would have: its initialisation (the model built after `torch.manual_seed(seed)`, as `train`
+does), its data order (its own batch generator and length buckets), its own dropout masks (vmap's
+randomness="different"), its own gradient clipping (the norm per member), its own optimizer step
+(MemberOptimizer) and its own checkpoint selection and metrics (train.Selection). Without dropout
+the result equals N separate runs within floating-point rounding (tests/test_batched.py); with
+dropout each member draws other masks than its separate run would, from the same distribution.
 
 Models need a forward pass free of data-dependent Python control flow (`batchable` says which).
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import sys
 import time
 from typing import Any, Callable
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
-from .config import TrainConfig
+from .config import TrainConfig, parse_trial_config
 from .tasks import load_task
 from .train import Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, pick_device, predict, ratios, score_sums
 
@@ -40,8 +43,11 @@ from .train import Selection, add_sums, batch_source, batch_tensors, loss_of, ma
 BATCHABLE_MODELS = ("transformer", "transformer_rel", "transformer_rel_gate", "transformer_absrel_gate", "transformer_geometric",
                     "ndr", "transformer_compositional")
 
-# report(metrics per seed, state): after every evaluation, as train.Reporter for each seed at once.
-SeedsReporter = Callable[[dict[int, dict[str, Any]], Callable[[], dict]], None]
+# What may differ between the members of one stack: the rest of their configs is one.
+MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip")
+
+# report(metrics per member, state): after every evaluation, as train.Reporter for each member at once.
+MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict]], None]
 
 
 def batchable(flat: dict[str, Any]) -> str | None:
@@ -74,50 +80,116 @@ def unstack(batch: dict[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     return {name: tensor[k] for name, tensor in batch.items()}
 
 
-def clip_per_seed(cfg: TrainConfig, grads: list[torch.Tensor]) -> None:
-    """torch.nn.utils.clip_grad_norm_ (or _value_) for each seed's slice of the stacked gradients."""
-    if not cfg.grad_clip:
-        return
-    if cfg.grad_clip_by == "value":
+def clip_per_member(grad_clip_by: str, limits: torch.Tensor, grads: list[torch.Tensor]) -> None:
+    """torch.nn.utils.clip_grad_norm_ (or _value_) for each member's slice of the stacked gradients,
+    at the member's own limit (`limits`, one per member; inf: no clipping)."""
+    if grad_clip_by == "value":
         for g in grads:
-            g.clamp_(-cfg.grad_clip, cfg.grad_clip)
+            limit = limits.view(-1, *[1] * (g.dim() - 1))
+            torch.minimum(torch.maximum(g, -limit), limit, out=g)
         return
-    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (seeds,)
-    scale = (cfg.grad_clip / (norms + 1e-6)).clamp(max=1.0)
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (members,)
+    scale = (limits / (norms + 1e-6)).clamp(max=1.0)
     for g in grads:
         g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
 
 
-def seed_state_dict(snapshot: dict, seed: int) -> dict[str, torch.Tensor]:
-    """One seed's model weights (a state dict its model loads) from a snapshot of `train_seeds`."""
-    k = snapshot["seeds_batched"].index(seed)
+class MemberOptimizer:
+    """The configured optimizer (train.make_optimizer) over stacked parameters, each member stepping
+    with its own learning rate and weight decay. Adam, AdamW and RMSprop update each entry from its
+    own gradient alone, and their step is proportional to the learning rate: so the optimizer runs
+    at lr 1 without decay, and each member's slice of the step is scaled by its own lr afterwards.
+    Decay goes in as torch's optimizers apply it: AdamW's shrinks the weights before the step (by
+    lr x decay), Adam's and RMSprop's adds decay x weight to the gradient. Members that all share
+    their lr and decay use the optimizer as it is (no copy of the weights per step)."""
+
+    def __init__(self, configs: list[TrainConfig], params: list[torch.Tensor], device: torch.device):
+        self.params = params
+        self.decoupled = configs[0].optimizer == "adamw"
+        self.shared = len({(c.lr, c.weight_decay) for c in configs}) == 1
+        if self.shared:
+            self.optimizer = make_optimizer(configs[0], params)
+        else:
+            self.optimizer = make_optimizer(dataclasses.replace(configs[0], lr=1.0, weight_decay=0.0), params)
+            self.lr = torch.tensor([c.lr for c in configs], device=device)
+            self.decay = torch.tensor([c.weight_decay for c in configs], device=device)
+
+    def per_member(self, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return values.view(-1, *[1] * (like.dim() - 1))
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if self.shared:
+            self.optimizer.step()
+            return
+        live = [p for p in self.params if p.grad is not None]
+        if not self.decoupled:
+            for p in live:
+                p.grad.add_(p * self.per_member(self.decay, p))
+        before = [p.clone() for p in live]
+        self.optimizer.step()
+        for p, old in zip(live, before):
+            lr = self.per_member(self.lr, p)
+            shrunk = old * (1 - lr * self.per_member(self.decay, p)) if self.decoupled else old
+            p.copy_(shrunk + lr * (p - old))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+def member_state_dict(snapshot: dict, k: int) -> dict[str, torch.Tensor]:
+    """Member k's model weights (a state dict its model loads) from a snapshot of `train_members`."""
     return {name: value[k] for name, value in {**snapshot["params"], **snapshot["buffers"]}.items()}
 
 
-def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None = None, resume_state: dict | None = None,
-                log: Callable[[str], None] | None = print) -> dict[int, dict[str, Any]]:
+def member_configs(cfg: TrainConfig, members: list[dict[str, Any]]) -> list[TrainConfig]:
+    """Each member's own config: `cfg` with the member's values of MEMBER_KEYS, checked as any."""
+    for member in members:
+        if not member.keys() <= set(MEMBER_KEYS) or "seed" not in member:
+            raise ValueError(f"a member sets its seed and at most {', '.join(MEMBER_KEYS)}, got {sorted(member)}")
+    return [parse_trial_config({**cfg.flat(), **member}) for member in members]
+
+
+def train_seeds(cfg: TrainConfig, seeds: list[int], **kwargs) -> dict[int, dict[str, Any]]:
     """Train `cfg` once per seed of `seeds`, all at once; returns each seed's final metrics."""
+    return dict(zip(seeds, train_members(cfg, [{"seed": seed} for seed in seeds], **kwargs)))
+
+
+def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: MembersReporter | None = None,
+                  resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+    """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once;
+    returns each member's final metrics."""
     why_not = batchable({**cfg.flat(), "model": cfg.model})
     if why_not:
-        raise ValueError(f"seeds cannot be batched: {why_not}")
+        raise ValueError(f"members cannot be stacked: {why_not}")
+    configs = member_configs(cfg, members)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
     task = load_task(cfg.task, cfg.task_options)
-    rngs = [np.random.default_rng(seed) for seed in seeds]
-    sources = [batch_source(cfg, task, rng) for rng in rngs]
+    rngs = [np.random.default_rng(c.seed) for c in configs]
+    sources = [batch_source(c, task, rng) for c, rng in zip(configs, rngs)]
     models = []
-    for seed in seeds:
-        torch.manual_seed(seed)  # the initialisation a run of its own would have
-        models.append(make_model(cfg, task).to(device))
+    for c in configs:
+        torch.manual_seed(c.seed)  # the initialisation a run of its own would have
+        models.append(make_model(c, task).to(device))
     params, buffers = stack_module_state(models)
     skeleton = copy.deepcopy(models[0]).to("meta")
-    optimizer = make_optimizer(cfg, params.values())
+    optimizer = MemberOptimizer(configs, list(params.values()), device)
+    clip_limits = torch.tensor([c.grad_clip or math.inf for c in configs], device=device)
+    clips = any(c.grad_clip for c in configs)
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     say = log and (bar.write if not bar.disable else log)
-    selections = [Selection(cfg, task, device, say, f"{cfg.task}/{cfg.model} seed {seed}") for seed in seeds]
+    labels = [f"{cfg.task}/{cfg.model} " + " ".join(f"{k} {v}" for k, v in member.items()) for member in members]
+    selections = [Selection(c, task, device, say, label) for c, label in zip(configs, labels)]
     if log:
-        log(f"[{cfg.task}/{cfg.model}] {len(seeds)} seeds batched ({', '.join(map(str, seeds))}): "
+        log(f"[{cfg.task}/{cfg.model}] {len(members)} members stacked ({'; '.join(label.split(' ', 1)[1] for label in labels)}): "
             f"{sum(p.numel() for p in models[0].parameters()):,} parameters each on {device}; {cfg.n_iters:,} iterations")
     start = 0
     if resume_state:
@@ -127,7 +199,7 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
         optimizer.load_state_dict(resume_state["optimizer"])
         torch.set_rng_state(resume_state["torch_rng"])
         start = resume_state["iteration"]
-        for rng, (_, buckets), selection, saved in zip(rngs, sources, selections, resume_state["seeds"]):
+        for rng, (_, buckets), selection, saved in zip(rngs, sources, selections, resume_state["member_states"]):
             rng.bit_generator.state = saved["batch_rng"]
             selection.restore(saved)
             if buckets:
@@ -137,21 +209,21 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
     def forward(p: dict, b: dict, batch: dict) -> torch.Tensor:
         return predict(lambda *args: functional_call(skeleton, (p, b), args), task.kind, batch)
 
-    # The parameters vary along dim 0; so does the batch in training (a batch per seed), while every
-    # seed is evaluated on the same rows.
+    # The parameters vary along dim 0; so does the batch in training (a batch per member), while
+    # every member is evaluated on the same rows.
     train_forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
 
     def snapshot() -> dict:
         return copy.deepcopy({
-            "seeds_batched": list(seeds), "params": {name: p.detach() for name, p in params.items()}, "buffers": buffers,
+            "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": buffers,
             "optimizer": optimizer.state_dict(),
             "iteration": iteration, "torch_rng": torch.get_rng_state(),
-            "seeds": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
-                      for rng, (_, buckets), selection in zip(rngs, sources, selections)],
+            "member_states": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
+                              for rng, (_, buckets), selection in zip(rngs, sources, selections)],
         })
 
-    def load_seed(k: int) -> torch.nn.Module:
-        """Seed k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
+    def load_member(k: int) -> torch.nn.Module:
+        """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
         with torch.no_grad():
             for name, p in models[k].named_parameters():
                 p.copy_(params[name][k])
@@ -159,8 +231,8 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
                 b.copy_(buffers[name][k])
         return models[k]
 
-    n = len(seeds)
-    loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in seeds], 0, time.perf_counter()
+    n = len(members)
+    loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
         batch = stacked_batch([next_batch() for next_batch, _ in sources], device)
@@ -168,8 +240,9 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
             out = train_forward(params, buffers, batch)
         losses = torch.stack([loss_of(task.kind, out[k], unstack(batch, k)) for k in range(n)])
         optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()  # seeds share no parameter: each gets its own loss's gradient
-        clip_per_seed(cfg, [p.grad for p in params.values() if p.grad is not None])
+        losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
+        if clips:
+            clip_per_member(cfg.grad_clip_by, clip_limits, [p.grad for p in params.values() if p.grad is not None])
         optimizer.step()
         loss_sums = loss_sums + losses.detach().float()
         train_sums = [add_sums(sums, score_sums(task.kind, out[k].detach(), unstack(batch, k))) for k, sums in enumerate(train_sums)]
@@ -179,12 +252,12 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], report: SeedsReporter | None
             mean_losses = (loss_sums / steps).tolist()  # waits for the window's last step, as train's rate does
             rate = steps / max(time.perf_counter() - since, 1e-9)
             for k, selection in enumerate(selections):
-                if not selection.diverged:  # a diverged seed keeps its last metrics, as its own run would have stopped
-                    selection(load_seed(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)
+                if not selection.diverged:  # a diverged member keeps its last metrics, as its own run would have stopped
+                    selection(load_member(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)
             if report:
-                report({seed: selection.metrics for seed, selection in zip(seeds, selections)}, snapshot)
+                report([selection.metrics for selection in selections], snapshot)
             if all(selection.diverged for selection in selections):
                 break
-            loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in seeds], 0, time.perf_counter()
+            loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
     bar.close()
-    return {seed: selection.metrics for seed, selection in zip(seeds, selections)}
+    return [selection.metrics for selection in selections]

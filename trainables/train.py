@@ -260,7 +260,7 @@ def batch_source(cfg: TrainConfig, task: Task, rng: np.random.Generator):
 class Selection:
     """One seed's evaluations: checkpoint selection on OOD validation (best, and best within
     `early_budget`), the test scores at those checkpoints and at the final one, and the metrics of
-    each evaluation. `train` keeps one; `batched.train_seeds` one per seed."""
+    each evaluation. `train` keeps one; `batched.train_members` one per member."""
 
     def __init__(self, cfg: TrainConfig, task: Task, device: torch.device, log: Callable[[str], None] | None, label: str):
         self.cfg, self.task, self.device, self.log, self.label = cfg, task, device, log, label
