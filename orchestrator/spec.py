@@ -271,17 +271,20 @@ class Study:
                 stacks[shared] = {**cell, MEMBERS_KEY: []}
                 trials.append(stacks[shared])
             stacks[shared][MEMBERS_KEY] += [{**{k: cell[k] for k in MEMBER_KEYS if k in cell}, "seed": seed} for seed in seeds]
-        return [{k: v for k, v in {**t, **t[MEMBERS_KEY][0]}.items() if k != MEMBERS_KEY} if len(t.get(MEMBERS_KEY, ())) == 1 else t
-                for t in trials]
+        for trial in stacks.values():
+            if len(trial[MEMBERS_KEY]) == 1:
+                trial.update(trial.pop(MEMBERS_KEY)[0])
+        return trials
 
     def seed_batching(self, pair: Pair) -> str:
         """How an ablation pair's seeds train, in words for the launch's plan. Whether they batch
         can depend on the grid values (act): the first cell stands for all."""
-        if len(self.seeds) < 2:
-            return "one seed"
         why_not = self.unbatched_because(pair, self.grid_cells(pair)[0])
         if why_not is None:
-            return f"stacked: {self.tune_trial_count(pair)} trial(s) train its {self.trial_count(pair)} runs (trainables.batched)"
+            trials, runs = self.tune_trial_count(pair), self.trial_count(pair)
+            return f"stacked: {trials} trial(s) train its {runs} runs (trainables.batched)" if trials < runs else "one trial per run"
+        if len(self.seeds) < 2:
+            return "one seed"
         if self.batch_seeds == "auto" and why_not.startswith("batch_seeds"):
             return "seeds batched where trials get a GPU (batch_seeds: auto), else 1 trial per seed"
         return f"1 trial per seed: {why_not}"
