@@ -415,10 +415,10 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     assert configs == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert sorted(r.info.run_name for r in children) == [f"n_layers={n} s{s} tiny__ndr" for n in (1, 2) for s in (0, 1)]
     assert {(r.data.tags["cell"], r.data.tags["seed"]) for r in children} == {(f"n_layers={n}", str(s)) for n in (1, 2) for s in (0, 1)}
-    # NDR's seeds train batched: one trial per cell, one MLflow run per seed.
+    # NDR's seeds train stacked: one trial per cell, one MLflow run per seed.
     trials = {r.data.tags["trial_id"]: r.data.tags["cell"] for r in children}
     assert sorted(trials.values()) == ["n_layers=1", "n_layers=2"]
-    assert "pair tiny__ndr: grid over n_layers (2 cells; seeds batched: 1 trial per cell)" in out.stdout
+    assert "pair tiny__ndr: grid over n_layers (2 cells; stacked: 2 trial(s) train its 4 runs (trainables.batched))" in out.stdout
     report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
     # Every number of the report is an independent aggregation of the MLflow runs, rows in numeric order.
     rows = [line for line in report.splitlines() if line.startswith("| n_layers=") and "±" in line]  # the cell table, not the per-depth one
