@@ -84,7 +84,7 @@ def _read_marker(fs, path: str) -> str:
 def check_cluster_sees(storage: TrialStorage, key: str) -> int:
     """Write a marker to the storage from the driver and read it back from a task pinned to every
     alive node. Returns the number of nodes; raises StorageError naming the first node that cannot
-    see it. Assumes Ray is initialised."""
+    see it (a node that dies during the check is left out). Assumes Ray is initialised."""
     import pyarrow.fs
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -108,6 +108,7 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
             read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(fs, marker): node
             for node in nodes
         }
+        checked = len(nodes)
         for ref, node in pending.items():
             try:
                 seen = ray.get(ref, timeout=60)
@@ -117,11 +118,16 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
             else:
                 reason = "it reads other contents"
             if seen != token:
+                if not any(n["NodeID"] == node["NodeID"] and n["Alive"] for n in ray.nodes()):
+                    # It died since the list was taken (Ray had not yet marked a killed node dead):
+                    # not a node of the cluster, and no reason to refuse the launch.
+                    checked -= 1
+                    continue
                 fix = ("put it on a filesystem every node mounts at the same path (NFS, ...) or use s3://bucket/prefix"
                        if not storage.is_object_store else "give every node the same credentials and endpoint")
                 raise StorageError(f"{key}: node {node['NodeManagerAddress']} ({node['NodeID'][:8]}) cannot see {storage.uri} "
                                    f"({reason}); {fix} (see deploy/README.md)")
-        return len(nodes)
+        return checked
     finally:
         try:
             local.delete_file(marker)
