@@ -167,6 +167,54 @@ def test_a_retried_store_fault_is_one_line_of_ours(monkeypatch, capsys):
 
 
 
+def test_optuna_calls_while_connections_are_terminated_are_retried(tmp_path, monkeypatch, capsys):
+    """Optuna's reads and writes while every connection of its database is terminated five times a
+    second (as test_cluster's launch meets them): each call that opens a session is retried in a
+    fresh one and succeeds; none raises, and the console has our retry lines only. A helper that
+    works on rows its caller read (`_build_frozen_trial_from_trial_model`) was once retried too,
+    in a fresh session that had detached those rows: get_trial then failed for good."""
+    import threading
+    import uuid
+
+    import optuna
+    import psycopg
+
+    monkeypatch.setattr(tracking, "NOTICES", tracking.RetryNotices(every_s=0))
+    database = f"sysgen_optuna_cut_{uuid.uuid4().hex[:8]}"
+    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+        try:
+            storage = tracking.search_storage(uri, tmp_path)
+            study = optuna.create_study(storage=storage, study_name="cut")
+            trial_ids = [study.ask()._trial_id for _ in range(3)]
+            done = threading.Event()
+
+            def terminate():
+                with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as killer:
+                    while not done.is_set():
+                        killer.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+                        time.sleep(0.2)
+
+            thread = threading.Thread(target=terminate)
+            thread.start()
+            calls, end = 0, time.monotonic() + 10
+            try:
+                while time.monotonic() < end:
+                    trial_id = trial_ids[calls % 3]
+                    storage.set_trial_intermediate_value(trial_id, calls, 0.5)
+                    assert storage.get_trial(trial_id).intermediate_values[calls] == 0.5
+                    calls += 1
+            finally:
+                done.set()
+                thread.join()
+            out = capsys.readouterr().out
+            assert "[store] search store (Optuna): " in out  # the terminations did hit calls
+            assert all(line.startswith("[store] ") for line in out.splitlines()), out
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
 def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, monkeypatch, capsys):
     """Opening the stores creates their tables (MLflow's dozens of migrations, Optuna's schema),
     statements on a fresh PostgreSQL database: its connections terminated meanwhile (as an
