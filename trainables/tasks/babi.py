@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Task, check_user_folder, check_values, decoder_split, user_folder
+from .base import SPECIAL_TOKENS, Task, at_most, check_user_folder, check_values, decoder_split, hold_out, user_folder
 
 TASK_NUMBERS = tuple(range(1, 21))
 WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
@@ -107,20 +107,17 @@ def build(config: BabiConfig) -> Task:
     for number, samples in read_tasks(config.folder, config.tasks).items():
         ordered = sorted(samples, key=lambda s: len(s[0]))
         cut = round(len(ordered) * config.train_fraction)
-        short = [(s, number) for s in ordered[:cut]]
-        hold = set(rng.choice(len(short), int(len(short) * config.iid_fraction), replace=False).tolist())
-        train += [s for k, s in enumerate(short) if k not in hold]
-        held_out += [s for k, s in enumerate(short) if k in hold]
+        kept, held = hold_out([(s, number) for s in ordered[:cut]], config.iid_fraction, rng)
+        train += kept
+        held_out += held
         test += [(s, number) for s in ordered[cut:]]
 
-    def split(rows: list, cap: int | None = None):
-        if cap is not None and len(rows) > cap:
-            rows = [rows[k] for k in sorted(rng.choice(len(rows), cap, replace=False))]
+    def split(rows: list):
         return decoder_split([s for s, _ in rows], task.vocab, [n for _, n in rows])
 
-    validation = split(held_out, config.eval_size)
+    validation = split(at_most(held_out, config.eval_size, rng))
     return dataclasses.replace(task, splits={"train": split(train), "iid_valid": validation, "ood_valid": validation,
-                                             "test": split(test, config.eval_size)})
+                                             "test": split(at_most(test, config.eval_size, rng))})
 
 
 def load(config: BabiConfig) -> Task:

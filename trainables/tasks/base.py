@@ -76,6 +76,20 @@ def check_user_folder(data_dir: str, holding: str) -> Path:
     return folder
 
 
+def hold_out(rows: list, fraction: float, rng: np.random.Generator) -> tuple[list, list]:
+    """(the rest, a random `fraction` of `rows`), each in the rows' order: the IID validation set
+    of a task whose sources have none (SCAN, bAbI, Multi30K), drawn from its training part."""
+    held = set(rng.choice(len(rows), int(len(rows) * fraction), replace=False).tolist())
+    return [r for k, r in enumerate(rows) if k not in held], [r for k, r in enumerate(rows) if k in held]
+
+
+def at_most(rows: list, cap: int | None, rng: np.random.Generator) -> list:
+    """`rows`, or a random `cap` of them in their order (an evaluation set's `eval_size`)."""
+    if cap is None or len(rows) <= cap:
+        return rows
+    return [rows[k] for k in sorted(rng.choice(len(rows), cap, replace=False))]
+
+
 @dataclass
 class Split:
     """The arrays of one split, all with the same first dimension but those of a visual task's

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Task, check_user_folder, check_values, decoder_split, user_folder
+from .base import SPECIAL_TOKENS, Task, at_most, check_user_folder, check_values, decoder_split, hold_out, user_folder
 
 UNK = "<unk>"
 WORD = re.compile(r"\w+|[^\w\s]")
@@ -90,18 +90,16 @@ def build(config: Multi30kConfig) -> Task:
     task = probe(config)
     known = set(task.vocab)
     rng = np.random.default_rng(config.seed)
-    train, test = split_pairs(config)
-    hold = set(rng.choice(len(train), int(len(train) * config.iid_fraction), replace=False).tolist())
+    shorter, test = split_pairs(config)
+    train, held = hold_out(shorter, config.iid_fraction, rng)
 
-    def split(pairs: list, cap: int | None = None):
-        if cap is not None and len(pairs) > cap:
-            pairs = [pairs[k] for k in sorted(rng.choice(len(pairs), cap, replace=False))]
+    def split(pairs: list):
         mapped = [([w if w in known else UNK for w in s], [w if w in known else UNK for w in t]) for s, t in pairs]
         return decoder_split(mapped, task.vocab, [len(s) for s, _ in pairs])
 
-    validation = split([p for k, p in enumerate(train) if k in hold], config.eval_size)
-    return dataclasses.replace(task, splits={"train": split([p for k, p in enumerate(train) if k not in hold]),
-                                             "iid_valid": validation, "ood_valid": validation, "test": split(test, config.eval_size)})
+    validation = split(at_most(held, config.eval_size, rng))
+    return dataclasses.replace(task, splits={"train": split(train), "iid_valid": validation, "ood_valid": validation,
+                                             "test": split(at_most(test, config.eval_size, rng))})
 
 
 def load(config: Multi30kConfig) -> Task:

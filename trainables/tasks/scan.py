@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, decoder_split
+from .base import SPECIAL_TOKENS, Split, Task, at_most, cached, check_values, decoder_split, hold_out
 
 PRIMITIVES = {"walk": "I_WALK", "look": "I_LOOK", "run": "I_RUN", "jump": "I_JUMP"}
 TURNS = {"left": "I_TURN_LEFT", "right": "I_TURN_RIGHT"}
@@ -90,16 +90,10 @@ def build(config: ScanConfig) -> Task:
     everything = commands()
     short = [p for p in everything if len(p[1]) <= config.length_cutoff]
     rng = np.random.default_rng(config.seed)
-    held_out = set(rng.choice(len(short), int(len(short) * config.iid_fraction), replace=False).tolist())
-
-    def evaluation(pairs: list) -> Split:
-        if config.eval_size is not None and len(pairs) > config.eval_size:
-            pairs = [pairs[k] for k in sorted(rng.choice(len(pairs), config.eval_size, replace=False))]
-        return make_split(pairs)
-
-    validation = evaluation([p for k, p in enumerate(short) if k in held_out])
-    splits = {"train": make_split([p for k, p in enumerate(short) if k not in held_out]), "iid_valid": validation,
-              "ood_valid": validation, "test": evaluation([p for p in everything if len(p[1]) > config.length_cutoff])}
+    train, held = hold_out(short, config.iid_fraction, rng)
+    validation = make_split(at_most(held, config.eval_size, rng))
+    test = at_most([p for p in everything if len(p[1]) > config.length_cutoff], config.eval_size, rng)
+    splits = {"train": make_split(train), "iid_valid": validation, "ood_valid": validation, "test": make_split(test)}
     return dataclasses.replace(probe(config), splits=splits)
 
 
