@@ -8,7 +8,9 @@ import os
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+import torch
 
+from trainables.config import parse_trial_config
 from trainables.tasks import algorithmic, arithmetic, base, ctl, listops, load_task, retrieval
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
@@ -278,6 +280,25 @@ def test_cache_roundtrip(tmp_path, monkeypatch):
         assert np.array_equal(first.splits[split].tokens, second.splits[split].tokens)
     load_task("arithmetic", {**options, "seed": 3})
     assert len(list(tmp_path.glob("arithmetic-*.npz"))) == 2
+
+
+def test_a_split_filling_both_validation_slots_is_stored_once_and_scored_once(tmp_path, monkeypatch):
+    """SCAN's IID hold-out is its OOD validation set too: the cache stores it once and loads one
+    Split for both, so Selection evaluates it once per evaluation, not twice."""
+    from trainables import train as train_module
+
+    monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path))
+    for _ in ("built", "from the cache"):
+        task = load_task("scan", {"eval_size": 50})
+        assert task.splits["ood_valid"] is task.splits["iid_valid"]
+    with np.load(next(tmp_path.glob("scan-*.npz"))) as stored:
+        assert not any(name.startswith("ood_valid.") for name in stored.files)
+    scored = []
+    monkeypatch.setattr(train_module, "evaluate", lambda model, task, split, *args: scored.append(split) or {"seq_acc": 0.0, "token_acc": 0.0})
+    selection = train_module.Selection(parse_trial_config({"task": "scan", "model": "transformer_enc_dec", "task_options": {"eval_size": 50}}),
+                                       task, torch.device("cpu"), None, "scan")
+    selection(None, 1, 1.0, {"seq_acc": 0.0, "token_acc": 0.0}, 1.0)
+    assert sum(split is task.splits["iid_valid"] for split in scored) == 1
 
 
 # ---------- PANM's algorithmic tasks ----------

@@ -306,7 +306,9 @@ class Selection:
                 self.log(f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
             return self.metrics
         final = iteration == cfg.n_iters
-        iid, ood = self.evaluate_split(model, "iid_valid"), self.evaluate_split(model, "ood_valid")
+        iid = self.evaluate_split(model, "iid_valid")
+        # Tasks without an OOD validation set fill both slots with their IID hold-out: score it once.
+        ood = iid if self.task.splits["ood_valid"] is self.task.splits["iid_valid"] else self.evaluate_split(model, "ood_valid")
         # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
         # saturates (NDR on CTL), the most-trained model is the one reported.
         new_best = self.at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])

@@ -292,15 +292,22 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
     with np.load(path, allow_pickle=False) as f:
         meta = json.loads(str(f["meta"]))
         splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
+    splits.update({s: splits[same] for s, same in meta.pop("aliases", {}).items()})
     return Task(splits=splits, **meta)
 
 
 def store(path: Path, task: Task) -> None:
+    """A split that is another one (an IID hold-out filling both validation slots) is stored once,
+    and loads as that one: trainers evaluate it once."""
     meta = {k: getattr(task, k) for k in ("name", "kind", "vocab", "classes", "n_features")}
-    meta["splits"] = {s: list(split.arrays) for s, split in task.splits.items()}
-    arrays = {"meta": json.dumps(meta)}
+    first = {}
     for s, split in task.splits.items():
-        for k, a in split.arrays.items():
+        first.setdefault(id(split), s)
+    meta["splits"] = {s: list(split.arrays) for s, split in task.splits.items() if first[id(split)] == s}
+    meta["aliases"] = {s: first[id(split)] for s, split in task.splits.items() if first[id(split)] != s}
+    arrays = {"meta": json.dumps(meta)}
+    for s in meta["splits"]:
+        for k, a in task.splits[s].arrays.items():
             arrays[f"{s}.{k}"] = a
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
     os.close(fd)
