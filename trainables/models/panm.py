@@ -148,8 +148,9 @@ class PointerDecoder(nn.Module):
         self.output = mlp(read + cfg.hidden, cfg.mlp_hidden, vocab_size)  # g^o
         self.log_sharpness = nn.Parameter(torch.full((2,), math.log(cfg.sharpness)))
 
-    def begin(self, memory: torch.Tensor, lengths: torch.Tensor) -> dict:
-        """The decoding state before the first step, over memory (B, L, D) of `lengths` slots."""
+    def begin(self, memory: torch.Tensor, lengths: torch.Tensor, trace: bool = False) -> dict:
+        """The decoding state before the first step, over memory (B, L, D) of `lengths` slots; with
+        `trace`, each step's attention weights are kept (the report's pointer maps)."""
         batch, length = memory.shape[:2]
         padding = torch.arange(length, device=memory.device)[None] >= lengths[:, None]
         if self.training:
@@ -164,7 +165,7 @@ class PointerDecoder(nn.Module):
         return {"memory": memory, "padding": padding, "bank": bank, "keys": [g(bank) for g in self.address_keys],
                 "pointers": initial_pointers(bank, lengths, self.cfg.mode1_heads),
                 "states": [torch.zeros(batch, self.cfg.hidden, device=memory.device) for _ in range(self.cfg.mode1_heads)],
-                "control": self.initial_control(self.controller_start(start)), "mode1": [], "mode2": []}
+                "control": self.initial_control(self.controller_start(start)), "mode1": [] if trace else None, "mode2": [] if trace else None}
 
     def initial_control(self, h: torch.Tensor):
         """The core's state from h_0^c: the GRU's is h itself; an LSTM's adds a zero cell, the stack RNN an empty stack."""
@@ -177,7 +178,7 @@ class PointerDecoder(nn.Module):
         return state["control"] if self.cfg.controller == "gru" else state["control"][0]
 
     def step(self, state: dict, z: torch.Tensor | None = None) -> torch.Tensor:
-        """One decoding step (B,) -> logits (B, vocab); `state` moves on, its attention weights appended."""
+        """One decoding step (B,) -> logits (B, vocab); `state` moves on (its attention weights appended where traced)."""
         memory, padding, bank = state["memory"], state["padding"], state["bank"]
         sharp_a, sharp_c = self.log_sharpness.exp()
         mode1 = []
@@ -195,8 +196,9 @@ class PointerDecoder(nn.Module):
         read = values + ([z] if z is not None else [])
         read = torch.cat(read, -1) if read else memory.new_zeros(len(memory), 1)
         state["control"] = self.controller(read, state["control"])  # Eq. 7
-        state["mode1"].append(torch.stack([w for w, _ in mode1], 1) if mode1 else None)
-        state["mode2"].append(torch.stack([w for w, _ in mode2], 1) if mode2 else None)
+        if state["mode1"] is not None:
+            state["mode1"].append(torch.stack([w for w, _ in mode1], 1) if mode1 else None)
+            state["mode2"].append(torch.stack([w for w, _ in mode2], 1) if mode2 else None)
         return self.output(torch.cat(values + [self.control_of(state)], -1))
 
 
@@ -209,7 +211,7 @@ class PANM(PointerDecoder):
     def forward(self, tokens, lengths, n_steps: int, token_features=None, return_activations: bool = False):
         """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights.
         The decoder input z_t is zero (the algorithmic tasks: no teacher forcing)."""
-        state = self.begin(self.dropout(self.encoder(tokens, lengths, token_features)), lengths)
+        state = self.begin(self.dropout(self.encoder(tokens, lengths, token_features)), lengths, trace=return_activations)
         out = torch.stack([self.step(state) for _ in range(n_steps)], 1)
         return (out, {"mode1": state["mode1"], "mode2": state["mode2"]}) if return_activations else out
 
@@ -223,7 +225,7 @@ class CausalPANM(PointerDecoder):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, return_activations: bool = False):
         memory = F.one_hot(tokens, self.vocab_size).float()
-        state = self.begin(memory, torch.ones_like(lengths))  # at t = 0 only slot 0 is visible: every pointer starts there
+        state = self.begin(memory, torch.ones_like(lengths), trace=return_activations)  # at t = 0 only slot 0 is visible: every pointer starts there
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         out = []
         for t in range(tokens.shape[1]):
