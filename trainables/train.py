@@ -113,20 +113,18 @@ def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
         n = torch.tensor(float(len(error)), device=error.device)
         # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero).
         return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
-    if kind == "translation":  # perplexity: e to the mean negative log-likelihood of the target tokens (see ratios)
-        mask = target_mask(batch)
-        nll = F.cross_entropy(out.float()[mask], batch["targets"][mask], reduction="sum")
-        right = (out.argmax(-1) == batch["targets"]) & mask
-        return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": torch.stack([right.sum().float(), mask.sum().float()])}
     if kind in SEQUENCE_OUTPUT_KINDS or kind == "next_symbol_sets":
         mask = target_mask(batch)
         if kind == "next_symbol_sets":  # a position is right when each symbol's sigmoid is on the right side of 0.5
             correct = ((out >= 0) == (batch["targets"] > 0)).all(-1)
         else:
             correct = out.argmax(-1) == batch["targets"]
+        token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
+        if kind == "translation":  # perplexity: e to the mean negative log-likelihood of the target tokens (see ratios)
+            nll = F.cross_entropy(out.float()[mask], batch["targets"][mask], reduction="sum")
+            return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": token_acc}
         n = torch.tensor(float(len(correct)), device=correct.device)
-        return {"token_acc": torch.stack([(correct & mask).sum().float(), mask.sum().float()]),
-                "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), n])}
+        return {"token_acc": token_acc, "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), n])}
     correct = (out.argmax(-1) == batch["labels"]).sum().float()
     return {"acc": torch.stack([correct, torch.tensor(float(len(batch["labels"])), device=correct.device)])}
 
