@@ -125,7 +125,8 @@ def seeds(args, rows) -> None:
             seed_list = list(range(n))
             separate, batched, rate_separate, rate_batched, own = [], [], [], [], []
             # Members with a learning rate and decay each: the optimizer's step is scaled per member.
-            members = [{"seed": seed, "lr": float(base.get("lr", 1e-4)) * 2 ** (k % 3), "weight_decay": 0.01 * (k % 2)}
+            lr = parse_trial_config(base).lr
+            members = [{"seed": seed, "lr": lr * 2 ** (k % 3), "weight_decay": 0.01 * (k % 2)}
                        for k, seed in enumerate(seed_list)]
             for _ in range(args.repeats):
                 start = time.perf_counter()

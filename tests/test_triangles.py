@@ -11,7 +11,7 @@ from scipy import ndimage
 from trainables.models import build_model
 from trainables.tasks import load_task, task_config
 from trainables.tasks import triangles
-from trainables.train import TrainConfig, train
+from trainables.train import TrainConfig, batch_source, train
 
 # Truncating the third vertex moves it by under 1 pixel per coordinate, so each side to it is off
 # by under sqrt(2): one such side may be longer, the other shorter.
@@ -102,3 +102,6 @@ def test_the_trainer_draws_fresh_images_and_scores_accuracy():
                       n_iters=6, eval_every=3, grad_clip=None, threads=1)
     metrics = train(cfg, log=None)
     assert 0 <= metrics["test_acc_at_best"] <= 1 and "best_ood_valid_acc" in metrics
+    next_batch, _ = batch_source(cfg, load_task("triangles", cfg.task_options), np.random.default_rng(0))
+    (first, _), (second, _) = next_batch(), next_batch()
+    assert first.images.shape[0] == cfg.batch_size and not np.array_equal(first.images, second.images)

@@ -80,18 +80,23 @@ def unstack(batch: dict[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
     return {name: tensor[k] for name, tensor in batch.items()}
 
 
+def per_member(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """One value per member (M,), shaped to broadcast over a stacked tensor (M, ...)."""
+    return values.view(-1, *[1] * (like.dim() - 1))
+
+
 def clip_per_member(grad_clip_by: str, limits: torch.Tensor, grads: list[torch.Tensor]) -> None:
     """torch.nn.utils.clip_grad_norm_ (or _value_) for each member's slice of the stacked gradients,
     at the member's own limit (`limits`, one per member; inf: no clipping)."""
     if grad_clip_by == "value":
         for g in grads:
-            limit = limits.view(-1, *[1] * (g.dim() - 1))
-            torch.minimum(torch.maximum(g, -limit), limit, out=g)
+            limit = per_member(limits, g)
+            g.clamp_(-limit, limit)
         return
     norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads]).norm(dim=0)  # (members,)
     scale = (limits / (norms + 1e-6)).clamp(max=1.0)
     for g in grads:
-        g.mul_(scale.view(-1, *[1] * (g.dim() - 1)))
+        g.mul_(per_member(scale, g))
 
 
 class MemberOptimizer:
@@ -114,9 +119,6 @@ class MemberOptimizer:
             self.lr = torch.tensor([c.lr for c in configs], device=device)
             self.decay = torch.tensor([c.weight_decay for c in configs], device=device)
 
-    def per_member(self, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return values.view(-1, *[1] * (like.dim() - 1))
-
     @torch.no_grad()
     def step(self) -> None:
         if self.shared:
@@ -125,12 +127,12 @@ class MemberOptimizer:
         live = [p for p in self.params if p.grad is not None]
         if not self.decoupled:
             for p in live:
-                p.grad.add_(p * self.per_member(self.decay, p))
+                p.grad.add_(p * per_member(self.decay, p))
         before = [p.clone() for p in live]
         self.optimizer.step()
         for p, old in zip(live, before):
-            lr = self.per_member(self.lr, p)
-            shrunk = old * (1 - lr * self.per_member(self.decay, p)) if self.decoupled else old
+            lr = per_member(self.lr, p)
+            shrunk = old * (1 - lr * per_member(self.decay, p)) if self.decoupled else old
             p.copy_(shrunk + lr * (p - old))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -186,10 +188,10 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
     clips = any(c.grad_clip for c in configs)
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     say = log and (bar.write if not bar.disable else log)
-    labels = [f"{cfg.task}/{cfg.model} " + " ".join(f"{k} {v}" for k, v in member.items()) for member in members]
-    selections = [Selection(c, task, device, say, label) for c, label in zip(configs, labels)]
+    described = [" ".join(f"{k} {v}" for k, v in member.items()) for member in members]
+    selections = [Selection(c, task, device, say, f"{cfg.task}/{cfg.model} {d}") for c, d in zip(configs, described)]
     if log:
-        log(f"[{cfg.task}/{cfg.model}] {len(members)} members stacked ({'; '.join(label.split(' ', 1)[1] for label in labels)}): "
+        log(f"[{cfg.task}/{cfg.model}] {len(members)} members stacked ({'; '.join(described)}): "
             f"{sum(p.numel() for p in models[0].parameters()):,} parameters each on {device}; {cfg.n_iters:,} iterations")
     start = 0
     if resume_state:

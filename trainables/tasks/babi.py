@@ -13,8 +13,8 @@ context (stable, so file order breaks ties); the shortest `train_fraction` (the 
 0.5) is trained on and the rest is the test set, longer by construction. All 20 tasks are trained
 jointly; a sample's depth is its task's number. The paper tests the model after 100 epochs (no
 selection: `test_seq_acc_final`, exact match of the whole answer); a random `iid_fraction` of the
-training part fills both validation slots, as SCAN's does. Parsed anew at each load (seconds), so
-that edited files are never met by a stale cache.
+training part fills both validation slots, as SCAN's does. Parsed once per process (seconds) and
+never cached on disk, so a new process always reads the files as they are.
 """
 from __future__ import annotations
 

@@ -78,19 +78,23 @@ def split_pairs(config: Multi30kConfig) -> tuple[list, list]:
     return ordered[:cut], ordered[cut:]
 
 
-def probe(config: Multi30kConfig) -> Task:
-    """The task's vocabulary, from the training part: a model is built from it."""
-    train, _ = split_pairs(config)
+def with_vocabulary(train: list, config: Multi30kConfig) -> Task:
+    """The task without data: its vocabulary, the words of the training part seen `min_count` times."""
     counts = Counter(w for source, target in train for w in source + target)
     known = sorted(w for w, n in counts.items() if n >= config.min_count)
     return Task(name="multi30k", kind="translation", splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known)
 
 
+def probe(config: Multi30kConfig) -> Task:
+    """What a model is built from."""
+    return with_vocabulary(split_pairs(config)[0], config)
+
+
 def build(config: Multi30kConfig) -> Task:
-    task = probe(config)
+    shorter, test = split_pairs(config)
+    task = with_vocabulary(shorter, config)
     known = set(task.vocab)
     rng = np.random.default_rng(config.seed)
-    shorter, test = split_pairs(config)
     train, held = hold_out(shorter, config.iid_fraction, rng)
 
     def split(pairs: list):
