@@ -96,10 +96,10 @@ def draw_of_length(rng: np.random.Generator, config: DyckConfig, n: int, weights
     """A derivation of the grammar conditioned on deriving exactly n symbols (weights: inside())."""
     if n == 0:
         return ""
+    # The pair rule, then S S with the left part of length k = 0, 2, ..., n.
+    splits = list(range(0, n + 1, 2))
+    options = np.array([config.p * weights[n - 2]] + [config.q * weights[k] * weights[n - k] for k in splits])
     while True:
-        # The pair rule, then S S with the left part of length k = 0, 2, ..., n.
-        splits = list(range(0, n + 1, 2))
-        options = np.array([config.p * weights[n - 2]] + [config.q * weights[k] * weights[n - k] for k in splits])
         choice = int(rng.choice(len(options), p=options / options.sum()))
         if choice == 0:
             pair = BRACKETS[int(rng.integers(config.n_pairs))]
