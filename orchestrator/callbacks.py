@@ -6,7 +6,7 @@ workers never open the store; runs are found again by their launch_id/trial_id t
 launch continues its runs instead of duplicating them.
 
 ProgressLines is the launch's console: one line per evaluation (pair, trial, iteration, metric)
-and, every `every_s` seconds, one overall line (trials ended of the budget, best per pair so far,
+and, every `every_s` seconds, one overall line (runs ended of the budget, best per pair so far,
 ETA). Tune's own tables are off (RunConfig verbose=0); lines are plain text, fit for cron and CI logs.
 """
 from __future__ import annotations
@@ -27,9 +27,10 @@ def cell_tags(trial, member: int | None = None) -> dict[str, str]:
     confirmation trial's candidate (its rank in the search, from 1) and seed; `member` picks one of
     a trial's stacked members (and is tagged: its weights are that slice of the trial's checkpoint)."""
     own = member_config(trial.config, member)
-    if "seed" not in own:
-        return {}
-    tags = {"seed": str(own["seed"]), **({"member": str(member)} if member is not None else {})}
+    member_tag = {"member": str(member)} if member is not None else {}
+    if "seed" not in own:  # a search's trial: a stack's suggestions share the pair's seed
+        return member_tag
+    tags = {"seed": str(own["seed"]), **member_tag}
     if CANDIDATE_KEY in trial.config:
         return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), **tags}
     return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), **tags}
@@ -122,11 +123,11 @@ class TrialTracker(Callback):
         seed, or a search trial's number within its pair (counted in the store: a resumed driver
         goes on counting) and the values TPE chose; then the pair."""
         cell = cell_tags(trial, member)
-        if cell:
+        if "cell" in cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
         earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
                                           f"tags.kind = 'trial' and tags.pair = '{pair}'", max_results=10_000)
-        chosen = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in own_config(trial.config).items())
+        chosen = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in member_config(trial.config, member).items())
         return f"#{len(earlier) + 1} {chosen} {pair}".replace("  ", " ")
 
     def experiment_id(self) -> str:
@@ -212,12 +213,14 @@ class TrialTracker(Callback):
 
 
 class ProgressLines(Callback):
-    def __init__(self, metric: str, mode: str, budgets: dict[str, int], n_iters: dict[str, int], every_s: float = 30.0, phase: str = ""):
+    def __init__(self, metric: str, mode: str, budgets: dict[str, int], n_iters: dict[str, int], every_s: float = 30.0, phase: str = "",
+                 stack_of: str = "mean"):
         self.metric, self.mode, self.budgets, self.n_iters, self.every_s = metric, mode, budgets, n_iters, every_s
+        self.stack_of = stack_of  # what a stacked trial's metric is of its members' (launch.run_trial)
         self.phase = f"{phase} " if phase else ""  # "confirmation " for a search's confirmation trials
-        self.numbers: dict[str, int] = {}  # trial id -> its number within its pair
-        self.counts: dict[str, int] = {}  # pair -> trials seen
-        self.ended: dict[str, set] = {pair: set() for pair in budgets}
+        self.numbers: dict[str, int] = {}  # trial id -> the number of its (first) run within its pair
+        self.counts: dict[str, int] = {}  # pair -> runs seen
+        self.ended: dict[str, set] = {pair: set() for pair in budgets}  # runs: "<trial id>/<member>"
         self.best: dict[str, float] = {}
         self.ended_before = 0  # trials that ended under an earlier driver of the launch: not in this one's pace
         self.started = time.monotonic()
@@ -230,7 +233,7 @@ class ProgressLines(Callback):
         self.__dict__.update({"ended_before": 0, **state}, started=time.monotonic(), last_overall=time.monotonic())
 
     # Tune saves this with every experiment snapshot and hands it back on resume: the numbers, the
-    # trials ended and the best so far carry over ("trial 2/3" stays trial 2, "best" is not "-").
+    # runs ended and the best so far carry over ("trial 2/3" stays trial 2, "best" is not "-").
     def get_state(self) -> dict:
         return {"numbers": self.numbers, "counts": self.counts, "ended": self.ended, "best": self.best}
 
@@ -240,11 +243,14 @@ class ProgressLines(Callback):
         self.ended_before = sum(map(len, self.ended.values()))
 
     def number(self, trial) -> str:
-        pair = trial.config[PAIR_KEY]
+        """"<pair> trial 3/8", or for a trial of 4 stacked runs "<pair> runs 5-8/8": budgets count runs."""
+        pair, n = trial.config[PAIR_KEY], len(trial_members(trial.config))
         if trial.trial_id not in self.numbers:
-            self.counts[pair] = self.counts.get(pair, 0) + 1
-            self.numbers[trial.trial_id] = self.counts[pair]
-        return f"{pair} {self.phase}trial {self.numbers[trial.trial_id]}/{self.budgets.get(pair, '?')}"
+            self.numbers[trial.trial_id] = self.counts.get(pair, 0) + 1
+            self.counts[pair] = self.counts.get(pair, 0) + n
+        first = self.numbers[trial.trial_id]
+        which = f"trial {first}" if n == 1 else f"runs {first}-{first + n - 1}"
+        return f"{pair} {self.phase}{which}/{self.budgets.get(pair, '?')}"
 
     def better(self, value: float, than: float | None) -> bool:
         return than is None or (value < than if self.mode == "min" else value > than)
@@ -258,12 +264,12 @@ class ProgressLines(Callback):
         shown = "-" if value is None else f"{value:.4f}"
         n_members = len(trial_members(trial.config))
         if n_members > 1:
-            shown += f" (mean of {n_members} stacked members)"
+            shown += f" ({self.stack_of} of {n_members} stacked members)"
         print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
         self.maybe_overall()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.ended.setdefault(trial.config[PAIR_KEY], set()).add(trial.trial_id)
+        self.ended.setdefault(trial.config[PAIR_KEY], set()).update(f"{trial.trial_id}/{m}" for m in trial_members(trial.config))
         self.maybe_overall(force=True)
 
     on_trial_error = on_trial_complete
@@ -280,5 +286,5 @@ class ProgressLines(Callback):
         ended_here = ended - self.ended_before
         eta = f"{(total - ended) * elapsed / ended_here / 60:.0f} min" if ended_here > 0 else "after the first trial"
         best = ", ".join(f"{pair} {value:.4f}" for pair, value in sorted(self.best.items()))
-        print(f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, trials ended {ended}/{total}, "
+        print(f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, runs ended {ended}/{total}, "
               f"{elapsed / 60:.1f} min, ETA {eta}; best {self.metric}: {best or '-'}", flush=True)

@@ -430,6 +430,16 @@ def cmd_list(args) -> int:
     return 0
 
 
+def stacking(study, pair) -> str:
+    """How a search pair's trials stack its TPE suggestions, in words for the plan ("" for not at all)."""
+    from trainables.batched import MEMBER_KEYS
+
+    n = study.search_stack(pair)
+    if n > 1:
+        return f"; {n} TPE suggestions per trial, stacked (trainables.batched; a stack shares its first suggestion's values but {', '.join(k for k in pair.space if k in MEMBER_KEYS)})"
+    return ""
+
+
 def describe_study(study) -> str:
     from .tracking import redact
 
@@ -442,7 +452,7 @@ def describe_study(study) -> str:
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}" for p in study.pairs]
+        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}" for p in study.pairs]
         if study.confirm.top_k:
             lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
                          "the pair's answer is the best candidate's mean")

@@ -35,21 +35,43 @@ def typical_config(study: Study, pair: Pair) -> dict:
     return {**pair.base, **searched}
 
 
+def calibration_config(study: Study, pair: Pair) -> dict:
+    """The pair's typical trial on a small copy of its task: what a calibration times."""
+    flat = typical_config(study, pair)
+    batch = int(flat.get("batch_size", 64))
+    options = flat.get("task_options", {})
+    flat["task_options"] = {**options, "train_size": min(options.get("train_size", math.inf), CALIBRATION_TRAIN_SIZE * batch),
+                            "eval_size": min(options.get("eval_size", math.inf), CALIBRATION_EVAL_SIZE)}
+    return {**flat, "threads": max(1, int(study.resources.cpu))}
+
+
 def seconds_per_step(study: Study, pair: Pair) -> float:
     """Training steps of the pair's typical trial, timed here on a small copy of its task whose data
     go to a temporary cache (nothing of the calibration stays)."""
     from trainables.config import parse_trial_config
     from trainables.train import seconds_per_step as timed
 
-    flat = typical_config(study, pair)
-    batch = int(flat.get("batch_size", 64))
-    options = flat.get("task_options", {})
-    flat["task_options"] = {**options, "train_size": min(options.get("train_size", math.inf), CALIBRATION_TRAIN_SIZE * batch),
-                            "eval_size": min(options.get("eval_size", math.inf), CALIBRATION_EVAL_SIZE)}
-    cfg = parse_trial_config(flat)
-    cfg.threads = max(1, int(study.resources.cpu))
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
-        return timed(cfg, CALIBRATION_STEPS)
+        return timed(parse_trial_config(calibration_config(study, pair)), CALIBRATION_STEPS)
+
+
+def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
+    """The throughput curve (trainables.batched.member_steps_per_second) of a calibration config,
+    its data in a temporary cache."""
+    import torch
+
+    from trainables.batched import member_steps_per_second
+    from trainables.config import parse_trial_config
+
+    cfg = parse_trial_config(flat)
+    torch.set_num_threads(cfg.threads)
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
+        return member_steps_per_second(cfg, sizes, CALIBRATION_STEPS)
+
+
+def stack_sizes_to_try(most: int) -> list[int]:
+    """1, 2, 4, ... up to `most` members, and `most` itself."""
+    return sorted({*(2**k for k in range(most.bit_length()) if 2**k <= most), most})
 
 
 def reason(e: Exception) -> str:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import tracking
-from .search import CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config
+from .search import CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config, trial_members
 from .spec import Pair, Study
 from .best import write_best
 from .callbacks import ProgressLines, TrialTracker
@@ -35,10 +35,12 @@ EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 
 
-def run_trial(config: dict, bases: dict, cpus: float, metric: str) -> None:
+def run_trial(config: dict, bases: dict, cpus: float, metric: str, mode: str, stack_of: str) -> None:
     """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation; or,
     for a config of stacked members, every member at once (trainables.batched), each member's
-    metrics under `member<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric` their mean."""
+    metrics under `member<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric`
+    their `stack_of`: "mean" (the seeds of a cell) or "best" (a search's suggestions: ASHA keeps
+    a stack while its best member is among the best)."""
     import ray
     import torch
     from ray import tune
@@ -74,8 +76,9 @@ def run_trial(config: dict, bases: dict, cpus: float, metric: str) -> None:
     def report_members(per_member: list[dict], state) -> None:
         statuses = {m["status"] for m in per_member}
         live = [m[metric] for m in per_member if m["status"] != "diverged" and metric in m] or [math.nan]
+        overall = sum(live) / len(live) if stack_of == "mean" else (min if mode == "min" else max)(live)
         report({**{tracking.member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
-                "iteration": max(m.get("iteration", 0) for m in per_member), metric: sum(live) / len(live),
+                "iteration": max(m.get("iteration", 0) for m in per_member), metric: overall,
                 "status": "diverged" if statuses == {"diverged"} else "running" if "running" in statuses else "completed"}, state)
 
     members = config.get(MEMBERS_KEY)
@@ -109,12 +112,18 @@ def newest_existing_checkpoint(result):
     return type(result)(checkpoint=Checkpoint(newest, filesystem=fs), metrics=result.metrics)
 
 
-def make_trainable(study: Study, use_gpu: bool):
+def stack_of(study: Study, phase: str) -> str:
+    """What a stacked trial's `metric` is of its members' (run_trial): a search's best, else the mean."""
+    return "best" if phase == SEARCH and not study.is_ablation else "mean"
+
+
+def make_trainable(study: Study, use_gpu: bool, phase: str):
     from ray import tune
     from ray.tune.trainable.function_trainable import wrap_function
 
     bases = {pair.name: pair.base for pair in study.pairs}
-    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu, metric=study.metric), name="trial")
+    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu, metric=study.metric,
+                                                            mode=study.mode, stack_of=stack_of(study, phase)), name="trial")
 
     class CheckpointFallbackTrial(function_trainable):
         def restore(self, checkpoint_path):
@@ -136,6 +145,7 @@ def make_searcher(study: Study, pair: Pair, storage, study_name: str):
         metric=study.metric, mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
         sampler=optuna.samplers.TPESampler(seed=study.seed),
+        stack=study.search_stack(pair), runs=study.trial_count(pair), base=pair.base,
     )
 
 
@@ -189,17 +199,26 @@ SEARCH, CONFIRM = "tune", "confirm"  # a launch's phases, each its own Tune expe
 
 def phase_plan(study: Study, state: LaunchState, phase: str) -> tuple[dict, dict, dict]:
     """-> (searchers, schedulers, budgets) per pair of a phase: the search (TPE and ASHA), an
-    ablation's cells x seeds, or the confirmation of a search's best trials over new seeds."""
+    ablation's cells x seeds, or the confirmation of a search's best trials over new seeds. A
+    budget counts runs (a stacked trial's members each): the Tune trials are as many or fewer,
+    and a pair's searcher says when it has proposed its last."""
     from ray.tune.schedulers import FIFOScheduler
 
-    cells = phase_cells(study, state, phase)
+    cells, runs = phase_cells(study, state, phase), phase_runs(study, state, phase)
     if cells is not None:
         # Every cell for every seed: no TPE, no early stopping (it would bias the table).
-        return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, {name: FIFOScheduler() for name in cells},
-                {name: len(c) for name, c in cells.items()})
+        return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, {name: FIFOScheduler() for name in cells}, runs)
     storage = optuna_storage(state)
     return ({p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs},
-            {p.name: pair_scheduler(study, p) for p in study.pairs}, {p.name: study.trial_count(p) for p in study.pairs})
+            {p.name: pair_scheduler(study, p) for p in study.pairs}, runs)
+
+
+def phase_runs(study: Study, state: LaunchState, phase: str) -> dict[str, int]:
+    """Each pair's runs in a phase: a stacked trial's members count one each."""
+    cells = phase_cells(study, state, phase)
+    if cells is None:
+        return {p.name: study.trial_count(p) for p in study.pairs}
+    return {name: sum(len(trial_members(trial)) for trial in c) for name, c in cells.items()}
 
 
 def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int, phase: str = SEARCH):
@@ -208,7 +227,7 @@ def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int, pha
     searchers, schedulers, budgets = phase_plan(study, state, phase)
     search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
     return tune.Tuner(
-        make_trainable(study, use_gpu),
+        make_trainable(study, use_gpu, phase),
         tune_config=tune.TuneConfig(
             metric=study.metric, mode=study.mode, search_alg=search, scheduler=PairScheduler(schedulers),
             num_samples=sum(budgets.values()), max_concurrent_trials=slots, trial_dirname_creator=trial_dirname,
@@ -248,7 +267,7 @@ def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, 
         name=name, storage_path=storage_path, storage_filesystem=fs,
         callbacks=[TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id, {p.name: p.base for p in study.pairs}, tags),
                    ProgressLines(study.metric, study.mode, budgets, {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs},
-                                 phase="confirmation" if phase == CONFIRM else "")],
+                                 phase="confirmation" if phase == CONFIRM else "", stack_of=stack_of(study, phase))],
         # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
         # named one gone falls back to the newest that exists (newest_existing_checkpoint).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -334,6 +353,27 @@ def check_fits(study: Study, use_gpu: bool) -> None:
     raise ClusterMismatch(f"resources: no node of the cluster holds a whole trial's {asks}")
 
 
+def measure_stack_sizes(study: Study) -> dict[str, int]:
+    """budget.stack_size auto, where trials get a GPU: for each pair whose trials would stack, the
+    knee of its throughput curve (trainables.batched.knee), measured on one of the cluster's GPUs
+    with a trial's resources, on a small copy of the pair's task (cost.calibration_config)."""
+    import ray
+
+    from trainables.batched import knee
+
+    from .cost import calibration_config, stack_curve, stack_sizes_to_try
+
+    pairs = [p for p in study.pairs if study.most_stacked(p) > 1]
+    timed = ray.remote(num_cpus=study.resources.cpu, num_gpus=study.resources.gpu, resources=study.resources.custom or None)(stack_curve)
+    curves = ray.get([timed.remote(calibration_config(study, p), stack_sizes_to_try(study.most_stacked(p))) for p in pairs])
+    sizes = {}
+    for pair, curve in zip(pairs, curves):
+        sizes[pair.name] = knee(curve)
+        shown = ", ".join(f"{n}: {rate:.1f}" for n, rate in curve)
+        print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where its member-steps/s level off ({shown})", flush=True)
+    return sizes
+
+
 def check_storage(storage: TrialStorage, key: str) -> None:
     """On a cluster of several nodes, every node must see the trial storage: checked by reading a
     marker back on each node, before anything of the launch is written."""
@@ -353,6 +393,8 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
         check_fits(study, use_gpu)
         study.resolve_batching(use_gpu)
         check_storage(study.storage, "storage")
+        if study.budget.stack_size == "auto" and study.batch_seeds is True and use_gpu and study.resources.gpu > 0:
+            study.stack_sizes = measure_stack_sizes(study)
         warming.result()
     state = new_launch(study, spec_text, launch_id, night)
     print(f"[launch] id {state.launch_id}; resume with: orchestrator resume {state.dir}", flush=True)
@@ -465,7 +507,7 @@ def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots
     experiment = f"{storage_path}/{name}"
     if has_snapshot(experiment, fs):
         print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
-        tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu), resume_unfinished=True,
+        tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu, phase), resume_unfinished=True,
                                    resume_errored=True, storage_filesystem=fs)
     else:
         tuner = build_tuner(study, state, use_gpu, slots, phase)
@@ -495,12 +537,11 @@ def has_snapshot(experiment: str, fs) -> bool:
 
 def phase_outcome(state: LaunchState, study: Study, phase: str, results) -> tuple[int, int]:
     """-> (0 or EXIT_INTERRUPTED, failed trials) once a phase's Tune run has returned."""
-    cells = phase_cells(study, state, phase)
-    total = sum(map(len, cells.values())) if cells is not None else sum(study.trial_count(p) for p in study.pairs)
+    total = sum(phase_runs(study, state, phase).values())
     # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
-    ended = tracking.ended_trials(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
+    ended = tracking.ended_runs(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
     if ended < total:
-        mark_interrupted(state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}trials ended")
+        mark_interrupted(state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}runs ended")
         return EXIT_INTERRUPTED, results.num_errors
     return 0, results.num_errors
 
@@ -564,7 +605,7 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text)
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
                         storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
-                        batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None)
+                        batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes)
     state.save()
     return state
 

@@ -19,7 +19,10 @@ from ray.tune.search.optuna import OptunaSearch
 import optuna
 from optuna.trial import TrialState
 
+from trainables.batched import MEMBER_KEYS, batchable
+
 from .spec import MEMBERS_KEY
+from .tracking import member_key, member_result
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
@@ -48,46 +51,106 @@ class TruncationAwareOptunaSearch(OptunaSearch):
 
     Intermediate values are reported at the training iteration (MLflow's step axis), not at Tune's
     count of reports; and the result a scheduler stops a trial on, which Tune hands to
-    on_trial_complete only, is reported too, so Optuna's last value is MLflow's."""
+    on_trial_complete only, is reported too, so Optuna's last value is MLflow's.
+
+    With `stack` > 1 a Tune trial trains up to `stack` suggestions at once (trainables.batched):
+    TPE is asked once per member, each member is an Optuna trial of its own, and the members share
+    the first suggestion's values of every key but MEMBER_KEYS (Optuna's fixed parameters), so
+    their model shapes are one. `runs` is then the pair's budget in suggestions, and `base` the
+    pair's config, which says whether a suggestion's model stacks at all."""
+
+    def __init__(self, *args, stack: int = 1, runs: int = 0, base: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stack, self.runs_left, self.base = stack, runs, base or {}
+        self.members: dict[str, list] = {}  # trial id -> the Optuna trials of its stacked members
+
+    def trials_of(self, trial_id) -> list[tuple]:
+        """(Optuna trial, member index or None) of each run a Tune trial trains."""
+        if len(self.members.get(trial_id, ())) > 1:
+            return [(trial, k) for k, trial in enumerate(self.members[trial_id])]
+        return [(self._ot_trials[trial_id], None)] if trial_id in self._ot_trials else []
 
     def on_trial_result(self, trial_id, result):
-        with warnings.catch_warnings():
-            # A restored trial replays evaluations Optuna may have already: ignoring them is right.
-            warnings.filterwarnings("ignore", message="The reported value is ignored")
-            super().on_trial_result(trial_id, {**result, TRAINING_ITERATION: int(result.get("iteration", result[TRAINING_ITERATION]))})
+        if trial_id in self._completed_trials:
+            return
+        step = result.get("iteration", result.get(TRAINING_ITERATION))
+        if step is None:
+            return
+        for trial, member in self.trials_of(trial_id):
+            value = result.get(self.metric if member is None else member_key(member, self.metric))
+            if value is None:
+                continue
+            with warnings.catch_warnings():
+                # A restored trial replays evaluations Optuna may have already: ignoring them is right.
+                warnings.filterwarnings("ignore", message="The reported value is ignored")
+                trial.report(value, int(step))
+
+    def orphans(self, taken: set[int]) -> list:
+        """Proposals a killed driver made and no trial took (Optuna stored them, Tune's snapshot did
+        not have them), but those numbered in `taken`."""
+        mine = {t.number for t in self._ot_trials.values()} | {t.number for ts in self.members.values() for t in ts} | taken
+        return [t for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in mine]
 
     def suggest(self, trial_id):
-        """TPE's next proposal; first, one a killed driver made and no trial took (Optuna stored it,
-        Tune's snapshot did not have it): the new trial adopts it instead of leaving it RUNNING in
-        the study beside a duplicate."""
+        """TPE's next proposal (or a stack of them); first, one a killed driver made and no trial
+        took: the new trial adopts it instead of leaving it RUNNING in the study beside a duplicate."""
         if trial_id not in self._ot_trials and self._ot_study is not None:
-            mine = {trial.number for trial in self._ot_trials.values()}
-            orphans = [t for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in mine]
-            if orphans:
-                self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, orphans[0]._trial_id)
-        return super().suggest(trial_id)
+            if self.stack > 1 and self.runs_left <= 0:
+                return Searcher.FINISHED
+            found = self.orphans(set())
+            if found:
+                self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, found[0]._trial_id)
+        params = super().suggest(trial_id)
+        if self.stack == 1 or params is None:
+            return params
+        if trial_id not in self.members:
+            first = self._ot_trials[trial_id]
+            shared = {k: v for k, v in first.params.items() if k not in MEMBER_KEYS}
+            size = min(self.stack, self.runs_left) if batchable({**self.base, **shared}) is None else 1
+            self.members[trial_id] = [first]
+            while len(self.members[trial_id]) < size:
+                self.members[trial_id].append(self.ask_sharing(shared, {t.number for t in self.members[trial_id]}))
+            self.runs_left -= size
+        trials = self.members[trial_id]
+        if len(trials) == 1:
+            return params
+        return {**{k: v for k, v in params.items() if k not in MEMBER_KEYS},
+                MEMBERS_KEY: [{k: v for k, v in t.params.items() if k in MEMBER_KEYS} for t in trials]}
 
-    def told_already(self, trial_id) -> bool:
+    def ask_sharing(self, shared: dict, taken: set[int]):
+        """One more member of a stack: TPE's proposal for the member keys, with `shared` fixed."""
+        for orphan in self.orphans(taken):
+            if all(orphan.params.get(k) == v for k, v in shared.items()):
+                return optuna.trial.Trial(self._ot_study, orphan._trial_id)
+        while True:
+            self._ot_study.enqueue_trial(shared, skip_if_exists=False)
+            trial = self._ot_study.ask(fixed_distributions=self._space)
+            if all(trial.params.get(k) == v for k, v in shared.items()):
+                return trial
+            # A waiting proposal a killed driver enqueued was taken first: it is no member here.
+            self._ot_study.tell(trial, state=TrialState.FAIL)
+
+    def told_already(self, trial) -> bool:
         """Whether Optuna's storage has this trial finished: a driver killed after telling Optuna and
         before Tune's snapshot recorded the end sees the trial end again after its resume."""
-        trial = self._ot_trials.get(trial_id)
-        return trial is not None and trial.number in {
+        return trial.number in {
             t.number for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))}
 
     def on_trial_complete(self, trial_id, result=None, error=False):
-        if trial_id in self._completed_trials or self.told_already(trial_id):
-            self._completed_trials.add(trial_id)
+        if trial_id in self._completed_trials:
             return
-        if result and result.get("status") != "completed":
-            if self.metric in result and trial_id in self._ot_trials:
-                self.on_trial_result(trial_id, result)
-            result = None
-        value = (result or {}).get(self.metric)
-        state = TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
-        self.tell(trial_id, value, state)
+        if result:  # the result a scheduler stopped the trial on reached no on_trial_result
+            self.on_trial_result(trial_id, result)
+        for trial, member in self.trials_of(trial_id):
+            if self.told_already(trial):
+                continue
+            own = member_result(result or {}, member)
+            value = own.get(self.metric) if own.get("status") == "completed" else None
+            state = TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
+            self.tell(trial, value, state)
         self._completed_trials.add(trial_id)
 
-    def tell(self, trial_id, value, state) -> None:
+    def tell(self, trial, value, state) -> None:
         """Optuna told of a trial's end, retried while the store drops connections (Ray's own
         call logs the failure and goes on, leaving the trial RUNNING in the study for ever); a
         tell whose commit landed before its connection dropped is not told twice."""
@@ -95,13 +158,13 @@ class TruncationAwareOptunaSearch(OptunaSearch):
 
         for delay in (*RETRY_DELAYS_S, None):
             try:
-                self._ot_study.tell(self._ot_trials[trial_id], value, state=state)
+                self._ot_study.tell(trial, value, state=state)
                 return
             except Exception as e:
                 if not transient(e) or delay is None:
                     raise
                 time.sleep(delay)
-                if self.told_already(trial_id):
+                if self.told_already(trial):
                     return
 
 

@@ -155,6 +155,11 @@ class Budget:
     eval_every: int | None = None
     cluster_concurrent: int | None = None  # trials of all pairs at once; None: as many as the cluster holds
     max_failures: int = 3  # times a trial restarts from its last checkpoint after its node or process died
+    # The most members one stacked trial trains (batch_seeds): a search's TPE suggestions, an
+    # ablation's or a confirmation's seeds and cells. auto: where trials get a GPU, the size past
+    # which a measured throughput curve stops rising (launch.measure_stack_sizes); on CPUs a
+    # search stacks nothing and an ablation stacks whole cell groups.
+    stack_size: int | str = "auto"
 
 
 @dataclass
@@ -227,6 +232,8 @@ class Study:
     # in turn (docs/measurements.md), and separate trials use more cores. A launch resolves it once
     # (resolve_batching) and keeps the answer in launch.json, so a resume repeats the same trials.
     batch_seeds: bool | str = "auto"
+    # budget.stack_size per pair where it is auto and was measured at launch (kept in launch.json).
+    stack_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def experiment(self) -> str:
@@ -254,13 +261,47 @@ class Study:
             return model_says
         return "batch_seeds: auto, and trials get no GPU here" if self.batch_seeds == "auto" else "batch_seeds: false"
 
+    def stack_limit(self, pair: Pair) -> int | None:
+        """The most members one of the pair's stacked trials trains (budget.stack_size, or what the
+        launch measured for the pair); None: no limit, an ablation's whole cell group."""
+        return self.budget.stack_size if isinstance(self.budget.stack_size, int) else self.stack_sizes.get(pair.name)
+
+    def search_stack(self, pair: Pair) -> int:
+        """How many TPE suggestions one of a search pair's trials trains, stacked: more than one only
+        where the model stacks, the search varies a value a member may have of its own (MEMBER_KEYS:
+        the rest of a stack's config is one, its first suggestion's) and a stack size is set or measured."""
+        return min(self.stack_limit(pair) or 1, self.most_stacked(pair))
+
+    def most_stacked(self, pair: Pair) -> int:
+        """The most members one trial of the pair could stack: the largest cell group of an
+        ablation, a search's whole budget where its suggestions can stack; 1 where nothing stacks."""
+        if self.is_ablation:
+            return max(len(group.get(MEMBERS_KEY, [None])) for group in self.stack_groups(pair, self.grid_cells(pair), self.seeds))
+        stacks = set(pair.space) & set(MEMBER_KEYS) and self.unbatched_because(pair, {}) is None
+        return self.budget.trials if stacks else 1
+
     def trials(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
         """The trials that run `cells` (grid values, or candidates' configs) over `seeds`, in the
-        cells' order. Where the model stacks (unbatched_because), cells that differ only in
-        MEMBER_KEYS share one trial whose MEMBERS_KEY lists every seed of each (the seed and the
-        cell's own MEMBER_KEYS values); the trial's config is its first cell's, which each member's
-        values override in place (so a member's config keeps the grid's key order, as its run's
-        `cell` tag must). Elsewhere, and for a stack of one, a trial per cell and seed."""
+        cells' order: stack_groups, each cut into trials of at most stack_limit members; a stack
+        of one is a plain trial of its cell and seed."""
+        out = []
+        for trial in self.stack_groups(pair, cells, seeds):
+            members = trial.pop(MEMBERS_KEY, None)
+            if members is None:
+                out.append(trial)
+                continue
+            size = self.stack_limit(pair) or len(members)
+            for start in range(0, len(members), size):
+                part = members[start : start + size]
+                out.append({**trial, MEMBERS_KEY: part} if len(part) > 1 else {**trial, **part[0]})
+        return out
+
+    def stack_groups(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
+        """`cells` over `seeds` as groups that may stack. Where the model stacks (unbatched_because),
+        cells that differ only in MEMBER_KEYS share one group whose MEMBERS_KEY lists every seed of
+        each (the seed and the cell's own MEMBER_KEYS values); the group's config is its first
+        cell's, which each member's values override in place (so a member's config keeps the grid's
+        key order, as its run's `cell` tag must). Elsewhere a trial per cell and seed."""
         trials, stacks = [], {}
         for cell in cells:
             if self.unbatched_because(pair, cell) is not None:
@@ -271,9 +312,6 @@ class Study:
                 stacks[shared] = {**cell, MEMBERS_KEY: []}
                 trials.append(stacks[shared])
             stacks[shared][MEMBERS_KEY] += [{**{k: cell[k] for k in MEMBER_KEYS if k in cell}, "seed": seed} for seed in seeds]
-        for trial in stacks.values():
-            if len(trial[MEMBERS_KEY]) == 1:
-                trial.update(trial.pop(MEMBERS_KEY)[0])
         return trials
 
     def seed_batching(self, pair: Pair) -> str:
@@ -307,7 +345,7 @@ class Study:
     def tune_trial_count(self, pair: Pair) -> int:
         """The Tune trials behind the pair's trial_count: a stack of members is one trial."""
         if not self.is_ablation:
-            return self.trial_count(pair)
+            return math.ceil(self.trial_count(pair) / self.search_stack(pair))
         return len(self.trials(pair, self.grid_cells(pair), self.seeds))
 
 
@@ -338,11 +376,12 @@ def _has_type(value, hint: str) -> bool:
     """Whether a YAML value fits a section field's annotation (int, float, str, dict, "... | None")."""
     if value is None:
         return "None" in hint
-    base = hint.split(" | ")[0]
+    bases = hint.split(" | ")
     if isinstance(value, bool):
-        return base == "bool"
-    return {"int": isinstance(value, int), "float": isinstance(value, (int, float)), "str": isinstance(value, str),
-            "dict": isinstance(value, dict)}.get(base, True)
+        return "bool" in bases
+    fits = {"int": isinstance(value, int), "float": isinstance(value, (int, float)), "str": isinstance(value, str), "dict": isinstance(value, dict)}
+    checked = [fits[base] for base in bases if base in fits]
+    return any(checked) or not checked
 
 
 def _positive(path, key: str, value, allow_zero=False):
@@ -384,6 +423,8 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             _positive(path, f"budget.{key}", getattr(budget, key))
     if not isinstance(budget.max_failures, int) or isinstance(budget.max_failures, bool) or budget.max_failures < 0:
         raise SpecError(path, "budget.max_failures", f"must be a non-negative integer, got {budget.max_failures!r}")
+    if budget.stack_size != "auto" and (not isinstance(budget.stack_size, int) or isinstance(budget.stack_size, bool) or budget.stack_size < 1):
+        raise SpecError(path, "budget.stack_size", f"must be a positive integer or auto, got {budget.stack_size!r}")
     scheduler = _section(Scheduler, raw.get("scheduler"), "scheduler", path)
     if scheduler.name not in ("asha", "fifo"):
         raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{closest(str(scheduler.name), ['asha', 'fifo'])}; valid: asha, fifo")

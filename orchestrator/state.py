@@ -36,6 +36,7 @@ class LaunchState:
     created: float = 0.0  # time.time() at registration
     candidates: dict | None = None  # a search with `confirm`: per pair, the configs of its best trials, best first
     batch_seeds: bool | None = None  # the spec's batch_seeds as resolved at launch (auto: whether trials got GPUs)
+    stack_sizes: dict = field(default_factory=dict)  # budget.stack_size auto, as measured at launch per pair
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -59,6 +60,7 @@ class LaunchState:
             study.seeds = [seed + self.night * SEED_STRIDE for seed in study.seeds]
         if self.batch_seeds is not None:
             study.batch_seeds = self.batch_seeds
+        study.stack_sizes = dict(self.stack_sizes)
         return study
 
     def trial_storage(self):

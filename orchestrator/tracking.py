@@ -565,11 +565,11 @@ def interrupt_launch(uri: str, experiment: str, parent_run_id: str, launch_id: s
     close_launch(uri, parent_run_id, status="KILLED", launch_status="interrupted")
 
 
-def ended_trials(uri: str, experiment: str, launch_id: str, phase: str) -> int:
-    """How many trials of a launch's phase ("search" or "confirm") have ended (completed, stopped
-    early, diverged or failed), by their MLflow runs: a trial of stacked members counts once."""
-    return len({run.data.tags.get("trial_id") for run in launch_trial_runs(uri, experiment, launch_id)
-                if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running")})
+def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> int:
+    """How many runs of a launch's phase ("search" or "confirm") have ended (completed, stopped
+    early, diverged or failed): a trial of stacked members counts once per member."""
+    return sum(1 for run in launch_trial_runs(uri, experiment, launch_id)
+               if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running"))
 
 
 def status_kind(run) -> str | None:

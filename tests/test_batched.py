@@ -180,3 +180,21 @@ def test_models_that_cannot_be_batched_say_why(flat, reason):
     assert reason in batchable(flat)
     with pytest.raises(ValueError, match=reason):
         train_seeds(tiny(flat["model"], **{k: v for k, v in flat.items() if k != "model"}), [0, 1], log=None)
+
+
+def test_members_without_a_seed_are_a_searchs_suggestions_trained_from_the_trials_seed():
+    """A stacked search trial's members set only what TPE proposed: each trains from the trial's
+    seed, as its own search trial would, and equals that trial run alone."""
+    cfg = tiny("transformer_rel", seed=3, **NO_DROPOUT)
+    members = [{"lr": 1e-3, "weight_decay": 0.0}, {"lr": 3e-3, "weight_decay": 0.1}]
+    for member, metrics in zip(members, train_members(cfg, members, log=None)):
+        close(train(tiny("transformer_rel", seed=3, **member, **NO_DROPOUT), log=None), metrics)
+
+
+def test_the_throughput_curve_times_each_stack_size_and_its_knee_is_where_it_flattens():
+    from trainables.batched import knee, member_steps_per_second
+
+    curve = member_steps_per_second(tiny("ndr"), [1, 2], steps=2)
+    assert [n for n, _ in curve] == [1, 2] and all(rate > 0 for _, rate in curve)
+    measured = [(1, 9.0), (2, 17.5), (4, 33.0), (8, 60.0), (16, 64.0), (32, 65.0)]
+    assert knee(measured) == 8 and knee(measured, within=1.0) == 32 and knee([(1, 5.0), (2, 3.0)]) == 1

@@ -294,7 +294,7 @@ def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
         time.sleep(0.1)
     out = finish(driver, timeout=10)
     assert driver.returncode == 130, out[-3000:]
-    assert "[launch] interrupted with 2 of 3 trials ended; nothing is lost: orchestrator resume" in out, out[-3000:]
+    assert "[launch] interrupted with 2 of 3 runs ended; nothing is lost: orchestrator resume" in out, out[-3000:]
     assert foreign_lines(out, path) == [], out[-3000:]
     launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
     assert json.loads((launch_dir / "launch.json").read_text())["state"] == "interrupted"
@@ -310,8 +310,8 @@ def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
     assert foreign_lines(resumed + done.stderr, path) == [], (resumed + done.stderr)[-3000:]
     trial_lines = [line for line in resumed.splitlines() if " trial " in line and "] it " in line]
     assert trial_lines and all("trial 3/3]" in line for line in trial_lines), resumed[-3000:]
-    overall = [line for line in resumed.splitlines() if "trials ended" in line]
-    assert "trials ended 3/3" in overall[-1] and "best: -" not in "".join(overall), overall
+    overall = [line for line in resumed.splitlines() if "runs ended" in line]
+    assert "runs ended 3/3" in overall[-1] and "best: -" not in "".join(overall), overall
     assert float(overall[0].rsplit(" ", 1)[1]) >= best_before
     check_complete(uri, path, trials=3, n_iters=n_iters, eval_every=every)
 
@@ -414,3 +414,25 @@ def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_lin
         admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
         admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
         admin.close()
+
+
+def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_path, cluster):
+    """Trials that get a GPU stack (batch_seeds auto); budget.stack_size auto measures the pair's
+    throughput curve at 1, 2 and 4 members with a trial's resources, on a node that has a GPU, and
+    takes its knee. The node's GPU is declared, not real: torch finds no CUDA and the curve is the
+    CPU's, which is what this test can run; the path is the GPU one."""
+    cluster.start(f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=4, concurrent=1, n_iters=20, eval_every=10, models=("transformer",),
+                tasks=[{"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}],
+                metric="best_ood_valid_l1", mode="min", space={"lr": {"loguniform": [1e-4, 1e-2]}},
+                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, resources={"cpu": 1, "gpu": 1})
+    out = orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env)
+    launch = json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())
+    size = launch["stack_sizes"]["cr__transformer"]
+    assert launch["batch_seeds"] is True and size in (1, 2, 4)
+    assert f"[launch] stack size of cr__transformer: {size}, where its member-steps/s level off (1: " in out.stdout
+    experiment = yaml.safe_load(path.read_text())["name"]
+    _, _, runs = trial_runs(uri, experiment)
+    assert len(runs) == 4 and len({r.data.tags["trial_id"] for r in runs}) == -(-4 // size)
+    assert sorted(optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["cr__transformer"]) == ["COMPLETE"] * 4

@@ -145,3 +145,85 @@ def test_a_proposal_a_killed_driver_left_is_adopted_not_duplicated(tmp_path):
     resumed.on_trial_complete("b", {"acc": 0.5, "status": "completed"})
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] and trials[0].params == orphan
+
+
+def stacked_searcher(storage, stack: int, runs: int, space=None, base=None):
+    import optuna
+
+    from orchestrator.search import TruncationAwareOptunaSearch
+
+    space = space or {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+                      "n_layers": optuna.distributions.IntDistribution(2, 8)}
+    return TruncationAwareOptunaSearch(space=space, storage=storage, study_name="s", metric="acc", mode="max",
+                                       sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2),
+                                       stack=stack, runs=runs, base=base or {"model": "ndr"})
+
+
+def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own_end(tmp_path):
+    """budget.stack_size 3 over 7 runs: Tune trials of 3, 3 and 1 members, then the search is done.
+    A stack's members share every value but those a member may have of its own (here the layer
+    count, from the stack's first suggestion), and each is an Optuna trial told its own score."""
+    import optuna
+
+    from orchestrator.search import MEMBERS_KEY
+    from orchestrator.tracking import member_key
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    search = stacked_searcher(storage, stack=3, runs=7)
+    configs = [search.suggest(t) for t in "abc"]
+    assert [len(c.get(MEMBERS_KEY, [None])) for c in configs] == [3, 3, 1]
+    assert search.suggest("d") == Searcher.FINISHED
+    for config in configs[:2]:
+        assert set(config) == {"n_layers", MEMBERS_KEY} and all(set(m) == {"lr"} for m in config[MEMBERS_KEY])
+        assert len({m["lr"] for m in config[MEMBERS_KEY]}) == 3  # TPE's own proposals, not one copied
+    assert set(configs[2]) == {"lr", "n_layers"}
+    study = optuna.load_study(study_name="s", storage=storage)
+    trials = study.get_trials()
+    assert len(trials) == 7
+    stacked = [{**{k: v for k, v in configs[0].items() if k != MEMBERS_KEY}, **m} for m in configs[0][MEMBERS_KEY]]
+    assert [t.params for t in trials[:3]] == stacked
+
+    # Trial a: member 0 completes, member 1 diverged, member 2 completes. Trial b: ASHA stops it.
+    result = {"iteration": 100, "training_iteration": 1, "acc": 0.9, "status": "completed"}
+    for k, (acc, status) in enumerate([(0.9, "completed"), (0.2, "diverged"), (0.5, "completed")]):
+        result |= {member_key(k, "acc"): acc, member_key(k, "status"): status}
+    search.on_trial_result("a", result)
+    search.on_trial_complete("a", result)
+    stopped = {"iteration": 50, "training_iteration": 1, "acc": 0.4, "status": "running",
+               **{member_key(k, key): v for k in range(3) for key, v in (("acc", 0.1 * k), ("status", "running"))}}
+    search.on_trial_complete("b", stopped)
+    search.on_trial_complete("c", {"iteration": 100, "acc": 0.7, "status": "completed"})
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "COMPLETE", "PRUNED", "PRUNED", "PRUNED", "COMPLETE"]
+    assert [t.value for t in trials if t.state.name == "COMPLETE"] == [0.9, 0.5, 0.7]
+    assert trials[1].intermediate_values == {100: 0.2}
+    assert [t.intermediate_values for t in trials[3:6]] == [{50: 0.0}, {50: 0.1}, {50: 0.2}]  # each its own, at the iteration
+
+
+def test_a_stack_a_killed_driver_proposed_is_adopted_whole(tmp_path):
+    """The driver died after asking TPE for a stack and before Tune's snapshot: the resumed
+    searcher's next trial takes those proposals over, members and all, and asks for no more."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    lost = stacked_searcher(storage, stack=3, runs=6).suggest("a")
+    resumed = stacked_searcher(storage, stack=3, runs=6)
+    assert resumed.suggest("b") == lost
+    assert len(optuna.load_study(study_name="s", storage=storage).get_trials()) == 3
+
+
+def test_a_suggestion_whose_model_cannot_stack_trains_alone(tmp_path):
+    """ACT's halting loop cannot be vmapped: a stack whose first suggestion turns it on is a stack of one."""
+    import optuna
+
+    from orchestrator.search import MEMBERS_KEY
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+             "act": optuna.distributions.CategoricalDistribution(["none", "act"])}
+    search = stacked_searcher(storage, stack=4, runs=12, space=space)
+    configs = [search.suggest(str(k)) for k in range(12)]
+    configs = [c for c in configs if c != Searcher.FINISHED]
+    assert all(MEMBERS_KEY not in c for c in configs if c.get("act") == "act")
+    assert all(c["act"] == "none" for c in configs if MEMBERS_KEY in c)
+    assert sum(len(c.get(MEMBERS_KEY, [None])) for c in configs) == 12

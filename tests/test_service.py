@@ -105,7 +105,7 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     # or box, no per-checkpoint line, no traceback.
     lines = out.stdout.splitlines()
     assert sum(1 for line in lines if line.startswith("[tiny__ndr trial ")) == 8 * 2
-    assert any(line.startswith("[launch] pairs done 1/1, trials ended 8/8") for line in lines)
+    assert any(line.startswith("[launch] pairs done 1/1, runs ended 8/8") for line in lines)
     assert any(line.startswith("  tiny__ndr ") and "uniform guess: 0.125" in line for line in lines)
     assert any(line.startswith("[launch] next: orchestrator status ") for line in lines)
     assert "[launch] started a local Ray instance" in lines
@@ -201,7 +201,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     # Kill the driver (and the local Ray it started) once the first trial has finished.
     deadline = time.time() + 300
     for line in driver.stdout:
-        if "trials ended 1/" in line or time.time() > deadline:  # callbacks.ProgressLines, as a trial ends
+        if "runs ended 1/" in line or time.time() > deadline:  # callbacks.ProgressLines, as a trial ends
             break
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -580,3 +580,45 @@ def test_a_planted_password_is_in_no_file_record_or_output(tmp_path):
     finally:
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def test_a_stacked_search_survives_a_driver_kill_with_one_run_and_one_optuna_trial_per_suggestion(tmp_path):
+    """budget.stack_size 3: each Tune trial trains three TPE suggestions stacked, ASHA judges a stack
+    by its best member. The driver is killed during the second stack and resumed: MLflow ends with
+    one run per suggestion (each with its own learning rate, under its trial and member), Optuna
+    with one trial per suggestion told the end its run had, and none left running."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=6, concurrent=1, n_iters=60, eval_every=10, models=("transformer",),
+                metric="best_ood_valid_l1", mode="min", scheduler={"name": "asha", "grace_period": 10, "reduction_factor": 2},
+                tasks=[{"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}],
+                space={"lr": {"loguniform": [1e-6, 1e-2]}, "weight_decay": {"uniform": [0.0, 0.1]}},
+                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, batch_seeds=True, budget={"trials": 6, "max_concurrent": 1,
+                                                                                                  "n_iters": 60, "eval_every": 10, "stack_size": 3})
+    experiment = yaml.safe_load(path.read_text())["name"]
+    plan = orchestrator("launch", str(path), "--dry-run", "--no-calibrate", cwd=tmp_path).stdout
+    assert "3 TPE suggestions per trial, stacked" in plan, plan
+    driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline, seen = time.time() + 300, []
+    for line in driver.stdout:
+        seen.append(line)
+        if "[cr__transformer runs 4-6/6] it 20/60" in line or time.time() > deadline:
+            assert "(best of 3 stacked members)" in line, "".join(seen)[-3000:]
+            break
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
+    resumed = orchestrator("resume", str(launch_dir), cwd=tmp_path)
+    assert foreign_lines(resumed.stdout + resumed.stderr, path) == [], (resumed.stdout + resumed.stderr)[-3000:]
+
+    _, _, runs = trial_runs(uri, experiment)
+    runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
+    assert len(runs) == 6 and len({r.data.tags["trial_id"] for r in runs}) == 2
+    assert sorted(r.data.tags["member"] for r in runs) == ["0", "0", "1", "1", "2", "2"]
+    configs = [json.loads(r.data.tags["trial_config"]) for r in runs]
+    assert len({c["lr"] for c in configs}) == 6 and all("seed" in c and "members" not in c for c in configs)
+    assert all(r.data.tags["trial_status"] in ("completed", "early_stopped") for r in runs)
+    states = optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["cr__transformer"]
+    assert sorted(states) == sorted({"completed": "COMPLETE", "early_stopped": "PRUNED"}[r.data.tags["trial_status"]] for r in runs)
+    best = orchestrator("best", str(launch_dir), cwd=tmp_path).stdout
+    assert "cr__transformer" in best

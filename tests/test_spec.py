@@ -428,3 +428,31 @@ def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
         assert ("members" in phase_cells(study, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
     with pytest.raises(SpecError, match="batch_seeds: must be true, false or auto"):
         load_study(write(tmp_path, with_(batch_seeds="yes")))
+
+
+def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_trains(tmp_path):
+    """budget.stack_size: an ablation's cell group is cut into trials of at most that many members;
+    a search trial trains that many TPE suggestions where the model stacks and the space varies a
+    member key (the LSTM does not stack: one suggestion per trial). auto with no measurement: a
+    search stacks nothing, an ablation its whole group."""
+    from orchestrator.launch import SEARCH, phase_cells
+
+    ablation = with_(space={}, grid={"n_layers": [1], "lr": [1e-3, 3e-3]}, seeds=[0, 1, 2], batch_seeds=True, budget={"stack_size": 4})
+    study = load_study(write(tmp_path, ablation))
+    trials = phase_cells(study, None, SEARCH)["fwd__ndr"]
+    assert [len(t["members"]) for t in trials] == [4, 2]
+    assert [m for t in trials for m in t["members"]] == [{"lr": lr, "seed": s} for lr in (1e-3, 3e-3) for s in (0, 1, 2)]
+    one_left = load_study(write(tmp_path, {**ablation, "budget": {"stack_size": 5}}))
+    assert phase_cells(one_left, None, SEARCH)["fwd__ndr"][1] == {"n_layers": 1, "lr": 3e-3, "seed": 2}
+
+    search = load_study(write(tmp_path, with_(budget={"trials": 10, "stack_size": 4}, batch_seeds=True)))
+    assert {p.name: (search.search_stack(p), search.tune_trial_count(p)) for p in search.pairs} == {"fwd__ndr": (4, 3), "fwd__lstm": (1, 10)}
+    shapes_only = load_study(write(tmp_path, with_(space={"n_heads": {"choice": [1, 2]}}, budget={"trials": 10, "stack_size": 4}, batch_seeds=True)))
+    assert shapes_only.search_stack(shapes_only.pairs[0]) == 1  # suggestions that differ in shape cannot share a stack
+    auto = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True)))
+    assert auto.search_stack(auto.pairs[0]) == 1
+    auto.stack_sizes = {"fwd__ndr": 6}  # what a launch measured
+    assert auto.search_stack(auto.pairs[0]) == 6 and auto.tune_trial_count(auto.pairs[0]) == 2
+    for bad in (0, "many", True):
+        with pytest.raises(SpecError, match="budget.stack_size: "):
+            load_study(write(tmp_path, with_(budget={"stack_size": bad})))

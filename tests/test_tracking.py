@@ -83,7 +83,7 @@ def test_an_interrupted_trial_is_marked_so_and_running_again_on_resume(tmp_path,
     run = client.get_run(tracker.runs["a"])
     assert run.data.tags[tracking.STATUS_TAG] == "interrupted" and run.info.status == "KILLED"
     assert client.get_run(tracker.runs["done"]).data.tags[tracking.STATUS_TAG] == "completed"
-    assert tracking.ended_trials(uri, "exp", "launch-1", "search") == 1
+    assert tracking.ended_runs(uri, "exp", "launch-1", "search") == 1
     resumed = pickle.loads(pickle.dumps(tracker))
     resumed.runs.clear()
     resumed.on_trial_start(0, [], a)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -32,7 +33,8 @@ from tqdm import tqdm
 
 from .config import TrainConfig, parse_trial_config
 from .tasks import load_task
-from .train import Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, pick_device, predict, ratios, score_sums
+from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, pick_device, predict, ratios,
+                    score_sums, synchronize)
 
 # Models whose forward vmap can trace and whose result for a sample does not depend on how wide
 # its batch is padded (seeds' batches are padded to the widest): the shared-weight Transformers
@@ -151,10 +153,12 @@ def member_state_dict(snapshot: dict, k: int) -> dict[str, torch.Tensor]:
 
 
 def member_configs(cfg: TrainConfig, members: list[dict[str, Any]]) -> list[TrainConfig]:
-    """Each member's own config: `cfg` with the member's values of MEMBER_KEYS, checked as any."""
+    """Each member's own config: `cfg` with the member's values of MEMBER_KEYS, checked as any. A
+    member without a seed has `cfg`'s, as a search's trials do (the suggestions of one stack then
+    start from the same weights and see the same batches, as their separate trials would)."""
     for member in members:
-        if not member.keys() <= set(MEMBER_KEYS) or "seed" not in member:
-            raise ValueError(f"a member sets its seed and at most {', '.join(MEMBER_KEYS)}, got {sorted(member)}")
+        if not member.keys() <= set(MEMBER_KEYS):
+            raise ValueError(f"a member sets at most {', '.join(MEMBER_KEYS)}, got {sorted(member)}")
     return [parse_trial_config({**cfg.flat(), **member}) for member in members]
 
 
@@ -163,36 +167,108 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], **kwargs) -> dict[int, dict[
     return dict(zip(seeds, train_members(cfg, [{"seed": seed} for seed in seeds], **kwargs)))
 
 
+class Stack:
+    """The members' models stacked, each with its own batch source, and their optimizer: `step()`
+    trains every member once. What train_members runs and member_steps_per_second times."""
+
+    def __init__(self, cfg: TrainConfig, members: list[dict[str, Any]], task, device: torch.device):
+        why_not = batchable({**cfg.flat(), "model": cfg.model})
+        if why_not:
+            raise ValueError(f"members cannot be stacked: {why_not}")
+        self.cfg, self.task, self.device = cfg, task, device
+        self.configs = member_configs(cfg, members)
+        self.rngs = [np.random.default_rng(c.seed) for c in self.configs]
+        self.sources = [batch_source(c, task, rng) for c, rng in zip(self.configs, self.rngs)]
+        self.models = []
+        for c in self.configs:
+            torch.manual_seed(c.seed)  # the initialisation a run of its own would have
+            self.models.append(make_model(c, task).to(device))
+        self.params, self.buffers = stack_module_state(self.models)
+        skeleton = copy.deepcopy(self.models[0]).to("meta")
+        self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device)
+        self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
+        self.clips = any(c.grad_clip for c in self.configs)
+
+        def forward(p: dict, b: dict, batch: dict) -> torch.Tensor:
+            return predict(lambda *args: functional_call(skeleton, (p, b), args), task.kind, batch)
+
+        # The parameters vary along dim 0; so does the batch in training (a batch per member), while
+        # every member is evaluated on the same rows.
+        self.forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+
+    def step(self) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """One training step of every member: -> (outputs, the stacked batch, each member's loss)."""
+        batch = stacked_batch([next_batch() for next_batch, _ in self.sources], self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            out = self.forward(self.params, self.buffers, batch)
+        losses = torch.stack([loss_of(self.task.kind, out[k], unstack(batch, k)) for k in range(len(self.configs))])
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
+        if self.clips:
+            clip_per_member(self.cfg.grad_clip_by, self.clip_limits, [p.grad for p in self.params.values() if p.grad is not None])
+        self.optimizer.step()
+        return out, batch, losses
+
+    def load_member(self, k: int) -> torch.nn.Module:
+        """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
+        with torch.no_grad():
+            for name, p in self.models[k].named_parameters():
+                p.copy_(self.params[name][k])
+            for name, b in self.models[k].named_buffers():
+                b.copy_(self.buffers[name][k])
+        return self.models[k]
+
+
+def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) -> list[tuple[int, float]]:
+    """(n, member-steps/s) of `cfg` stacked n members high (seeds 0..n-1), for each n of `sizes` in
+    turn: the median of `steps` steps after a warm-up, each timed to the device's end. Stops at the
+    first size the device has no memory for. The throughput curve a stack size is chosen from."""
+    device = pick_device(cfg.device)
+    task = load_task(cfg.task, cfg.task_options)
+    curve = []
+    for n in sizes:
+        try:
+            stack = Stack(cfg, [{"seed": seed} for seed in range(n)], task, device)
+            times = []
+            for _ in range(steps + 1):
+                start = time.perf_counter()
+                stack.step()
+                synchronize(device)
+                times.append(time.perf_counter() - start)
+        except torch.OutOfMemoryError:
+            break
+        finally:
+            stack = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        curve.append((n, n / statistics.median(times[1:])))
+    return curve
+
+
+def knee(curve: list[tuple[int, float]], within: float = 0.9) -> int:
+    """The smallest stack size whose throughput is `within` of the curve's best: a larger stack
+    would cost memory and a longer wait per evaluation for little more."""
+    best = max(rate for _, rate in curve)
+    return min(n for n, rate in curve if rate >= within * best)
+
+
 def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: MembersReporter | None = None,
                   resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
     """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once;
     returns each member's final metrics."""
-    why_not = batchable({**cfg.flat(), "model": cfg.model})
-    if why_not:
-        raise ValueError(f"members cannot be stacked: {why_not}")
-    configs = member_configs(cfg, members)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
     task = load_task(cfg.task, cfg.task_options)
-    rngs = [np.random.default_rng(c.seed) for c in configs]
-    sources = [batch_source(c, task, rng) for c, rng in zip(configs, rngs)]
-    models = []
-    for c in configs:
-        torch.manual_seed(c.seed)  # the initialisation a run of its own would have
-        models.append(make_model(c, task).to(device))
-    params, buffers = stack_module_state(models)
-    skeleton = copy.deepcopy(models[0]).to("meta")
-    optimizer = MemberOptimizer(configs, list(params.values()), device)
-    clip_limits = torch.tensor([c.grad_clip or math.inf for c in configs], device=device)
-    clips = any(c.grad_clip for c in configs)
+    stack = Stack(cfg, members, task, device)
+    params, rngs, sources, optimizer = stack.params, stack.rngs, stack.sources, stack.optimizer
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     say = log and (bar.write if not bar.disable else log)
     described = [" ".join(f"{k} {v}" for k, v in member.items()) for member in members]
-    selections = [Selection(c, task, device, say, f"{cfg.task}/{cfg.model} {d}") for c, d in zip(configs, described)]
+    selections = [Selection(c, task, device, say, f"{cfg.task}/{cfg.model} {d}") for c, d in zip(stack.configs, described)]
     if log:
         log(f"[{cfg.task}/{cfg.model}] {len(members)} members stacked ({'; '.join(described)}): "
-            f"{sum(p.numel() for p in models[0].parameters()):,} parameters each on {device}; {cfg.n_iters:,} iterations")
+            f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {device}; {cfg.n_iters:,} iterations")
     start = 0
     if resume_state:
         with torch.no_grad():
@@ -208,44 +284,20 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
                 buckets.restore(saved["buckets"])
     bar.update(start)
 
-    def forward(p: dict, b: dict, batch: dict) -> torch.Tensor:
-        return predict(lambda *args: functional_call(skeleton, (p, b), args), task.kind, batch)
-
-    # The parameters vary along dim 0; so does the batch in training (a batch per member), while
-    # every member is evaluated on the same rows.
-    train_forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
-
     def snapshot() -> dict:
         return copy.deepcopy({
-            "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": buffers,
+            "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": stack.buffers,
             "optimizer": optimizer.state_dict(),
             "iteration": iteration, "torch_rng": torch.get_rng_state(),
             "member_states": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
                               for rng, (_, buckets), selection in zip(rngs, sources, selections)],
         })
 
-    def load_member(k: int) -> torch.nn.Module:
-        """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
-        with torch.no_grad():
-            for name, p in models[k].named_parameters():
-                p.copy_(params[name][k])
-            for name, b in models[k].named_buffers():
-                b.copy_(buffers[name][k])
-        return models[k]
-
     n = len(members)
     loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
-        batch = stacked_batch([next_batch() for next_batch, _ in sources], device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            out = train_forward(params, buffers, batch)
-        losses = torch.stack([loss_of(task.kind, out[k], unstack(batch, k)) for k in range(n)])
-        optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
-        if clips:
-            clip_per_member(cfg.grad_clip_by, clip_limits, [p.grad for p in params.values() if p.grad is not None])
-        optimizer.step()
+        out, batch, losses = stack.step()
         loss_sums = loss_sums + losses.detach().float()
         train_sums = [add_sums(sums, score_sums(task.kind, out[k].detach(), unstack(batch, k))) for k, sums in enumerate(train_sums)]
         steps += 1
@@ -255,7 +307,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
             rate = steps / max(time.perf_counter() - since, 1e-9)
             for k, selection in enumerate(selections):
                 if not selection.diverged:  # a diverged member keeps its last metrics, as its own run would have stopped
-                    selection(load_member(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)
+                    selection(stack.load_member(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)
             if report:
                 report([selection.metrics for selection in selections], snapshot)
             if all(selection.diverged for selection in selections):
