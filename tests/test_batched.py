@@ -198,3 +198,15 @@ def test_the_throughput_curve_times_each_stack_size_and_its_knee_is_where_it_fla
     assert [n for n, _ in curve] == [1, 2] and all(rate > 0 for _, rate in curve)
     measured = [(1, 9.0), (2, 17.5), (4, 33.0), (8, 60.0), (16, 64.0), (32, 65.0)]
     assert knee(measured) == 8 and knee(measured, within=1.0) == 32 and knee([(1, 5.0), (2, 3.0)]) == 1
+
+
+@pytest.mark.parametrize("model, rates", [("transformer_rel", {"dropout": 0.3, "query_dropout": 0.2}), ("ndr", {"gate_drop": 0.4})])
+def test_each_member_drops_at_its_own_rate(model, rates):
+    """Members that differ only in dropout (or gate-drop) rates share a stack: the member at rate 0
+    equals its run alone, with no dropout at all; the member beside it in the same stack does drop."""
+    off = {**NO_DROPOUT, **{k: 0.0 for k in rates}}
+    cfg = tiny(model, **off)
+    members = [{"seed": 1, **off}, {"seed": 1, **rates}]
+    without, with_rates = train_members(cfg, members, log=None)
+    close(train(tiny(model, seed=1, **off), log=None), without)
+    assert with_rates["loss"] != without["loss"]

@@ -3,11 +3,12 @@ dimension (torch.func.stack_module_state) and every step one vmapped forward and
 (torch.func.vmap over functional_call). On a GPU, where one small model cannot fill the device,
 this runs N members in little more than the time of one.
 
-A member is a seed, and may have its own learning rate, weight decay and gradient clipping too
-(MEMBER_KEYS: values that live in tensors, not in the model's shapes or its data), so every seed of
-every cell of an ablation over those values trains as one stack. Each member keeps what a run of
-its own would have: its initialisation (the model built after `torch.manual_seed(seed)`, as `train`
-does), its data order (its own batch generator and length buckets), its own dropout masks (vmap's
+A member is a seed, and may have its own learning rate, weight decay, gradient clipping, dropout
+and gate-drop rates too (MEMBER_KEYS: values that live in tensors, not in the model's shapes or its
+data), so every seed of every cell of an ablation over those values trains as one stack, and so do
+a search's suggestions of them. Each member keeps what a run of its own would have: its
+initialisation (the model built after `torch.manual_seed(seed)`, as `train` does), its data order
+(its own batch generator and length buckets), its own dropout masks at its own rates (vmap's
 randomness="different"), its own gradient clipping (the norm per member), its own optimizer step
 (MemberOptimizer) and its own checkpoint selection and metrics (train.Selection). Without dropout
 the result equals N separate runs within floating-point rounding (tests/test_batched.py); with
@@ -32,6 +33,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
 from .config import TrainConfig, parse_trial_config
+from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
 from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, pick_device, predict, ratios,
                     score_sums, synchronize)
@@ -45,8 +47,11 @@ from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, m
 BATCHABLE_MODELS = ("transformer", "transformer_rel", "transformer_rel_gate", "transformer_absrel_gate", "transformer_geometric",
                     "ndr", "transformer_compositional")
 
-# What may differ between the members of one stack: the rest of their configs is one.
-MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip")
+# What may differ between the members of one stack: the rest of their configs is one. The rates
+# live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
+# stacked buffers (models.dropout).
+RATE_KEYS = ("dropout", "attention_dropout", "query_dropout", "input_dropout", "gate_drop")
+MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
 
 # report(metrics per member, state): after every evaluation, as train.Reporter for each member at once.
 MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict]], None]
@@ -185,6 +190,12 @@ class Stack:
             self.models.append(make_model(c, task).to(device))
         self.params, self.buffers = stack_module_state(self.models)
         skeleton = copy.deepcopy(self.models[0]).to("meta")
+        if len({tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}) > 1:
+            for module in skeleton.modules():  # each member drops at its own rate, a stacked buffer
+                if isinstance(module, (Dropout, GateDrop)):
+                    module.per_member = True
+        # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
+        self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
         self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device)
         self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
         self.clips = any(c.grad_clip for c in self.configs)
@@ -286,7 +297,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
 
     def snapshot() -> dict:
         return copy.deepcopy({
-            "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": stack.buffers,
+            "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": {name: stack.buffers[name] for name in stack.saved_buffers},
             "optimizer": optimizer.state_dict(),
             "iteration": iteration, "torch_rng": torch.get_rng_state(),
             "member_states": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}

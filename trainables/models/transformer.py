@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .dropout import Dropout
+from .dropout import Dropout, GateDrop
 
 ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
 RETRIEVAL_SCORES = ("dot", "mlp")
@@ -254,7 +254,7 @@ class Layer(nn.Module):
         self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout)
         self.dropout = Dropout(cfg.dropout)
         if gated:
-            self.gate_drop = cfg.gate_drop
+            self.gate_drop = GateDrop(cfg.gate_drop)
             self.update_dropout = Dropout(cfg.dropout if cfg.update_dropout else 0.0)
             self.gate = FeedForward(cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0)
             nn.init.constant_(self.gate[-1].bias, cfg.gate_bias_init)
@@ -271,9 +271,7 @@ class Layer(nn.Module):
             return self.norm_ff(a + self.dropout(self.ff(a))), weights, None
         u = self.norm_update(self.update_dropout(self.ff(a)))  # Eq. 2, no residual around the update
         g = torch.sigmoid(self.gate(a))  # Eq. 3
-        if self.training and self.gate_drop > 0:
-            # Gate-drop (the authors' regulariser): a column's gate is shut, so it keeps its state.
-            g = g * (torch.rand_like(g[..., :1]) >= self.gate_drop)
+        g = self.gate_drop(g)
         return g * u + (1 - g) * h, weights, g  # Eq. 4
 
 
