@@ -131,13 +131,29 @@ def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str) -
     return (None, source) if rate is None else (1 / rate, f"{rate:.1f} steps/s ({source})")
 
 
+def stacked_step_time(study: Study, pair: Pair) -> tuple[float | None, str]:
+    """Where the pair's trials stack: (seconds per member-step at the stack size a launch would take,
+    in words), from the throughput curve measured here: budget.stack_size, else the curve's knee
+    (as launch.measure_stack_sizes takes it). None where the stack does not fit the device."""
+    from trainables.batched import knee
+
+    limit = study.stack_limit(pair)
+    curve = dict(stack_curve(calibration_config(study, pair), stack_sizes_to_try(limit or study.most_stacked(pair))))
+    size = limit or knee(list(curve.items()))
+    if size not in curve:
+        return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})"
+    return 1 / curve[size], f"stacks of {size}: {curve[size]:.1f} member-steps/s here"
+
+
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
-    """Lines for `launch --dry-run`, each as soon as it is known: per pair, trials x steps and the
-    trial time (calibrated, else from the store's step rates); in all, the GPU-hours (or CPU
-    core-hours) and the wall time with as many trials at once as the cluster (`address`) or this
-    machine holds. Reads only: a dry run writes nothing, not even a new store."""
+    """Lines for `launch --dry-run`, each as soon as it is known: per pair, runs x steps and the
+    trial time (calibrated, else from the store's step rates; where trials stack, at the rate of
+    a stack's members measured here); in all, the GPU-hours (or CPU core-hours) and the wall time
+    with as many trials at once as the cluster (`address`) or this machine holds. Reads only: a dry
+    run writes nothing, not even a new store."""
     where, cpus, gpus = resources(address)
     on_gpu = bool(gpus and study.resources.gpu > 0)
+    study.resolve_batching(on_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
     rates = None
     if not calibrate:
         try:
@@ -152,6 +168,12 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
         per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu))
+        if per_step is not None and rates is None and study.most_stacked(pair) > 1:
+            try:
+                per_step, stacked = stacked_step_time(study, pair)
+            except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
+                per_step, stacked = None, f"no stack estimate ({reason(e)})"
+            words = f"{words}; {stacked}"
         if per_step is None:
             unestimated += 1
             yield f"{line}; {words}"

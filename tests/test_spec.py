@@ -456,3 +456,19 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     for bad in (0, "many", True):
         with pytest.raises(SpecError, match="budget.stack_size: "):
             load_study(write(tmp_path, with_(budget={"stack_size": bad})))
+
+
+def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path, monkeypatch):
+    """Trials that get a GPU stack (batch_seeds auto): the estimate times the stack size a launch
+    would use (here budget.stack_size 2) and prices every run at its member-steps/s. The GPU is
+    pretended; the curve is this CPU's."""
+    from orchestrator import cost
+
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", 2, 1))
+    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
+                                             fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path / "cache"))
+    line, summary = cost.describe_cost(study)
+    assert line.startswith("  cost of fwd__ndr: 4 trials x 10 steps = 40 training steps; ") and "; stacks of 2: " in line, line
+    rate = float(line.split("stacks of 2: ")[1].split(" member-steps/s")[0])
+    assert line.endswith(f"-> at most {cost.hours(40 / rate)} of trial time") and " GPU-hours" in summary, (line, summary)
