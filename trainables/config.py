@@ -53,6 +53,7 @@ class TrainConfig:
     device: str = "auto"  # "auto" picks CUDA when there is one
     bf16: bool = False  # bf16 autocast, on any device (tests check it against float32 on the CPU)
     compile: bool = False  # torch.compile the model (Module.compile: checkpoints keep their keys)
+    cuda_graphs: str | bool = "auto"  # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
     def flat(self) -> dict[str, Any]:
@@ -61,7 +62,7 @@ class TrainConfig:
         return out
 
 
-CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "grad_clip_by": ("norm", "value")}
+CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False)}
 # (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; None stays allowed where it is the default.
 RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
           "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),

@@ -50,11 +50,15 @@ def resident(split: Split, device: torch.device) -> dict[str, torch.Tensor]:
     return cache[device]
 
 
-def batch_tensors(split: Split, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+def batch_tensors(split: Split, index: np.ndarray, device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:
     """The arrays of `split` at `index` as tensors on `device` (int64 or float32), token rows
-    trimmed to the batch's longest. The width comes from the host's copy of the lengths, so
-    nothing waits for the device. Images (one per several questions) are gathered through the
-    questions' `image_ids` and stay uint8, a quarter of float32's traffic: the model scales them."""
+    trimmed to the batch's longest, or with `bucketed` padded up to the first of a few fixed widths
+    that holds it (graphs.bucket_widths: a CUDA graph replays fixed shapes; the pad is the pad
+    token the models mask). The width comes from the host's copy of the lengths, so nothing waits
+    for the device. Images (one per several questions) are gathered through the questions'
+    `image_ids` and stay uint8, a quarter of float32's traffic: the model scales them."""
+    from .graphs import bucket_widths, pick_width
+
     widths = {"tokens": "lengths", "token_features": "lengths", "targets": "target_lengths"}
     rows = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(device, non_blocking=True)
     arrays = resident(split, device)
@@ -64,7 +68,8 @@ def batch_tensors(split: Split, index: np.ndarray, device: torch.device) -> dict
             continue
         batch = tensor[rows]
         if name in widths and widths[name] in split.arrays:
-            batch = batch[:, : int(split.arrays[widths[name]][index].max())]
+            width = int(split.arrays[widths[name]][index].max())
+            batch = batch[:, : pick_width(width, bucket_widths(tensor.shape[1])) if bucketed else width]
         out[name] = batch.float() if batch.is_floating_point() else batch.long()
     if "images" in arrays:
         out["images"] = arrays["images"][out["image_ids"]]
@@ -92,16 +97,29 @@ def target_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return positions[None] < batch["target_lengths"][:, None]
 
 
+def token_losses(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each target position's cross-entropy, (batch, positions)."""
+    return F.cross_entropy(out.float().flatten(0, -2), targets.flatten(), reduction="none").view_as(targets)
+
+
+# Means over the target tokens are masked sums, not out[mask]: a shape that depends on the data
+# would stop a CUDA graph's capture (graphs.py).
 def loss_of(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     if kind == "set_regression":
         return (out.float() - batch["targets"]).abs().mean()
     if kind in SEQUENCE_OUTPUT_KINDS:
         mask = target_mask(batch)
-        return F.cross_entropy(out.float()[mask], batch["targets"][mask])
+        return (token_losses(out, batch["targets"]) * mask).sum() / mask.sum()
     if kind == "next_symbol_sets":  # the Dyck authors' squared error of the sigmoid outputs
         mask = target_mask(batch)
-        return F.mse_loss(torch.sigmoid(out.float()[mask]), batch["targets"][mask].float())
+        squared = (torch.sigmoid(out.float()) - batch["targets"].float()) ** 2
+        return (squared * mask[..., None]).sum() / (mask.sum() * squared.shape[-1])
     return F.cross_entropy(out.float(), batch["labels"])
+
+
+def count(n: int, like: torch.Tensor) -> torch.Tensor:
+    """`n` as a float tensor on `like`'s device, made by a kernel (a copy from the host would stop a capture)."""
+    return torch.full((), float(n), device=like.device)
 
 
 def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -110,7 +128,7 @@ def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
     of the split, so long sequences weigh more, as the PANM authors' per-token error rate does."""
     if kind == "set_regression":
         error = (out.float() - batch["targets"]).abs()
-        n = torch.tensor(float(len(error)), device=error.device)
+        n = count(len(error), error)
         # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero).
         return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
     if kind in SEQUENCE_OUTPUT_KINDS or kind == "next_symbol_sets":
@@ -121,12 +139,12 @@ def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
             correct = out.argmax(-1) == batch["targets"]
         token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
         if kind == "translation":  # perplexity: e to the mean negative log-likelihood of the target tokens (see ratios)
-            nll = F.cross_entropy(out.float()[mask], batch["targets"][mask], reduction="sum")
+            nll = (token_losses(out, batch["targets"]) * mask).sum()
             return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": token_acc}
-        n = torch.tensor(float(len(correct)), device=correct.device)
+        n = count(len(correct), correct)
         return {"token_acc": token_acc, "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), n])}
     correct = (out.argmax(-1) == batch["labels"]).sum().float()
-    return {"acc": torch.stack([correct, torch.tensor(float(len(batch["labels"])), device=correct.device)])}
+    return {"acc": torch.stack([correct, count(len(batch["labels"]), correct)])}
 
 
 def ratios(sums: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -203,12 +221,14 @@ def make_model(cfg: TrainConfig, task: Task) -> torch.nn.Module:
     return build_model(cfg.model, cfg.model_options, task)
 
 
-def make_optimizer(cfg: TrainConfig, parameters) -> torch.optim.Optimizer:
+def make_optimizer(cfg: TrainConfig, parameters, capturable: bool = False) -> torch.optim.Optimizer:
+    """`capturable`: its step count on the device, as a CUDA graph's capture needs (graphs.py)."""
     if cfg.optimizer == "rmsprop":  # the PANM authors' choice
-        return torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=cfg.rmsprop_alpha, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=cfg.rmsprop_alpha, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                                   capturable=capturable)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
+    return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
 
 
 def clip_gradients(cfg: TrainConfig, parameters) -> None:
@@ -220,9 +240,11 @@ def clip_gradients(cfg: TrainConfig, parameters) -> None:
         torch.nn.utils.clip_grad_norm_(parameters, cfg.grad_clip)
 
 
-def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor], device: torch.device):
-    """-> (the model's output, the training loss) on one batch."""
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor], device: torch.device,
+                 graphed: bool = False):
+    """-> (the model's output, the training loss) on one batch. `graphed`: inside a CUDA graph's
+    capture, where autocast must not cache its casts (they would be freed under the graph)."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16, cache_enabled=not graphed):
         out = predict(model, kind, batch)
     loss = loss_of(kind, out, batch)
     if getattr(model, "aux_loss", None) is not None:  # e.g. ACT's ponder cost
@@ -235,6 +257,25 @@ def apply_gradients(cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.o
     loss.backward()
     clip_gradients(cfg, model.parameters())
     optimizer.step()
+
+
+def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: torch.device) -> tuple[Callable, torch.optim.Optimizer, bool]:
+    """-> (step(batch) -> (the batch's loss, its score sums), the optimizer, whether batches must be
+    bucketed). One training step: forward, loss, backward, clipping, the optimizer's update and
+    the score sums, eager or, on CUDA where the model allows, replayed from a CUDA graph (graphs.py)."""
+    from .graphs import GraphedStep, graphs_unused_because
+
+    graphed = graphs_unused_because(cfg, device) is None
+    optimizer = make_optimizer(cfg, model.parameters(), capturable=graphed and device.type == "cuda")
+
+    def step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        out, loss = forward_loss(cfg, model, task.kind, batch, device, graphed)
+        apply_gradients(cfg, model, optimizer, loss)
+        return loss.detach().float(), score_sums(task.kind, out.detach(), batch)
+
+    if graphed:
+        return GraphedStep(step, model, optimizer, eager_replay=device.type != "cuda"), optimizer, True
+    return step, optimizer, False
 
 
 def batch_source(cfg: TrainConfig, task: Task, rng: np.random.Generator):
@@ -353,7 +394,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     if log:
         log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
             f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
-    optimizer = make_optimizer(cfg, model.parameters())
+    step, optimizer, bucketed = step_function(cfg, model, task, device)
     # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     selection = Selection(cfg, task, device, log and (bar.write if not bar.disable else log), f"{cfg.task}/{cfg.model}")
@@ -384,11 +425,9 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
         split, index = next_batch()
-        batch = batch_tensors(split, index, device)
-        out, loss = forward_loss(cfg, model, task.kind, batch, device)
-        apply_gradients(cfg, model, optimizer, loss)
-        loss_sum = loss_sum + loss.detach().float()
-        train_sums = add_sums(train_sums, score_sums(task.kind, out.detach(), batch))
+        loss, sums = step(batch_tensors(split, index, device, bucketed))
+        loss_sum = loss_sum + loss
+        train_sums = add_sums(train_sums, sums)
         steps += 1
         bar.update()
         if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
@@ -417,11 +456,11 @@ def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
     model = make_model(cfg, task).to(device)
     if cfg.compile:
         model.compile()
-    optimizer = make_optimizer(cfg, model.parameters())
+    train_step, _, bucketed = step_function(cfg, model, task, device)
 
     def step() -> None:
         split, index = next_batch()
-        apply_gradients(cfg, model, optimizer, forward_loss(cfg, model, task.kind, batch_tensors(split, index, device), device)[1])
+        train_step(batch_tensors(split, index, device, bucketed))
 
     return step, device
 

@@ -1,0 +1,83 @@
+"""The CUDA-graph step (trainables/graphs.py): what runs on the CPU is checked here, the capture
+itself where there is a GPU. Padding to a bucket width leaves every sample's result unchanged, and
+the graphed step's machinery (bucketed batches, static inputs, the warm-up undone in place)
+trains exactly as the eager step does."""
+import numpy as np
+import pytest
+import torch
+
+from trainables import graphs
+from trainables.batched import BATCHABLE_MODELS
+from trainables.tasks import load_task
+from trainables.train import batch_tensors, forward_loss, make_model, pick_device, train
+
+from test_batched import NO_DROPOUT, close
+from test_train import tiny
+
+
+def test_bucket_widths_are_a_few_fixed_steps_up_to_the_longest():
+    assert graphs.bucket_widths(10) == [3, 6, 9, 10] and graphs.bucket_widths(3) == [1, 2, 3]
+    assert [graphs.pick_width(w, [3, 6, 9, 10]) for w in (1, 3, 4, 10)] == [3, 3, 6, 10]
+
+
+@pytest.mark.parametrize("model", BATCHABLE_MODELS)
+def test_padding_a_batch_wider_gives_every_sample_the_same_output_loss_and_gradients(model):
+    """What bucketing relies on: a batch padded wider than its longest row (with the pad token)
+    gives each sample the output, and the batch the loss and gradients, of the trimmed batch."""
+    cfg = tiny(model, **NO_DROPOUT)
+    task = load_task(cfg.task, cfg.task_options)
+    split, device = task.splits["train"], torch.device("cpu")
+    trimmed = batch_tensors(split, np.arange(16), device)
+    padded = {**trimmed, "tokens": torch.nn.functional.pad(trimmed["tokens"], (0, 3))}
+    results = []
+    for batch in (trimmed, padded):
+        torch.manual_seed(0)
+        net = make_model(cfg, task).eval()
+        out, loss = forward_loss(cfg, net, task.kind, batch, device)
+        loss.backward()
+        results.append((out, loss, [p.grad for p in net.parameters() if p.grad is not None]))
+    (out, loss, grads), (out_padded, loss_padded, grads_padded) = results
+    assert torch.allclose(out_padded, out, atol=1e-5) and torch.allclose(loss_padded, loss, atol=1e-6)
+    assert len(grads) == len(grads_padded) and all(torch.allclose(a, b, atol=1e-5) for a, b in zip(grads_padded, grads))
+
+
+def test_bucketed_batches_take_a_bucket_width():
+    cfg = tiny("ndr")
+    split = load_task(cfg.task, cfg.task_options).splits["train"]
+    widths = graphs.bucket_widths(split.arrays["tokens"].shape[1])
+    for rows in (np.arange(16), np.argsort(split.lengths)[:16]):
+        tokens = batch_tensors(split, rows, torch.device("cpu"), bucketed=True)["tokens"]
+        assert tokens.shape[1] in widths and tokens.shape[1] >= split.lengths[rows].max()
+
+
+@pytest.mark.parametrize("model, optimizer", [("ndr", "adamw"), ("transformer_rel", "rmsprop"), ("transformer", "adam")])
+def test_the_graphed_step_machinery_trains_as_the_eager_step_does(model, optimizer, monkeypatch):
+    """On the CPU the 'graph' is the step called on its static inputs (GraphedStep's eager_replay):
+    bucketed batches, the copy into the static inputs, and three warm-up steps per shape whose
+    updates are undone in place; the run equals the eager one."""
+    momentum = {"momentum": 0.9} if optimizer == "rmsprop" else {}
+    eager = train(tiny(model, optimizer=optimizer, **momentum, **NO_DROPOUT), log=None)
+    monkeypatch.setattr(graphs, "graphs_unused_because", lambda cfg, device: None)
+    captured = []
+    monkeypatch.setattr(graphs.GraphedStep, "capture", lambda self, batch, real=graphs.GraphedStep.capture: captured.append(1) or real(self, batch))
+    graphed = train(tiny(model, optimizer=optimizer, **momentum, **NO_DROPOUT), log=None)
+    assert captured  # the graphed path ran, a capture per batch shape
+    close(eager, graphed)
+
+
+def test_cuda_graphs_false_and_the_cpu_step_eagerly():
+    cfg = tiny("ndr")
+    assert graphs.graphs_unused_because(cfg, torch.device("cpu")) == "CUDA graphs need a CUDA device, not cpu"
+    assert graphs.graphs_unused_because(tiny("ndr", cuda_graphs=False), torch.device("cuda")) == "cuda_graphs: false"
+    assert "data-dependent" in graphs.graphs_unused_because(tiny("lstm"), torch.device("cuda")) or "host-side" in graphs.graphs_unused_because(
+        tiny("lstm"), torch.device("cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
+@pytest.mark.parametrize("model", ["ndr", "transformer_rel"])
+def test_on_cuda_the_graphed_step_equals_the_eager_step(model):
+    """Issue 21: "the graphed step equals the eager step (no dropout) within float tolerance on CUDA"."""
+    assert pick_device("auto").type == "cuda"
+    eager = train(tiny(model, cuda_graphs=False, **NO_DROPOUT), log=None)
+    graphed = train(tiny(model, **NO_DROPOUT), log=None)
+    close(eager, graphed)

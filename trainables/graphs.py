@@ -1,0 +1,111 @@
+"""A whole training step as one CUDA graph replay (issue 21, item 1).
+
+On a GPU the small models' steps are launch-bound: thousands of small kernels, each queued by the
+host, leave the device idle most of the step. Captured once as a CUDA graph, the step (forward,
+loss, backward, clipping, the optimizer's update and the on-device score sums) is one launch.
+
+A graph replays fixed shapes at fixed addresses, so:
+- each batch is padded to one of a few fixed widths (`bucket_widths`: a graph per width), with the
+  pad token the models already mask, so every sample's result is unchanged (the models that allow
+  this are trainables.batched's: the same property lets members share a padded stack);
+- each batch is copied into the captured step's own input tensors before the replay;
+- the optimizer is made capturable (its step count on the device);
+- dropout draws fresh masks every replay (CUDA's generator is graph-safe: each replay advances it).
+
+A capture needs a few warm-up steps first (on a side stream); they would train the model, so the
+weights and the optimizer's state are saved before and copied back in place after (the captured
+graphs read those very tensors). `eager_replay` runs the same machinery with the step called
+instead of replayed: that is how the CPU tests check everything but the capture itself.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+
+WARMUP_STEPS = 3  # what torch's CUDA-graph docs warm a capture with (cuBLAS and the allocator settle)
+N_BUCKETS = 4
+MOST_GRAPHS = 16  # shapes past these (a task whose every batch has a width of its own) step eagerly
+
+
+def graphs_unused_because(cfg, device: torch.device) -> str | None:
+    """Why `cfg` trains eagerly (one launch per kernel), or None where its step is graphed."""
+    from .batched import batchable
+
+    if cfg.cuda_graphs is False:
+        return "cuda_graphs: false"
+    if device.type != "cuda":
+        return f"CUDA graphs need a CUDA device, not {device.type}"
+    return batchable({**cfg.flat(), "model": cfg.model})
+
+
+def bucket_widths(longest: int, n: int = N_BUCKETS) -> list[int]:
+    """`n` widths up to `longest` in equal steps: a batch is padded to the first that holds it."""
+    step = math.ceil(longest / n)
+    return sorted({min(step * k, longest) for k in range(1, n + 1)})
+
+
+def pick_width(width: int, widths: list[int]) -> int:
+    return next((w for w in widths if w >= width), width)
+
+
+def restore_in_place(model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: tuple[dict, dict]) -> None:
+    """Weights and optimizer state back to `saved`, written into the tensors that are there (a
+    captured graph holds their addresses; load_state_dict would put new tensors in their place)."""
+    weights, state = saved
+    with torch.no_grad():
+        for name, tensor in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items():
+            tensor.copy_(weights[name])
+        for p, entry in optimizer.state.items():
+            for key, value in entry.items():
+                if torch.is_tensor(value):
+                    value.copy_(state[p][key]) if p in state else value.zero_()
+
+
+class GraphedStep:
+    """`step(batch)` -> what `run(batch)` returns (tensors), from a replay of its capture for the
+    batch's shapes. `run` trains one step: it must leave nothing but tensors behind and read no
+    value on the host. `eager_replay`: call `run` on the static inputs instead of replaying (CPU)."""
+
+    def __init__(self, run: Callable[[dict], tuple], model: torch.nn.Module, optimizer: torch.optim.Optimizer, eager_replay: bool = False):
+        self.run, self.model, self.optimizer, self.eager_replay = run, model, optimizer, eager_replay
+        self.captured: dict[tuple, tuple] = {}  # shapes -> (static inputs, graph or None, static outputs)
+        self.pool = None  # one memory pool for every graph: they never run at once
+
+    def __call__(self, batch: dict[str, torch.Tensor]):
+        key = tuple((name, tuple(t.shape), t.dtype) for name, t in batch.items())
+        if key not in self.captured:
+            if len(self.captured) >= MOST_GRAPHS:
+                return self.run(batch)
+            self.captured[key] = self.capture(batch)
+        inputs, graph, outputs = self.captured[key]
+        for name, tensor in batch.items():
+            inputs[name].copy_(tensor)
+        if graph is None:
+            return self.run(inputs)
+        graph.replay()
+        return outputs
+
+    def capture(self, batch: dict[str, torch.Tensor]) -> tuple:
+        inputs = {name: t.clone() for name, t in batch.items()}
+        saved = (copy.deepcopy({**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}),
+                 copy.deepcopy(dict(self.optimizer.state)))
+        if self.eager_replay:
+            for _ in range(WARMUP_STEPS):
+                self.run(inputs)
+            restore_in_place(self.model, self.optimizer, saved)
+            return inputs, None, None
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_STEPS):
+                self.run(inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        restore_in_place(self.model, self.optimizer, saved)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = self.run(inputs)
+        self.pool = graph.pool()
+        return inputs, graph, outputs
