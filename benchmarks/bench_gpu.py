@@ -1,12 +1,17 @@
 """Throughput of small-model trials on one device: what packing trials and batching seeds buy.
 
-  python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small] [--sections models,packing,seeds,layer]
+  python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small] [--sections models,curve,packing,seeds,layer]
                                  [--bf16] [--compile] [--steps N] [--repeats R] [--quick]
 
 Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
 
   models   training steps/s of every model through the training loop's own step
-           (trainables.train.training_step: device-resident splits, no host sync), and peak memory
+           (trainables.train.training_step: device-resident splits, no host sync), eager and, on
+           CUDA, each step one CUDA graph replay (cuda_graphs: auto; with --compile also
+           torch.compile and its compile seconds); kernels per step and the fraction of the step
+           the GPU is busy (torch.profiler); and peak memory
+  curve    member-steps/s of one configuration stacked N members high (--seeds-n, e.g.
+           1,5,20,50), and the stack size a launch with budget.stack_size auto would take
   packing  one trial packed 1, 2, 4 and 8 times on the device as separate processes started
            together (as Ray runs trials with `resources.gpu: 1/k`): steps/s of each and of all
   seeds    N seeds of one configuration batched (trainables.batched) vs the same N seeds trained one
@@ -31,7 +36,8 @@ import time
 import torch
 
 from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
-from trainables.batched import batchable, train_members, train_seeds
+from trainables.batched import batchable, knee, member_steps_per_second, train_members, train_seeds
+from trainables.graphs import graphs_unused_because
 from trainables.config import parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, train
@@ -51,16 +57,67 @@ def shown(mib: float | None) -> str:
     return "-" if mib is None else f"{mib:,.0f}"
 
 
+def kernels_and_busy(cfg, steps: int) -> tuple[float, float]:
+    """(CUDA kernels per training step, the fraction of the steps' wall time the GPU ran kernels),
+    from torch.profiler over `steps` steps after a warm-up."""
+    from trainables.train import synchronize, training_step
+
+    step, device = training_step(cfg)
+    step()
+    synchronize(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(getattr(e, "device_time", None) or e.cuda_time for e in kernels)
+    return len(kernels) / steps, busy_us / 1e6 / wall
+
+
 def models(args, rows) -> None:
-    print(f"\nTraining steps/s through trainables.train's step, {args.steps} steps after one warm-up")
-    print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'steps/s':>9s} {'peak MiB':>9s}")
+    print(f"\nTraining steps/s through trainables.train's step, {args.steps} steps after one warm-up (graphed: cuda_graphs auto, "
+          f"'-' where the step stays eager; compiled: with --compile, its first step's seconds beside it)")
+    print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
+          f"{'kernels':>8s} {'GPU busy':>8s} {'peak MiB':>9s}")
     for label, _, _, size, flat in rows:
-        cfg = parse_trial_config(trial_config(flat, args))
+        cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False))
         device = pick_device(cfg.device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        rate = 1 / seconds_per_step(cfg, args.steps)
-        print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {rate:9.2f} {shown(peak_mib(device)):>9s}", flush=True)
+        eager = 1 / seconds_per_step(cfg, args.steps)
+        best = cfg
+        graphed = compiled = compile_s = kernels = busy = None
+        auto = parse_trial_config(trial_config(flat, args, cuda_graphs="auto"))
+        if graphs_unused_because(auto, device) is None:
+            graphed, best = 1 / seconds_per_step(auto, args.steps), auto
+        if args.compile:
+            start = time.perf_counter()
+            compiled = 1 / seconds_per_step(parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=True)), args.steps)
+            compile_s = time.perf_counter() - start - args.steps / compiled
+        if device.type == "cuda":
+            kernels, busy = kernels_and_busy(best, args.steps)
+
+        def cell(value, spec):
+            return f"{'-':>{spec.split('.')[0]}s}" if value is None else format(value, spec)
+
+        print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} {cell(compiled, '9.2f')} "
+              f"{cell(compile_s, '9.0f')} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {shown(peak_mib(device)):>9s}", flush=True)
+
+
+def curve(args, rows) -> None:
+    print(f"\nMember-steps/s of one configuration stacked N members high (trainables.batched.member_steps_per_second, "
+          f"median of {args.steps} steps), and its knee (the stack size budget.stack_size auto takes)")
+    print(f"{'task / model':32s} {'size':6s} " + " ".join(f"{f'N={n}':>9s}" for n in args.seeds_n) + f" {'knee':>5s}")
+    for label, _, _, size, flat in rows:
+        cfg = parse_trial_config(trial_config(flat, args))
+        if batchable(trial_config(flat, args)):
+            continue
+        measured = member_steps_per_second(cfg, args.seeds_n, args.steps)
+        rates = dict(measured)
+        print(f"{label:32s} {size:6s} " + " ".join(f"{rates[n]:9.1f}" if n in rates else f"{'no mem':>9s}" for n in args.seeds_n)
+              + f" {knee(measured):5d}", flush=True)
 
 
 def child(config_json: str, steps: int) -> None:
@@ -159,7 +216,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sizes", default="paper,small", help="paper, small or both, comma-separated")
-    parser.add_argument("--sections", default="models,packing,seeds,layer")
+    parser.add_argument("--sections", default="models,curve,packing,seeds,layer")
     parser.add_argument("--models", default=None, help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
                         "every model; on a CPU, ctl / ndr alone for packing and seeds)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
@@ -188,6 +245,8 @@ def main() -> None:
         models(args, chosen(None))
     # Every model on a GPU; on a CPU (minutes per paper-size row) the NDR alone unless --models says.
     heavy_default = None if args.device == "cuda" else ["ctl / ndr"]
+    if "curve" in sections:
+        curve(args, chosen(heavy_default))
     if "packing" in sections:
         packing(args, chosen(heavy_default))
     if "seeds" in sections:

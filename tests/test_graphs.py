@@ -54,14 +54,15 @@ def test_bucketed_batches_take_a_bucket_width():
 def test_the_graphed_step_machinery_trains_as_the_eager_step_does(model, optimizer, monkeypatch):
     """On the CPU the 'graph' is the step called on its static inputs (GraphedStep's eager_replay):
     bucketed batches, the copy into the static inputs, and three warm-up steps per shape whose
-    updates are undone in place; the run equals the eager one."""
-    momentum = {"momentum": 0.9} if optimizer == "rmsprop" else {}
-    eager = train(tiny(model, optimizer=optimizer, **momentum, **NO_DROPOUT), log=None)
+    updates are undone in place, also for a shape first seen mid-run (length-bucketed batches come
+    in several widths); the run equals the eager one."""
+    settings = {"optimizer": optimizer, "length_bucketed": True, **({"momentum": 0.9} if optimizer == "rmsprop" else {}), **NO_DROPOUT}
+    eager = train(tiny(model, **settings), log=None)
     monkeypatch.setattr(graphs, "graphs_unused_because", lambda cfg, device: None)
     captured = []
     monkeypatch.setattr(graphs.GraphedStep, "capture", lambda self, batch, real=graphs.GraphedStep.capture: captured.append(1) or real(self, batch))
-    graphed = train(tiny(model, optimizer=optimizer, **momentum, **NO_DROPOUT), log=None)
-    assert captured  # the graphed path ran, a capture per batch shape
+    graphed = train(tiny(model, **settings), log=None)
+    assert len(captured) > 1  # the graphed path ran, a capture per batch shape
     close(eager, graphed)
 
 
@@ -81,3 +82,31 @@ def test_on_cuda_the_graphed_step_equals_the_eager_step(model):
     eager = train(tiny(model, cuda_graphs=False, **NO_DROPOUT), log=None)
     graphed = train(tiny(model, **NO_DROPOUT), log=None)
     close(eager, graphed)
+
+
+def test_a_stack_of_members_trains_graphed_as_it_does_eagerly(monkeypatch):
+    """The stacked step (trainables.batched.Stack) through the same machinery: members of their own
+    learning rates and decays, batches of several widths; every member's run equals the eager stack's."""
+    from trainables import batched
+
+    cfg = tiny("transformer_rel", length_bucketed=True, **NO_DROPOUT)
+    members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
+    eager = batched.train_members(cfg, members, log=None)
+    monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device: None)
+    captured = []
+    monkeypatch.setattr(graphs.GraphedStep, "capture", lambda self, batch, real=graphs.GraphedStep.capture: captured.append(1) or real(self, batch))
+    graphed = batched.train_members(cfg, members, log=None)
+    assert len(captured) > 1
+    for a, b in zip(eager, graphed):
+        close(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
+def test_on_cuda_a_graphed_stack_equals_the_eager_stack():
+    from trainables.batched import train_members
+
+    members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
+    eager = train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **NO_DROPOUT), members, log=None)
+    graphed = train_members(tiny("ndr", length_bucketed=True, **NO_DROPOUT), members, log=None)
+    for a, b in zip(eager, graphed):
+        close(a, b)

@@ -33,6 +33,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
 from .config import TrainConfig, parse_trial_config
+from .graphs import GraphedStep, graphs_unused_because
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
 from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, pick_device, predict, ratios,
@@ -68,11 +69,12 @@ def batchable(flat: dict[str, Any]) -> str | None:
     return None
 
 
-def stacked_batch(parts: list[tuple[Any, np.ndarray]], device: torch.device) -> dict[str, torch.Tensor]:
-    """One batch per seed (each seed's own rows, trimmed to its own longest), padded to the widest
-    of them and stacked along a new first dimension. Padding is 0, the pad token's id; the models
-    mask it, so a seed's result does not depend on the other seeds' lengths."""
-    batches = [batch_tensors(split, index, device) for split, index in parts]
+def stacked_batch(parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:
+    """One batch per seed (each seed's own rows, trimmed to its own longest, or padded to its bucket
+    width: train.batch_tensors), padded to the widest of them and stacked along a new first
+    dimension. Padding is 0, the pad token's id; the models mask it, so a seed's result does not
+    depend on the other seeds' lengths."""
+    batches = [batch_tensors(split, index, device, bucketed) for split, index in parts]
     out = {}
     for name in batches[0]:
         tensors = [b[name] for b in batches]
@@ -115,14 +117,14 @@ class MemberOptimizer:
     lr x decay), Adam's and RMSprop's adds decay x weight to the gradient. Members that all share
     their lr and decay use the optimizer as it is (no copy of the weights per step)."""
 
-    def __init__(self, configs: list[TrainConfig], params: list[torch.Tensor], device: torch.device):
+    def __init__(self, configs: list[TrainConfig], params: list[torch.Tensor], device: torch.device, capturable: bool = False):
         self.params = params
         self.decoupled = configs[0].optimizer == "adamw"
         self.shared = len({(c.lr, c.weight_decay) for c in configs}) == 1
         if self.shared:
-            self.optimizer = make_optimizer(configs[0], params)
+            self.optimizer = make_optimizer(configs[0], params, capturable)
         else:
-            self.optimizer = make_optimizer(dataclasses.replace(configs[0], lr=1.0, weight_decay=0.0), params)
+            self.optimizer = make_optimizer(dataclasses.replace(configs[0], lr=1.0, weight_decay=0.0), params, capturable)
             self.lr = torch.tensor([c.lr for c in configs], device=device)
             self.decay = torch.tensor([c.weight_decay for c in configs], device=device)
 
@@ -196,7 +198,8 @@ class Stack:
                     module.per_member = True
         # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
         self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
-        self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device)
+        self.graphed = graphs_unused_because(cfg, device) is None
+        self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device, capturable=self.graphed and device.type == "cuda")
         self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
         self.clips = any(c.grad_clip for c in self.configs)
 
@@ -206,19 +209,26 @@ class Stack:
         # The parameters vary along dim 0; so does the batch in training (a batch per member), while
         # every member is evaluated on the same rows.
         self.forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+        # On CUDA the whole step is one graph replay (graphs.py), as train's is.
+        self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
+                               eager_replay=device.type != "cuda") if self.graphed else self.train_batch
 
-    def step(self) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """One training step of every member: -> (outputs, the stacked batch, each member's loss)."""
-        batch = stacked_batch([next_batch() for next_batch, _ in self.sources], self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+    def train_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """One training step of every member on its slice of `batch`: -> (each member's loss, each member's score sums)."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed):
             out = self.forward(self.params, self.buffers, batch)
-        losses = torch.stack([loss_of(self.task.kind, out[k], unstack(batch, k)) for k in range(len(self.configs))])
+        members = range(len(self.configs))
+        losses = torch.stack([loss_of(self.task.kind, out[k], unstack(batch, k)) for k in members])
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
         if self.clips:
             clip_per_member(self.cfg.grad_clip_by, self.clip_limits, [p.grad for p in self.params.values() if p.grad is not None])
         self.optimizer.step()
-        return out, batch, losses
+        return losses.detach().float(), [score_sums(self.task.kind, out[k].detach(), unstack(batch, k)) for k in members]
+
+    def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""
+        return self.run(stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.graphed))
 
     def load_member(self, k: int) -> torch.nn.Module:
         """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
@@ -308,9 +318,9 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
     loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
-        out, batch, losses = stack.step()
-        loss_sums = loss_sums + losses.detach().float()
-        train_sums = [add_sums(sums, score_sums(task.kind, out[k].detach(), unstack(batch, k))) for k, sums in enumerate(train_sums)]
+        losses, sums = stack.step()
+        loss_sums = loss_sums + losses
+        train_sums = [add_sums(into, more) for into, more in zip(train_sums, sums)]
         steps += 1
         bar.update()
         if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:

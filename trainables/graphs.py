@@ -51,26 +51,32 @@ def pick_width(width: int, widths: list[int]) -> int:
     return next((w for w in widths if w >= width), width)
 
 
-def restore_in_place(model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: tuple[dict, dict]) -> None:
+def restore_in_place(weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, saved: tuple[dict, dict]) -> None:
     """Weights and optimizer state back to `saved`, written into the tensors that are there (a
     captured graph holds their addresses; load_state_dict would put new tensors in their place)."""
-    weights, state = saved
+    saved_weights, state = saved
     with torch.no_grad():
-        for name, tensor in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items():
-            tensor.copy_(weights[name])
+        for name, tensor in weights.items():
+            tensor.copy_(saved_weights[name])
         for p, entry in optimizer.state.items():
             for key, value in entry.items():
                 if torch.is_tensor(value):
                     value.copy_(state[p][key]) if p in state else value.zero_()
 
 
+def module_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
 class GraphedStep:
     """`step(batch)` -> what `run(batch)` returns (tensors), from a replay of its capture for the
-    batch's shapes. `run` trains one step: it must leave nothing but tensors behind and read no
-    value on the host. `eager_replay`: call `run` on the static inputs instead of replaying (CPU)."""
+    batch's shapes. `run` trains one step of `weights` (every tensor it updates but the optimizer's
+    state): it must leave nothing but tensors behind and read no value on the host.
+    `eager_replay`: call `run` on the static inputs instead of replaying (CPU)."""
 
-    def __init__(self, run: Callable[[dict], tuple], model: torch.nn.Module, optimizer: torch.optim.Optimizer, eager_replay: bool = False):
-        self.run, self.model, self.optimizer, self.eager_replay = run, model, optimizer, eager_replay
+    def __init__(self, run: Callable[[dict], tuple], weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
+                 eager_replay: bool = False):
+        self.run, self.weights, self.optimizer, self.eager_replay = run, weights, optimizer, eager_replay
         self.captured: dict[tuple, tuple] = {}  # shapes -> (static inputs, graph or None, static outputs)
         self.pool = None  # one memory pool for every graph: they never run at once
 
@@ -90,12 +96,12 @@ class GraphedStep:
 
     def capture(self, batch: dict[str, torch.Tensor]) -> tuple:
         inputs = {name: t.clone() for name, t in batch.items()}
-        saved = (copy.deepcopy({**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}),
-                 copy.deepcopy(dict(self.optimizer.state)))
+        # The optimizer's state is keyed by the parameters themselves: copy the values only.
+        saved = (copy.deepcopy(self.weights), {p: copy.deepcopy(entry) for p, entry in self.optimizer.state.items()})
         if self.eager_replay:
             for _ in range(WARMUP_STEPS):
                 self.run(inputs)
-            restore_in_place(self.model, self.optimizer, saved)
+            restore_in_place(self.weights, self.optimizer, saved)
             return inputs, None, None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -103,7 +109,7 @@ class GraphedStep:
             for _ in range(WARMUP_STEPS):
                 self.run(inputs)
         torch.cuda.current_stream().wait_stream(side)
-        restore_in_place(self.model, self.optimizer, saved)
+        restore_in_place(self.weights, self.optimizer, saved)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             outputs = self.run(inputs)

@@ -263,7 +263,7 @@ def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: 
     """-> (step(batch) -> (the batch's loss, its score sums), the optimizer, whether batches must be
     bucketed). One training step: forward, loss, backward, clipping, the optimizer's update and
     the score sums, eager or, on CUDA where the model allows, replayed from a CUDA graph (graphs.py)."""
-    from .graphs import GraphedStep, graphs_unused_because
+    from .graphs import GraphedStep, graphs_unused_because, module_weights
 
     graphed = graphs_unused_because(cfg, device) is None
     optimizer = make_optimizer(cfg, model.parameters(), capturable=graphed and device.type == "cuda")
@@ -274,7 +274,7 @@ def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: 
         return loss.detach().float(), score_sums(task.kind, out.detach(), batch)
 
     if graphed:
-        return GraphedStep(step, model, optimizer, eager_replay=device.type != "cuda"), optimizer, True
+        return GraphedStep(step, module_weights(model), optimizer, eager_replay=device.type != "cuda"), optimizer, True
     return step, optimizer, False
 
 
