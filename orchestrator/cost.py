@@ -58,13 +58,10 @@ def seconds_per_step(study: Study, pair: Pair) -> float:
 def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
     """The throughput curve (trainables.batched.member_steps_per_second) of a calibration config,
     its data in a temporary cache."""
-    import torch
-
     from trainables.batched import member_steps_per_second
     from trainables.config import parse_trial_config
 
     cfg = parse_trial_config(flat)
-    torch.set_num_threads(cfg.threads)
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
         return member_steps_per_second(cfg, sizes, CALIBRATION_STEPS)
 

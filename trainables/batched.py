@@ -36,8 +36,8 @@ from .config import TrainConfig, parse_trial_config
 from .graphs import GraphedStep, graphs_unused_because
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
-from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, pick_device, predict, ratios,
-                    score_sums, synchronize)
+from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, predict, ratios, score_sums,
+                    setup_device, synchronize)
 
 # Models whose forward vmap can trace and whose result for a sample does not depend on how wide
 # its batch is padded (seeds' batches are padded to the widest): the shared-weight Transformers
@@ -244,7 +244,7 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
     """(n, member-steps/s) of `cfg` stacked n members high (seeds 0..n-1), for each n of `sizes` in
     turn: the median of `steps` steps after a warm-up, each timed to the device's end. Stops at the
     first size the device has no memory for. The throughput curve a stack size is chosen from."""
-    device = pick_device(cfg.device)
+    device = setup_device(cfg)
     task = load_task(cfg.task, cfg.task_options)
     curve = []
     for n in sizes:
@@ -277,9 +277,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
                   resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
     """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once;
     returns each member's final metrics."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
+    device = setup_device(cfg)
     task = load_task(cfg.task, cfg.task_options)
     stack = Stack(cfg, members, task, device)
     params, rngs, sources, optimizer = stack.params, stack.rngs, stack.sources, stack.optimizer

@@ -40,6 +40,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def setup_device(cfg: TrainConfig) -> torch.device:
+    """The trial's device, with its CPU threads and, on CUDA, its matmul precision (`tf32`) set."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
+    return device
+
+
 def resident(split: Split, device: torch.device) -> dict[str, torch.Tensor]:
     """The split's arrays on `device`, in their stored (narrow) dtypes, made once per split and
     device: every later batch is gathered where the model runs, with no copy of data from the host.
@@ -379,9 +389,7 @@ def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, 
 
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
+    device = setup_device(cfg)
     torch.manual_seed(cfg.seed)
     batch_rng = np.random.default_rng(cfg.seed)
     if log:
@@ -447,9 +455,7 @@ def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
     """-> (one training step of `cfg` as `train` takes it, on fresh data each call; its device), with
     the task loaded and the model built: what a benchmark or the cost estimate times. The task's
     data are generated (or read from the cache) as for training: pass small sizes."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
+    device = setup_device(cfg)
     torch.manual_seed(cfg.seed)
     task = load_task(cfg.task, cfg.task_options)
     next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
