@@ -436,7 +436,10 @@ def stacking(study, pair) -> str:
 
     n = study.search_stack(pair)
     if n > 1:
-        return f"; {n} TPE suggestions per trial, stacked (trainables.batched; a stack shares its first suggestion's values but {', '.join(k for k in pair.space if k in MEMBER_KEYS)})"
+        own = [k for k in pair.space if k in MEMBER_KEYS]
+        shared = [k for k in pair.space if k not in MEMBER_KEYS]
+        return (f"; {n} TPE suggestions per trial, stacked (each with its own {', '.join(own)}"
+                + (f"; the stack's {', '.join(shared)} its first suggestion's)" if shared else ")"))
     return ""
 
 
