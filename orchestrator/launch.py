@@ -365,9 +365,17 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
 
     pairs = [p for p in study.pairs if study.most_stacked(p) > 1]
     timed = ray.remote(num_cpus=study.resources.cpu, num_gpus=study.resources.gpu, resources=study.resources.custom or None)(stack_curve)
-    curves = ray.get([timed.remote(calibration_config(study, p), stack_sizes_to_try(study.most_stacked(p))) for p in pairs])
+    pending = [timed.remote(calibration_config(study, p), stack_sizes_to_try(study.most_stacked(p))) for p in pairs]
     sizes = {}
-    for pair, curve in zip(pairs, curves):
+    for pair, job in zip(pairs, pending):
+        try:
+            curve, why = ray.get(job), "not even one member fits the device"
+        except Exception as e:  # noqa: BLE001 - a measurement that failed is no reason to refuse the launch
+            curve, why = [], (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+        if not curve:  # the trials train one run each; where that fails too, the trial says why
+            sizes[pair.name] = 1
+            print(f"[launch] stack size of {pair.name}: 1, its throughput could not be measured ({why})", flush=True)
+            continue
         sizes[pair.name] = knee(curve)
         shown = ", ".join(f"{n}: {rate:.1f}" for n, rate in curve)
         print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where its member-steps/s level off ({shown})", flush=True)
