@@ -307,6 +307,17 @@ def restated(record: logging.LogRecord) -> bool:
     return not ("Error handling checkpoint" in message and isinstance(error, FileNotFoundError) and "checkpoint_" in str(error))
 
 
+def superseded_sync(record: logging.LogRecord) -> bool:
+    """False for Tune's report of an upload of its experiment state that lost a file it was
+    copying: Tune writes the next snapshot into its staging folder while the previous upload may
+    still run (ray/tune/execution/experiment_state.py), and a temporary file of that write
+    ("-tmp-searcher-state-...") is renamed under the upload. The snapshot after it is uploaded in
+    full (the last one waits for its upload), so the lost copy costs nothing."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (record.getMessage().startswith("Saving experiment state to storage") and isinstance(error, FileNotFoundError)
+                and "-tmp-" in str(error))
+
+
 def quiet_ray() -> None:
     """The console shows our lines, not Ray's restatement of a fault they already report: Tune's
     traceback of a failed trial (callbacks.error_line gives its last line; the whole one is in
@@ -315,6 +326,7 @@ def quiet_ray() -> None:
     our "[trial] ..." lines; the rest stays in Ray's log folder (<ray tmp>/session_latest/logs).
     Ray has no switch for its forwarding: its handlers are wrapped, where the installed Ray has them."""
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(restated)
+    logging.getLogger("ray.tune.execution.experiment_state").addFilter(superseded_sync)
     try:
         from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
     except ImportError:

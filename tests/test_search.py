@@ -227,3 +227,24 @@ def test_a_suggestion_whose_model_cannot_stack_trains_alone(tmp_path):
     assert all(MEMBERS_KEY not in c for c in configs if c.get("act") == "act")
     assert all(c["act"] == "none" for c in configs if MEMBERS_KEY in c)
     assert sum(len(c.get(MEMBERS_KEY, [None])) for c in configs) == 12
+
+
+def test_an_upload_that_lost_a_renamed_temporary_file_stays_off_the_console():
+    """Tune's race between writing a snapshot and uploading the previous one (seen in CI): its
+    FileNotFoundError on a '-tmp-' staging file is dropped; any other failed upload is shown."""
+    import logging
+    import sys
+
+    from orchestrator.launch import superseded_sync
+
+    def record(error):
+        try:
+            raise error
+        except Exception:
+            return logging.LogRecord("ray.tune.execution.experiment_state", logging.ERROR, __file__, 1,
+                                     "Saving experiment state to storage at '/x/tune' failed with exception: ", None, sys.exc_info())
+
+    lost = FileNotFoundError("Failed to open local file '/tmp/ray/artifacts/tune/driver_artifacts/.1d57-tmp-searcher-state-2026.pkl'")
+    assert not superseded_sync(record(lost))
+    assert superseded_sync(record(FileNotFoundError("Failed to open local file '/x/experiment_state-2026.json'")))
+    assert superseded_sync(record(PermissionError("denied: /x/.1d57-tmp-searcher-state.pkl")))
