@@ -416,6 +416,7 @@ def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_lin
         admin.close()
 
 
+@pytest.mark.long  # its parts have fast tests (test_spec, test_batched); this one joins them on a cluster
 def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_path, cluster):
     """Trials that get a GPU stack (batch_seeds auto); budget.stack_size auto measures the pair's
     throughput curve at 1, 2 and 4 members with a trial's resources, on a node that has a GPU, and
