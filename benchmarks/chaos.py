@@ -205,7 +205,7 @@ def ours(line: str, path: Path) -> bool:
     forwards it, behind its "(trial pid=...)" prefix), and Ray's notice of a node marked dead,
     which the node faults cause and which says so."""
     line = re.sub(r"^(\x1b\[\d+m)?\(trial pid=\d+\)(\x1b\[0m)? (?=\[trial\])", "", line)
-    return (not line.strip() or line.startswith(("[", "  ", f"{path}: ", "orchestrator: error: ")) or "(raylet)" in line
+    return (not line.strip() or line.startswith(("[", "  ", f"{path}: ", "orchestrator: ")) or "(raylet)" in line
             or "raylet has lagging heartbeats" in line)
 
 

@@ -58,9 +58,9 @@ def orchestrator(*args, cwd, timeout=600, check=True, env_extra=None, **kw):
 
 def foreign_lines(out: str, path: Path) -> list[str]:
     """Console lines that are not ours: ours start with "[launch]", "[<pair> trial ...]", the search
-    file's path (the plan), two spaces (a table's rows) or "orchestrator: error: " (the one line a
-    command ends with when it cannot go on). A traceback, a library's log line or warning shows up here."""
-    return [line for line in out.splitlines() if line.strip() and not line.startswith(("[", "  ", f"{path}: ", "orchestrator: error: "))]
+    file's path (the plan), two spaces (a table's rows) or "orchestrator: " (the one line a command
+    ends with when it cannot go on or a Ctrl-C stopped it before a launch was registered). A traceback, a library's log line or warning shows up here."""
+    return [line for line in out.splitlines() if line.strip() and not line.startswith(("[", "  ", f"{path}: ", "orchestrator: "))]
 
 
 def trial_runs(uri: str, experiment: str):
