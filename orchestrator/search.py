@@ -122,13 +122,14 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         for orphan in self.orphans(taken):
             if all(orphan.params.get(k) == v for k, v in shared.items()):
                 return optuna.trial.Trial(self._ot_study, orphan._trial_id)
-        while True:
-            self._ot_study.enqueue_trial(shared, skip_if_exists=False)
+        self._ot_study.enqueue_trial(shared, skip_if_exists=False)
+        # Waiting proposals a killed driver enqueued are handed out before ours: they are no members here.
+        for _ in range(len(self._ot_study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))):
             trial = self._ot_study.ask(fixed_distributions=self._space)
             if all(trial.params.get(k) == v for k, v in shared.items()):
                 return trial
-            # A waiting proposal a killed driver enqueued was taken first: it is no member here.
             self._ot_study.tell(trial, state=TrialState.FAIL)
+        raise RuntimeError(f"Optuna handed out no proposal with {shared}")  # no store does this: ours was waiting
 
     def told_already(self, trial) -> bool:
         """Whether Optuna's storage has this trial finished: a driver killed after telling Optuna and

@@ -212,6 +212,25 @@ def test_a_stack_a_killed_driver_proposed_is_adopted_whole(tmp_path):
     assert len(optuna.load_study(study_name="s", storage=storage).get_trials()) == 3
 
 
+def test_a_waiting_proposal_a_killed_driver_enqueued_is_no_member_of_another_shape(tmp_path):
+    """A killed driver left enqueued proposals (Optuna hands them out first): the next stack's
+    first member takes one, one of another layer count is failed rather than stacked, and the
+    stack's members all share the first member's layer count."""
+    import optuna
+
+    from orchestrator.search import MEMBERS_KEY
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    search = stacked_searcher(storage, stack=3, runs=3)
+    study = optuna.load_study(study_name="s", storage=storage)
+    for n_layers in (7, 3):
+        study.enqueue_trial({"n_layers": n_layers}, skip_if_exists=False)
+    config = search.suggest("a")
+    assert config["n_layers"] == 7 and len(config[MEMBERS_KEY]) == 3
+    states = [(t.state.name, t.params["n_layers"]) for t in study.get_trials()]
+    assert sorted(states) == [("FAIL", 3), ("RUNNING", 7), ("RUNNING", 7), ("RUNNING", 7)]
+
+
 def test_a_suggestion_whose_model_cannot_stack_trains_alone(tmp_path):
     """ACT's halting loop cannot be vmapped: a stack whose first suggestion turns it on is a stack of one."""
     import optuna

@@ -262,13 +262,6 @@ def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: str, batch: dic
     return out, loss
 
 
-def apply_gradients(cfg: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    clip_gradients(cfg, model.parameters())
-    optimizer.step()
-
-
 def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: torch.device) -> tuple[Callable, torch.optim.Optimizer, bool]:
     """-> (step(batch) -> (the batch's loss, its score sums), the optimizer, whether batches must be
     bucketed). One training step: forward, loss, backward, clipping, the optimizer's update and
@@ -280,7 +273,10 @@ def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: 
 
     def step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         out, loss = forward_loss(cfg, model, task.kind, batch, device, graphed)
-        apply_gradients(cfg, model, optimizer, loss)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_gradients(cfg, model.parameters())
+        optimizer.step()
         return loss.detach().float(), score_sums(task.kind, out.detach(), batch)
 
     if graphed:
