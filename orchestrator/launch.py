@@ -204,7 +204,8 @@ def phase_plan(study: Study, state: LaunchState, phase: str) -> tuple[dict, dict
     and a pair's searcher says when it has proposed its last."""
     from ray.tune.schedulers import FIFOScheduler
 
-    cells, runs = phase_cells(study, state, phase), phase_runs(study, state, phase)
+    cells = phase_cells(study, state, phase)
+    runs = phase_runs(study, cells)
     if cells is not None:
         # Every cell for every seed: no TPE, no early stopping (it would bias the table).
         return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, {name: FIFOScheduler() for name in cells}, runs)
@@ -213,9 +214,8 @@ def phase_plan(study: Study, state: LaunchState, phase: str) -> tuple[dict, dict
             {p.name: pair_scheduler(study, p) for p in study.pairs}, runs)
 
 
-def phase_runs(study: Study, state: LaunchState, phase: str) -> dict[str, int]:
-    """Each pair's runs in a phase: a stacked trial's members count one each."""
-    cells = phase_cells(study, state, phase)
+def phase_runs(study: Study, cells: dict[str, list[dict]] | None) -> dict[str, int]:
+    """Each pair's runs in a phase of `cells` (phase_cells): a stacked trial's members count one each."""
     if cells is None:
         return {p.name: study.trial_count(p) for p in study.pairs}
     return {name: sum(len(trial_members(trial)) for trial in c) for name, c in cells.items()}
@@ -557,7 +557,7 @@ def has_snapshot(experiment: str, fs) -> bool:
 
 def phase_outcome(state: LaunchState, study: Study, phase: str, results) -> tuple[int, int]:
     """-> (0 or EXIT_INTERRUPTED, failed trials) once a phase's Tune run has returned."""
-    total = sum(phase_runs(study, state, phase).values())
+    total = sum(phase_runs(study, phase_cells(study, state, phase)).values())
     # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
     ended = tracking.ended_runs(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
     if ended < total:
