@@ -42,7 +42,7 @@ def calibration_config(study: Study, pair: Pair) -> dict:
     options = flat.get("task_options", {})
     flat["task_options"] = {**options, "train_size": min(options.get("train_size", math.inf), CALIBRATION_TRAIN_SIZE * batch),
                             "eval_size": min(options.get("eval_size", math.inf), CALIBRATION_EVAL_SIZE)}
-    return {**flat, "threads": max(1, int(study.resources.cpu))}
+    return {**flat, "threads": max(1, int(pair.resources.cpu))}
 
 
 def seconds_per_step(study: Study, pair: Pair) -> float:
@@ -80,21 +80,20 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
-def resources(address: str | None) -> tuple[str, float, int]:
-    """(where, CPUs, GPUs) of what will train the trials: the Ray cluster at `address`, asked (and
-    left again), else this machine."""
+def resources(address: str | None) -> tuple[str, dict[str, float]]:
+    """(where, its resources by Ray's names) of what will train the trials: the Ray cluster at
+    `address`, asked (and left again), else this machine."""
     if address and address != "local":
         import ray
 
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         try:
-            total = ray.cluster_resources()
+            return f"the cluster at {address}", ray.cluster_resources()
         finally:
             ray.shutdown()
-        return f"the cluster at {address}", total.get("CPU", 0), int(total.get("GPU", 0))
     import torch
 
-    return "this machine", os.cpu_count() or 1, torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return "this machine", {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 
 def device_kind(pair: Pair, on_gpu: bool) -> str:
@@ -148,9 +147,9 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     a stack's members measured here); in all, the GPU-hours (or CPU core-hours) and the wall time
     with as many trials at once as the cluster (`address`) or this machine holds. Reads only: a dry
     run writes nothing, not even a new store."""
-    where, cpus, gpus = resources(address)
-    on_gpu = bool(gpus and study.resources.gpu > 0)
-    study.resolve_batching(on_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
+    where, total = resources(address)
+    use_gpu = total.get("GPU", 0) > 0
+    study.resolve_batching(use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
     rates = None
     if not calibrate:
         try:
@@ -159,7 +158,9 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
             rates = []
             yield f"  cannot read step rates from {tracking.redact(study.tracking.uri)}: {tracking.redact_text(reason(e), study.tracking.uri)}"
     total_steps, total_s, unestimated = 0, 0.0, 0
+    held_s: dict[str, float] = {}  # resource -> seconds of trial time x the amount trials hold of it
     for pair in study.pairs:
+        on_gpu = use_gpu and pair.resources.gpu > 0
         trials, steps = study.trial_count(pair) + study.confirm_count(), int(pair.base["n_iters"])
         total_steps += trials * steps
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
@@ -176,15 +177,18 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
             yield f"{line}; {words}"
             continue
         total_s += trials * steps * per_step
+        for name, amount in pair.resources.asks(use_gpu).items():
+            held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
         yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time"
     summary = f"  cost in all: {total_steps:,} training steps"
     if total_s:
-        limit = sum(min(study.budget.max_concurrent, study.tune_trial_count(p)) for p in study.pairs)
-        fits = [cpus / study.resources.cpu] + ([gpus / study.resources.gpu] if on_gpu else [])
-        slots = max(1, min(limit, study.budget.cluster_concurrent or limit, math.floor(min(fits) + 1e-9)))
-        used = f"{total_s * study.resources.gpu / 3600:.1f} GPU-hours" if on_gpu else f"{total_s * study.resources.cpu / 3600:.1f} CPU core-hours"
-        held = f"{cpus:g} CPUs" + (f", {gpus} GPUs" if gpus else "")
-        summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(total_s / slots)}"
+        slots = study.slots(total, use_gpu)
+        # Trials of several sizes (per_model resources) fill the cluster unevenly: no sooner than
+        # the busiest resource allows either.
+        wall = max(total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)))
+        used = (f"{held_s['GPU'] / 3600:.1f} GPU-hours" if "GPU" in held_s else f"{held_s['CPU'] / 3600:.1f} CPU core-hours")
+        held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
+        summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
                     f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")
         if unestimated:
             summary += f"; {unestimated} pair(s) without an estimate left out"

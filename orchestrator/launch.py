@@ -35,7 +35,7 @@ EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 
 
-def run_trial(config: dict, bases: dict, cpus: float, metric: str, mode: str, stack_of: str) -> None:
+def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, stack_of: str) -> None:
     """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation; or,
     for a config of stacked members, every member at once (trainables.batched), each member's
     metrics under `member<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric`
@@ -51,7 +51,7 @@ def run_trial(config: dict, bases: dict, cpus: float, metric: str, mode: str, st
 
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # a line per checkpoint drowns the progress lines
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
-    cfg.threads = max(1, int(cpus))
+    cfg.threads = max(1, int(cpus[config[PAIR_KEY]]))
     # Two Ray nodes on one machine share a hostname; the node id tells them apart.
     where = {"device": str(pick_device(cfg.device)), "node_id": ray.get_runtime_context().get_node_id()}
     resume_state, history, replay = None, [], None  # history: every evaluation so far, kept in each checkpoint
@@ -119,10 +119,12 @@ def stack_of(study: Study, phase: str) -> str:
 
 def make_trainable(study: Study, use_gpu: bool, phase: str):
     from ray import tune
+    from ray.tune import PlacementGroupFactory
     from ray.tune.trainable.function_trainable import wrap_function
 
     bases = {pair.name: pair.base for pair in study.pairs}
-    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=study.resources.cpu, metric=study.metric,
+    cpus = {pair.name: pair.resources.cpu for pair in study.pairs}
+    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=cpus, metric=study.metric,
                                                             mode=study.mode, stack_of=stack_of(study, phase)), name="trial")
 
     class CheckpointFallbackTrial(function_trainable):
@@ -132,8 +134,9 @@ def make_trainable(study: Study, use_gpu: bool, phase: str):
             if found is not None:
                 return super().restore(found)
 
-    resources = {"cpu": study.resources.cpu, "gpu": study.resources.gpu if use_gpu else 0, **study.resources.custom}
-    return tune.with_resources(CheckpointFallbackTrial, resources)
+    # Each trial asks for its pair's resources (per_model may give small models a share of a GPU).
+    bundles = {pair.name: PlacementGroupFactory([pair.resources.asks(use_gpu)]) for pair in study.pairs}
+    return tune.with_resources(CheckpointFallbackTrial, lambda config: bundles[config[PAIR_KEY]])
 
 
 def make_searcher(study: Study, pair: Pair, storage, study_name: str):
@@ -179,19 +182,10 @@ def fail_stale_proposals(storage, study_name: str) -> None:
 
 
 def cluster_slots(study: Study, use_gpu: bool) -> int:
-    """How many trials the cluster runs at once: `budget.cluster_concurrent`, else as many as its
-    resources hold. Never more than the pairs' own limits allow together."""
+    """How many trials the cluster runs at once (Study.slots)."""
     import ray
 
-    limit = sum(min(study.budget.max_concurrent, study.tune_trial_count(p)) for p in study.pairs)
-    if study.budget.cluster_concurrent:
-        return min(limit, study.budget.cluster_concurrent)
-    total = ray.cluster_resources()
-    fits = [total.get("CPU", 0) / study.resources.cpu]
-    if use_gpu and study.resources.gpu:
-        fits.append(total.get("GPU", 0) / study.resources.gpu)
-    fits += [total.get(name, 0) / amount for name, amount in study.resources.custom.items() if amount]
-    return max(1, min(limit, math.floor(min(fits) + 1e-9)))
+    return study.slots(ray.cluster_resources(), use_gpu)
 
 
 SEARCH, CONFIRM = "tune", "confirm"  # a launch's phases, each its own Tune experiment in the launch's storage
@@ -351,22 +345,23 @@ def check_fits(study: Study, use_gpu: bool) -> None:
     resources key at fault, before anything of the launch is written."""
     import ray
 
-    asks = {"CPU": study.resources.cpu, **({"GPU": study.resources.gpu} if use_gpu and study.resources.gpu else {}),
-            **{name: amount for name, amount in study.resources.custom.items() if amount}}
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
-        return
-    for name, amount in asks.items():
-        most = max((node.get(name, 0) for node in nodes), default=0)
-        if most < amount:
-            key = {"CPU": "resources.cpu", "GPU": "resources.gpu"}.get(name, f"resources.custom.{name}")
-            raise ClusterMismatch(f"{key}: a trial asks for {amount:g} {name}; no node of the cluster has that much "
-                                  f"(the most on one node: {most:g})")
-    raise ClusterMismatch(f"resources: no node of the cluster holds a whole trial's {asks}")
+    for pair in study.pairs:
+        asks = pair.resources.asks(use_gpu)
+        if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
+            continue
+        section = "resources" if pair.resources == study.resources else f"per_model.{pair.model}.resources"
+        for name, amount in asks.items():
+            most = max((node.get(name, 0) for node in nodes), default=0)
+            if most < amount:
+                key = {"CPU": f"{section}.cpu", "GPU": f"{section}.gpu"}.get(name, f"{section}.custom.{name}")
+                raise ClusterMismatch(f"{key}: a trial asks for {amount:g} {name}; no node of the cluster has that much "
+                                      f"(the most on one node: {most:g})")
+        raise ClusterMismatch(f"{section}: no node of the cluster holds a whole trial's {asks}")
 
 
 def measure_stack_sizes(study: Study) -> dict[str, int]:
-    """budget.stack_size auto, where trials get a GPU: for each pair whose trials would stack, the
+    """budget.stack_size auto, where trials get a GPU: for each pair whose trials would stack on one, the
     knee of its throughput curve (trainables.batched.knee), measured on one of the cluster's GPUs
     with a trial's resources, on a small copy of the pair's task (cost.calibration_config)."""
     import ray
@@ -375,9 +370,10 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
 
     from .cost import calibration_config, stack_curve, stack_sizes_to_try
 
-    pairs = [p for p in study.pairs if study.most_stacked(p) > 1]
-    timed = ray.remote(num_cpus=study.resources.cpu, num_gpus=study.resources.gpu, resources=study.resources.custom or None)(stack_curve)
-    pending = [timed.remote(calibration_config(study, p), stack_sizes_to_try(study.most_stacked(p))) for p in pairs]
+    pairs = [p for p in study.pairs if study.most_stacked(p) > 1 and p.resources.gpu > 0]
+    timed = ray.remote(stack_curve)
+    pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=p.resources.gpu, resources=p.resources.custom or None)
+               .remote(calibration_config(study, p), stack_sizes_to_try(study.most_stacked(p))) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
         try:
@@ -413,7 +409,7 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
         check_fits(study, use_gpu)
         study.resolve_batching(use_gpu)
         check_storage(study.storage, "storage")
-        if study.budget.stack_size == "auto" and study.batch_seeds is True and use_gpu and study.resources.gpu > 0:
+        if study.budget.stack_size == "auto" and study.batch_seeds is True and use_gpu:
             study.stack_sizes = measure_stack_sizes(study)
         warming.result()
     state = new_launch(study, spec_text, launch_id, night)

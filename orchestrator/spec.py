@@ -127,6 +127,17 @@ class TaskEntry:
 
 
 @dataclass
+class Resources:
+    cpu: float = 1.0
+    gpu: float = 0.0  # a fraction lets several small trials share one GPU; used only where GPUs exist
+    custom: dict = field(default_factory=dict)  # e.g. {trial_slot: 1} to spread trials over nodes
+
+    def asks(self, use_gpu: bool) -> dict[str, float]:
+        """What one trial asks Ray for, by Ray's resource names (nothing of zero; no GPU where trials get none)."""
+        return {"CPU": self.cpu, **({"GPU": self.gpu} if use_gpu and self.gpu else {}), **{k: v for k, v in self.custom.items() if v}}
+
+
+@dataclass
 class Pair:
     """One model on one task variant: its own Tune run, Optuna study and ASHA bracket."""
 
@@ -136,6 +147,7 @@ class Pair:
     base: dict  # the flat trial config without the searched keys
     warm_start: dict | None  # the paper's setting (Tables 7-9), moved into the space where needed
     grid: dict[str, list] = field(default_factory=dict)  # ablations: the grid keys this model has
+    resources: Resources = field(default_factory=Resources)  # a trial's: the file's, or per_model's
 
     @property
     def name(self) -> str:
@@ -167,13 +179,6 @@ class Scheduler:
     name: str = "asha"  # or "fifo" (no early stopping)
     grace_period: int = 5000  # iterations before ASHA may stop a trial
     reduction_factor: int = 3
-
-
-@dataclass
-class Resources:
-    cpu: float = 1.0
-    gpu: float = 0.0  # a fraction lets several small trials share one GPU; used only where GPUs exist
-    custom: dict = field(default_factory=dict)  # e.g. {trial_slot: 1} to spread trials over nodes
 
 
 @dataclass
@@ -329,7 +334,17 @@ class Study:
 
     def resolve_batching(self, trials_get_gpus: bool) -> None:
         if self.batch_seeds == "auto":
-            self.batch_seeds = trials_get_gpus and self.resources.gpu > 0
+            self.batch_seeds = trials_get_gpus and any(pair.resources.gpu > 0 for pair in self.pairs)
+
+    def slots(self, total: dict[str, float], use_gpu: bool) -> int:
+        """How many trials run at once on a cluster holding `total` (by Ray's resource names):
+        budget.cluster_concurrent, else as many of the pair with the smallest trials as it holds
+        (Ray starts what fits), never more than the pairs' own limits allow together."""
+        limit = sum(min(self.budget.max_concurrent, self.tune_trial_count(p)) for p in self.pairs)
+        if self.budget.cluster_concurrent:
+            return min(limit, self.budget.cluster_concurrent)
+        fits = max(min(total.get(name, 0) / amount for name, amount in p.resources.asks(use_gpu).items()) for p in self.pairs)
+        return max(1, min(limit, math.floor(fits + 1e-9)))
 
     def trial_count(self, pair: Pair) -> int:
         """The pair's trials: its grid cells times the seeds for an ablation, else the search budget."""
@@ -356,6 +371,22 @@ TOP_KEYS = {
 }
 SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
 METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
+
+
+def _parse_resources(raw, default: Resources, key: str, path) -> Resources:
+    """A trial's resources: `raw`'s keys over `default`'s (the file's, for a per_model entry)."""
+    given = _section(Resources, raw, key, path)
+    resources = dataclasses.replace(default, **{k: getattr(given, k) for k in (raw or {})})
+    _positive(path, f"{key}.cpu", resources.cpu)
+    _positive(path, f"{key}.gpu", resources.gpu, allow_zero=True)
+    if resources.gpu > 1:
+        raise SpecError(path, f"{key}.gpu", f"a trial uses at most one GPU; got {resources.gpu}")
+    if not isinstance(resources.custom, dict):
+        raise SpecError(path, f"{key}.custom", f"expected a mapping of resource name -> amount, got {resources.custom!r}")
+    for name, amount in resources.custom.items():
+        safe_name(name, path, f"{key}.custom")
+        _positive(path, f"{key}.custom.{name}", amount, allow_zero=True)
+    return resources
 
 
 def _section(cls, raw, key: str, path):
@@ -431,16 +462,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     _positive(path, "scheduler.grace_period", scheduler.grace_period)
     if not isinstance(scheduler.reduction_factor, (int, float)) or scheduler.reduction_factor <= 1:
         raise SpecError(path, "scheduler.reduction_factor", f"must be above 1, got {scheduler.reduction_factor!r}")
-    resources = _section(Resources, raw.get("resources"), "resources", path)
-    _positive(path, "resources.cpu", resources.cpu)
-    _positive(path, "resources.gpu", resources.gpu, allow_zero=True)
-    if resources.gpu > 1:
-        raise SpecError(path, "resources.gpu", f"a trial uses at most one GPU; got {resources.gpu}")
-    if not isinstance(resources.custom, dict):
-        raise SpecError(path, "resources.custom", f"expected a mapping of resource name -> amount, got {resources.custom!r}")
-    for name, amount in resources.custom.items():
-        safe_name(name, path, "resources.custom")
-        _positive(path, f"resources.custom.{name}", amount, allow_zero=True)
+    resources = _parse_resources(raw.get("resources"), Resources(), "resources", path)
     tracking = _section(Tracking, raw.get("tracking"), "tracking", path)
     if tracking.experiment is not None:
         safe_name(tracking.experiment, path, "tracking.experiment")
@@ -456,13 +478,13 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     space = _parse_space(raw.get("space") or {}, "space", path)
     per_model = raw.get("per_model") or {}
     if not isinstance(per_model, dict):
-        raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed, grid}")
+        raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed, grid, resources}")
     for model, entry in per_model.items():
         if not isinstance(entry or {}, dict):
-            raise SpecError(path, f"per_model.{model}", f"expected a mapping with space, fixed or grid, got {entry!r}")
+            raise SpecError(path, f"per_model.{model}", f"expected a mapping with space, fixed, grid or resources, got {entry!r}")
         for k, value in (entry or {}).items():
-            if k not in ("space", "fixed", "grid"):
-                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, space")
+            if k not in ("space", "fixed", "grid", "resources"):
+                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, resources, space")
             if not isinstance(value or {}, dict):
                 raise SpecError(path, f"per_model.{model}.{k}", f"expected a mapping, got {value!r}")
     fixed = raw.get("fixed") or {}
@@ -513,6 +535,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
                 skipped.append(f"{task.variant} x {model}: {model} runs {', '.join(MODELS[model].task_kinds)}, {task.task} is {kind}")
                 continue
             pair = _make_pair(task, model, model_space, fixed, overrides.get("fixed") or {}, budget, seed, path)
+            pair.resources = _parse_resources(overrides.get("resources"), resources, f"per_model.{model}.resources", path)
             # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
             # (Table 6's head counts for multi-head attention only) adds to the file's.
             own_grid = _parse_grid({"grid": overrides.get("grid")}, path, f"per_model.{model}.grid")[0]

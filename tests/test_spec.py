@@ -100,6 +100,9 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(budget={"n_iters": "many"}), "budget.n_iters: expected int or null, got 'many'"),
         (with_(tracking={"uri": None}), "tracking.uri: expected str, got None"),
         (with_(per_model={"ndr": 3}), "per_model.ndr: expected a mapping"),
+        (with_(per_model={"lstm": {"resources": {"gpu": 2}}}), "per_model.lstm.resources.gpu: a trial uses at most one GPU; got 2"),
+        (with_(per_model={"lstm": {"resources": {"gpus": 0.5}}}), "per_model.lstm.resources.gpus: unknown key (did you mean 'gpu'?)"),
+        (with_(per_model={"lstm": {"resources": 0.5}}), "per_model.lstm.resources: expected a mapping"),
         (with_(models=[["ndr"]]), "models[0]: unknown model"),
         ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
     ],
@@ -308,7 +311,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
                             ("lstm", "listops", "cpu", 3.0), ("lstm", "listops", "cpu", 5.0)])  # no lstm trial on ctl: any task's
     budget = {"trials": 2, "max_concurrent": 2, "n_iters": 3000, "eval_every": 1000}
     steps = 2 * 3000
-    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", 4, 0))
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}))
     lines = list(cost.describe_cost(load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False))
     ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
     assert lines == [
@@ -320,7 +323,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
         f"at most {cost.hours((ndr + lstm) / 4)} (evaluations left out; ASHA stops poor trials sooner)",
     ]
     # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", 16, 2))
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}))
     on_gpus = with_(budget={**budget, "max_concurrent": 8, "trials": 8}, resources={"cpu": 1, "gpu": 0.5}, tracking={"uri": uri})
     lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379"))
     ndr = 8 * 3000 / 500.0
@@ -328,6 +331,56 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     assert lines[2] == (f"  cost in all: 48,000 training steps = {ndr * 0.5 / 3600:.1f} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
                         f"4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left out; ASHA stops poor trials sooner); "
                         "1 pair(s) without an estimate left out")
+
+
+def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatch):
+    """per_model.<model>.resources: its keys over the file's. Each trial asks Ray for its pair's
+    (Tune's resource request of the trial's config), the cluster runs as many at once as the
+    smallest trials allow, and the dry run sums each pair's GPU-hours at its own share: whole GPUs
+    for a stacked NDR, a quarter for an LSTM."""
+    from orchestrator import cost
+    from orchestrator.cli import describe_study
+    from orchestrator.launch import SEARCH, make_trainable
+    from orchestrator.search import PAIR_KEY
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    stored_step_rates(uri, [("ndr", "ctl", "cuda:0", 100.0), ("lstm", "ctl", "cuda:0", 200.0)])
+    study = load_study(write(tmp_path, with_(resources={"cpu": 4, "gpu": 1, "custom": {"slot": 1}}, tracking={"uri": uri},
+                                             per_model={"lstm": {"resources": {"cpu": 2, "gpu": 0.25}}})))
+    pairs = {p.model: p for p in study.pairs}
+    assert (pairs["ndr"].resources.cpu, pairs["ndr"].resources.gpu) == (4, 1) and pairs["lstm"].resources.custom == {"slot": 1}
+    assert pairs["lstm"].resources.asks(True) == {"CPU": 2, "GPU": 0.25, "slot": 1}
+    assert pairs["lstm"].resources.asks(False) == {"CPU": 2, "slot": 1}  # no GPU where trials get none
+    plan = describe_study(study).splitlines()
+    assert plan[1] == "  pair fwd__ndr: searching lr, n_heads" and plan[2] == "  pair fwd__lstm: searching lr; each trial 2 CPU, 0.25 GPU, 1 slot"
+    trainable = make_trainable(study, use_gpu=True, phase=SEARCH)
+    assert trainable.default_resource_request({PAIR_KEY: "fwd__lstm"}).bundles == [{"CPU": 2, "GPU": 0.25, "slot": 1}]
+    assert trainable.default_resource_request({PAIR_KEY: "fwd__ndr"}).bundles == [{"CPU": 4, "GPU": 1, "slot": 1}]
+    # One GPU and 16 CPUs hold 4 LSTM trials at once (the pairs' limits allow 1 + 1 = 2).
+    assert study.slots({"CPU": 16, "GPU": 1, "slot": 8}, True) == 2
+    study.budget.max_concurrent = 8
+    assert study.slots({"CPU": 16, "GPU": 1, "slot": 8}, True) == 4
+
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 1, "slot": 8}))
+    lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
+    ndr, lstm = 2 * 10 / 100.0, 2 * 10 / 200.0  # 2 trials x 10 steps each
+    gpu_hours = (ndr * 1 + lstm * 0.25) / 3600
+    # The whole-GPU NDR trials cannot share the one GPU: its busy time bounds the wall time.
+    assert lines[2] == (f"  cost in all: 40 training steps = {gpu_hours:.1f} GPU-hours; on the cluster at head:6379 (16 CPUs, 1 GPUs, "
+                        f"4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} (evaluations left out; ASHA stops poor trials sooner)")
+
+
+def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path, monkeypatch):
+    import ray
+
+    from orchestrator.launch import ClusterMismatch, check_fits
+
+    study = load_study(write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}})))
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 0.5}}])
+    with pytest.raises(ClusterMismatch, match=r"^per_model\.ndr\.resources\.gpu: a trial asks for 1 GPU; no node of the cluster has that "
+                       r"much \(the most on one node: 0\.5\)$"):
+        check_fits(study, use_gpu=True)
+    check_fits(study, use_gpu=False)  # where trials get no GPU, they ask for none
 
 
 def test_dry_run_without_calibration_creates_no_store(tmp_path):
@@ -464,7 +517,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     pretended; the curve is this CPU's."""
     from orchestrator import cost
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", 2, 1))
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}))
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
     monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path / "cache"))
