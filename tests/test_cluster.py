@@ -437,3 +437,26 @@ def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_p
     _, _, runs = trial_runs(uri, experiment)
     assert len(runs) == 4 and len({r.data.tags["trial_id"] for r in runs}) == -(-4 // size)
     assert sorted(optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["cr__transformer"]) == ["COMPLETE"] * 4
+
+
+@pytest.mark.long  # its parts have fast tests (test_spec); this one checks that Ray honours each pair's request
+def test_each_pair_asks_for_its_own_share_of_a_gpu(tmp_path, cluster):
+    """A node with 2 CPUs and one (declared) GPU. A stacked Transformer trial asks for the whole GPU,
+    the LSTM's trials (per_model resources) for half of it each: the two LSTM trials run at once,
+    and no LSTM trial runs beside the Transformer's."""
+    cluster.start(f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, concurrent=2, n_iters=150, eval_every=50, cpu=1, models=("transformer", "lstm"), space={},
+                seeds=[0, 1], batch_seeds=True, budget={"max_concurrent": 2, "n_iters": 150, "eval_every": 50, "stack_size": 2},
+                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, resources={"cpu": 1, "gpu": 1},
+                per_model={"lstm": {"resources": {"gpu": 0.5}}})
+    orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env)
+    _, _, runs = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
+    spans = {}
+    for run in runs:
+        spans.setdefault((run.data.tags["pair"], run.data.tags["trial_id"]), (run.info.start_time, run.info.end_time))
+    lstm = [span for (pair, _), span in spans.items() if pair.endswith("__lstm")]
+    transformer = [span for (pair, _), span in spans.items() if pair.endswith("__transformer")]
+    assert len(lstm) == 2 and len(transformer) == 1, spans  # the Transformer's two seeds stacked in one trial
+    overlap = lambda a, b: a[0] < b[1] and b[0] < a[1]  # noqa: E731
+    assert overlap(*lstm) and not any(overlap(transformer[0], span) for span in lstm), spans
