@@ -9,7 +9,8 @@ Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
            (trainables.train.training_step: device-resident splits, no host sync), eager and, on
            CUDA, each step one CUDA graph replay (cuda_graphs: auto; with --compile also
            torch.compile and its compile seconds); kernels per step and the fraction of the step
-           the GPU is busy (torch.profiler); and peak memory
+           the GPU is busy (torch.profiler); the share of a trial's time its evaluations take
+           (they run eagerly); and peak memory
   curve    member-steps/s of one configuration stacked N members high (--seeds-n, e.g.
            1,5,20,50), and the stack size a launch with budget.stack_size auto would take
   packing  one trial packed 1, 2, 4 and 8 times on the device as separate processes started
@@ -76,11 +77,29 @@ def kernels_and_busy(cfg, steps: int) -> tuple[float, float]:
     return len(kernels) / steps, busy_us / 1e6 / wall
 
 
+def evaluation_seconds(cfg) -> float:
+    """Seconds of one evaluation of `cfg`'s untrained model as a trial makes it on a new best (both
+    validation splits and every test split, trainables.train.Selection), after one warm-up."""
+    from trainables.train import Selection, make_model, synchronize
+
+    device = pick_device(cfg.device)
+    task = load_task(cfg.task, cfg.task_options)
+    model = make_model(cfg, task).to(device)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        Selection(cfg, task, device, None, "bench")(model, 1, 1.0, {}, 1.0)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times[-1]
+
+
 def models(args, rows) -> None:
     print(f"\nTraining steps/s through trainables.train's step, {args.steps} steps after one warm-up (graphed: cuda_graphs auto, "
-          f"'-' where the step stays eager; compiled: with --compile, its first step's seconds beside it)")
+          f"'-' where the step stays eager; compiled: with --compile, its first step's seconds beside it; eval share: one "
+          f"evaluation of every split, eager, over itself and eval_every steps at the fastest rate)")
     print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
-          f"{'kernels':>8s} {'GPU busy':>8s} {'peak MiB':>9s}")
+          f"{'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}")
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False))
         device = pick_device(cfg.device)
@@ -98,12 +117,14 @@ def models(args, rows) -> None:
             compile_s = time.perf_counter() - start - args.steps / compiled
         if device.type == "cuda":
             kernels, busy = kernels_and_busy(best, args.steps)
+        evaluation = evaluation_seconds(cfg)
+        eval_share = evaluation / (evaluation + cfg.eval_every / max(r for r in (eager, graphed, compiled) if r))
 
         def cell(value, spec):
             return f"{'-':>{spec.split('.')[0]}s}" if value is None else format(value, spec)
 
         print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} {cell(compiled, '9.2f')} "
-              f"{cell(compile_s, '9.0f')} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {shown(peak_mib(device)):>9s}", flush=True)
+              f"{cell(compile_s, '9.0f')} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}", flush=True)
 
 
 def curve(args, rows) -> None:
