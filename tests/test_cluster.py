@@ -243,6 +243,7 @@ def test_storage_on_a_path_every_node_sees(tmp_path, cluster):
         shutil.rmtree(shared, ignore_errors=True)
 
 
+@pytest.mark.long  # the chaos soak (default run) kills a node mid-trial and audits every trial and step
 def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
     """SIGKILL every process of the node running the only trial: Tune restarts it from its last
     checkpoint on the other node; one MLflow run, every evaluation step exactly once."""

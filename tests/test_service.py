@@ -191,6 +191,7 @@ def test_asha_stops_poor_trials_and_tells_optuna_they_were_pruned(tmp_path):
     assert sorted(states["cr__transformer"]) == sorted({"completed": "COMPLETE", "early_stopped": "PRUNED"}[s] for s in statuses)
 
 
+@pytest.mark.long  # the chaos soak (default run) kills a driver and audits every trial, step and Optuna state
 def test_resume_after_the_driver_is_killed(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=300, eval_every=50)
