@@ -273,6 +273,7 @@ def wait_for_line(process, text: str, timeout=300) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.long  # the chaos soak (default run) sends SIGINT mid-launch, resumes and audits the records
 def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
     """Ctrl-C as a terminal sends it (to the driver's whole process group, its local Ray too),
     again and again from the moment the third of three trials runs and the first two have ended:
