@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 from ray.tune import Callback
 
 from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
-from .tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run
+from .tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run, store_outage
 
 
 def cell_tags(trial, member: int | None = None) -> dict[str, str]:
@@ -130,9 +131,9 @@ class TrialTracker(Callback):
         chosen = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in member_config(trial.config, member).items())
         return f"#{len(earlier) + 1} {chosen} {pair}".replace("  ", " ")
 
-    def experiment_id(self) -> str:
+    def experiment_id(self, mlflow=None) -> str:
         if self._experiment_id is None:
-            self._experiment_id = self.mlflow.get_run(self.parent_run_id).info.experiment_id
+            self._experiment_id = (mlflow or self.mlflow).get_run(self.parent_run_id).info.experiment_id
         return self._experiment_id
 
     def logged_until(self, run_id: str) -> int:
@@ -208,8 +209,21 @@ class TrialTracker(Callback):
         checkpoint is forgotten when a killed driver is resumed, and Tune proposes a new trial in
         its place; its run is marked lost."""
         known = {trial.trial_id for trial in trials}
-        end_running_runs(self.mlflow, self.experiment_id(), self.launch_id,
-                         lambda trial_id: "interrupted" if trial_id in known else "lost", skip=self.ended)
+
+        def end(mlflow) -> None:
+            end_running_runs(mlflow, self.experiment_id(mlflow), self.launch_id, lambda trial_id: "interrupted" if trial_id in known else "lost",
+                             skip=self.ended)
+
+        # Tune calls this while it handles the error that stops it (tune.run's except clause). Where
+        # that is a store that stayed unreachable through every retry, another whole window of retries
+        # here would double the wait for the one-line stop: one try, and resume ends the runs.
+        if store_outage(sys.exc_info()[1]) is None:
+            end(self.mlflow)
+            return
+        try:
+            end(self.mlflow.unretried)
+        except Exception:  # noqa: BLE001 - the store is down; launch.stopped_by_outage says so
+            pass
 
 
 class ProgressLines(Callback):

@@ -180,6 +180,11 @@ class RetryingClient:
     def __getattr__(self, name):
         return retried(getattr(self._client, name), f"tracking store {redact(self._uri)}")
 
+    @property
+    def unretried(self):
+        """The client itself, each call tried once: for a driver already stopping on a store outage."""
+        return self._client
+
 
 def search_storage(uri: str, launch_dir: Path):
     """The Optuna storage of a launch (see search_store), its calls retried like MLflow's."""
