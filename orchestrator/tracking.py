@@ -6,6 +6,7 @@ that writes the trial runs from the driver is callbacks.TrialTracker.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
 import math
@@ -367,7 +368,7 @@ def code_tags() -> dict[str, str]:
 def warm_up(uri: str) -> None:
     """MLflow's imports and, where the store exists, a first read; nothing written, so a launch
     refused after this (its storage unseen by a node) leaves no store behind."""
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (seconds of imports)
+    importlib.import_module("mlflow.store.tracking.sqlalchemy_store")  # seconds of imports
 
     if store_exists(uri):
         client(uri).search_experiments(max_results=1)
