@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from trainables.batched import MEMBER_KEYS, batchable
 
 from .spec import MEMBERS_KEY
-from .tracking import member_key, member_result
+from .tracking import member_result
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
@@ -73,12 +73,13 @@ class TruncationAwareOptunaSearch(OptunaSearch):
     def on_trial_result(self, trial_id, result):
         if trial_id in self._completed_trials:
             return
-        step = result.get("iteration", result.get(TRAINING_ITERATION))
-        if step is None:
-            return
         for trial, member in self.trials_of(trial_id):
-            value = result.get(self.metric if member is None else member_key(member, self.metric))
-            if value is None:
+            # A member's own iteration: one that diverged keeps its last metrics while the stack
+            # trains on, and reporting them at the stack's iteration would rank it as one that
+            # trained longest instead of one stopped where it diverged.
+            own = member_result(result, member)
+            step, value = own.get("iteration", own.get(TRAINING_ITERATION)), own.get(self.metric)
+            if step is None or value is None:
                 continue
             with warnings.catch_warnings():
                 # A restored trial replays evaluations Optuna may have already: ignoring them is right.

@@ -144,11 +144,13 @@ def test_a_seeds_weights_load_into_a_model_of_its_own():
 
 
 def test_a_diverged_seed_stops_alone():
-    """A NaN in one seed's parameters stays in that seed: it is reported diverged, the other trains on."""
-    reports = []
+    """A NaN in one seed's parameters stays in that seed: it is reported diverged, the other trains
+    on; a resume from a later snapshot keeps it diverged where it diverged."""
+    reports, states = [], {}
 
     def report(metrics, state):
         reports.append([dict(m) for m in metrics])
+        states[metrics[0]["iteration"]] = state()
 
     cfg = tiny("ndr", n_iters=12, eval_every=4)
     original = torch.optim.AdamW.step
@@ -169,6 +171,8 @@ def test_a_diverged_seed_stops_alone():
     assert final[1]["status"] == "diverged" and final[1]["iteration"] == 4
     assert final[0]["status"] == "completed" and final[0]["iteration"] == 12
     assert [r[0]["iteration"] for r in reports] == [4, 8, 12]
+    resumed = train_seeds(cfg, [0, 1], resume_state=states[8], log=None)
+    assert (resumed[1]["status"], resumed[1]["iteration"]) == ("diverged", 4) and resumed[0]["status"] == "completed"
 
 
 @pytest.mark.parametrize("flat, reason", [

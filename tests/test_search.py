@@ -183,10 +183,14 @@ def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own
     stacked = [{**{k: v for k, v in configs[0].items() if k != MEMBERS_KEY}, **m} for m in configs[0][MEMBERS_KEY]]
     assert [t.params for t in trials[:3]] == stacked
 
-    # Trial a: member 0 completes, member 1 diverged, member 2 completes. Trial b: ASHA stops it.
-    result = {"iteration": 100, "training_iteration": 1, "acc": 0.9, "status": "completed"}
-    for k, (acc, status) in enumerate([(0.9, "completed"), (0.2, "diverged"), (0.5, "completed")]):
-        result |= {member_key(k, "acc"): acc, member_key(k, "status"): status}
+    # Trial a: member 0 completes, member 1 diverged at iteration 40 (and keeps reporting its last
+    # metrics while the others train on), member 2 completes. Trial b: ASHA stops it.
+    def result_at(iteration, status):
+        members = [(0.9, status, iteration), (0.2, "diverged", 40), (0.5, status, iteration)]
+        return {"iteration": iteration, "training_iteration": 1, "acc": 0.9, "status": status,
+                **{member_key(k, key): v for k, m in enumerate(members) for key, v in zip(("acc", "status", "iteration"), m)}}
+    search.on_trial_result("a", result_at(60, "running"))
+    result = result_at(100, "completed")
     search.on_trial_result("a", result)
     search.on_trial_complete("a", result)
     stopped = {"iteration": 50, "training_iteration": 1, "acc": 0.4, "status": "running",
@@ -196,7 +200,7 @@ def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "COMPLETE", "PRUNED", "PRUNED", "PRUNED", "COMPLETE"]
     assert [t.value for t in trials if t.state.name == "COMPLETE"] == [0.9, 0.5, 0.7]
-    assert trials[1].intermediate_values == {100: 0.2}
+    assert trials[1].intermediate_values == {40: 0.2}  # where it diverged, as its own trial would have stopped
     assert [t.intermediate_values for t in trials[3:6]] == [{50: 0.0}, {50: 0.1}, {50: 0.2}]  # each its own, at the iteration
 
 

@@ -317,11 +317,12 @@ class Selection:
         self.metrics: dict[str, Any] = {"status": "completed", **self.best}
 
     def state(self) -> dict:
-        return {"best": self.best, "early": self.early}
+        # A stack trains on past a member that diverged: its resume must not train that member again.
+        return {"best": self.best, "early": self.early, "diverged": self.metrics if self.diverged else None}
 
     def restore(self, state: dict) -> None:
         self.best, self.early = state["best"], state.get("early", self.early)
-        self.metrics = {"status": "completed", **self.best}
+        self.metrics = state.get("diverged") or {"status": "completed", **self.best}
 
     @property
     def diverged(self) -> bool:
