@@ -256,7 +256,7 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
                 stack.step()
                 synchronize(device)
                 times.append(time.perf_counter() - start)
-        except torch.OutOfMemoryError:
+        except torch.cuda.OutOfMemoryError:
             break
         finally:
             stack = None
