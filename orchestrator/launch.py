@@ -33,6 +33,7 @@ from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
+MAX_PENDING_GIVEN = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # the user's own, over each phase's slots
 
 
 def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, stack_of: str) -> None:
@@ -181,11 +182,11 @@ def fail_stale_proposals(storage, study_name: str) -> None:
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
-def cluster_slots(study: Study, use_gpu: bool) -> int:
-    """How many trials the cluster runs at once (Study.slots)."""
+def cluster_slots(study: Study, use_gpu: bool, cells: dict[str, list[dict]] | None = None) -> int:
+    """How many trials the cluster runs at once (Study.slots) in a phase of `cells` (phase_cells)."""
     import ray
 
-    return study.slots(ray.cluster_resources(), use_gpu)
+    return study.slots(ray.cluster_resources(), use_gpu, cells and {name: len(c) for name, c in cells.items()})
 
 
 SEARCH, CONFIRM = "tune", "confirm"  # a launch's phases, each its own Tune experiment in the launch's storage
@@ -425,8 +426,6 @@ def execute(state: LaunchState, address: str | None) -> int:
     study = state.study()
     use_gpu = start_ray(address)
     slots = cluster_slots(study, use_gpu)
-    # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
-    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(slots))
     # A snapshot after every checkpoint is what keeps resume exact; Tune warns about it each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Tune's console (its boxes, tables and TensorBoard hint) off: callbacks.ProgressLines prints.
@@ -450,7 +449,7 @@ def execute(state: LaunchState, address: str | None) -> int:
         lock.write(f"{socket.gethostname()} {os.getpid()}\n")
         lock.flush()
         try:
-            return run_launch(state, study, use_gpu, slots)
+            return run_launch(state, study, use_gpu)
         except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
             return stopped_by_outage(state, str(e))
         except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
@@ -471,11 +470,11 @@ def stopped_by_outage(state: LaunchState, reason: str) -> int:
     return 1
 
 
-def run_launch(state: LaunchState, study: Study, use_gpu: bool, slots: int) -> int:
+def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
     """execute's work, under the driver's lock: every phase, then the answer."""
     state.state = "running"
     state.save()
-    code, errors = run_phase(state, study, SEARCH, use_gpu, slots)
+    code, errors = run_phase(state, study, SEARCH, use_gpu)
     confirming = study.confirm.top_k and not study.is_ablation
     if code == 0 and confirming:
         if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
@@ -484,7 +483,7 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool, slots: int) -> i
             state.save()
         print(f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
               f"{', '.join(map(str, study.confirm.seeds))}", flush=True)
-        code, more_errors = run_phase(state, study, CONFIRM, use_gpu, slots)
+        code, more_errors = run_phase(state, study, CONFIRM, use_gpu)
         errors += more_errors
     if code:
         return code
@@ -514,11 +513,15 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool, slots: int) -> i
     return EXIT_REGRESSION if regressions else 0
 
 
-def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool, slots: int) -> tuple[int, int]:
+def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool) -> tuple[int, int]:
     """Run (or continue, from its Tune experiment) one phase until its trials have ended.
     -> (exit status: 0, 1 after a store outage, EXIT_INTERRUPTED; trials that failed for good)."""
     from ray import tune
 
+    # A phase's own concurrency: a stacked search may be a trial or two per pair, its confirmation many.
+    slots = cluster_slots(study, use_gpu, phase_cells(study, state, phase) if phase == CONFIRM else None)
+    # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
+    os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = MAX_PENDING_GIVEN or str(slots)
     fs, storage_path, name = experiment_location(state, phase)
     experiment = f"{storage_path}/{name}"
     if has_snapshot(experiment, fs):

@@ -336,11 +336,13 @@ class Study:
         if self.batch_seeds == "auto":
             self.batch_seeds = trials_get_gpus and any(pair.resources.gpu > 0 for pair in self.pairs)
 
-    def slots(self, total: dict[str, float], use_gpu: bool) -> int:
+    def slots(self, total: dict[str, float], use_gpu: bool, trials: dict[str, int] | None = None) -> int:
         """How many trials run at once on a cluster holding `total` (by Ray's resource names):
         budget.cluster_concurrent, else as many of the pair with the smallest trials as it holds
-        (Ray starts what fits), never more than the pairs' own limits allow together."""
-        limit = sum(min(self.budget.max_concurrent, self.tune_trial_count(p)) for p in self.pairs)
+        (Ray starts what fits), never more than the pairs' own limits allow together. `trials`:
+        each pair's Tune trials in the phase (a confirmation's), by default the search's or ablation's."""
+        trials = trials or {p.name: self.tune_trial_count(p) for p in self.pairs}
+        limit = sum(min(self.budget.max_concurrent, trials[p.name]) for p in self.pairs)
         if self.budget.cluster_concurrent:
             return min(limit, self.budget.cluster_concurrent)
         fits = max(min(total.get(name, 0) / amount for name, amount in p.resources.asks(use_gpu).items()) for p in self.pairs)

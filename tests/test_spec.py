@@ -511,6 +511,21 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
             load_study(write(tmp_path, with_(budget={"stack_size": bad})))
 
 
+def test_a_confirmation_runs_as_many_trials_at_once_as_its_own_trials_allow(tmp_path, monkeypatch):
+    """A search of 3 trials runs 3 at a time (a stacked one may be a single Tune trial); its
+    confirmation repeats the top 3 over 2 seeds, 6 trials the cluster may run side by side."""
+    import ray
+
+    from orchestrator.launch import CONFIRM, cluster_slots, phase_cells
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8})
+    study = load_study(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}, resources={"cpu": 1},
+                                             budget={"trials": 3, "max_concurrent": 8}, confirm={"top_k": 3, "seeds": [5, 6]})))
+    state = type("State", (), {"candidates": {"fwd__lstm": [{"lr": 1e-4}, {"lr": 2e-4}, {"lr": 3e-4}]}})()
+    assert cluster_slots(study, False) == 3
+    assert cluster_slots(study, False, phase_cells(study, state, CONFIRM)) == 6
+
+
 def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path, monkeypatch):
     """Trials that get a GPU stack (batch_seeds auto): the estimate times the stack size a launch
     would use (here budget.stack_size 2) and prices every run at its member-steps/s. The GPU is
