@@ -351,14 +351,19 @@ def check_fits(study: Study, use_gpu: bool) -> None:
         asks = pair.resources.asks(use_gpu)
         if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
             continue
-        section = "resources" if pair.resources == study.resources else f"per_model.{pair.model}.resources"
+        def section(field: str) -> str:  # where the file set the value: the model's own entry or the file's
+            own = getattr(pair.resources, field) != getattr(study.resources, field)
+            return f"per_model.{pair.model}.resources" if own else "resources"
+
         for name, amount in asks.items():
             most = max((node.get(name, 0) for node in nodes), default=0)
             if most < amount:
-                key = {"CPU": f"{section}.cpu", "GPU": f"{section}.gpu"}.get(name, f"{section}.custom.{name}")
+                field = {"CPU": "cpu", "GPU": "gpu"}.get(name, "custom")
+                key = f"{section(field)}.{field}" + (f".{name}" if field == "custom" else "")
                 raise ClusterMismatch(f"{key}: a trial asks for {amount:g} {name}; no node of the cluster has that much "
                                       f"(the most on one node: {most:g})")
-        raise ClusterMismatch(f"{section}: no node of the cluster holds a whole trial's {asks}")
+        whole = "resources" if pair.resources == study.resources else f"per_model.{pair.model}.resources"
+        raise ClusterMismatch(f"{whole}: no node of the cluster holds a whole trial's {asks}")
 
 
 def measure_stack_sizes(study: Study) -> dict[str, int]:

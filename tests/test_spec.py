@@ -381,6 +381,10 @@ def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path,
                        r"much \(the most on one node: 0\.5\)$"):
         check_fits(study, use_gpu=True)
     check_fits(study, use_gpu=False)  # where trials get no GPU, they ask for none
+    # The model's entry sets only its GPU: a CPU count no node has is the file's key.
+    study = load_study(write(tmp_path, with_(models=["lstm"], space={}, resources={"cpu": 8}, per_model={"lstm": {"resources": {"gpu": 0.25}}})))
+    with pytest.raises(ClusterMismatch, match=r"^resources\.cpu: a trial asks for 8 CPU"):
+        check_fits(study, use_gpu=True)
 
 
 def test_dry_run_without_calibration_creates_no_store(tmp_path):
