@@ -127,18 +127,30 @@ def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str) -
     return (None, source) if rate is None else (1 / rate, f"{rate:.1f} steps/s ({source})")
 
 
-def stacked_step_time(study: Study, pair: Pair) -> tuple[float | None, str]:
-    """Where the pair's trials stack: (seconds per member-step at the stack size a launch would take,
-    in words), from the throughput curve measured here: budget.stack_size, else the curve's knee
-    (as launch.measure_stack_sizes takes it). None where the stack does not fit the device."""
+def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
+    """The members a launch stacks in one of the pair's trials (the largest of its stacks): at most
+    budget.stack_size and the pair's own most; with auto, None where the launch measures the
+    throughput curve's knee (trials on a GPU), else an ablation's whole cell group and a search's
+    single suggestion."""
+    limit, most = study.stack_limit(pair), study.most_stacked(pair)
+    if limit:
+        return min(limit, most)
+    if use_gpu and pair.resources.gpu > 0:
+        return None
+    return most if study.is_ablation else 1
+
+
+def stacked_step_time(study: Study, pair: Pair, size: int | None) -> tuple[float | None, str, int]:
+    """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
+    launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
+    curve measured here. None where the stack does not fit the device."""
     from trainables.batched import knee
 
-    limit = study.stack_limit(pair)
-    curve = dict(stack_curve(calibration_config(study, pair), stack_sizes_to_try(limit or study.most_stacked(pair))))
-    size = limit or knee(list(curve.items()))
+    curve = dict(stack_curve(calibration_config(study, pair), stack_sizes_to_try(size or study.most_stacked(pair))))
+    size = size or knee(list(curve.items()))
     if size not in curve:
-        return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})"
-    return 1 / curve[size], f"stacks of {size}: {curve[size]:.1f} member-steps/s here"
+        return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})", size
+    return 1 / curve[size], f"stacks of {size}: {curve[size]:.1f} member-steps/s here", size
 
 
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
@@ -166,9 +178,12 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
         per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu))
-        if per_step is not None and rates is None and study.most_stacked(pair) > 1:
+        size = launch_stack_size(study, pair, use_gpu)
+        if per_step is not None and rates is None and size != 1:
             try:
-                per_step, stacked = stacked_step_time(study, pair)
+                per_step, stacked, size = stacked_step_time(study, pair, size)
+                if study.budget.stack_size == "auto":  # as the launch records the knee: its trial count follows
+                    study.stack_sizes[pair.name] = size
             except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
                 per_step, stacked = None, f"no stack estimate ({reason(e)})"
             words = f"{words}; {stacked}"

@@ -544,3 +544,8 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     assert line.startswith("  cost of fwd__ndr: 4 trials x 10 steps = 40 training steps; ") and "; stacks of 2: " in line, line
     rate = float(line.split("stacks of 2: ")[1].split(" member-steps/s")[0])
     assert line.endswith(f"-> at most {cost.hours(40 / rate)} of trial time") and " GPU-hours" in summary, (line, summary)
+    # A stack is never more than the pair's runs: a search of 3 under stack_size 8 trains stacks of 3.
+    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "n_iters": 10, "stack_size": 8}, resources={"cpu": 1, "gpu": 1},
+                                             fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    line, summary = cost.describe_cost(study)
+    assert "; stacks of 3: " in line and ", 1 trial(s) at once)" in summary, (line, summary)
