@@ -40,14 +40,14 @@ class StoreUnavailable(RuntimeError):
     """A store stayed unreachable through every retry."""
 
 
+# user:password@ as SQLAlchemy reads it (sqlalchemy.engine.url): the password runs to the first @,
+# so it may hold / # ? where urllib's split ends the host part and sees no password at all.
+_CREDENTIALS = re.compile(r"^(?P<head>[\w+.-]+://[^:/@]*):(?P<password>[^@]*)@")
+
+
 def redact(uri: str) -> str:
     """The URI without its password, for messages."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    return uri.replace(f":{parts.password}@", ":***@", 1)
+    return _CREDENTIALS.sub(r"\g<head>:***@", uri, count=1)
 
 
 _FULL_URIS: dict[str, str] = {}  # redacted -> full, for this process only
@@ -74,11 +74,10 @@ def reveal(uri: str) -> str:
 
 
 def redact_text(text: str, uri: str) -> str:
-    """`text` (a search-space file) with the password of `uri`, if any, replaced by ***."""
-    from urllib.parse import urlsplit
-
-    password = urlsplit(uri).password
-    return text.replace(password, "***") if password else text
+    """`text` (a search-space file, an error) with the password of `uri`, where it stands in a URI,
+    replaced by ***: a password that is also a common word leaves the rest of the text alone."""
+    found = _CREDENTIALS.match(uri)
+    return text.replace(f":{found['password']}@", ":***@") if found and found["password"] else text
 
 
 def transient(error: BaseException) -> bool:

@@ -121,6 +121,12 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
     uri = "postgresql+psycopg://mlflow:s3cr3t@db:5432/runs"
     text = "tracking: {uri: 'postgresql+psycopg://mlflow:s3cr3t@db:5432/runs'}\n"
     assert tracking.redact_text(text, uri) == "tracking: {uri: 'postgresql+psycopg://mlflow:***@db:5432/runs'}\n"
+    # SQLAlchemy reads a password up to the first @: one with / # ? (a generated one) is a password too.
+    for password in ("ab/cd+e", "x#y?z", "a:b"):
+        assert tracking.redact(f"postgresql://mlflow:{password}@db/runs") == "postgresql://mlflow:***@db/runs"
+    assert tracking.redact("sqlite:////data/a@b/mlflow.db") == "sqlite:////data/a@b/mlflow.db"
+    common = "postgresql://mlflow:test@db/runs"  # a password that is also a word of the file
+    assert tracking.redact_text(f"tracking: {{uri: '{common}'}}\nname: test_x2\n", common) == "tracking: {uri: 'postgresql://mlflow:***@db/runs'}\nname: test_x2\n"
     monkeypatch.setattr(tracking, "_FULL_URIS", {})
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     stored = tracking.redact(uri)
