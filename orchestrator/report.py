@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import Counter
 import os
 import re
 import warnings
@@ -43,21 +44,63 @@ def lower_is_better(metric: str) -> bool:
     return any(f"_{score}_" in f"_{metric}_" for score in LOWER_IS_BETTER)
 
 
-def runs_frame(state, runs: list | None = None) -> pd.DataFrame:
-    """One row per completed trial of the launch (of `runs`, its trial runs where already read):
-    pair, model, task, variant, its full config's grid keys and seed, and every metric MLflow holds
-    for it (the last value of each)."""
+ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a cell's seeds came to
+
+
+def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("completed",)) -> pd.DataFrame:
+    """One row per trial of the launch (of `runs`, its trial runs where already read) whose status is
+    one of `statuses`: pair, model, task, variant, status, its full config's grid keys and seed,
+    and every metric MLflow holds for it (the last value of each)."""
     rows = []
     for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs:
-        if run.data.tags.get(tracking.STATUS_TAG) != "completed":
+        status = run.data.tags.get(tracking.STATUS_TAG)
+        if status not in statuses:
             continue
         config = json.loads(run.data.tags[tracking.CONFIG_TAG])
         if "candidate" in run.data.tags:  # a confirmation run: its candidate is its cell
             config["candidate"] = int(run.data.tags["candidate"]) + 1
         rows.append({"pair": run.data.tags["pair"], "model": run.data.tags.get("model"), "task": run.data.tags.get("task"),
-                     "variant": run.data.tags.get("variant"), "phase": run.data.tags.get("phase", "search"), "run_id": run.info.run_id,
-                     "config": config, **run.data.metrics})
+                     "variant": run.data.tags.get("variant"), "phase": run.data.tags.get("phase", "search"), "status": status,
+                     "run_id": run.info.run_id, "config": config, **run.data.metrics})
     return pd.DataFrame(rows)
+
+
+def completed(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["status"] == "completed"] if len(frame) else frame
+
+
+def setting_key(setting: dict) -> str:
+    return json.dumps(setting, sort_keys=True, default=str)
+
+
+def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
+    """How the runs behind each of the pair's rows ended (`frame`: runs_frame over ENDED), by
+    setting_key: an ablation's cells, a confirmation's candidates; nothing for a search's best trial."""
+    keys = list(pair.grid) if study.is_ablation else ["candidate"]
+    runs = frame[(frame["pair"] == pair.name) & ((frame["phase"] == "confirm") | study.is_ablation)] if len(frame) else frame
+    if not len(runs):
+        return {}
+    settings = runs["config"].map(lambda config: setting_key({k: config.get(k) for k in keys}))
+    return {key: Counter(group["status"]) for key, group in runs.groupby(settings)}
+
+
+def unfinished(ended: Counter) -> str:
+    """The runs of a cell that ended without completing, in words: '1 diverged, 2 failed'."""
+    return ", ".join(f"{ended[status]} {status}" for status in ENDED if status != "completed" and ended[status])
+
+
+def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter]) -> dict[str, str]:
+    """Cells whose runs stopped finishing, by setting_key -> the regression's line: most of the
+    earlier launch's runs completed (two at least, so that it was tested), fewer than half of this
+    one's. A test across seeds cannot see them: it compares the completed runs alone, and a cell
+    without two has none to compare."""
+    out = {}
+    for key, was in before.items():
+        ended = now.get(key, Counter())
+        if was["completed"] >= 2 and 2 * was["completed"] >= was.total() and 2 * ended["completed"] < ended.total():
+            out[key] = (f"{pair} {cell_name(json.loads(key))}: {ended['completed']} of {ended.total()} runs completed ({unfinished(ended)}); "
+                        f"{was['completed']} of {was.total()} before")
+    return out
 
 
 def answer_runs(runs: pd.DataFrame, study, pair) -> tuple[pd.DataFrame, list[str]]:
@@ -313,14 +356,16 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     `history` (earlier nights, oldest first), a plot of each cell night after night."""
     study = state.study()
     trial_runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
-    frame = runs_frame(state, trial_runs)
+    frame_ended = runs_frame(state, trial_runs, ENDED)
+    frame = completed(frame_ended)
     # Each night's runs read once, for every pair's history plot.
     label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
     nights = [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)] if history is not None else None
-    before = runs_frame(previous_state) if previous_state else None
+    before_ended = runs_frame(previous_state, statuses=ENDED) if previous_state else None
+    before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
-    pairs, tested = [], []
+    pairs, tested, broken = [], [], []
     mlflow = tracking.client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
     ui = mlflow_ui(state.tracking_uri)
@@ -331,6 +376,9 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                                   f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'", study.metric, study.mode)
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
         searched = None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
+        ended = outcomes(frame_ended, study, pair)
+        if before_ended is not None:
+            broken += broken_cells(pair.name, ended, outcomes(before_ended, study, pair)).values()
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
                           "chance": pair.chance, "search": searched, "links": links})
@@ -340,6 +388,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score)
+        for r in rows:  # the cell's runs that ended without a result: its seeds column says so
+            r["unfinished"] = unfinished(ended.get(setting_key(r["setting"]), Counter()))
         figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", pair.chance, out_dir)
                    + plot_lengths(pair.name, rows, runs, study.score, pair.chance, out_dir))
         if nights is not None:
@@ -348,10 +398,9 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
         if before is not None and len(before):
-            old = {json.dumps(r["setting"], sort_keys=True, default=str): r
-                   for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {}, study.score)}
+            old = {setting_key(r["setting"]): r for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {}, study.score)}
             for r in rows:
-                was = old.get(json.dumps(r["setting"], sort_keys=True, default=str))
+                was = old.get(setting_key(r["setting"]))
                 for metric in metrics:
                     if was and metric in was["metrics"] and metric in r["metrics"]:
                         r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
@@ -377,7 +426,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
         "report": study.report, "previous": previous_state.launch_id if previous_state else None,
         "pairs": pairs, "comparisons": comparisons, "mlflow_ui": ui,
-        "regressions": [regression_text(c) for c in comparisons if c.regressed],
+        "regressions": [regression_text(c) for c in comparisons if c.regressed] + broken,
     }
 
 

@@ -23,8 +23,9 @@ def ablation_text(name: str, **extra) -> str:
     return yaml.safe_dump(data)
 
 
-def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str) -> LaunchState:
-    """A finished ablation launch in the store: scores[(n_layers, seed)] -> test accuracy."""
+def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str, statuses: dict | None = None) -> LaunchState:
+    """A finished ablation launch in the store: scores[(n_layers, seed)] -> test accuracy, and
+    statuses[(n_layers, seed)] where a run did not complete (a failed one logged no metrics)."""
     client = MlflowClient(uri)
     experiment = "ndr_layers_test"
     exp = client.get_experiment_by_name(experiment)
@@ -34,9 +35,10 @@ def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str) -> Launch
         config = {"task": "ctl", "model": "ndr", "n_layers": layers, "seed": seed, "n_iters": 100}
         run = client.create_run(exp_id, tags={"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial",
                                               "trial_id": uuid.uuid4().hex[:8], "pair": "ctl_backward__ndr", "model": "ndr", "task": "ctl",
-                                              "variant": "ctl_backward", "trial_status": "completed", "trial_config": json.dumps(config)})
-        for metric, value in {"best_ood_valid_acc": score - 0.01, "test_acc_at_best": score, "test_acc_final": score - 0.002,
-                              "iid_valid_acc_at_best": 1.0}.items():
+                                              "variant": "ctl_backward", "trial_status": (statuses or {}).get((layers, seed), "completed"),
+                                              "trial_config": json.dumps(config)})
+        metrics = {"best_ood_valid_acc": score - 0.01, "test_acc_at_best": score, "test_acc_final": score - 0.002, "iid_valid_acc_at_best": 1.0}
+        for metric, value in metrics.items() if (statuses or {}).get((layers, seed)) != "failed" else ():
             client.log_metric(run.info.run_id, metric, value, step=100)
         client.set_terminated(run.info.run_id)
     folder = tmp_path / launch_id
@@ -105,6 +107,23 @@ def test_regression_only_where_a_test_across_seeds_says_so(tmp_path, uri):
     assert len(regressions) == len(LAYERS) and all("test_acc_at_best" in r for r in regressions)
     markdown = (worse.dir / "report" / "report.md").read_text()
     assert "**Regressions:**" in markdown and "was " in markdown
+
+
+def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
+    """A night whose change makes runs diverge or fail: the test across seeds sees only the runs that
+    completed (none, in a cell where all failed), so a cell where fewer than half completed, against
+    most before, is a regression of its own; one seed diverging is seed noise, shown in the table."""
+    from orchestrator import cli
+
+    text = ablation_text("ndr_layers_test")
+    fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
+    broken = {(4, 3): "failed", (4, 4): "failed", (4, 5): "diverged", (6, 3): "diverged", (6, 4): "failed", (8, 5): "diverged"}
+    night = fake_launch(tmp_path, uri, "night-2", scores_for(3, rng_seed=2), text, broken)
+    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
+        "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (1 diverged, 2 failed); 3 of 3 before",
+        "REGRESSION ctl_backward__ndr n_layers=6: 1 of 3 runs completed (1 diverged, 1 failed); 3 of 3 before"]
+    assert "| n_layers=8 | 2 (+1 diverged) |" in (night.dir / "report" / "report.md").read_text()
 
 
 def holm_adjusted(p_values: list[float]) -> list[float]:
