@@ -621,7 +621,9 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
             continue
         entry[kind] += 1
         value = run.data.metrics.get(metric)
-        if value is not None and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
+        # A trial that diverged or failed is no answer (its config would not train again), nor one
+        # ASHA stopped (scored on less training): the best is of those the report's answer comes from.
+        if value is not None and kind in ("done", "running") and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
                          test=run.data.metrics.get(f"test_{score}_at_best"), best_metrics=dict(run.data.metrics))
     for pair, confirmed in confirmed_candidates(runs, metric, score).items():
@@ -631,27 +633,34 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
 
 
 def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
-    """Per pair, from its completed confirmation runs: the candidate whose mean `metric` over the
-    confirmation seeds is best, with n, the mean and sample std of its test score, and its config
-    (without a seed). The pair's answer, where the search was confirmed."""
+    """Per pair, from its confirmation runs that ended: the candidate with the most seeds completed
+    (one whose seeds diverge is no answer, however well its one lucky seed scored) and of those
+    the best mean `metric`, with n (its completed seeds) of `seeds`, the mean and sample std of its
+    test score, and its config (without a seed). The pair's answer, where the search was confirmed."""
     import statistics
 
-    lower_is_better = score in LOWER_IS_BETTER
+    sign = 1 if score in LOWER_IS_BETTER else -1
     grouped: dict[str, dict[str, list]] = {}
     for run in runs:
-        if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) != "completed":
+        if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) not in ("completed", "diverged", "failed"):
             continue
         grouped.setdefault(run.data.tags["pair"], {}).setdefault(run.data.tags["candidate"], []).append(run)
     out = {}
     for pair, candidates in grouped.items():
-        def mean_metric(k: str) -> float:
-            return statistics.fmean(r.data.metrics.get(metric, math.nan) for r in candidates[k])
+        done = {k: [r for r in ended if r.data.tags[STATUS_TAG] == "completed"] for k, ended in candidates.items()}
+        done = {k: completed for k, completed in done.items() if completed}
+        if not done:
+            continue
 
-        chosen = (min if lower_is_better else max)(candidates, key=mean_metric)
-        tests = [r.data.metrics[f"test_{score}_at_best"] for r in candidates[chosen] if f"test_{score}_at_best" in r.data.metrics]
-        config = {k: v for k, v in json.loads(candidates[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
-        out[pair] = {"candidate": int(chosen), "n": len(candidates[chosen]), "metric": mean_metric(chosen), "config": config,
-                     "test": statistics.fmean(tests) if tests else None, "test_std": statistics.stdev(tests) if len(tests) > 1 else None}
+        def mean_metric(k: str) -> float:
+            return statistics.fmean(r.data.metrics.get(metric, math.nan) for r in done[k])
+
+        chosen = min(done, key=lambda k: (-len(done[k]), sign * mean_metric(k)))
+        tests = [r.data.metrics[f"test_{score}_at_best"] for r in done[chosen] if f"test_{score}_at_best" in r.data.metrics]
+        config = {k: v for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
+        out[pair] = {"candidate": int(chosen), "n": len(done[chosen]), "seeds": len(candidates[chosen]), "metric": mean_metric(chosen),
+                     "config": config, "test": statistics.fmean(tests) if tests else None,
+                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None}
     return out
 
 
@@ -660,7 +669,8 @@ def confirmed_text(confirmed: dict | None) -> str:
     if not confirmed or confirmed.get("test") is None:
         return ""
     spread = f" ± {confirmed['test_std']:.3f}" if confirmed.get("test_std") is not None else ""
-    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']} seeds (candidate {confirmed['candidate'] + 1})"
+    of = f" of {confirmed['seeds']}" if confirmed.get("seeds", confirmed["n"]) != confirmed["n"] else ""
+    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds (candidate {confirmed['candidate'] + 1})"
 
 
 def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int) -> dict[str, list[dict]]:

@@ -273,3 +273,26 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, m
         finally:
             reopen.cancel()
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(monkeypatch):
+    """The best search trial is one that completed (or still runs), not one that scored well and then
+    diverged or was stopped early; the confirmed candidate is the one with the most seeds completed,
+    not one lucky seed beside two that diverged."""
+
+    def run(run_id, status, value, phase="search", candidate=None):
+        tags = {"pair": "p", "phase": phase, tracking.STATUS_TAG: status, tracking.CONFIG_TAG: json.dumps({"lr": run_id, "seed": 0}),
+                **({"candidate": str(candidate)} if candidate is not None else {})}
+        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags, metrics={"m": value, "test_acc_at_best": value}))
+
+    runs = [run("done", "completed", 0.8), run("diverged", "diverged", 0.95), run("stopped", "early_stopped", 0.9),
+            *(run(f"c0-{k}", "completed", value, "confirm", 0) for k, value in enumerate((0.9, 0.92, 0.88))),
+            run("c1-0", "completed", 0.97, "confirm", 1), run("c1-1", "diverged", 0.2, "confirm", 1), run("c1-2", "failed", 0.0, "confirm", 1)]
+    monkeypatch.setattr(tracking, "launch_trial_runs", lambda *args: runs)
+    summary = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]
+    assert (summary["best_run"], summary["done"], summary["failed"], summary["stopped"]) == ("done", 1, 1, 1)
+    confirmed = summary["confirmed"]
+    assert (confirmed["candidate"], confirmed["n"], confirmed["seeds"]) == (0, 3, 3) and confirmed["test"] == pytest.approx(0.9)
+    runs[3:6] = [run("c0-0", "completed", 0.9, "confirm", 0), run("c0-1", "diverged", 0.1, "confirm", 0), run("c0-2", "completed", 0.92, "confirm", 0)]
+    confirmed = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
+    assert confirmed["candidate"] == 0 and tracking.confirmed_text(confirmed) == "confirmed 0.910 ± 0.014 over 2 of 3 seeds (candidate 1)"
