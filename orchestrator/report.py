@@ -309,8 +309,8 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
         trials.append({"run_id": run.info.run_id, "name": run.info.run_name or "", "status": status, "last_step": max(steps, default=0),
                        "params": {k: config[k] for k in pair.space if k in config}, "metric": run.data.metrics.get(metric),
                        "test": run.data.metrics.get(test), "curves": curves, "start": run.info.start_time})
-    # The first best in the store's order, as tracking.pair_summaries and answer_runs take it.
-    scored = [t for t in trials if t["metric"] is not None]
+    # The first best in the store's order of those that may answer, as tracking.pair_summaries and answer_runs take it.
+    scored = [t for t in trials if t["metric"] is not None and tracking.may_answer(t["status"])]
     best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
     trials.sort(key=lambda t: t["start"])
     for number, trial in enumerate(trials, 1):

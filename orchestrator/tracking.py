@@ -580,10 +580,19 @@ def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> int:
 def status_kind(run) -> str | None:
     """How `status` counts a trial run: done, stopped (early, by ASHA), running or failed; None for
     a run lost on resume (another trial replaced it)."""
-    status = run.data.tags.get(STATUS_TAG, "running")
+    return kind_of(run.data.tags.get(STATUS_TAG, "running"))
+
+
+def kind_of(status: str) -> str | None:
     if status == "lost":
         return None
     return {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}.get(status, "done")
+
+
+def may_answer(status: str) -> bool:
+    """Whether a search trial of this status may be the pair's answer: one that diverged or failed
+    is not (its config would not train again), nor one ASHA stopped (scored on less training)."""
+    return kind_of(status) in ("done", "running")
 
 
 def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict[str, dict]]:
@@ -621,9 +630,7 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
             continue
         entry[kind] += 1
         value = run.data.metrics.get(metric)
-        # A trial that diverged or failed is no answer (its config would not train again), nor one
-        # ASHA stopped (scored on less training): the best is of those the report's answer comes from.
-        if value is not None and kind in ("done", "running") and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
+        if value is not None and may_answer(run.data.tags.get(STATUS_TAG, "running")) and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
                          test=run.data.metrics.get(f"test_{score}_at_best"), best_metrics=dict(run.data.metrics))
     for pair, confirmed in confirmed_candidates(runs, metric, score).items():
