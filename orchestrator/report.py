@@ -173,14 +173,19 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
 
 def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str) -> list[dict]:
     """Per grid cell (in numeric order): the seeds and, per metric, its summary, the paper's number,
-    and the test against the baseline cell."""
+    and the test against its baseline cell: the cell with the baseline's values and the row's own
+    values of the keys the baseline does not name (a pair whose model lacks a baseline key, as an
+    LSTM has no heads, has none)."""
     frame = frame.assign(**{k: frame["config"].map(lambda c, k=k: c.get(k)) for k in keys + ["seed"]})
     ordered = frame.sort_values(keys, key=lambda col: col.map({v: i for i, v in enumerate(numeric_order(col))})) if keys else frame
-    base_rows = frame[(frame[list(baseline)] == pd.Series(baseline)).all(axis=1)] if baseline else None
+    cells = [(dict(zip(keys, cell if isinstance(cell, tuple) else (cell,))), group)
+             for cell, group in (ordered.groupby(keys, sort=False) if keys else [((), ordered)])]
+    by_setting = {setting_key(setting): group for setting, group in cells}
+    baseline = baseline if set(baseline) <= set(keys) else {}
     rows = []
-    for cell, group in (ordered.groupby(keys, sort=False) if keys else [((), ordered)]):
-        cell = cell if isinstance(cell, tuple) else (cell,)
-        setting = dict(zip(keys, cell))
+    for setting, group in cells:
+        against = {**setting, **baseline}
+        base_rows = by_setting.get(setting_key(against)) if baseline and against != setting else None
         first = group.iloc[0]
         row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
         for metric in metrics:
@@ -191,7 +196,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
             summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
             entry = {"summary": summary, "values": values,
                      "published": published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])}
-            if base_rows is not None and setting != baseline and metric in base_rows:
+            if base_rows is not None and metric in base_rows:
                 against = base_rows[metric].dropna().tolist()
                 if len(values) > 1 and len(against) > 1:
                     entry["vs_baseline"] = stats.two_sided_p(values, against, report.test)

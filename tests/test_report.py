@@ -97,6 +97,26 @@ def test_one_seed_shows_no_spread_and_the_baseline_is_tested(tmp_path, uri):
     assert "vs baseline p = " in rows[0] and "vs baseline p" not in rows[-1]
 
 
+def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values():
+    """A baseline naming one of two grid keys: each cell against the cell with the baseline's
+    n_layers and its own lr; the baseline cells are tested against nothing. A pair whose model
+    lacks a baseline key (an LSTM has no n_heads) has no baseline and no error."""
+    import pandas as pd
+
+    from orchestrator import stats
+    from orchestrator.spec import Report
+
+    rng = np.random.default_rng(0)
+    values = {(n, lr): list(0.5 + 0.02 * n + 100 * lr + rng.normal(0, 0.01, 3)) for n in (2, 4) for lr in (1e-4, 1e-3)}
+    frame = pd.DataFrame([{"config": {"n_layers": n, "lr": lr, "seed": seed}, "model": "ndr", "task": "ctl", "variant": "v", "test_acc_at_best": v}
+                          for (n, lr), seeds in values.items() for seed, v in enumerate(seeds)])
+    rows = report.cell_rows(frame, ["n_layers", "lr"], ["test_acc_at_best"], Report(), {"n_layers": 4}, "acc")
+    tested = {(r["setting"]["n_layers"], r["setting"]["lr"]): r["metrics"]["test_acc_at_best"].get("vs_baseline") for r in rows}
+    assert tested == {(2, lr): stats.two_sided_p(values[(2, lr)], values[(4, lr)]) for lr in (1e-4, 1e-3)} | {(4, 1e-4): None, (4, 1e-3): None}
+    rows = report.cell_rows(frame, ["n_layers", "lr"], ["test_acc_at_best"], Report(), {"n_heads": 4}, "acc")
+    assert all("vs_baseline" not in r["metrics"]["test_acc_at_best"] for r in rows)
+
+
 def test_regression_only_where_a_test_across_seeds_says_so(tmp_path, uri):
     text = ablation_text("ndr_layers_test")
     first = fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
