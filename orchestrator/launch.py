@@ -657,7 +657,7 @@ def answer_lines(study: Study, summaries: dict) -> list[str]:
         if not scored:
             continue
         scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
-        (winner, value, _), chance = scored[0], chance_level(scored[0][0].chance)
+        (winner, value, _), chance = scored[0], chance_level(scored[0][0].chance(study.score))
         versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
         lines.append(f"[launch] answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
                      + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
@@ -678,7 +678,7 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         best = "-" if s.get("best") is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         confirmed = tracking.confirmed_text(s.get("confirmed"))
-        print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance}; "
+        print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
               f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
     if not study.is_ablation:
         for line in answer_lines(study, summaries):

@@ -321,8 +321,9 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     for number, trial in enumerate(trials, 1):
         trial.update(number=number, best=trial is best, label=f"#{number} " + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                                                                       for k, v in trial["params"].items()))
-    figures = [plots.learning_curves(pair.name, trials, study.score, pair.chance, out_dir)] if trials else []
-    sliced = plots.slices(pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, pair.chance, out_dir)
+    chance = pair.chance(study.score)
+    figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
+    sliced = plots.slices(pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, chance, out_dir)
     return {"trials": trials, "best": best, "importances": importances(state, pair, trials), "figures": figures + ([sliced] if sliced else []),
             "space": {k: f"{d.kind} {list(d.values)}" for k, d in pair.space.items()}}
 
@@ -381,12 +382,13 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                                   f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'", study.metric, study.mode)
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
         searched = None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
+        chance = pair.chance(study.score)
         ended = outcomes(frame_ended, study, pair)
         if before_ended is not None:
             broken += broken_cells(pair.name, ended, outcomes(before_ended, study, pair)).values()
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
-                          "chance": pair.chance, "search": searched, "links": links})
+                          "chance": chance, "search": searched, "links": links})
             continue
         runs, own_keys = answer_runs(runs, study, pair)
         metrics = table_metrics(study.score, runs.columns)
@@ -395,10 +397,10 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score)
         for r in rows:  # the cell's runs that ended without a result: its seeds column says so
             r["unfinished"] = unfinished(ended.get(setting_key(r["setting"]), Counter()))
-        figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", pair.chance, out_dir)
-                   + plot_lengths(pair.name, rows, runs, study.score, pair.chance, out_dir))
+        figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", chance, out_dir)
+                   + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir))
         if nights is not None:
-            figures += plot_history(pair.name, nights, own_keys, study.score, pair.chance, out_dir)
+            figures += plot_history(pair.name, nights, own_keys, study.score, chance, out_dir)
         ranked = runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min") if study.metric in runs else runs[:0]
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
@@ -414,7 +416,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                                            was["metrics"][metric]["values"], lower_is_better(metric)))
         if searched:
             figures = searched["figures"] + figures
-        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": pair.chance,
+        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": chance,
                       "search": searched, "links": links})
     comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
     flagged = {c.key for c in comparisons if c.regressed}

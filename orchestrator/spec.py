@@ -153,10 +153,9 @@ class Pair:
     def name(self) -> str:
         return f"{self.task.variant}__{self.model}"
 
-    @property
-    def chance(self) -> str:
-        """What guessing scores on the pair's task, in words."""
-        return TASKS[self.task.task].probe(task_config(self.task.task, self.task.options)).chance
+    def chance(self, score: str) -> str:
+        """What guessing scores on the pair's task, by `score`, in words."""
+        return TASKS[self.task.task].probe(task_config(self.task.task, self.task.options)).chance(score)
 
 
 @dataclass

@@ -82,7 +82,7 @@ def plan_of(study) -> dict:
     readers default `asha` to True, and take an ablation's cells from its runs' tags."""
     return {"metric": study.metric, "mode": study.mode, "score": study.score, "ablation": study.is_ablation,
             "confirm": study.confirm_count(), "top_k": study.confirm.top_k, "seeds": len(study.seeds), "asha": study.uses_asha,
-            "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance, "grid": p.grid} for p in study.pairs]}
+            "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance(study.score), "grid": p.grid} for p in study.pairs]}
 
 
 def find_launch(storage_path: str, launch_id: str | None) -> Path:

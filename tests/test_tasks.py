@@ -445,3 +445,18 @@ def test_cache_files_take_the_umasks_mode_so_a_team_can_share_them(tmp_path, mon
         os.umask(old)
     (path,) = tmp_path.glob("*.npz")
     assert path.stat().st_mode & 0o777 == 0o664
+
+
+def test_chance_is_of_the_score_asked_for():
+    """The yardstick a status line and a plot show is the file's score's, not the task's first."""
+    from orchestrator.plots import chance_level
+    from trainables.tasks.base import Task
+
+    copy = Task("copy", "sequence_to_sequence", {}, vocab=["a"] * 12, classes=["a"] * 10)
+    assert copy.chance() == copy.chance("token_acc") == "uniform guess: 0.100"
+    assert copy.chance("seq_acc").endswith(": 0.0")
+    scan = Task("scan", "autoregressive_seq2seq", {}, vocab=["a"] * 8)
+    assert scan.chance() == scan.chance("seq_acc") and scan.chance("token_acc") == "uniform guess: 0.125"
+    retrieval = Task("contextual_retrieval", "set_regression", {})
+    # An L1 error's chance depends on the sets' targets: a level for rel_l1, none to draw for l1.
+    assert chance_level(retrieval.chance("rel_l1")) == 1.0 and chance_level(retrieval.chance("l1")) is None

@@ -179,16 +179,19 @@ class Task:
     def scores(self) -> tuple[str, ...]:
         return SCORES_OF_KIND[self.kind]
 
-    @property
-    def chance(self) -> str:
-        """What guessing scores on the task's first score, in words (a status line's yardstick)."""
-        if self.kind == "set_regression":
+    def chance(self, score: str | None = None) -> str:
+        """What guessing scores on `score` (the task's first by default), in words ending in the
+        number (a status line's and a plot's yardstick)."""
+        score = score or self.metric
+        if score == "rel_l1":
             return "predicting zero: rel_l1 1.0"
-        if self.kind == "translation":
+        if score == "l1":
+            return "predicting zero: l1 of each set's own targets (rel_l1 1.0)"
+        if score == "perplexity":
             return f"a uniform guess over the vocabulary: perplexity {len(self.vocab)}"
-        if self.metric == "seq_acc":
+        if score == "seq_acc":
             return "a guess matching a whole sequence: 0.0"
-        return f"uniform guess: {1 / self.n_classes:.3f}"
+        return f"uniform guess: {1 / (self.n_classes or len(self.vocab)):.3f}"
 
     @property
     def test_splits(self) -> list[str]:
