@@ -22,12 +22,14 @@ def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
     from trainables.config import ConfigError, preset
 
+    from .spec import SpecError, read_spec
+
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.exists():
-            raise UsageError(f"{source}: no such file")
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.safe_load(read_spec(path))
+        except SpecError as e:
+            raise UsageError(str(e)) from None
         except yaml.YAMLError as e:
             raise UsageError(f"{source}: malformed YAML: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
@@ -125,12 +127,12 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .spec import UniqueKeyLoader
+    from .spec import SpecError, UniqueKeyLoader, read_spec
 
     try:
-        raw = yaml.load(Path(path).read_text(), Loader=UniqueKeyLoader) if Path(path).exists() else None
-    except yaml.YAMLError:
-        raw = None  # load_study reports it, with its line
+        raw = yaml.load(read_spec(path), Loader=UniqueKeyLoader)
+    except (yaml.YAMLError, SpecError):
+        raw = None  # load_study reports it, with its line or reason
     if not isinstance(raw, dict) or "ablations" not in raw:
         return [(path, None)]
     for key in raw:
@@ -147,7 +149,9 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         if not listed.exists():
             raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
         try:
-            data = yaml.load(listed.read_text(), Loader=UniqueKeyLoader)
+            data = yaml.load(read_spec(listed), Loader=UniqueKeyLoader)
+        except SpecError as e:
+            raise UsageError(str(e)) from None
         except yaml.YAMLError as e:
             raise UsageError(f"{listed}: malformed YAML: {str(e).splitlines()[0]}") from None
         if isinstance(data, dict) and budget:

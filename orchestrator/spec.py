@@ -422,12 +422,25 @@ def _positive(path, key: str, value, allow_zero=False):
         raise SpecError(path, key, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
 
 
+def read_spec(path: str | Path) -> str:
+    """A spec file's text; SpecError where it is missing, a folder, unreadable or not UTF-8."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(path, "file", "no such file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise SpecError(path, "file", "a folder, not a file") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(path, "file", f"not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise SpecError(path, "file", e.strerror or str(e)) from None
+
+
 def load_study(path: str | Path, text: str | None = None) -> Study:
     path = Path(path)
     if text is None:
-        if not path.exists():
-            raise SpecError(path, "file", "no such file")
-        text = path.read_text()
+        text = read_spec(path)
     try:
         raw = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as e:

@@ -120,6 +120,21 @@ def run_cli(*args, cwd, env_extra=None):
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120, env=env)
 
 
+def test_a_file_that_is_no_text_file_is_one_line_too(tmp_path):
+    """A folder, bytes that are not UTF-8, or an unreadable file: the same one line and exit 2 from
+    every command that reads one (launch, nightly, train)."""
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"# r\xe9sum\xe9\nname: x\n")
+    (tmp_path / "folder.yaml").mkdir()
+    for path, reason in ((tmp_path / "folder.yaml", "a folder, not a file"), (latin, "not UTF-8 text (byte 3)")):
+        with pytest.raises(SpecError, match=f"^{re.escape(str(path))}: file: {re.escape(reason)}$"):
+            load_study(path)
+    out = run_cli("nightly", str(tmp_path / "folder.yaml"), cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (2, f"orchestrator: error: {tmp_path / 'folder.yaml'}: file: a folder, not a file\n")
+    out = run_cli("train", str(latin), cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (2, f"orchestrator: error: {latin}: file: not UTF-8 text (byte 3)\n")
+
+
 def test_cli_bad_input_exits_2_before_launching(tmp_path):
     path = write(tmp_path, with_(models=["ndrr"], tracking={"uri": f"sqlite:///{tmp_path}/store.db"}))
     out = run_cli("launch", str(path), cwd=tmp_path)
