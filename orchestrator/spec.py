@@ -236,6 +236,7 @@ class Study:
     # in turn (docs/measurements.md), and separate trials use more cores. A launch resolves it once
     # (resolve_batching) and keeps the answer in launch.json, so a resume repeats the same trials.
     batch_seeds: bool | str = "auto"
+    batch_seeds_given: bool | str = "auto"  # the file's value: auto stacks no pair whose own trials get no GPU
     # budget.stack_size per pair where it is auto and was measured at launch (kept in launch.json).
     stack_sizes: dict[str, int] = field(default_factory=dict)
 
@@ -261,8 +262,11 @@ class Study:
         """Why the seeds of one of the pair's cells (grid values, or a candidate's config) train one
         trial per seed; None where they train batched in one trial."""
         model_says = batchable({**pair.base, **cell})
-        if model_says or self.batch_seeds is True:
+        if model_says:
             return model_says
+        if self.batch_seeds is True:
+            own_cpu = self.batch_seeds_given == "auto" and pair.resources.gpu == 0
+            return f"batch_seeds: auto, and per_model.{pair.model}.resources gives its trials no GPU" if own_cpu else None
         return "batch_seeds: auto, and trials get no GPU here" if self.batch_seeds == "auto" else "batch_seeds: false"
 
     def stack_limit(self, pair: Pair) -> int | None:
@@ -581,7 +585,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
         warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
         storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
-        batch_seeds=batch_seeds,
+        batch_seeds=batch_seeds, batch_seeds_given=batch_seeds,
     )
 
 

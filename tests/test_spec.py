@@ -498,6 +498,13 @@ def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
         study = load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}}))
         study.resolve_batching(gpus)
         assert ("members" in phase_cells(study, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
+    # A model whose own trials get no GPU on a cluster with GPUs trains one trial per seed.
+    study = load_study(write(tmp_path, {**ablation, "models": ["ndr", "transformer"], "resources": {"cpu": 1, "gpu": 0.5},
+                                        "per_model": {"transformer": {"resources": {"gpu": 0}}}}))
+    study.resolve_batching(True)
+    cells = phase_cells(study, None, SEARCH)
+    assert "members" in cells["fwd__ndr"][0] and "members" not in cells["fwd__transformer"][0]
+    assert study.seed_batching(study.pairs[1]) == "1 trial per seed: batch_seeds: auto, and per_model.transformer.resources gives its trials no GPU"
     with pytest.raises(SpecError, match="batch_seeds: must be true, false or auto"):
         load_study(write(tmp_path, with_(batch_seeds="yes")))
 
