@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections import Counter
 import os
 import re
 import warnings
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -184,8 +184,8 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
     baseline = baseline if set(baseline) <= set(keys) else {}
     rows = []
     for setting, group in cells:
-        against = {**setting, **baseline}
-        base_rows = by_setting.get(setting_key(against)) if baseline and against != setting else None
+        base_setting = {**setting, **baseline}
+        base_rows = by_setting.get(setting_key(base_setting)) if baseline and base_setting != setting else None
         first = group.iloc[0]
         row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
         for metric in metrics:
