@@ -371,7 +371,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
-    pairs, tested, broken = [], [], []
+    pairs, tested, broken, cells_seen = [], [], [], 0
     mlflow = tracking.client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
     ui = mlflow_ui(state.tracking_uri)
@@ -385,7 +385,9 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         chance = pair.chance(study.score)
         ended = outcomes(frame_ended, study, pair)
         if before_ended is not None:
-            broken += broken_cells(pair.name, ended, outcomes(before_ended, study, pair)).values()
+            ended_before = outcomes(before_ended, study, pair)
+            broken += broken_cells(pair.name, ended, ended_before).values()
+            cells_seen += len(set(ended) | set(ended_before))
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
                           "chance": chance, "search": searched, "links": links})
@@ -433,6 +435,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
         "report": study.report, "previous": previous_state.launch_id if previous_state else None,
         "pairs": pairs, "comparisons": comparisons, "mlflow_ui": ui,
+        # Cells of either launch with fewer than two completed runs on a side: no test could compare them.
+        "uncompared": max(0, cells_seen - len(comparisons)),
         "regressions": [regression_text(c) for c in comparisons if c.regressed] + broken,
     }
 
@@ -511,6 +515,8 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
         n, settings = len(context["comparisons"]), context["report"]
         compared = (f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
                     f"(one-sided {settings.test} test across seeds, alpha {settings.alpha}, Holm-corrected)")
+        if context["uncompared"]:
+            compared += f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
     return paths, Regressions(context["regressions"], compared)
 
 

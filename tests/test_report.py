@@ -144,6 +144,10 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
         "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (1 diverged, 2 failed); 3 of 3 before",
         "REGRESSION ctl_backward__ndr n_layers=6: 1 of 3 runs completed (1 diverged, 1 failed); 3 of 3 before"]
     assert "| n_layers=8 | 2 (+1 diverged) |" in (night.dir / "report" / "report.md").read_text()
+    # The next night, as broken, is compared with a night that has no results there: it says so.
+    fake_launch(tmp_path, uri, "night-3", scores_for(6, rng_seed=3), text, {(layers, seed): "failed" for layers in (4, 6) for seed in (6, 7, 8)})
+    assert cli.main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("Holm-corrected); 2 cell(s) without two completed runs on each side not compared")
 
 
 def holm_adjusted(p_values: list[float]) -> list[float]:
