@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from . import tracking
-from .search import CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config, trial_members
+from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config,
+                     run_key, trial_members)
 from .spec import Pair, Study
 from .best import write_best
 from .callbacks import ProgressLines, TrialTracker
@@ -172,14 +173,23 @@ def optuna_study_name(state: LaunchState, pair: Pair) -> str:
     return state.optuna_study_name(pair.name)
 
 
-def fail_stale_proposals(storage, study_name: str) -> None:
-    """Once the search has ended no trial runs, yet proposals made after the searcher's last
-    checkpoint before a driver crash stay RUNNING in the Optuna study; say they failed."""
+def settle_proposals(storage, study_name: str, runs: list, metric: str) -> None:
+    """Once the search has ended no trial runs, yet Optuna trials may stay RUNNING: a proposal a
+    killed driver made after the searcher's last checkpoint, which no trial took (FAIL), or one
+    whose end Optuna never heard (a store outage outlasted its tell, or the driver died before
+    it): MLflow's run of it (`runs`, the pair's search runs; search.RUN_ATTR) says how it ended."""
     import optuna
 
+    State = optuna.trial.TrialState
+    ended = {run_key(run.data.tags.get("trial_id", ""), run.data.tags.get("member")): run for run in runs}
     study = optuna.load_study(study_name=study_name, storage=storage)
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+    for trial in study.get_trials(deepcopy=False, states=(State.RUNNING,)):
+        run = ended.get(trial.user_attrs.get(RUN_ATTR))
+        status, value = (run.data.tags.get(tracking.STATUS_TAG), run.data.metrics.get(metric)) if run else (None, None)
+        if status == "completed" and value is not None:
+            study.tell(trial.number, value)
+        else:
+            study.tell(trial.number, state=State.PRUNED if status in ("early_stopped", "diverged") else State.FAIL)
 
 
 def cluster_slots(study: Study, use_gpu: bool, cells: dict[str, list[dict]] | None = None) -> int:
@@ -500,8 +510,10 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
         written, regressions = write_night(state) if state.night is not None else write_report(state)
     else:
         storage = optuna_storage(state)
+        trial_runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
         for pair in study.pairs:
-            fail_stale_proposals(storage, optuna_study_name(state, pair))
+            searched = [r for r in trial_runs if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"]
+            settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
         summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
         written = write_best(state, summaries)
         tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)

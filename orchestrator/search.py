@@ -25,6 +25,7 @@ from .spec import MEMBERS_KEY
 from .tracking import member_result
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
+RUN_ATTR = "run"  # an Optuna trial's user attribute: its MLflow run's run_key (settle_proposals finds its end there)
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
 
 
@@ -36,6 +37,11 @@ def own_config(config: dict) -> dict:
 def trial_members(config: dict) -> list[int | None]:
     """The indices of a trial's stacked members, else [None] (its own config is its one run's)."""
     return list(range(len(config[MEMBERS_KEY]))) if config.get(MEMBERS_KEY) else [None]
+
+
+def run_key(trial_id: str, member: int | str | None) -> str:
+    """A run of a Tune trial (one of its stacked members, where it stacks), as RUN_ATTR names it."""
+    return trial_id if member is None else f"{trial_id}/{member}"
 
 
 def member_config(config: dict, member: int | None) -> dict:
@@ -103,6 +109,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
                 self._ot_trials[trial_id] = optuna.trial.Trial(self._ot_study, found[0]._trial_id)
         params = super().suggest(trial_id)
         if self.stack == 1 or params is None:
+            self.label(trial_id)
             return params
         if trial_id not in self.members:
             first = self._ot_trials[trial_id]
@@ -112,11 +119,17 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             while len(self.members[trial_id]) < size:
                 self.members[trial_id].append(self.ask_sharing(shared, {t.number for t in self.members[trial_id]}))
             self.runs_left -= size
+            self.label(trial_id)
         trials = self.members[trial_id]
         if len(trials) == 1:
             return params
         return {**{k: v for k, v in params.items() if k not in MEMBER_KEYS},
                 MEMBERS_KEY: [{k: v for k, v in t.params.items() if k in MEMBER_KEYS} for t in trials]}
+
+    def label(self, trial_id) -> None:
+        """Each Optuna trial a Tune trial trains is told which run it is (RUN_ATTR)."""
+        for trial, member in self.trials_of(trial_id):
+            trial.set_user_attr(RUN_ATTR, run_key(trial_id, member))
 
     def ask_sharing(self, shared: dict, taken: set[int]):
         """One more member of a stack: TPE's proposal for the member keys, with `shared` fixed."""

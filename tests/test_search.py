@@ -271,3 +271,30 @@ def test_an_upload_that_lost_a_renamed_temporary_file_stays_off_the_console():
     assert not superseded_sync(record(lost))
     assert superseded_sync(record(FileNotFoundError("Failed to open local file '/x/experiment_state-2026.json'")))
     assert superseded_sync(record(PermissionError("denied: /x/.1d57-tmp-searcher-state.pkl")))
+
+
+def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run(tmp_path):
+    """A store outage outlasted a tell, or the driver died before it: at the search's end Optuna
+    still has the trial RUNNING. Its MLflow run (named in the trial's user attributes, a stack's
+    member by its index) says how it ended; a proposal no trial took fails."""
+    import optuna
+
+    from orchestrator.launch import settle_proposals
+    from orchestrator.search import RUN_ATTR
+    from orchestrator.tracking import STATUS_TAG
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    search = stacked_searcher(storage, stack=2, runs=5)
+    for trial_id in ("a", "b", "c"):
+        search.suggest(trial_id)
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert [t.user_attrs[RUN_ATTR] for t in study.trials] == ["a/0", "a/1", "b/0", "b/1", "c"]
+
+    def run(trial_id, status, acc, member=None):
+        tags = {"trial_id": trial_id, STATUS_TAG: status, **({"member": str(member)} if member is not None else {})}
+        return SimpleNamespace(data=SimpleNamespace(tags=tags, metrics={"acc": acc}))
+
+    runs = [run("a", "completed", 0.7, 0), run("a", "diverged", 0.3, 1), run("b", "completed", 0.8, 0), run("b", "early_stopped", 0.4, 1)]
+    settle_proposals(storage, "s", runs, "acc")  # "c" has no run: a proposal no trial took
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 0.7), ("PRUNED", None), ("COMPLETE", 0.8), ("PRUNED", None), ("FAIL", None)]
