@@ -514,7 +514,7 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
         for pair in study.pairs:
             searched = [r for r in trial_runs if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"]
             settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
-        summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+        summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs)
         written = write_best(state, summaries)
         tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
         written += write_report(state)[0]

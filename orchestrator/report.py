@@ -44,9 +44,6 @@ def lower_is_better(metric: str) -> bool:
     return any(f"_{score}_" in f"_{metric}_" for score in LOWER_IS_BETTER)
 
 
-ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a cell's seeds came to
-
-
 def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("completed",)) -> pd.DataFrame:
     """One row per trial of the launch (of `runs`, its trial runs where already read) whose status is
     one of `statuses`: pair, model, task, variant, status, its full config's grid keys and seed,
@@ -74,7 +71,7 @@ def setting_key(setting: dict) -> str:
 
 
 def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
-    """How the runs behind each of the pair's rows ended (`frame`: runs_frame over ENDED), by
+    """How the runs behind each of the pair's rows ended (`frame`: runs_frame over tracking.ENDED), by
     setting_key: an ablation's cells, a confirmation's candidates; nothing for a search's best trial."""
     keys = list(pair.grid) if study.is_ablation else ["candidate"]
     runs = frame[(frame["pair"] == pair.name) & ((frame["phase"] == "confirm") | study.is_ablation)] if len(frame) else frame
@@ -86,7 +83,7 @@ def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
 
 def unfinished(ended: Counter) -> str:
     """The runs of a cell that ended without completing, in words: '1 diverged, 2 failed'."""
-    return ", ".join(f"{ended[status]} {status}" for status in ENDED if status != "completed" and ended[status])
+    return ", ".join(f"{ended[status]} {status}" for status in tracking.ENDED if status != "completed" and ended[status])
 
 
 def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter]) -> dict[str, str]:
@@ -362,12 +359,12 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     `history` (earlier nights, oldest first), a plot of each cell night after night."""
     study = state.study()
     trial_runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
-    frame_ended = runs_frame(state, trial_runs, ENDED)
+    frame_ended = runs_frame(state, trial_runs, tracking.ENDED)
     frame = completed(frame_ended)
     # Each night's runs read once, for every pair's history plot.
     label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
     nights = [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)] if history is not None else None
-    before_ended = runs_frame(previous_state, statuses=ENDED) if previous_state else None
+    before_ended = runs_frame(previous_state, statuses=tracking.ENDED) if previous_state else None
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)

@@ -21,6 +21,7 @@ from typing import Any
 from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
+ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a cell's seeds came to
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds, as JSON
@@ -589,10 +590,13 @@ def kind_of(status: str) -> str | None:
     return {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}.get(status, "done")
 
 
+ANSWERING = ("done", "running")  # the kinds a pair's answer may be of: see may_answer
+
+
 def may_answer(status: str) -> bool:
     """Whether a search trial of this status may be the pair's answer: one that diverged or failed
     is not (its config would not train again), nor one ASHA stopped (scored on less training)."""
-    return kind_of(status) in ("done", "running")
+    return kind_of(status) in ANSWERING
 
 
 def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict[str, dict]]:
@@ -613,13 +617,13 @@ def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
     return out
 
 
-def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict]:
+def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str, runs: list | None = None) -> dict[str, dict]:
     """Per pair: search trial counts by status, the best trial so far by `metric` and its test
     score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
-    (see confirmed_candidates)."""
+    (see confirmed_candidates). `runs`: the launch's trial runs, where already read."""
     lower_is_better = score in LOWER_IS_BETTER
     out: dict[str, dict] = {}
-    runs = launch_trial_runs(uri, experiment, launch_id)
+    runs = launch_trial_runs(uri, experiment, launch_id) if runs is None else runs
     for run in runs:
         if run.data.tags.get("phase") == "confirm":
             continue
@@ -630,7 +634,7 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
             continue
         entry[kind] += 1
         value = run.data.metrics.get(metric)
-        if value is not None and may_answer(run.data.tags.get(STATUS_TAG, "running")) and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
+        if value is not None and kind in ANSWERING and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
                          test=run.data.metrics.get(f"test_{score}_at_best"), best_metrics=dict(run.data.metrics))
     for pair, confirmed in confirmed_candidates(runs, metric, score).items():
@@ -649,7 +653,7 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
     sign = 1 if score in LOWER_IS_BETTER else -1
     grouped: dict[str, dict[str, list]] = {}
     for run in runs:
-        if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) not in ("completed", "diverged", "failed"):
+        if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) not in ENDED:
             continue
         grouped.setdefault(run.data.tags["pair"], {}).setdefault(run.data.tags["candidate"], []).append(run)
     out = {}
