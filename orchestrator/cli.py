@@ -8,6 +8,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -553,10 +554,27 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def redeliver_lost_interrupts() -> None:
+    """A Ctrl-C whose KeyboardInterrupt the signal handler raises while the main thread runs a
+    weakref callback or a __del__ (the garbage collector calls them anywhere) is lost: Python prints
+    "Exception ignored in ..." and the command goes on (a chaos soak saw a launch finish after its
+    Ctrl-C). Such an interrupt is delivered again, once the main thread has left that callback."""
+    default_hook = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Timer(0.05, signal.raise_signal, (signal.SIGINT,)).start()
+        else:
+            default_hook(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def console() -> None:
     """The command as a shell runs it. Once main has answered, a Ctrl-C has nothing left to stop,
     and one pressed while the interpreter exits (Ray's atexit shutdown of its local instance
     sleeps) printed a traceback after our last line: so the exit ignores it."""
+    redeliver_lost_interrupts()
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)
