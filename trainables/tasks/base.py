@@ -20,7 +20,7 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 
 # Bump when a generator changes its output, so stale caches are never reused.
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 
 
 ZERO_ALLOWED = {"seed", "validation_combinations", "holdout"}

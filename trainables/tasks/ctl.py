@@ -77,7 +77,7 @@ def build(config: CTLConfig) -> Task:
     def capacity(depth: int) -> int:
         return N_SYMBOLS * N_FUNCTIONS**depth
 
-    def make_split(counts: dict[int, int], required=()):
+    def draw_split(counts: dict[int, int], required=()) -> list[tuple[list[int], int, int]]:
         used: set = set()  # unique within a split; splits of different depths are disjoint anyway
         samples = []
         for key, ids, label in required:
@@ -86,22 +86,33 @@ def build(config: CTLConfig) -> Task:
             counts[len(key[1])] -= 1
         for d, n in counts.items():
             samples += [(ids, label, d) for _, ids, label in draw_unique(n, draw_at(d), used)]
-        order = rng.permutation(len(samples))
-        return pack_split([samples[i] for i in order])
+        return samples
+
+    def shuffled(samples: list) -> list:
+        return [samples[i] for i in rng.permutation(len(samples))]
 
     def balanced(depth_range: tuple[int, int], size: int) -> dict[int, int]:
         return balanced_counts(size, list(range(depth_range[0], depth_range[1] + 1)), capacity)
 
-    # Every single function on every symbol is in the train set (App. C.2).
+    # The IID set "matches the distribution of the train set" (App. C.2) and, as in the authors'
+    # code (one pool of distinct problems, a random part of it held out), shares no problem with
+    # it: with the paper's sizes the pool holds every problem of depth 1-3, so the IID set takes
+    # its shallow problems out of train. Every single function on every symbol stays in train
+    # (App. C.2; the authors' IID draws start at depth 2).
     singles = [sample(x, (f,)) for x in range(N_SYMBOLS) for f in range(N_FUNCTIONS)]
-    train_counts = balanced(config.train_depths, config.train_size)
-    splits = {"train": make_split(dict(train_counts), required=singles)}
-    # The IID set "matches the distribution of the train set" (App. C.2): the same depth
-    # proportions, drawn independently. With the paper's sizes every depth-1..3 problem is in train,
-    # so IID necessarily shares problems with it; OOD and test are disjoint from train by depth.
-    splits["iid_valid"] = make_split(proportional(train_counts, config.eval_size))
-    splits["ood_valid"] = make_split(balanced(config.ood_valid_depths, config.eval_size))
-    splits["test"] = make_split(balanced(config.test_depths, config.eval_size))
+    pool_counts = balanced(config.train_depths, config.train_size + config.eval_size)
+    iid_counts = proportional({d: n for d, n in pool_counts.items() if d > 1}, config.eval_size)
+    train, iid = [], []
+    for sample_ in shuffled(draw_split(dict(pool_counts), required=singles)):
+        depth = sample_[2]
+        if iid_counts.get(depth, 0) > 0:
+            iid_counts[depth] -= 1
+            iid.append(sample_)
+        else:
+            train.append(sample_)
+    splits = {"train": pack_split(train), "iid_valid": pack_split(iid),
+              "ood_valid": pack_split(shuffled(draw_split(balanced(config.ood_valid_depths, config.eval_size)))),
+              "test": pack_split(shuffled(draw_split(balanced(config.test_depths, config.eval_size))))}
     return dataclasses.replace(probe(config), splits=splits)
 
 
