@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from trainables.config import parse_trial_config, preset
 from trainables.models import build_model
 from trainables.tasks import load_task, task_config
 from trainables.tasks import scan
@@ -121,6 +122,20 @@ def test_panm_replaces_the_last_decoder_layer():
     assert abs(sum(p.numel() for p in net.parameters()) / sum(p.numel() for p in baseline.parameters()) - 1) < 0.02
     with pytest.raises(ValueError, match="decoder_layers"):
         build_model("transformer_enc_dec_panm", {"decoder_layers": 1}, task)
+
+
+@pytest.mark.parametrize("model,attention_dropout,scored_by", [("transformer_enc_dec", 0.5, None),
+                                                                 ("transformer_enc_dec_compositional", 0.0, "linear")])
+def test_the_presets_attention_as_the_authors_scan_code(model, attention_dropout, scored_by):
+    """The multi-head baseline drops its attention weights at the model's rate (Csordas et al.'s
+    code); the Compositional Attention authors' SCAN attention drops none and scores each retrieval
+    with a linear layer on the retrieval query and the retrieved value (dot=False)."""
+    cfg = parse_trial_config(preset("scan", model))
+    net = build_model(model, cfg.model_options, load_task("scan", {}))
+    rates = {module.p for name, module in net.named_modules() if name.endswith("attention_dropout")}
+    assert rates == {attention_dropout}
+    scorers = [module for name, module in net.named_modules() if name.endswith("retrieval_score")]
+    assert {type(module).__name__.lower() for module in scorers} == ({scored_by} if scored_by else set())
 
 
 def test_relative_positions_only_with_softmax_attention():

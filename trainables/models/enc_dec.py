@@ -50,9 +50,12 @@ class EncDecConfig:
     retrieval_dim: int = 32  # compositional attention: size of retrieval queries and keys
     retrieval_scores: str = "dot"  # compositional attention: "dot" or "mlp"
 
-    def layer_config(self) -> TransformerConfig:
+    def layer_config(self, attention: str) -> TransformerConfig:
+        # Csordas et al.'s multi-head attention drops attention weights at the model's rate; the
+        # Compositional Attention authors' SCAN attention (merged_attention) drops none.
         return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, ff_multiplier=self.ff_multiplier, dropout=self.dropout,
-                                 attention_dropout=self.dropout, query_dropout=0.0, n_retrievals=self.n_retrievals,
+                                 attention_dropout=0.0 if attention == "compositional" else self.dropout, query_dropout=0.0,
+                                 n_retrievals=self.n_retrievals,
                                  retrieval_dim=self.retrieval_dim, retrieval_scores=self.retrieval_scores)
 
 
@@ -79,7 +82,7 @@ class TransformerEncoderDecoder(nn.Module):
         if cfg.relative_positions and attention != "softmax":
             raise ValueError("relative_positions: only with softmax attention (the +RPE baselines)")
         self.cfg, self.bos_id = cfg, bos_id
-        layer_cfg = cfg.layer_config()
+        layer_cfg = cfg.layer_config(attention)
         own = "rel" if cfg.relative_positions else attention
         self.input_embedding = nn.Embedding(vocab_size, cfg.d_model)
         self.output_embedding = nn.Embedding(vocab_size, cfg.d_model)
