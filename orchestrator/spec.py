@@ -701,17 +701,21 @@ def _extremes(d: Distribution) -> list:
 
 def _check_builds(path, pair: Pair) -> None:
     """Build what a trial would build (its config, its task's config, its model, on the meta device:
-    no data, no weights) at every extreme of the space and every grid value, one key at a time with
-    the others at their first value, so that a value a trial would reject is rejected before launch."""
-    varied = {f"space.{k}": _extremes(d) for k, d in pair.space.items()} | {f"grid.{k}": list(v) for k, v in pair.grid.items()}
-    first = {where.split(".", 1)[1]: values[0] for where, values in varied.items()}
-    probes = [("fixed", first)] + [(where, {**first, where.split(".", 1)[1]: v}) for where, values in varied.items() for v in values[1:]]
+    no data, no weights) in every grid cell, each with the space at its first values, and at every
+    extreme of the space, one key at a time, in the first cell: so that a cell or a value a trial
+    would reject is rejected before launch (a grid's keys combine: d_model 12 builds, 8 heads build,
+    the two together do not)."""
+    extremes = {k: _extremes(d) for k, d in pair.space.items()}
+    first_values = {k: values[0] for k, values in extremes.items()}
+    cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
+    probes = [("fixed" if k == 0 else "grid." + ", grid.".join(f"{key}={v!r}" for key, v in cell.items()), {**first_values, **cell})
+              for k, cell in enumerate(cells)]
+    probes += [(f"space.{key}={v!r}", {**first_values, **cells[0], key: v}) for key, values in extremes.items() for v in values[1:]]
     for where, values in probes:
         try:
             check_builds(parse_trial_config({**pair.base, **values}))
         except ConfigError as e:
-            key = where if where == "fixed" else f"{where}={values[where.split('.', 1)[1]]!r}"
-            raise SpecError(path, f"{key} ({pair.name})", str(e)) from None
+            raise SpecError(path, f"{where} ({pair.name})", str(e)) from None
 
 
 def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path) -> Pair:

@@ -91,6 +91,8 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(tasks=[{"task": "listops", "options": {"train_size": 0}}]), "train_size: must be a positive integer, got 0"),
         (with_(space={"dropout": {"uniform": [0.0, 1.5]}}), "space.dropout=1.5 (fwd__ndr): dropout probability has to be between 0 and 1"),
         (with_(fixed={"d_model": -8}), "fixed (fwd__ndr): "),
+        # Grid keys combine: each value builds with the other key's first, the last cell does not.
+        (with_(space={}, per_model={"ndr": {"grid": {"d_model": [16, 12], "n_heads": [4, 8]}}}), "grid.d_model=12, grid.n_heads=8 (fwd__ndr): "),
         (with_(fixed={"optimizer": "sgd"}), "optimizer: must be one of adamw, adam, rmsprop"),
         # Text that would end up in MLflow filters or paths.
         (with_(name="it's"), "name: \"it's\" must be 1-100 letters, digits"),
