@@ -281,6 +281,7 @@ def test_a_ctrl_c_raised_inside_a_finalizer_is_delivered_again():
     program = """
 import os, signal, time
 from orchestrator.cli import redeliver_lost_interrupts
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as under a terminal (a background job inherits SIGINT ignored)
 redeliver_lost_interrupts()
 class Finalized:
     def __del__(self):
