@@ -183,7 +183,7 @@ def cmd_launch(args) -> int:
     if nightly and args.launch_id and len(plans) > 1:
         raise UsageError(f"--launch-id: {args.file} runs {len(plans)} ablations; each names its own night")
     check_address(args.address)
-    status = 0
+    codes = {0}
     for study, text, night in plans:
         print(describe_study(study), flush=True)
         if night is not None:
@@ -203,10 +203,10 @@ def cmd_launch(args) -> int:
             raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
         except launch.ClusterMismatch as e:
             raise UsageError(f"{study.path}: {e}") from None
-        if code not in (0, launch.EXIT_REGRESSION):
+        if code not in (0, launch.EXIT_REGRESSION, launch.EXIT_TRIALS_FAILED):
             return code  # interrupted or failed: the nights after it wait for `resume`
-        status = max(status, code)
-    return status
+        codes.add(code)
+    return launch.EXIT_REGRESSION if launch.EXIT_REGRESSION in codes else max(codes)  # a regression says most
 
 
 def nights_so_far(storage_path: Path, experiment: str) -> int:

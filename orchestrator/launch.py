@@ -34,6 +34,7 @@ from .storage import TrialStorage, check_cluster_sees
 
 EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
+EXIT_TRIALS_FAILED = 3  # the launch finished and answered, but trials failed after their retries
 MAX_PENDING_GIVEN = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # the user's own, over each phase's slots
 
 
@@ -302,11 +303,11 @@ def start_ray(address: str | None) -> bool:
 
 
 def restated(record: logging.LogRecord) -> bool:
-    """False for Tune's log records that restate what our lines say: a failed trial's traceback, and
-    the previous checkpoint already gone when Tune deletes it (a driver killed as Tune pruned it;
-    newest_existing_checkpoint copes)."""
+    """False for Tune's log records that restate what our lines say: a failed trial's traceback, the
+    list of trials that failed for good at the run's end, and the previous checkpoint already gone
+    when Tune deletes it (a driver killed as Tune pruned it; newest_existing_checkpoint copes)."""
     message = record.getMessage()
-    if message.startswith("Trial task failed"):
+    if message.startswith(("Trial task failed", "Trials did not complete")):
         return False
     error = record.exc_info[1] if record.exc_info else None
     return not ("Error handling checkpoint" in message and isinstance(error, FileNotFoundError) and "checkpoint_" in str(error))
@@ -331,6 +332,7 @@ def quiet_ray() -> None:
     our "[trial] ..." lines; the rest stays in Ray's log folder (<ray tmp>/session_latest/logs).
     Ray has no switch for its forwarding: its handlers are wrapped, where the installed Ray has them."""
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(restated)
+    logging.getLogger("ray.tune.tune").addFilter(restated)
     logging.getLogger("ray.tune.execution.experiment_state").addFilter(superseded_sync)
     try:
         from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
@@ -437,8 +439,9 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
 def execute(state: LaunchState, address: str | None) -> int:
     """Run (or continue) a launch until every trial has ended, its confirmation phase included;
     then write the best configs (or the ablation report). Returns the exit status: 0, 1 after a
-    store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, or EXIT_REGRESSION where a night of the
-    nightly job regressed from the night before."""
+    store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, EXIT_REGRESSION where a night of the
+    nightly job regressed from the night before, else EXIT_TRIALS_FAILED where trials failed for good
+    (a script must not take such a launch's answer for a whole one)."""
     study = state.study()
     use_gpu = start_ray(address)
     slots = cluster_slots(study, use_gpu)
@@ -528,7 +531,7 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
         print(f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag", flush=True)
     for line in verdict_lines(regressions):
         print(f"[launch] {line}", flush=True)
-    return EXIT_REGRESSION if regressions else 0
+    return EXIT_REGRESSION if regressions else EXIT_TRIALS_FAILED if errors else 0
 
 
 def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool) -> tuple[int, int]:

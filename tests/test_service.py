@@ -191,6 +191,58 @@ def test_asha_stops_poor_trials_and_tells_optuna_they_were_pruned(tmp_path):
     assert sorted(states["cr__transformer"]) == sorted({"completed": "COMPLETE", "early_stopped": "PRUNED"}[s] for s in statuses)
 
 
+def trial_processes(root_pid: int) -> list[int]:
+    """The trial actors' processes under a driver (Ray titles them after the trainable's class)."""
+    parents, titles = {}, {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError):
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            titles[int(proc.name)] = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+
+    def under_root(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == root_pid:
+                return True
+        return False
+
+    return [pid for pid, title in titles.items() if title.startswith("ray::CheckpointFallbackTrial") and under_root(pid)]
+
+
+def test_a_trial_that_fails_for_good_is_recorded_and_the_exit_status_says_so(tmp_path):
+    """The first trial's process killed, as the kernel's OOM killer would, with no retries left
+    (max_failures 0): one line names it, its MLflow run ends FAILED with trial_status failed and its
+    Optuna trial FAIL; the other trials, the answer and the report as ever; and the launch exits 3,
+    not 0, so that a script does not take its answer for a whole one."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, budget={"trials": 3, "max_concurrent": 1, "n_iters": 200, "eval_every": 100, "max_failures": 0})
+    experiment = yaml.safe_load(path.read_text())["name"]
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], cwd=tmp_path, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 300
+        while not (trials := trial_processes(driver.pid)):
+            assert driver.poll() is None and time.time() < deadline, (tmp_path / "driver.log").read_text()[-3000:]
+            time.sleep(0.05)
+        os.kill(trials[0], signal.SIGKILL)
+        code = driver.wait(timeout=600)
+    out = (tmp_path / "driver.log").read_text()
+    assert code == 3, out[-3000:]
+    assert sum(" failed for good" in line for line in out.splitlines()) == 1, out[-3000:]
+    assert "[launch] 1 trial(s) failed after 0 retries" in out and "best/tiny__ndr.yaml" in out
+    # Ours, and Ray's notice of the worker process it lost (as of a node it marks dead).
+    foreign = [line for line in foreign_lines(out, path) if "(raylet)" not in line or "A worker died or was killed" not in line]
+    assert foreign == [], foreign
+    _, parents, children = trial_runs(uri, experiment)
+    assert parents[0].info.status == "FINISHED" and len(children) == 3
+    failed = [r for r in children if r.data.tags["trial_status"] == "failed"]
+    assert len(failed) == 1 and failed[0].info.status == "FAILED" and failed[0].data.tags.get("error")
+    assert sorted(r.data.tags["trial_status"] for r in children if r not in failed) == ["completed", "completed"]
+    states = optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["tiny__ndr"]
+    assert sorted(states) == ["COMPLETE", "COMPLETE", "FAIL"]
+
+
 @pytest.mark.long  # the chaos soak (default run) kills a driver and audits every trial, step and Optuna state
 def test_resume_after_the_driver_is_killed(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
