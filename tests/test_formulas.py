@@ -409,6 +409,90 @@ def test_panm_heads_are_configurable_including_zero():
         PANM(PANMConfig(mode1_heads=4), vocab_size=13)
 
 
+def slow_gru(cell: torch.nn.GRUCell, x: list[float], h: list[float]) -> list[float]:
+    """Cho et al.'s GRU as torch lays out its weights (reset r, update z, candidate n), unit by unit."""
+    W, U, b, c = cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh
+    H = len(h)
+
+    def affine(weights, bias, v, row):
+        return float(bias[row]) + sum(float(weights[row, j]) * v[j] for j in range(len(v)))
+
+    sigmoid = lambda a: 1 / (1 + math.exp(-a))
+    r = [sigmoid(affine(W, b, x, i) + affine(U, c, h, i)) for i in range(H)]
+    z = [sigmoid(affine(W, b, x, H + i) + affine(U, c, h, H + i)) for i in range(H)]
+    n = [math.tanh(affine(W, b, x, 2 * H + i) + r[i] * affine(U, c, h, 2 * H + i)) for i in range(H)]
+    return [(1 - z[i]) * n[i] + z[i] * h[i] for i in range(H)]
+
+
+def slow_mlp(net, v: list[float]) -> list[float]:
+    """One hidden ReLU layer, weight by weight."""
+    first, last = net[0], net[2]
+    hidden = [max(0.0, float(first.bias[i]) + sum(float(first.weight[i, j]) * v[j] for j in range(len(v)))) for i in range(first.out_features)]
+    return [float(last.bias[i]) + sum(float(last.weight[i, j]) * hidden[j] for j in range(len(hidden))) for i in range(last.out_features)]
+
+
+def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int) -> list[list[float]]:
+    """PANM's decoding of one sample from Sec. 2.2-2.3, slot by slot: the address bank A[n] = n in
+    b bits (base 0 at evaluation); Pointer Units h_t = GRU(p_{t-1}, h_{t-1}) (Eq. 1), w_t[n] =
+    softmax_n(s cos(h_t, g^a(A[n]))) (Eq. 2), p_t = sum_n w_t[n] A[n] (Eq. 3), *p_t = sum_n w_t[n] M[n];
+    Mode-2 q = g^c([*p^a ...]) (Eq. 4), w^c[n] = softmax_n(s' cos(q, M[n])) (Eq. 5), *p^c = sum_n w^c[n] M[n]
+    (Eq. 6); Controller h^c_t = GRU([*p^a ..., *p^c ...], h^c_{t-1}) with h^c_0 = sum_n M[n] (Eq. 7);
+    y_t = g^o([*p^a ..., *p^c ..., h^c_t]). Mode-1 pointers start at the base and end addresses."""
+    cfg = model.cfg
+    M = [[float(v) for v in memory[n]] for n in range(length)]
+    bits = cfg.address_bits
+    A = [[float((n >> (bits - 1 - k)) & 1) for k in range(bits)] for n in range(length)]
+    sharp_a, sharp_c = (math.exp(v) for v in model.log_sharpness.tolist())
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b)) / max(math.sqrt(sum(x * x for x in a)), 1e-12) / max(math.sqrt(sum(y * y for y in b)), 1e-12)
+
+    def softmax(scores):
+        top = max(scores)
+        e = [math.exp(v - top) for v in scores]
+        return [v / sum(e) for v in e]
+
+    def read(w):
+        return [sum(w[n] * M[n][d] for n in range(length)) for d in range(len(M[0]))]
+
+    keys = [[slow_mlp(g, A[n]) for n in range(length)] for g in model.address_keys]
+    pointers = [A[0], A[length - 1], A[(length - 1) // 2]][: cfg.mode1_heads]
+    states = [[0.0] * cfg.hidden for _ in range(cfg.mode1_heads)]
+    control = [sum(M[n][d] for n in range(length)) for d in range(len(M[0]))]
+    outputs = []
+    for _ in range(n_steps):
+        values = []
+        for h, unit in enumerate(model.pointer_units):
+            states[h] = slow_gru(unit, pointers[h], states[h])
+            w = softmax([sharp_a * cos(states[h], keys[h][n]) for n in range(length)])
+            pointers[h] = [sum(w[n] * A[n][k] for n in range(length)) for k in range(bits)]
+            values.append(read(w))
+        mode1 = [v for value in values for v in value]
+        for g in model.mode2_queries:
+            q = slow_mlp(g, mode1)
+            values.append(read(softmax([sharp_c * cos(q, M[n]) for n in range(length)])))
+        flat = [v for value in values for v in value]
+        control = slow_gru(model.controller, flat, control)
+        outputs.append(slow_mlp(model.output, flat + control))
+    return outputs
+
+
+@pytest.mark.parametrize("mode1,mode2", [(2, 1), (1, 2)])
+def test_panm_decoding_against_its_equations(mode1, mode2):
+    from trainables.models.panm import PANM, PANMConfig
+
+    torch.manual_seed(0)
+    model = PANM(PANMConfig(d_model=6, hidden=6, mlp_hidden=5, address_bits=4, mode1_heads=mode1, mode2_heads=mode2, sharpness=3.0),
+                 vocab_size=7).eval()
+    tokens, lengths = torch.randint(3, 7, (2, 5)), torch.tensor([5, 3])
+    with torch.no_grad():
+        out = model(tokens, lengths, 4)
+        memory = model.encoder(tokens, lengths, None)
+        for b in range(2):
+            expected = torch.tensor(slow_panm_decode(model, memory[b], int(lengths[b]), 4))
+            assert torch.allclose(out[b], expected, atol=1e-5), (b, (out[b] - expected).abs().max())
+
+
 # ---------- DNC (Graves et al. 2016, Methods; Csordás & Schmidhuber 2019) ----------
 
 def slow_dnc_step(state: dict, xi: dict, deallocate: bool, sharpen_links: bool) -> dict:
@@ -535,3 +619,36 @@ def test_act_halting_matches_its_definition(variant):
             torch.testing.assert_close(out[b, i], expected)
             assert remainders[b, i].item() == pytest.approx(0.0 if halt is None else 1 - sum(p[:halt]))
     assert halts == {"early", "late"}
+
+
+def test_act_ponder_cost_is_alpha_over_n_times_the_summed_remainders():
+    """App. A: L_ACT = alpha / N * sum_i R_i over the N columns of a sequence (here without padding,
+    where the authors' mean over the padded batch and the paper's sum agree), averaged over the batch."""
+    from trainables.models.transformer import UniversalTransformerClassifier
+
+    torch.manual_seed(6)
+    cfg = TransformerConfig(d_model=8, n_heads=2, n_layers=5, act="graves", act_threshold=0.99, act_loss_weight=0.03)
+    model = UniversalTransformerClassifier(cfg, "softmax", False, vocab_size=10, n_classes=3, pad_id=0, bos_id=1, eos_id=2)
+    seen = []
+    adaptive = model.adaptive
+    model.adaptive = lambda *args: seen.append(adaptive(*args)) or seen[-1]
+    tokens = torch.randint(3, 10, (4, 6))
+    model(tokens, torch.full((4,), 6))
+    remainders = seen[0][1].detach()  # (B, N) with N = 6 tokens + the BOS and EOS markers
+    n = remainders.shape[1]
+    expected = sum(0.03 / n * sum(float(remainders[b, i]) for i in range(n)) for b in range(4)) / 4
+    assert n == 8 and model.aux_loss.item() == pytest.approx(expected, rel=1e-6) and expected > 0
+
+
+def test_sinusoids_are_vaswani_et_al_s_equations():
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), negative
+    positions (the relative encodings' offsets) included."""
+    from trainables.models.transformer import sinusoids
+
+    d = 10
+    positions = torch.tensor([-3, 0, 1, 7, 40])
+    out = sinusoids(positions, d)
+    for row, pos in enumerate(positions.tolist()):
+        for k in range(d):
+            angle = pos / 10000 ** ((k - k % 2) / d)
+            assert float(out[row, k]) == pytest.approx(math.sin(angle) if k % 2 == 0 else math.cos(angle), abs=1e-5)
