@@ -359,6 +359,18 @@ def test_transformer_baseline_reads_its_blanks_after_each_samples_own_input():
         torch.testing.assert_close(out[b], model.output(model.encoder(alone[None])[0, -steps:]), rtol=1e-4, atol=1e-5)
 
 
+def test_transformer_baseline_sample_is_unchanged_by_the_batchs_longer_targets():
+    """A sample asked for 2 output tokens in a batch whose longest target is 4: its blanks are its
+    own 2 (the authors' batches are of one length), so its outputs are those it has alone."""
+    torch.manual_seed(0)
+    task = TASKS["copy"].load(TASKS["copy"].config(eval_size=4))
+    model = build_model("transformer_seq2seq", {"d_model": 16, "n_layers": 2, "n_heads": 2}, task).eval()
+    tokens, lengths = torch.tensor([[5, 6, 7, 8], [9, 4, 0, 0]]), torch.tensor([4, 2])
+    together = model(tokens, lengths, 4, target_lengths=torch.tensor([4, 2]))
+    alone = model(tokens[1:, :2], lengths[1:], 2, target_lengths=torch.tensor([2]))
+    torch.testing.assert_close(together[1, :2], alone[0], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("start", ["sum", "last"])
 def test_panm_controller_starts_from_the_memory(start):
     """Eq. 7: h_0^c is the sum of the memory slots (padding excluded); `last` takes the last slot."""

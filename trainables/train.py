@@ -90,7 +90,7 @@ def predict(model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor]) -
     if kind == "set_regression":
         return model(batch["features"])
     if kind == "sequence_to_sequence":
-        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"))
+        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"), batch["target_lengths"])
     if kind == "autoregressive_seq2seq":  # teacher forcing in training; in evaluation the decoder reads its own outputs
         return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"] if model.training else None)
     if kind == "translation":  # teacher forcing always: perplexity scores the reference's tokens

@@ -208,9 +208,10 @@ class PANM(PointerDecoder):
         self.encoder = SequenceEncoder(cfg.encoder, vocab_size, n_features, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.dropout)
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, tokens, lengths, n_steps: int, token_features=None, return_activations: bool = False):
+    def forward(self, tokens, lengths, n_steps: int, token_features=None, target_lengths=None, return_activations: bool = False):
         """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights.
-        The decoder input z_t is zero (the algorithmic tasks: no teacher forcing)."""
+        The decoder input z_t is zero (the algorithmic tasks: no teacher forcing). A step never
+        reads a later one, so `target_lengths` (each sample's own output length) is not needed."""
         state = self.begin(self.dropout(self.encoder(tokens, lengths, token_features)), lengths, trace=return_activations)
         out = torch.stack([self.step(state) for _ in range(n_steps)], 1)
         return (out, {"mode1": state["mode1"], "mode2": state["mode2"]}) if return_activations else out

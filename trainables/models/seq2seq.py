@@ -41,7 +41,9 @@ class LSTMSeq2Seq(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
-    def forward(self, tokens, lengths, n_steps: int, token_features=None):
+    def forward(self, tokens, lengths, n_steps: int, token_features=None, target_lengths=None):
+        """-> (B, n_steps, vocab); a recurrent decoder's step t never reads a later one, so each
+        sample's outputs are its own whatever the batch's longest target (`target_lengths` unused)."""
         x = F.one_hot(tokens, self.vocab_size).float()
         if token_features is not None:
             x = torch.cat([x, token_features], -1)
@@ -60,7 +62,10 @@ class TransformerSeq2Seq(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, cfg.n_layers, enable_nested_tensor=False)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
-    def forward(self, tokens, lengths, n_steps: int, token_features=None):
+    def forward(self, tokens, lengths, n_steps: int, token_features=None, target_lengths=None):
+        """-> (B, n_steps, vocab). Sample b has one blank per output token it is asked for
+        (`target_lengths`, else n_steps each), as in the authors' batches of one length: the blanks
+        past its own are padding, so its outputs do not depend on the batch's longest target."""
         x = self.embedding(tokens)
         if self.features is not None:
             x = x + self.features(token_features)
@@ -70,6 +75,7 @@ class TransformerSeq2Seq(nn.Module):
         positions = torch.arange(width, device=tokens.device)
         is_input = positions[None] < lengths[:, None]
         h = torch.where(is_input[..., None], F.pad(x, (0, 0, 0, n_steps)), 0.0) + sinusoids(positions, x.shape[-1])
-        h = self.encoder(h, src_key_padding_mask=positions[None] >= (lengths + n_steps)[:, None])
+        blanks = torch.full_like(lengths, n_steps) if target_lengths is None else target_lengths
+        h = self.encoder(h, src_key_padding_mask=positions[None] >= (lengths + blanks)[:, None])
         blanks = lengths[:, None] + torch.arange(n_steps, device=tokens.device)
         return self.output(h.gather(1, blanks[..., None].expand(-1, -1, h.shape[-1])))
