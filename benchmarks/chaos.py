@@ -42,7 +42,7 @@ MODELS = ("lstm", "transformer", "ndr")
 EVAL_EVERY = 20
 RAY = str(Path(sys.executable).parent / "ray")
 OUTAGE_S = 45  # longer than tracking.RETRY_DELAYS_S (31 s) in all
-EXPECTED_EXIT = {"driver_kill": -signal.SIGKILL, "sigint": 130, "outage": 1}  # how a driver the fault hits ends
+EXPECTED_EXIT = {"driver_kill": -signal.SIGKILL, "sigint": 130, "outage": 4}  # how a driver the fault hits ends
 
 
 def free_port() -> int:

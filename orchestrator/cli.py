@@ -101,7 +101,9 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
 
 
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:
-    """A HOST:PORT cluster must answer within seconds (Ray itself retries for minutes)."""
+    """A HOST:PORT cluster must answer within seconds (Ray itself retries for minutes), and this
+    machine must be one of its nodes: Ray connects a driver through a raylet of its own machine,
+    and without one gives up after a minute with a ConnectionError (a Kubernetes pod, a laptop)."""
     import socket
 
     if not address or address in ("auto", "local") or "://" in address:
@@ -111,6 +113,11 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
     except (OSError, ValueError) as e:
         raise UsageError(f"--address: no Ray cluster answers at {address} within {timeout_s:.0f} s ({e})") from None
+    from ray._private.services import find_node_ids  # the raylets running here, as ray.init looks for them
+
+    if not find_node_ids():
+        raise UsageError(f"--address: this machine is not a node of the Ray cluster at {address}, and a driver runs on one: "
+                         f"join it first with `ray start --address {address} --num-cpus=0` (trials never run there; deploy/README.md)")
 
 
 def check_writable(folder: Path, where: str) -> None:
@@ -231,6 +238,7 @@ def cmd_resume(args) -> int:
     alive, where = driver(state.dir)
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
+    check_address(args.address)
     launch.start_ray(args.address)
     try:
         launch.check_storage(state.trial_storage(), "storage")
@@ -548,7 +556,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
         print(f"orchestrator: error: {e}; nothing was started: run the command again once the store answers", file=sys.stderr)
-        return 1
+        from .launch import EXIT_STORE_UNREACHABLE
+
+        return EXIT_STORE_UNREACHABLE
     except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)
         print("orchestrator: interrupted", file=sys.stderr)
         return 130

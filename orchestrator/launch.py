@@ -35,6 +35,7 @@ from .storage import TrialStorage, check_cluster_sees
 EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 EXIT_TRIALS_FAILED = 3  # the launch finished and answered, but trials failed after their retries
+EXIT_STORE_UNREACHABLE = 4  # a tracking or search store stayed unreachable through every retry: resumable
 MAX_PENDING_GIVEN = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # the user's own, over each phase's slots
 
 
@@ -438,8 +439,8 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
 
 def execute(state: LaunchState, address: str | None) -> int:
     """Run (or continue) a launch until every trial has ended, its confirmation phase included;
-    then write the best configs (or the ablation report). Returns the exit status: 0, 1 after a
-    store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, EXIT_REGRESSION where a night of the
+    then write the best configs (or the ablation report). Returns the exit status: 0,
+    EXIT_STORE_UNREACHABLE after a store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, EXIT_REGRESSION where a night of the
     nightly job regressed from the night before, else EXIT_TRIALS_FAILED where trials failed for good
     (a script must not take such a launch's answer for a whole one)."""
     study = state.study()
@@ -482,11 +483,11 @@ def execute(state: LaunchState, address: str | None) -> int:
 
 
 def stopped_by_outage(state: LaunchState, reason: str) -> int:
-    """One line for a store that stayed unreachable through every retry. -> the exit status, 1."""
+    """One line for a store that stayed unreachable through every retry. -> EXIT_STORE_UNREACHABLE."""
     state.state = "failed"
     state.save()
     print(f"orchestrator: error: {reason}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`", flush=True)
-    return 1
+    return EXIT_STORE_UNREACHABLE
 
 
 def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:

@@ -88,7 +88,10 @@ def test_the_commands_deploy_runs_are_ours_and_name_files_that_exist():
     assert [c[0] for c in commands] == ["resume", "launch"]
     (cron,) = documents("nightly-cronjob.yaml")
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
-    commands.append(container["command"][1:])
+    shell = container["command"][-1]
+    # A driver runs on a Ray node: the nightly's pod joins the cluster first, with nothing for trials.
+    assert container["command"][:2] == ["bash", "-c"] and shell.startswith("ray start --address=sysgen-search-head-svc:6379 --num-cpus=0 --num-gpus=0 && ")
+    commands += orchestrator_commands(shell)
     service = (DEPLOY / "systemd" / "sysgen-nightly.service").read_text()
     commands += orchestrator_commands(re.search(r"^ExecStart=(.*)$", service, re.M).group(1))
     for args in commands:
@@ -111,3 +114,15 @@ def test_the_systemd_units_verify(tmp_path):
     units = sorted(str(p) for p in tmp_path.glob("sysgen-nightly.*"))
     out = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True)
     assert out.returncode == 0 and not out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_the_image_leaves_out_what_git_leaves_out():
+    """deploy/Dockerfile copies the checkout; Docker reads .dockerignore, not .gitignore: without it
+    a local .venv (gigabytes of torch), launch folders and MLflow databases went into the image."""
+    def patterns(name: str) -> set[str]:
+        lines = (ROOT / name).read_text().splitlines()
+        return {line.strip().lstrip("/").removeprefix("**/") for line in lines if line.strip() and not line.startswith("#")}
+
+    assert patterns(".gitignore") <= patterns(".dockerignore")
+    assert ".git" not in patterns(".dockerignore")  # the code version comes from it
+

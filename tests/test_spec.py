@@ -573,3 +573,12 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
     line, summary = cost.describe_cost(study)
     assert "; stacks of 3: " in line and ", 1 trial(s) at once)" in summary, (line, summary)
+
+
+def test_the_readmes_annotated_search_file_is_one_the_service_accepts():
+    """The README's key-by-key example, as a user would copy it (a duplicated key once refused it)."""
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    example = re.search(r"```yaml\n(name: ctl .*?)```", readme.read_text(), re.S).group(1)
+    study = load_study(readme, text=example)
+    assert study.budget.trials == 20 and study.budget.stack_size == "auto" and {p.model for p in study.pairs} == {"lstm", "ndr"}
+
