@@ -440,9 +440,10 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
 def execute(state: LaunchState, address: str | None) -> int:
     """Run (or continue) a launch until every trial has ended, its confirmation phase included;
     then write the best configs (or the ablation report). Returns the exit status: 0,
-    EXIT_STORE_UNREACHABLE after a store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM, EXIT_REGRESSION where a night of the
-    nightly job regressed from the night before, else EXIT_TRIALS_FAILED where trials failed for good
-    (a script must not take such a launch's answer for a whole one)."""
+    EXIT_STORE_UNREACHABLE after a store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM,
+    EXIT_REGRESSION where a night of the nightly job regressed from the night before, else
+    EXIT_TRIALS_FAILED where trials failed for good (a script must not take such a launch's
+    answer for a whole one)."""
     study = state.study()
     use_gpu = start_ray(address)
     slots = cluster_slots(study, use_gpu)

@@ -75,7 +75,7 @@ class TransformerSeq2Seq(nn.Module):
         positions = torch.arange(width, device=tokens.device)
         is_input = positions[None] < lengths[:, None]
         h = torch.where(is_input[..., None], F.pad(x, (0, 0, 0, n_steps)), 0.0) + sinusoids(positions, x.shape[-1])
-        blanks = torch.full_like(lengths, n_steps) if target_lengths is None else target_lengths
-        h = self.encoder(h, src_key_padding_mask=positions[None] >= (lengths + blanks)[:, None])
+        own_steps = torch.full_like(lengths, n_steps) if target_lengths is None else target_lengths
+        h = self.encoder(h, src_key_padding_mask=positions[None] >= (lengths + own_steps)[:, None])
         blanks = lengths[:, None] + torch.arange(n_steps, device=tokens.device)
         return self.output(h.gather(1, blanks[..., None].expand(-1, -1, h.shape[-1])))

@@ -103,13 +103,13 @@ def build(config: CTLConfig) -> Task:
     pool_counts = balanced(config.train_depths, config.train_size + config.eval_size)
     iid_counts = proportional({d: n for d, n in pool_counts.items() if d > 1}, config.eval_size)
     train, iid = [], []
-    for sample_ in shuffled(draw_split(dict(pool_counts), required=singles)):
-        depth = sample_[2]
+    for problem in shuffled(draw_split(dict(pool_counts), required=singles)):
+        depth = problem[2]
         if iid_counts.get(depth, 0) > 0:
             iid_counts[depth] -= 1
-            iid.append(sample_)
+            iid.append(problem)
         else:
-            train.append(sample_)
+            train.append(problem)
     splits = {"train": pack_split(train), "iid_valid": pack_split(iid),
               "ood_valid": pack_split(shuffled(draw_split(balanced(config.ood_valid_depths, config.eval_size)))),
               "test": pack_split(shuffled(draw_split(balanced(config.test_depths, config.eval_size))))}
