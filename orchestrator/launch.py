@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from . import tracking
-from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, TruncationAwareOptunaSearch, own_config,
-                     run_key, trial_members)
+from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
+                     TruncationAwareOptunaSearch, own_config, run_key, trial_members)
 from .spec import Pair, Study
 from .best import write_best
 from .callbacks import ProgressLines, TrialTracker
@@ -538,7 +538,7 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
 
 def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool) -> tuple[int, int]:
     """Run (or continue, from its Tune experiment) one phase until its trials have ended.
-    -> (exit status: 0, 1 after a store outage, EXIT_INTERRUPTED; trials that failed for good)."""
+    -> (exit status: 0, EXIT_STORE_UNREACHABLE, EXIT_INTERRUPTED; trials that failed for good)."""
     from ray import tune
 
     # A phase's own concurrency: a stacked search may be a trial or two per pair, its confirmation many.
@@ -556,7 +556,7 @@ def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool) -> tu
     with CalmStop():
         try:
             results = tuner.fit()
-        except Exception as e:
+        except (ResumeFailed, Exception) as e:
             unavailable = tracking.store_outage(e)
             if unavailable is None:
                 raise

@@ -252,11 +252,21 @@ class PairSearch(Searcher):
                          "searchers": {name: s.__dict__ for name, s in self.searchers.items()}}, f)
 
     def restore(self, checkpoint_path: str):
-        with open(checkpoint_path, "rb") as f:
-            saved = pickle.load(f)
+        try:
+            with open(checkpoint_path, "rb") as f:
+                saved = pickle.load(f)  # connects the Optuna storage (tracking.ReconnectingRDBStorage)
+        except Exception as e:
+            raise ResumeFailed(f"the search's state could not be read back: {e}") from e
         self.__dict__.update(saved["own"])
         for name, state in saved["searchers"].items():
             self.searchers[name].__dict__.update(state)
+
+
+class ResumeFailed(BaseException):
+    """A resume that could not read its state back. Tune meets any Exception in a resume by
+    starting the experiment afresh in the same folder: its next snapshot lists no trial, and every
+    resume after it fails (a chaos soak resumed during a database outage and looped so). A
+    BaseException passes Tune's handler; launch.run_phase stops the launch, its state untouched."""
 
 
 class PairScheduler(FIFOScheduler):

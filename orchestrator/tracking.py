@@ -217,7 +217,8 @@ def _reconnecting_rdb_storage():
             return super().__getstate__() | {"url": redact(self.url)}
 
         def __setstate__(self, state):
-            super().__setstate__(state | {"url": reveal(state["url"])})
+            # Unpickled as Tune restores the searcher, where it connects: the database may be down then.
+            retried(super().__setstate__, "search store (Optuna)")(state | {"url": reveal(state["url"])})
 
     for name, method in vars(optuna.storages.RDBStorage).items():
         # Only the calls that open their own session: a helper handed rows read in its caller's

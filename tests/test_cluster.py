@@ -432,8 +432,11 @@ def test_launch_survives_postgresql_dropping_its_connections(tmp_path):
 
 def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(tmp_path):
     """The database refuses every connection for longer than the store retries (about 31 s): the
-    driver stops with one line naming the store and the resume command (exit status 1), leaving
-    the launch `failed`; once the database is back, `resume` finishes it with nothing lost."""
+    driver stops with one line naming the store and the resume command (exit status 4), leaving
+    the launch `failed`. A resume whose database goes as Tune reads its state back stops so too
+    (Tune answered the failed read by starting the phase afresh in the same folder: its snapshot
+    then listed no trial and every later resume failed, as a chaos soak found). Once the database
+    is back, `resume` finishes the launch with nothing lost."""
     import psycopg
 
     database = f"sysgen_outage_{uuid.uuid4().hex[:8]}"
@@ -456,6 +459,19 @@ def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_lin
         assert len(error) == 1 and " unreachable for " in error[0] and "orchestrator resume " in error[0], out[-3000:]
         launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
         assert json.loads((launch_dir / "launch.json").read_text())["state"] == "failed"
+        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        driver = popen_launch("resume", str(launch_dir), cwd=tmp_path, env=os.environ)
+        deadline = time.time() + 120
+        while "[launch] resuming from " not in driver.log.read_text():  # Tune reads its state back next
+            assert driver.poll() is None and time.time() < deadline, driver.log.read_text()[-3000:]
+            time.sleep(0.02)
+        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+        while driver.poll() is None:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+            time.sleep(1)
+        out = finish(driver)
+        assert driver.returncode == 4 and foreign_lines(out, path) == [], out[-3000:]
+        assert sum(line.startswith("orchestrator: error: ") for line in out.splitlines()) == 1, out[-3000:]
         admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
         resumed = orchestrator("resume", str(launch_dir), cwd=tmp_path)
         assert foreign_lines(resumed.stdout, path) == [], resumed.stdout[-3000:]
