@@ -49,6 +49,17 @@ def member_config(config: dict, member: int | None) -> dict:
     return {**own_config(config), **(config[MEMBERS_KEY][member] if member is not None else {})}
 
 
+def stored_trials(storage, study_name: str) -> int:
+    """How many trials the study `study_name` holds in `storage` (0 where there is no such study)."""
+    if storage is None:
+        return 0
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return 0
+    return len(storage.get_all_trials(study_id, deepcopy=False))
+
+
 class TruncationAwareOptunaSearch(OptunaSearch):
     """Ray tells Optuna a trial that ASHA stopped is COMPLETE with its truncated score, so TPE would
     learn from scores of unequal budgets. We tell it PRUNED instead (and the same for a diverged
@@ -69,6 +80,21 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         super().__init__(*args, **kwargs)
         self.stack, self.runs_left, self.base = stack, runs, base or {}
         self.members: dict[str, list] = {}  # trial id -> the Optuna trials of its stacked members
+
+    def _setup_study(self, mode):
+        if stored_trials(self._storage, self._study_name):
+            # A new searcher on a study a killed driver began (it died before Tune's first
+            # snapshot): the warm start is in the study already, and a sampler seeded as that
+            # driver's was would propose its trials again.
+            self._points_to_evaluate = None
+            self._sampler.reseed_rng()
+        super()._setup_study(mode)
+
+    def draw_afresh(self) -> None:
+        """After a resume from Tune's snapshot: the sampler's random state is the snapshot's, so
+        its next draws would repeat the proposals the killed driver made after it (which adopted
+        trials now hold)."""
+        self._ot_study.sampler.reseed_rng()
 
     def trials_of(self, trial_id) -> list[tuple]:
         """(Optuna trial, member index or None) of each run a Tune trial trains."""
@@ -145,6 +171,24 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             self._ot_study.tell(trial, state=TrialState.FAIL)
         raise RuntimeError(f"Optuna handed out no proposal with {shared}")  # no store does this: ours was waiting
 
+    def retry(self, trial_id) -> None:
+        """Tune runs a trial that failed for good again when the launch is resumed (from its last
+        checkpoint), without asking the searcher. Its Optuna trials were told FAIL, which is final:
+        each of its runs gets a new one, with the same values and the evaluations it had reported."""
+        study = {t.number: t for t in self._ot_study.get_trials(deepcopy=False)}
+        taken = set()
+        for failed, member in self.trials_of(trial_id):
+            again = self.ask_sharing(failed.params, taken)
+            taken.add(again.number)
+            for step, value in study[failed.number].intermediate_values.items():
+                again.report(value, step)
+            if member is None or member == 0:
+                self._ot_trials[trial_id] = again
+            if member is not None:
+                self.members[trial_id][member] = again
+        self._completed_trials.discard(trial_id)
+        self.label(trial_id)
+
     def told_already(self, trial) -> bool:
         """Whether Optuna's storage has this trial finished: a driver killed after telling Optuna and
         before Tune's snapshot recorded the end sees the trial end again after its resume."""
@@ -199,6 +243,9 @@ class CellSearch(Searcher):
     def on_trial_complete(self, trial_id, result=None, error=False):
         pass
 
+    def retry(self, trial_id) -> None:
+        pass  # a cell's trial is the same cell when Tune runs it again
+
 
 class PairSearch(Searcher):
     """Suggests trials for every pair, round-robin over the pairs that may start one: a pair may
@@ -210,6 +257,7 @@ class PairSearch(Searcher):
         self.started = {name: 0 for name in searchers}
         self.exhausted: set[str] = set()
         self.live: dict[str, str] = {}  # trial id -> pair
+        self.failed: dict[str, str] = {}  # trial id -> pair, of trials that failed for good (a resume runs them again)
         self.turn = 0
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -237,13 +285,24 @@ class PairSearch(Searcher):
             return Searcher.FINISHED
         return None
 
+    def revived(self, trial_id) -> None:
+        """A trial that had failed for good reports again: a resume runs it (resume_errored)."""
+        if trial_id in self.failed:
+            self.live[trial_id] = self.failed.pop(trial_id)
+            self.searchers[self.live[trial_id]].retry(trial_id)
+
     def on_trial_result(self, trial_id, result):
+        self.revived(trial_id)
         if trial_id in self.live:
             self.searchers[self.live[trial_id]].on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id, result=None, error=False):
+        self.revived(trial_id)
         if trial_id in self.live:
-            self.searchers[self.live.pop(trial_id)].on_trial_complete(trial_id, result=result, error=error)
+            pair = self.live.pop(trial_id)
+            self.searchers[pair].on_trial_complete(trial_id, result=result, error=error)
+            if error:
+                self.failed[trial_id] = pair
 
     def save(self, checkpoint_path: str):
         # OptunaSearch pickles its __dict__ (the study handle included, whose RDB storage reconnects).
@@ -258,8 +317,11 @@ class PairSearch(Searcher):
         except Exception as e:
             raise ResumeFailed(f"the search's state could not be read back: {e}") from e
         self.__dict__.update(saved["own"])
+        self.__dict__.setdefault("failed", {})  # a launch begun before failed trials were kept
         for name, state in saved["searchers"].items():
             self.searchers[name].__dict__.update(state)
+            if isinstance(self.searchers[name], TruncationAwareOptunaSearch):
+                self.searchers[name].draw_afresh()
 
 
 class ResumeFailed(BaseException):

@@ -23,6 +23,7 @@ BOOTSTRAP_RESAMPLES = 10_000
 class Summary:
     n: int
     mean: float
+    median: float  # set beside a paper's median over runs (PANM's SCAN table prints medians)
     std: float | None  # sample std (n - 1); None for one seed
     ci: tuple[float, float] | None  # bootstrap 95% interval of the mean; None for one seed
     solved: float | None  # fraction of seeds at or past the threshold; None without a threshold
@@ -45,7 +46,7 @@ def summarize(values, threshold: float | None = None, lower_is_better: bool = Fa
     solved = None
     if threshold is not None:
         solved = sum((v <= threshold) if lower_is_better else (v >= threshold) for v in values) / n
-    return Summary(n=n, mean=mean, std=float(np.std(values, ddof=1)) if several else None,
+    return Summary(n=n, mean=mean, median=float(np.median(values)), std=float(np.std(values, ddof=1)) if several else None,
                    ci=bootstrap_ci(values) if several else None, solved=solved,
                    best=min(values) if lower_is_better else max(values))
 

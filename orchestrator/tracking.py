@@ -484,11 +484,15 @@ def member_key(member: int, key: str) -> str:
 
 def member_result(result: dict[str, Any], member: int | None) -> dict[str, Any]:
     """One member's result within a trial's: its own `member<k>/` keys over the trial's shared ones
-    (iteration, node); a trial of one run's result as it is."""
+    (node, device, Tune's bookkeeping); a trial of one run's result as it is. A key that members
+    report themselves is no shared one: the trial's value of it is the stack's (its best member's
+    score, for ASHA), and a member that diverged before its first evaluation has no score, not that."""
     if member is None:
         return result
     prefix = member_key(member, "")
-    return {**{k: v for k, v in result.items() if not k.startswith("member") or "/" not in k},
+    per_member = {k: k.split("/", 1) for k in result if re.match(r"member\d+/", k)}
+    members_own = {key for _, key in per_member.values()}
+    return {**{k: v for k, v in result.items() if k not in per_member and k not in members_own},
             **{k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}}
 
 

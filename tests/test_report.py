@@ -212,6 +212,42 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
         assert cell.get("checkpoint") in (None, "early", "final") and cell.get("statistic") in (None, "median"), cell
 
 
+@pytest.mark.parametrize("file, model, grid_cell, reported, not_reported, table", [
+    # PANM's own SCAN row: its one-value grid pins universal / relative_positions, which its cells name.
+    ("ablations/scan_panm_table2.yaml", "transformer_enc_dec_panm", {}, "test_seq_acc_final", "test_seq_acc_at_best", "Table 2"),
+    # The authors of compositional attention log the last model (100K steps; 200 epochs), no selection.
+    ("ablations/compositional_table6_s2r4.yaml", "transformer_compositional", {}, "test_l1_final", "test_l1_at_best", "Table 6"),
+    ("ablations/compositional_triangles_table3.yaml", "transformer_compositional", {"n_retrievals": 2}, "test_acc_final", "test_acc_at_best", "Table 3"),
+])
+def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(file, model, grid_cell, reported, not_reported, table):
+    import itertools
+
+    from orchestrator.spec import load_study
+
+    pair = next(p for p in load_study(file).pairs if p.model == model)
+    cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
+    setting = next(c for c in cells if grid_cell.items() <= c.items())
+    config = {**pair.base, **setting}
+    cell = report.published_for(pair.model, pair.task.task, pair.task.variant, reported, setting, config)
+    assert cell is not None and cell["table"] == table
+    assert report.published_for(pair.model, pair.task.task, pair.task.variant, not_reported, setting, config) is None
+
+
+def test_a_papers_median_is_met_by_our_median():
+    import jinja2
+
+    from orchestrator import stats
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(report.TEMPLATES))
+    env.filters["f3"] = stats.fmt
+    macro = env.from_string('{% import "cells.j2" as c %}{{ c.paper(entry)|trim }}')
+    seeds = [0.0, 0.1, 1.0, 1.0, 1.0]  # SCAN's seeds land near 0 or 1: mean 0.62, median 1
+    median_cell = {"summary": stats.summarize(seeds), "published": {"mean": 1.0, "statistic": "median", "table": "Table 2"}}
+    assert macro.render(entry=median_cell) == "median 1.000 (our median 1.000, +0.000; Table 2)"
+    mean_cell = {"summary": stats.summarize(seeds), "published": {"mean": 1.0, "table": "Table 7"}}
+    assert macro.render(entry=mean_cell) == "1.000 (-0.380; Table 7)"
+
+
 def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:
     """The DOM headless Chromium holds after `budget_ms` of virtual time on `url`."""
     import subprocess

@@ -216,6 +216,105 @@ def test_a_stack_a_killed_driver_proposed_is_adopted_whole(tmp_path):
     assert len(optuna.load_study(study_name="s", storage=storage).get_trials()) == 3
 
 
+def test_a_resumed_search_proposes_no_trial_it_tried_already(tmp_path):
+    """A resume restores the searcher's snapshot, the sampler's random state with it: the trial a
+    killed driver proposed after the snapshot is adopted, and the next proposal must not draw it
+    again. Nor may a new searcher on the killed driver's study (no snapshot yet) enqueue the warm
+    start twice or replay that driver's draws."""
+    import optuna
+
+    from orchestrator.search import PairSearch, TruncationAwareOptunaSearch
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
+             "d_model": optuna.distributions.CategoricalDistribution([64, 128, 256])}
+
+    def searcher(name, warm_start=None):
+        pair = TruncationAwareOptunaSearch(space=space, storage=storage, study_name=name, metric="acc", mode="max",
+                                           points_to_evaluate=warm_start, sampler=optuna.samplers.TPESampler(seed=0),
+                                           stack=2, runs=8, base={"model": "transformer"})
+        return PairSearch({"p": pair}, {"p": 4}, 4, "acc", "max")
+
+    def lrs(name):
+        return [t.params["lr"] for t in optuna.load_study(study_name=name, storage=storage).trials]
+
+    killed = searcher("snapshot")
+    killed.suggest("t1")
+    killed.save(tmp_path / "searcher.pkl")  # Tune's snapshot
+    lost = killed.suggest("t2")
+    resumed = searcher("snapshot")
+    resumed.restore(tmp_path / "searcher.pkl")
+    assert resumed.suggest("u2") == lost
+    resumed.suggest("u3")
+    assert len(lrs("snapshot")) == 6 and len(set(lrs("snapshot"))) == 6
+
+    warm = [{"lr": 1e-4, "d_model": 128}]
+    lost = searcher("no_snapshot", warm).suggest("t1")
+    again = searcher("no_snapshot", warm)
+    assert again.suggest("u1") == lost
+    again.suggest("u2")
+    assert len(lrs("no_snapshot")) == 4 and len(set(lrs("no_snapshot"))) == 4 and lrs("no_snapshot").count(1e-4) == 1
+
+
+@pytest.mark.parametrize("stack", [1, 2])
+def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_optuna(tmp_path, stack):
+    """`orchestrator resume` runs a failed trial again (Tune's resume_errored) without asking the
+    searcher: its Optuna trials stay FAIL, and each run gets a new one with its values and its
+    evaluations so far, told how the run ends this time."""
+    import optuna
+
+    from orchestrator.search import PairSearch
+    from orchestrator.tracking import member_key
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+
+    def search():
+        return PairSearch({"p": stacked_searcher(storage, stack=stack, runs=stack)}, {"p": 1}, 1, "acc", "max")
+
+    def result(iteration, acc, status):
+        own = {"iteration": iteration, "acc": acc, "status": status}
+        return {"training_iteration": 1, **({member_key(k, key): v for k in range(stack) for key, v in own.items()} if stack > 1 else own)}
+
+    first = search()
+    first.suggest("a")
+    first.on_trial_result("a", result(50, 0.4, "running"))
+    first.on_trial_complete("a", error=True)  # its retries spent
+    first.save(tmp_path / "searcher.pkl")
+    resumed = search()
+    resumed.restore(tmp_path / "searcher.pkl")
+    resumed.on_trial_result("a", result(100, 0.8, "running"))  # from its last checkpoint
+    resumed.on_trial_complete("a", result(150, 0.9, "completed"))
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [t.state.name for t in trials] == ["FAIL"] * stack + ["COMPLETE"] * stack
+    assert [t.params for t in trials[stack:]] == [t.params for t in trials[:stack]]
+    assert [(t.value, t.intermediate_values) for t in trials[stack:]] == [(0.9, {50: 0.4, 100: 0.8, 150: 0.9})] * stack
+    assert resumed.suggest("b") == Searcher.FINISHED and not resumed.live
+
+
+def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_stack(tmp_path):
+    """The stack's own score (its best member's, for ASHA) is no member's: a member whose loss
+    went NaN before it was evaluated reports no value to Optuna and logs none to MLflow."""
+    import optuna
+
+    from orchestrator.tracking import member_key, member_result, numeric_metrics
+
+    members = [{"status": "running", "iteration": 100, "acc": 0.9, "best_acc": 0.9},
+               {"status": "diverged", "iteration": 20, "best_acc": -1.0}]
+    result = {"iteration": 100, "training_iteration": 1, "acc": 0.9, "status": "running", "node_id": "n1",
+              **{member_key(k, key): v for k, m in enumerate(members) for key, v in m.items()}}
+    assert member_result(result, 0)["acc"] == 0.9
+    own = member_result(result, 1)
+    assert own["status"] == "diverged" and own["node_id"] == "n1" and "acc" not in own
+    assert numeric_metrics(own) == {"best_acc": -1.0}
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    search = stacked_searcher(storage, stack=2, runs=2)
+    search.suggest("a")
+    search.on_trial_result("a", result)
+    search.on_trial_complete("a", {**result, "status": "completed", member_key(0, "status"): "completed"})
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [(t.state.name, t.intermediate_values) for t in trials] == [("COMPLETE", {100: 0.9}), ("PRUNED", {})]
+
+
 def test_a_waiting_proposal_a_killed_driver_enqueued_is_no_member_of_another_shape(tmp_path):
     """A killed driver left enqueued proposals (Optuna hands them out first): the next stack's
     first member takes one, one of another layer count is failed rather than stacked, and the
