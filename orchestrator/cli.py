@@ -135,7 +135,7 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .spec import SpecError, UniqueKeyLoader, read_spec
+    from .spec import Report, SpecError, UniqueKeyLoader, read_spec
 
     try:
         raw = yaml.load(read_spec(path), Loader=UniqueKeyLoader)
@@ -164,7 +164,13 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
             raise UsageError(f"{listed}: malformed YAML: {str(e).splitlines()[0]}") from None
         if isinstance(data, dict) and budget:
             data["budget"] = {**(data.get("budget") or {}), **budget}
-        out.append((str(listed), f"# {listed} with the budget of {path}\n" + yaml.safe_dump(data, sort_keys=False)))
+        own = data.get("report") if isinstance(data, dict) else None
+        alpha = (own or {}).get("alpha", Report.alpha) if isinstance(own or {}, dict) else None
+        if len(files) > 1 and isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
+            # A night exits 1 when any file regresses: the files share its false-alarm rate.
+            data["report"] = {**(own or {}), "alpha": alpha / len(files)}
+        out.append((str(listed), f"# {listed} with the budget of {path}{' and 1/' + str(len(files)) + ' of its alpha' if len(files) > 1 else ''}\n"
+                    + yaml.safe_dump(data, sort_keys=False)))
     return out
 
 
@@ -185,7 +191,7 @@ def cmd_launch(args) -> int:
         if nightly and not study.is_ablation:
             raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
         check_writable(Path(study.storage_path), f"{file}: storage_path")
-        night = nights_so_far(Path(study.storage_path), study.experiment) if nightly else None
+        night = nights_so_far(Path(study.storage_path), study.experiment, file) if nightly else None
         plans.append((study, text, night))
     if nightly and args.launch_id and len(plans) > 1:
         raise UsageError(f"--launch-id: {args.file} runs {len(plans)} ablations; each names its own night")
@@ -194,7 +200,8 @@ def cmd_launch(args) -> int:
     for study, text, night in plans:
         print(describe_study(study), flush=True)
         if night is not None:
-            print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night", flush=True)
+            print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
+                  f"({study.report.test}, alpha {study.report.alpha:g})", flush=True)
         if args.dry_run:
             from .cost import describe_cost
 
@@ -216,12 +223,13 @@ def cmd_launch(args) -> int:
     return launch.EXIT_REGRESSION if launch.EXIT_REGRESSION in codes else max(codes)  # a regression says most
 
 
-def nights_so_far(storage_path: Path, experiment: str) -> int:
-    """How many nights of the nightly job the launches under `storage_path` hold for `experiment`."""
+def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
+    """How many nights of the nightly job the launches under `storage_path` hold for `file` (by its
+    name, state.same_file) in `experiment`."""
     from .state import LaunchState
 
     states = [LaunchState.load(p.parent) for p in storage_path.glob("*/launch.json")]
-    return sum(1 for s in states if s.experiment == experiment and s.night is not None)
+    return sum(1 for s in states if s.experiment == experiment and s.night is not None and Path(s.spec_file).name == Path(file).name)
 
 
 def cmd_resume(args) -> int:
@@ -347,7 +355,7 @@ def cmd_report(args) -> int:
     if args.compare == "previous":
         previous = previous_launch(state)
         if previous is None:
-            raise UsageError(f"--compare previous: no launch of {state.experiment} under {state.dir.parent} before {state.launch_id}; "
+            raise UsageError(f"--compare previous: no finished launch of {Path(state.spec_file).name} in {state.experiment} under {state.dir.parent} before {state.launch_id}; "
                              "nothing to compare with")
     elif args.compare:
         previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))

@@ -11,6 +11,7 @@ launch (last night's), a cell regresses only where a one-sided test across seeds
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -58,7 +59,8 @@ def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("co
             config["candidate"] = int(run.data.tags["candidate"]) + 1
         rows.append({"pair": run.data.tags["pair"], "model": run.data.tags.get("model"), "task": run.data.tags.get("task"),
                      "variant": run.data.tags.get("variant"), "phase": run.data.tags.get("phase", "search"), "status": status,
-                     "run_id": run.info.run_id, "config": config, **run.data.metrics})
+                     "run_id": run.info.run_id, "config": config, "data_version": run.data.tags.get(tracking.DATA_VERSION_TAG, "unknown"),
+                     **run.data.metrics})
     return pd.DataFrame(rows)
 
 
@@ -98,6 +100,40 @@ def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter])
             out[key] = (f"{pair} {cell_name(json.loads(key))}: {ended['completed']} of {ended.total()} runs completed ({unfinished(ended)}); "
                         f"{was['completed']} of {was.total()} before")
     return out
+
+
+NOT_COMPARED_KEYS = ("seed", "device", "threads")  # which seed, where and on how many threads a run trained: not what
+
+
+def flat_config(config: dict, data_version: str) -> dict:
+    """What a run trained, as one flat mapping (task options as `task_options.<key>`) with the data version."""
+    options = {f"task_options.{k}": v for k, v in (config.get("task_options") or {}).items()}
+    own = {k: v for k, v in config.items() if k != "task_options" and k not in NOT_COMPARED_KEYS}
+    return {**own, **options, "data_version": data_version}
+
+
+def cell_configs(runs: pd.DataFrame, keys: list[str]) -> dict[str, list[dict]]:
+    """The distinct configs (flat_config) the runs of each cell trained, by setting_key: one, unless
+    the cell pools runs that differ in a key it does not name (a grid key dropped since)."""
+    out: dict[str, list[dict]] = {}
+    for config, version in zip(runs["config"], runs["data_version"]) if len(runs) else ():
+        trained = flat_config(config, version)
+        cell = out.setdefault(setting_key({k: config.get(k) for k in keys}), [])
+        if trained not in cell:
+            cell.append(trained)
+    return out
+
+
+def config_changes(before: dict, now: dict) -> str:
+    """'lr 0.01 -> 1e-07, n_iters 300 -> 200': the keys whose values differ, in words ('' if none)."""
+    keys = sorted(set(before) | set(now))
+    return ", ".join(f"{k} {before.get(k, '-')} -> {now.get(k, '-')}" for k in keys if before.get(k) != now.get(k))
+
+
+def pooled_differences(configs: list[dict]) -> str:
+    """The keys in which a cell's pooled configs differ, in words."""
+    keys = sorted({k for c in configs for k in c if any(c.get(k) != o.get(k) for o in configs)})
+    return ", ".join(f"{k} ({', '.join(sorted({str(c.get(k, '-')) for c in configs}))})" for k in keys)
 
 
 def answer_runs(runs: pd.DataFrame, study, pair) -> tuple[pd.DataFrame, list[str]]:
@@ -280,8 +316,10 @@ def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[s
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for cell in sorted(points, key=lambda c: tuple(map(numeric_key, c))):  # in the order of the grid's values
         seen = sorted(points[cell].items())
-        ax.plot([nights[k][0] for k, _ in seen], [sum(v) / len(v) for _, v in seen], marker="o",
+        # At the night's index: labels as categories would be ordered by the first line drawn.
+        ax.plot([k for k, _ in seen], [sum(v) / len(v) for _, v in seen], marker="o",
                 label=cell_name(dict(zip(keys, cell))) if keys else pair)
+    ax.set_xticks(range(len(nights)), [label for label, _ in nights], rotation=30, ha="right", fontsize=7)
     ax.set_xlabel("night")
     ax.set_ylabel(f"{metric} (mean over seeds)")
     draw_chance(ax, chance, metric)
@@ -369,6 +407,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
     pairs, tested, broken, cells_seen = [], [], [], 0
+    changed, not_comparable = {}, []  # a compared cell's config changes since; cells whose runs pool several configs
     mlflow = tracking.client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
     ui = mlflow_ui(state.tracking_uri)
@@ -395,7 +434,13 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
         rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score)
         for r in rows:  # the cell's runs that ended without a result: its seeds column says so
-            r["unfinished"] = unfinished(ended.get(setting_key(r["setting"]), Counter()))
+            cell_ended = ended.get(setting_key(r["setting"]), Counter())
+            r["unfinished"] = unfinished(cell_ended)
+            if cell_ended["diverged"]:  # a seed whose training blew up solved nothing (a failed one may be the cluster's fault)
+                for entry in r["metrics"].values():
+                    s = entry["summary"]
+                    if s.solved is not None:
+                        entry["summary"] = dataclasses.replace(s, solved=s.solved * s.n / (s.n + cell_ended["diverged"]))
         figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", chance, out_dir)
                    + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir))
         if nights is not None:
@@ -404,9 +449,22 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
         if before is not None and len(before):
-            old = {setting_key(r["setting"]): r for r in cell_rows(before[before["pair"] == pair.name], own_keys, metrics, study.report, {}, study.score)}
+            earlier = before[before["pair"] == pair.name]
+            old = {setting_key(r["setting"]): r for r in cell_rows(earlier, own_keys, metrics, study.report, {}, study.score)}
+            trained_now, trained_before = cell_configs(runs, own_keys), cell_configs(earlier, own_keys)
             for r in rows:
-                was = old.get(setting_key(r["setting"]))
+                key = setting_key(r["setting"])
+                was = old.get(key)
+                if was is None:
+                    continue
+                pooled = [(side, trained[key]) for side, trained in (("earlier", trained_before), ("this", trained_now)) if len(trained[key]) > 1]
+                if pooled:  # no one config to compare: a mean over several says nothing of a change
+                    not_comparable.append(f"{pair.name} {cell_name(r['setting'])}: not compared, the {pooled[0][0]} launch's runs of "
+                                          f"this cell differ in {pooled_differences(pooled[0][1])}")
+                    continue
+                change = config_changes(trained_before[key][0], trained_now[key][0])
+                if change:
+                    changed[(pair.name, cell_name(r["setting"]))] = change
                 for metric in metrics:
                     if was and metric in was["metrics"] and metric in r["metrics"]:
                         r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
@@ -418,6 +476,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": chance,
                       "search": searched, "links": links})
     comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
+    code_before = mlflow.get_run(previous_state.parent_run_id).data.tags.get("code_version", "unknown") if previous_state else None
     flagged = {c.key for c in comparisons if c.regressed}
     for entry in pairs:
         for r in entry["rows"]:
@@ -430,17 +489,20 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
         "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
-        "report": study.report, "previous": previous_state.launch_id if previous_state else None,
+        "report": study.report, "previous": previous_state.launch_id if previous_state else None, "code_before": code_before,
         "pairs": pairs, "comparisons": comparisons, "mlflow_ui": ui,
         # Cells of either launch with fewer than two completed runs on a side: no test could compare them.
-        "uncompared": max(0, cells_seen - len(comparisons)),
-        "regressions": [regression_text(c) for c in comparisons if c.regressed] + broken,
+        "uncompared": max(0, cells_seen - len(comparisons) - len(not_comparable)),
+        "not_comparable": not_comparable, "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
+        "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed] + broken,
     }
 
 
-def regression_text(c: stats.Comparison) -> str:
-    """A cell that regressed: pair, cell, metric, its mean before -> now, by how much it got worse, p."""
-    return f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (worse by {abs(c.now - c.before):.3f}, p = {c.p:.3g})"
+def regression_text(c: stats.Comparison, change: str | None = None) -> str:
+    """A cell that regressed: pair, cell, metric, its mean before -> now, by how much it got worse,
+    p; and what its config changed since, where it did."""
+    since = f"; its config changed since: {change}" if change else ""
+    return f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (worse by {abs(c.now - c.before):.3f}, p = {c.p:.3g}){since}"
 
 
 class Regressions(list):
@@ -511,9 +573,14 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
     if previous_state is not None:
         n, settings = len(context["comparisons"]), context["report"]
         compared = (f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
-                    f"(one-sided {settings.test} test across seeds, alpha {settings.alpha}, Holm-corrected)")
+                    f"(one-sided {settings.test} test across seeds, alpha {settings.alpha:g}, Holm-corrected; "
+                    f"code {context['code_before']} -> {context['code_version']})")
         if context["uncompared"]:
             compared += f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
+        if context["not_comparable"]:
+            compared += f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared (see the report)"
+        if context["changed"]:
+            compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
     return paths, Regressions(context["regressions"], compared)
 
 

@@ -201,9 +201,9 @@ class Report:
 
     solved_at: float | None = None  # a seed "solves" a cell at or past this score (e.g. 0.95); None: no solved rate
     baseline: dict = field(default_factory=dict)  # grid values of the cell every other cell is tested against
-    alpha: float = 0.05  # nightly: a regression's level, Holm-corrected over the cells compared
+    alpha: float = 0.05  # nightly: a regression's level, Holm-corrected over the file's cells (a nightly of k files: alpha / k each)
     min_effect: float = 0.01  # nightly: and the mean must have moved at least this much
-    test: str = "welch"  # or "mannwhitney" (needs 4 seeds a side to reach 0.05)
+    test: str = "welch"  # or "mannwhitney" (refused where its smallest p, Holm-corrected, cannot get below alpha)
     headline: str = "test"  # the test split a launch's closing line leads with, e.g. test_x2 (PANM's 2(L+1))
 
 
@@ -579,6 +579,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
                 raise SpecError(path, f"{section}.{key}", f"no model in this file has this parameter{closest(str(key), valid)}")
     if not pairs:
         raise SpecError(path, "models", "no model in this file can run any of its tasks: " + "; ".join(skipped))
+    _check_detectable(path, report, pairs, seeds)
 
     return Study(
         path=path, name=safe_name(raw.get("name", path.stem), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
@@ -697,6 +698,20 @@ def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
 
 def _extremes(d: Distribution) -> list:
     return list(d.values) if d.kind == "choice" else [d.nearest(d.values[0]), d.nearest(d.values[1])]
+
+
+def _check_detectable(path, report: Report, pairs: list[Pair], seeds: list) -> None:
+    """Mann-Whitney's smallest one-sided p with n seeds a side is 1 / C(2n, n) (every seed of one
+    side below every seed of the other): Holm over the file's cells multiplies it by their count,
+    and where that reaches alpha no drop, however large, could ever be flagged."""
+    if report.test != "mannwhitney" or len(seeds) < 2:
+        return
+    cells = sum(math.prod(len(values) for values in pair.grid.values()) for pair in pairs)
+    smallest = 1 / math.comb(2 * len(seeds), len(seeds))
+    if cells * smallest >= report.alpha:
+        raise SpecError(path, "report.test", f"mannwhitney with {len(seeds)} seeds a side can flag no regression among {cells} "
+                        f"cell(s) at alpha {report.alpha:g}: its smallest p, 1/{math.comb(2 * len(seeds), len(seeds))}, "
+                        f"Holm-corrected over them is {min(1.0, cells * smallest):.3g}; use welch, more seeds or fewer cells")
 
 
 def _check_builds(path, pair: Pair) -> None:

@@ -99,22 +99,29 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
 
 
 def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchState]:
-    """The other launches of the same file under the same folder that started before this one,
-    oldest first; with `nightly`, only the nightly job's finished nights."""
+    """The other finished launches of the same file (its name; in the same MLflow experiment) under
+    the same folder that started before this one, oldest first; with `nightly`, only the nightly
+    job's nights. Two files may share an experiment: a night is never compared with another file's."""
     found = []
     for path in state.dir.parent.glob("*/launch.json"):
         other = LaunchState.load(path.parent)
-        if other.launch_id == state.launch_id or other.experiment != state.experiment:
+        if other.launch_id == state.launch_id or other.experiment != state.experiment or not same_file(other, state):
             continue
-        if nightly and (other.night is None or other.state != "finished"):
+        if other.state != "finished" or (nightly and other.night is None):
             continue
         found.append(other)
     started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731 - launches from before `created`
     return sorted((s for s in found if started(s) < started(state)), key=started)
 
 
+def same_file(a: LaunchState, b: LaunchState) -> bool:
+    """Whether two launches ran the same file: by its name, as a nightly file lists it by a path
+    of its own (`../ablations/x.yaml`) and a cluster's nodes mount the repository elsewhere."""
+    return Path(a.spec_file).name == Path(b.spec_file).name
+
+
 def previous_launch(state: LaunchState) -> "LaunchState | None":
-    """The most recent earlier launch of the same search-space file under the same folder."""
+    """The most recent earlier finished launch of the same search-space file under the same folder."""
     earlier = earlier_launches(state)
     return earlier[-1] if earlier else None
 

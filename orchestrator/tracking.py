@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
+from trainables.tasks.base import GENERATOR_VERSION, LOWER_IS_BETTER, SCORES_OF_KIND
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a cell's seeds came to
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
+DATA_VERSION_TAG = "data_version"  # trainables.tasks.base.GENERATOR_VERSION: the tasks' data a run trained and was tested on
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds, as JSON
 
@@ -359,11 +360,13 @@ def git_state() -> tuple[str, bool]:
 
 def code_tags() -> dict[str, str]:
     """`code_version` (short commit, -dirty when tracked files changed) and MLflow's own git tag,
-    which its UI shows and links."""
+    which its UI shows and links; `data_version`, the task generators' (a launch compared with one
+    on other data says so)."""
+    data = {DATA_VERSION_TAG: str(GENERATOR_VERSION)}
     sha, dirty = git_state()
     if not sha:
-        return {"code_version": "unknown"}
-    return {"code_version": sha[:7] + ("-dirty" if dirty else ""), "mlflow.source.git.commit": sha}
+        return {"code_version": "unknown", **data}
+    return {"code_version": sha[:7] + ("-dirty" if dirty else ""), "mlflow.source.git.commit": sha, **data}
 
 
 def warm_up(uri: str) -> None:

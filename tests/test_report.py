@@ -23,16 +23,17 @@ def ablation_text(name: str, **extra) -> str:
     return yaml.safe_dump(data)
 
 
-def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str, statuses: dict | None = None) -> LaunchState:
+def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str, statuses: dict | None = None, trained=lambda layers, seed: {}) -> LaunchState:
     """A finished ablation launch in the store: scores[(n_layers, seed)] -> test accuracy, and
-    statuses[(n_layers, seed)] where a run did not complete (a failed one logged no metrics)."""
+    statuses[(n_layers, seed)] where a run did not complete (a failed one logged no metrics);
+    trained(n_layers, seed): config keys a run had beside the usual ones."""
     client = MlflowClient(uri)
     experiment = "ndr_layers_test"
     exp = client.get_experiment_by_name(experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
     parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
     for (layers, seed), score in scores.items():
-        config = {"task": "ctl", "model": "ndr", "n_layers": layers, "seed": seed, "n_iters": 100}
+        config = {"task": "ctl", "model": "ndr", "n_layers": layers, "seed": seed, "n_iters": 100, **trained(layers, seed)}
         run = client.create_run(exp_id, tags={"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial",
                                               "trial_id": uuid.uuid4().hex[:8], "pair": "ctl_backward__ndr", "model": "ndr", "task": "ctl",
                                               "variant": "ctl_backward", "trial_status": (statuses or {}).get((layers, seed), "completed"),
@@ -137,17 +138,64 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
 
     text = ablation_text("ndr_layers_test")
     fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
-    broken = {(4, 3): "failed", (4, 4): "failed", (4, 5): "diverged", (6, 3): "diverged", (6, 4): "failed", (8, 5): "diverged"}
+    broken = {(4, 3): "failed", (4, 4): "failed", (4, 5): "diverged", (6, 3): "diverged", (6, 4): "failed", (8, 5): "diverged", (14, 5): "diverged"}
     night = fake_launch(tmp_path, uri, "night-2", scores_for(3, rng_seed=2), text, broken)
     assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
         "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (1 diverged, 2 failed); 3 of 3 before",
         "REGRESSION ctl_backward__ndr n_layers=6: 1 of 3 runs completed (1 diverged, 1 failed); 3 of 3 before"]
-    assert "| n_layers=8 | 2 (+1 diverged) |" in (night.dir / "report" / "report.md").read_text()
+    markdown = (night.dir / "report" / "report.md").read_text()
+    assert "| n_layers=8 | 2 (+1 diverged) |" in markdown
+    # Both completed seeds of n_layers=14 solve it (0.99); the one that diverged did not.
+    assert re.search(r"\| n_layers=14 \| 2 \(\+1 diverged\) \| [^|]*\| [^|]*, solved 67%", markdown)
     # The next night, as broken, is compared with a night that has no results there: it says so.
     fake_launch(tmp_path, uri, "night-3", scores_for(6, rng_seed=3), text, {(layers, seed): "failed" for layers in (4, 6) for seed in (6, 7, 8)})
     assert cli.main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].endswith("Holm-corrected); 2 cell(s) without two completed runs on each side not compared")
+    assert capsys.readouterr().out.splitlines()[-1].endswith("code abc1234 -> abc1234); 2 cell(s) without two completed runs on each side not compared")
+
+
+def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named(tmp_path, uri, capsys):
+    """Cells are matched by the grid keys of tonight's file. The earlier launch swept lr too (a key
+    dropped since): its n_layers=4 runs pool two learning rates, a mean that stands for no config,
+    so that cell is not compared. A cell whose one config changed (n_iters) is compared, and its
+    regression line says what changed, as the console says which code each side ran."""
+    from orchestrator import cli
+
+    text = ablation_text("ndr_layers_test")
+    pooled = lambda layers, seed: {"lr": 0.01 if seed % 2 or layers != 4 else 0.1}  # noqa: E731
+    fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text, trained=pooled)
+    shorter = lambda layers, seed: {"lr": 0.01, **({"n_iters": 50} if layers == 6 else {})}  # noqa: E731
+    worse = {key: value - (0.3 if key[0] == 6 else 0) for key, value in scores_for(3, rng_seed=2).items()}
+    night = fake_launch(tmp_path, uri, "night-2", worse, text, trained=shorter)
+    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    flagged = [line for line in out if line.startswith("REGRESSION")]
+    assert len(flagged) == 1 and flagged[0].startswith("REGRESSION ctl_backward__ndr n_layers=6 test_acc_at_best: ")
+    assert flagged[0].endswith("; its config changed since: n_iters 100 -> 50")
+    markdown = (night.dir / "report" / "report.md").read_text()
+    assert "- ctl_backward__ndr n_layers=4: not compared, the earlier launch's runs of this cell differ in lr (0.01, 0.1)" in markdown
+    assert "(code abc1234, now abc1234)" in markdown
+
+
+def test_a_night_is_compared_with_the_last_finished_night_of_its_own_file(tmp_path):
+    """Two ablation files may share an MLflow experiment: a night of one is never compared with a
+    night of the other. A night that did not finish (failed, interrupted, running) is no baseline,
+    for `report --compare previous` either."""
+    from orchestrator.state import earlier_launches, previous_launch
+
+    def night(launch_id, file, created, state="finished", night=0):
+        folder = tmp_path / launch_id
+        folder.mkdir()
+        launch = LaunchState(launch_id, folder, "shared", f"/repo/ablations/{file}", "", "sqlite://", "run", state=state, night=night, created=created)
+        launch.save()
+        return launch
+
+    night("layers-1", "ndr_layers.yaml", 1)
+    night("heads-1", "panm_heads.yaml", 2, night=0)
+    night("layers-2", "ndr_layers.yaml", 3, state="failed", night=1)
+    tonight = night("layers-3", "../ablations/ndr_layers.yaml", 4, night=2)
+    assert [s.launch_id for s in earlier_launches(tonight, nightly=True)] == ["layers-1"]
+    assert previous_launch(tonight).launch_id == "layers-1"
 
 
 def holm_adjusted(p_values: list[float]) -> list[float]:
@@ -172,7 +220,7 @@ def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
     fake_launch(tmp_path, uri, "night-2", before, text)
     assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "no regression in 6 cells compared with night-1 (one-sided welch test across seeds, alpha 0.05, Holm-corrected)"
+    assert out[-1] == "no regression in 6 cells compared with night-1 (one-sided welch test across seeds, alpha 0.05, Holm-corrected; code abc1234 -> abc1234)"
     assert not any("REGRESSION" in line for line in out)
 
     now = scores_for(6, shift=0.2, rng_seed=3)

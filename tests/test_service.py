@@ -494,7 +494,7 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     assert "REGRESSION" not in compared.stdout  # same code, same seeds: same numbers
     first = next(p.name for p in (tmp_path / "runs").iterdir() if p.name not in ("second", "mlflow.db", "mlartifacts") and p.is_dir())
     alone = orchestrator("report", first, "--storage-path", str(tmp_path / "runs"), "--compare", "previous", cwd=tmp_path, check=False)
-    assert alone.returncode == 2 and "--compare previous: no launch of" in alone.stderr
+    assert alone.returncode == 2 and "--compare previous: no finished launch of" in alone.stderr
 
 
 @pytest.mark.long
@@ -587,12 +587,13 @@ def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
     second = orchestrator("nightly", str(path), cwd=tmp_path)
     assert "night 2 of " in second.stdout and "seeds + 1000" in second.stdout and "REGRESSION" not in second.stdout
     assert "[launch] no regression in 1 cell compared with " in second.stdout  # the verdict, said either way
+    assert "changed config" not in second.stdout and "pooling" not in second.stdout  # a night differs from the last by its seeds only
     data = yaml.safe_load(path.read_text())
     data["fixed"]["lr"] = 1e-7
     path.write_text(yaml.safe_dump(data))
     third = orchestrator("nightly", str(path), cwd=tmp_path, check=False)
     assert third.returncode == 1, third.stdout[-2000:] + third.stderr[-2000:]
-    assert "[launch] REGRESSION tiny__lstm" in third.stdout
+    assert "[launch] REGRESSION tiny__lstm" in third.stdout and "its config changed since: lr 0.01 -> 1e-07" in third.stdout
     dated = sorted((runs / "nightly" / data["name"]).glob("*.html"))
     assert len(dated) == 3 and "REGRESSION" in dated[-1].read_text() and "REGRESSION" not in dated[1].read_text()
     assert (runs / sorted(p.name for p in runs.glob("*-night-*"))[-1] / "report" / "tiny__lstm_history.png").exists()

@@ -107,6 +107,10 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(per_model={"lstm": {"resources": 0.5}}), "per_model.lstm.resources: expected a mapping"),
         (with_(models=[["ndr"]]), "models[0]: unknown model"),
         ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
+        # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
+        (with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2], report={"test": "mannwhitney"}),
+         "report.test: mannwhitney with 3 seeds a side can flag no regression among 4 cell(s) at alpha 0.05: its smallest p, 1/20, "
+         "Holm-corrected over them is 0.2; use welch, more seeds or fewer cells"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
@@ -115,6 +119,26 @@ def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
         load_study(path)
     message = str(err.value)
     assert message.startswith(str(path)) and fragment in message and "\n" not in message
+
+
+def test_mann_whitney_is_taken_where_it_can_flag_a_regression(tmp_path):
+    # 5 seeds: 1/252 at best, x 4 cells (2 models x 2 layer counts) = 0.016 < 0.05.
+    study = load_study(write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2, 3, 4], report={"test": "mannwhitney"})))
+    assert study.report.test == "mannwhitney"
+
+
+def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_path):
+    """The night exits 1 when any file regresses: each of k files is tested at alpha / k (Holm
+    within each), so an unchanged night raises a flag at most at alpha, not k times it."""
+    from orchestrator.cli import nightly_files
+
+    for name, alpha in (("a.yaml", None), ("b.yaml", 0.1)):
+        write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1], report={"alpha": alpha} if alpha else {}), name)
+    nightly = write(tmp_path, {"ablations": ["a.yaml", "b.yaml"], "budget": {"n_iters": 20}}, "nightly.yaml")
+    texts = [yaml.safe_load(text) for _, text in nightly_files(str(nightly))]
+    assert [t["report"]["alpha"] for t in texts] == [0.025, 0.05] and all(t["budget"]["n_iters"] == 20 for t in texts)
+    alone = write(tmp_path, {"ablations": ["a.yaml"]}, "alone.yaml")
+    assert nightly_files(str(alone))[0][1] is not None and "alpha" not in yaml.safe_load(nightly_files(str(alone))[0][1])["report"]
 
 
 def run_cli(*args, cwd, env_extra=None):
