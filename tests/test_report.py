@@ -94,8 +94,10 @@ def test_one_seed_shows_no_spread_and_the_baseline_is_tested(tmp_path, uri):
     assert "(one seed)" in markdown and "± 0.000 [" not in markdown  # ours; the paper's own "1.00 ± 0.00" may show
     state = fake_launch(tmp_path, uri, "with-baseline", scores_for(0), ablation_text("ndr_layers_test", baseline={"n_layers": 14}))
     report.write_report(state)
-    rows = [line for line in (state.dir / "report" / "report.md").read_text().splitlines() if line.startswith("| n_layers=")]
+    markdown = (state.dir / "report" / "report.md").read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| n_layers=")]
     assert "vs baseline p = " in rows[0] and "vs baseline p" not in rows[-1]
+    assert "against the baseline cell (n_layers=14), per cell and score, not corrected for their number" in markdown
 
 
 def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values():
