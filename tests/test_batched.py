@@ -75,6 +75,19 @@ def test_members_with_their_own_learning_rate_decay_and_clipping_equal_separate_
     assert len({m["loss"] for m in stacked}) == len(members)
 
 
+def test_a_cosine_schedule_stacked_equals_separate_runs():
+    """The annealed learning rate (lr_schedule: cosine) in a stack: members sharing their lr (the
+    optimizer's own) and members with their own lr (scaled after the step) each equal their run
+    alone, which a constant rate does not."""
+    cosine = dict(optimizer="adamw", lr_schedule="cosine", **NO_DROPOUT)
+    for members in ([{"seed": 0}, {"seed": 1}], [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 4e-3, "weight_decay": 0.1}]):
+        stacked = train_members(tiny("transformer_rel", **cosine), members, log=None)
+        for member, metrics in zip(members, stacked):
+            close(train(tiny("transformer_rel", **{**cosine, **member}), log=None), metrics)
+    constant = train(tiny("transformer_rel", **{**cosine, "lr_schedule": "constant"}, seed=1, lr=4e-3, weight_decay=0.1), log=None)
+    assert constant["loss"] != pytest.approx(stacked[1]["loss"], rel=1e-4)
+
+
 def test_a_member_sets_only_what_may_differ():
     with pytest.raises(ValueError, match="at most seed, lr, weight_decay, grad_clip"):
         train_members(tiny("ndr"), [{"seed": 0}, {"seed": 1, "d_model": 32}], log=None)

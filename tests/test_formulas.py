@@ -652,3 +652,21 @@ def test_sinusoids_are_vaswani_et_al_s_equations():
         for k in range(d):
             angle = pos / 10000 ** ((k - k % 2) / d)
             assert float(out[row, k]) == pytest.approx(math.sin(angle) if k % 2 == 0 else math.cos(angle), abs=1e-5)
+
+
+def test_cosine_learning_rate_is_loshchilov_and_hutters_annealing_to_zero():
+    """lr_t = lr (1 + cos(pi t / T)) / 2 (SGDR without restarts, eta_min 0), checked against
+    torch's CosineAnnealingLR stepped once per training step, as the triangles' authors step theirs
+    once per epoch."""
+    from trainables.config import parse_trial_config
+    from trainables.train import lr_factor
+
+    cfg = parse_trial_config({"task": "copy", "model": "lstm_seq2seq", "lr": 3e-3, "n_iters": 50, "lr_schedule": "cosine"})
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.n_iters)
+    for iteration in range(1, cfg.n_iters + 1):
+        assert cfg.lr * lr_factor(cfg, iteration) == pytest.approx(optimizer.param_groups[0]["lr"], rel=1e-9, abs=1e-15)
+        assert lr_factor(cfg, iteration) == pytest.approx((1 + math.cos(math.pi * (iteration - 1) / cfg.n_iters)) / 2)
+        optimizer.step()
+        scheduler.step()
+    assert lr_factor(parse_trial_config({"task": "copy", "model": "lstm_seq2seq"}), 7) == 1.0

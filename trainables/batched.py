@@ -36,8 +36,8 @@ from .config import TrainConfig, parse_trial_config
 from .graphs import GraphedStep, graphs_unused_because
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
-from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, make_model, make_optimizer, predict, ratios, score_sums,
-                    setup_device, synchronize)
+from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, lr_factor, make_model, make_optimizer, predict, ratios, score_sums,
+                    set_lr, setup_device, synchronize)
 
 # Models whose forward vmap can trace and whose result for a sample does not depend on how wide
 # its batch is padded (seeds' batches are padded to the widest): the shared-weight Transformers
@@ -118,7 +118,7 @@ class MemberOptimizer:
     their lr and decay use the optimizer as it is (no copy of the weights per step)."""
 
     def __init__(self, configs: list[TrainConfig], params: list[torch.Tensor], device: torch.device, capturable: bool = False):
-        self.params = params
+        self.params, self.base_lr, self.factor = params, configs[0].lr, 1.0
         self.decoupled = configs[0].optimizer == "adamw"
         self.shared = len({(c.lr, c.weight_decay) for c in configs}) == 1
         if self.shared:
@@ -140,9 +140,15 @@ class MemberOptimizer:
         before = [p.clone() for p in live]
         self.optimizer.step()
         for p, old in zip(live, before):
-            lr = per_member(self.lr, p)
+            lr = per_member(self.lr, p) * self.factor
             shrunk = old * (1 - lr * per_member(self.decay, p)) if self.decoupled else old
             p.copy_(shrunk + lr * (p - old))
+
+    def schedule(self, factor: float) -> None:
+        """Every member's learning rate at `factor` of its own (train.lr_factor)."""
+        self.factor = factor
+        if self.shared:
+            set_lr(self.optimizer, self.base_lr * factor)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
@@ -316,6 +322,8 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
     loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
+        if cfg.lr_schedule != "constant":
+            optimizer.schedule(lr_factor(cfg, iteration))
         losses, sums = stack.step()
         loss_sums = loss_sums + losses
         train_sums = [add_sums(into, more) for into, more in zip(train_sums, sums)]

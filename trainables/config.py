@@ -37,6 +37,9 @@ class TrainConfig:
     task_options: dict = field(default_factory=dict)
     model_options: dict = field(default_factory=dict)
     lr: float = 1e-4
+    # "cosine": lr x (1 + cos(pi t / n_iters)) / 2 at step t (0-based), down to 0 at the end; the
+    # compositional-attention authors anneal so on their triangles (per epoch, of 200).
+    lr_schedule: str = "constant"
     weight_decay: float = 0.0
     batch_size: int = 512
     length_bucketed: bool = False  # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
@@ -65,7 +68,7 @@ class TrainConfig:
         return out
 
 
-CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False)}
+CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant", "cosine"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False)}
 # (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; None stays allowed where it is the default.
 RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
           "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),

@@ -241,6 +241,18 @@ def make_optimizer(cfg: TrainConfig, parameters, capturable: bool = False) -> to
     return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
 
 
+def lr_factor(cfg: TrainConfig, iteration: int) -> float:
+    """The share of `cfg.lr` that step `iteration` (1-based) takes under `cfg.lr_schedule`."""
+    if cfg.lr_schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * (iteration - 1) / cfg.n_iters))
+    return 1.0
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def clip_gradients(cfg: TrainConfig, parameters) -> None:
     if not cfg.grad_clip:
         return
@@ -429,6 +441,8 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
     iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
+        if cfg.lr_schedule != "constant":
+            set_lr(optimizer, cfg.lr * lr_factor(cfg, iteration))
         split, index = next_batch()
         loss, sums = step(batch_tensors(split, index, device, bucketed))
         loss_sum = loss_sum + loss
