@@ -138,6 +138,36 @@ def test_question_types_are_scored_separately_by_the_trainer():
     assert set(scores) == {"acc", "depth1_acc", "depth2_acc", "depth3_acc"}
 
 
+def test_each_question_type_is_reported_at_its_own_best_validation_epoch(monkeypatch):
+    """The authors keep, per question type, the test accuracy at that type's best validation epoch
+    (strictly better: a tie keeps the earlier one); the pooled accuracy keeps one checkpoint."""
+    from trainables.config import parse_trial_config
+    from trainables.train import Selection
+
+    config = soc.SortOfClevrConfig(train_images=2, eval_images=4)
+    task = soc.build(config)
+    cfg = parse_trial_config({"task": "sort_of_clevr", "model": "transformer_compositional", "n_iters": 3, "eval_every": 1})
+    # Per evaluation: validation's, then test's, accuracies per type (and pooled).
+    valid = [(0.9, 0.3, 0.3), (0.5, 0.8, 0.3), (0.9, 0.7, 0.4)]
+    test = [(0.91, 0.31, 0.32), (0.51, 0.81, 0.33), (0.92, 0.71, 0.41)]
+    scripted = iter([s for v, t in zip(valid, test) for s in (v, t)])
+
+    def scores(self, model, name, by_depth=False):
+        accs = next(scripted)
+        return {"acc": sum(accs) / 3, **{f"depth{d}_acc": a for d, a in zip((1, 2, 3), accs)}}
+
+    monkeypatch.setattr(Selection, "evaluate_split", scores)
+    selection = Selection(cfg, task, torch.device("cpu"), None, "soc")
+    for iteration in (1, 2, 3):
+        metrics = selection(None, iteration, 0.1, {"acc": 0.5}, 1.0)
+    assert [metrics[f"test_depth{d}_acc_at_best"] for d in (1, 2, 3)] == [0.91, 0.81, 0.41]
+    assert [metrics[f"best_iteration_depth{d}_acc"] for d in (1, 2, 3)] == [1, 2, 3]
+    assert metrics["best_iteration"] == 3 and metrics["test_acc_at_best"] == pytest.approx((0.92 + 0.71 + 0.41) / 3)
+    restored = Selection(cfg, task, torch.device("cpu"), None, "soc")
+    restored.restore(selection.state())
+    assert restored.depth_best == selection.depth_best
+
+
 def test_the_reports_attention_map_reads_a_question_about_an_image(tmp_path):
     from orchestrator.maps import activations_of, plot_transformer
     from trainables.config import parse_trial_config

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import statistics
 import sys
 import time
@@ -28,7 +29,7 @@ from tqdm import tqdm
 from .config import ConfigError, TrainConfig
 from .models import build_model
 from .tasks import load_task
-from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, SEQUENCE_OUTPUT_KINDS, Split, Task
+from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, SELECTED_PER_DEPTH_KINDS, SEQUENCE_OUTPUT_KINDS, Split, Task
 
 # report(metrics, state): called after every evaluation; `state()` returns a resumable snapshot.
 Reporter = Callable[[dict[str, Any], Callable[[], dict]], None]
@@ -327,13 +328,16 @@ class Selection:
         self.best: dict[str, Any] = {f"best_ood_valid_{m}": worst, "best_iteration": 0}
         self.early: dict[str, Any] = {f"best_ood_valid_{m}_early": worst, "best_iteration_early": 0}
         self.metrics: dict[str, Any] = {"status": "completed", **self.best}
+        # Per depth (a question type), where the task selects so: its best validation accuracy and
+        # the test accuracy then (`test_depth<d>_acc_at_best` over the pooled best's).
+        self.per_depth, self.depth_best = task.kind in SELECTED_PER_DEPTH_KINDS, {}
 
     def state(self) -> dict:
         # A stack trains on past a member that diverged: its resume must not train that member again.
-        return {"best": self.best, "early": self.early, "diverged": self.metrics if self.diverged else None}
+        return {"best": self.best, "early": self.early, "depth_best": self.depth_best, "diverged": self.metrics if self.diverged else None}
 
     def restore(self, state: dict) -> None:
-        self.best, self.early = state["best"], state.get("early", self.early)
+        self.best, self.early, self.depth_best = state["best"], state.get("early", self.early), state.get("depth_best", {})
         self.metrics = state.get("diverged") or {"status": "completed", **self.best}
 
     @property
@@ -364,14 +368,21 @@ class Selection:
                 self.log(f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
             return self.metrics
         final = iteration == cfg.n_iters
-        iid = self.evaluate_split(model, "iid_valid")
+        iid = self.evaluate_split(model, "iid_valid", by_depth=self.per_depth)
         # Tasks without an OOD validation set fill both slots with their IID hold-out: score it once.
-        ood = iid if self.task.splits["ood_valid"] is self.task.splits["iid_valid"] else self.evaluate_split(model, "ood_valid")
+        ood = iid if self.task.splits["ood_valid"] is self.task.splits["iid_valid"] else self.evaluate_split(model, "ood_valid", self.per_depth)
         # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
         # saturates (NDR on CTL), the most-trained model is the one reported.
         new_best = self.at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
         new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and self.at_least_as_good(ood[m], self.early[f"best_ood_valid_{m}_early"])
-        tests = {name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits} if new_best or new_early or final else {}
+        # Strictly better, as the Sort-of-CLEVR authors' per-type selection: ties keep the earlier epoch.
+        depths_improved = [k for k in ood if self.per_depth and re.fullmatch(r"depth\d+_acc", k)
+                           and ood[k] > self.depth_best.get(f"best_ood_valid_{k}", -1.0)]
+        tests = ({name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits}
+                 if new_best or new_early or final or depths_improved else {})
+        for k in depths_improved:
+            self.depth_best.update({f"best_ood_valid_{k}": ood[k], f"best_iteration_{k}": iteration,
+                                    f"test_{k}_at_best": self.test_scores(tests, "_at_best")[f"test_{k}_at_best"]})
         if new_best:
             self.best = best = {f"best_ood_valid_{m}": ood[m], f"iid_valid_{m}_at_best": iid[m], "best_iteration": iteration,
                                 **self.test_scores(tests, "_at_best")}
@@ -380,7 +391,7 @@ class Selection:
         metrics = {
             "status": "completed" if final else "running",
             "iteration": iteration, "loss": mean_loss, **named("train", train_scores),
-            **named("iid_valid", iid), **named("ood_valid", ood), **best, **(self.early if cfg.early_budget else {}),
+            **named("iid_valid", iid), **named("ood_valid", ood), **best, **self.depth_best, **(self.early if cfg.early_budget else {}),
             "steps_per_s": steps_per_s,
         }
         if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values

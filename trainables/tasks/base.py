@@ -138,6 +138,9 @@ SCORES_OF_KIND = {
 }
 SCORE_OF_KIND = {kind: scores[0] for kind, scores in SCORES_OF_KIND.items()}
 LOWER_IS_BETTER = {"l1", "rel_l1", "perplexity"}
+# Sort-of-CLEVR's question types are its depths, and its authors keep a checkpoint per type: each
+# type's test accuracy at that type's best validation epoch (Sort-of-CLEVR/main.py).
+SELECTED_PER_DEPTH_KINDS = ("visual_question_answering",)
 CLASSIFICATION_KINDS = ("sequence_classification", "visual_question_answering", "image_classification", "image_sequence_classification")  # scored per depth too
 SEQUENCE_OUTPUT_KINDS = ("sequence_to_sequence", "autoregressive_seq2seq", "translation")  # targets (token ids) and target_lengths
 HOST_ONLY = {"depths", "centres", "shapes"}  # what defines a split or a scene, never what a model reads
