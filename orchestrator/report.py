@@ -204,6 +204,20 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     return None
 
 
+def shorter_than_the_paper(model: str, task: str, config: dict) -> str | None:
+    """'n_iters 1000, the paper's 50000' where a run trained fewer steps than the paper's setting
+    (trainables/presets): a CPU-scale check or a nightly's budget, whose difference from the
+    paper's number says nothing of the model."""
+    from trainables.config import ConfigError, preset
+
+    try:
+        paper = preset(task, model, config.get("task_options"))
+    except ConfigError:
+        return None
+    ours = config.get("n_iters")
+    return f"n_iters {ours}, the paper's {paper['n_iters']}" if ours is not None and ours < paper.get("n_iters", 0) else None
+
+
 def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str) -> list[dict]:
     """Per grid cell (in numeric order): the seeds and, per metric, its summary, the paper's number,
     and the test against its baseline cell: the cell with the baseline's values and the row's own
@@ -220,6 +234,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
         base_setting = {**setting, **baseline}
         base_rows = by_setting.get(setting_key(base_setting)) if baseline and base_setting != setting else None
         first = group.iloc[0]
+        shorter = shorter_than_the_paper(first["model"], first["task"], first["config"])
         row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
         for metric in metrics:
             values = group[metric].dropna().tolist()
@@ -227,7 +242,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
                 continue
             low = lower_is_better(metric)
             summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
-            entry = {"summary": summary, "values": values,
+            entry = {"summary": summary, "values": values, "shorter": shorter,
                      "published": published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])}
             if base_rows is not None and metric in base_rows:
                 against = base_rows[metric].dropna().tolist()

@@ -33,7 +33,7 @@ def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str, statuses:
     exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
     parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
     for (layers, seed), score in scores.items():
-        config = {"task": "ctl", "model": "ndr", "n_layers": layers, "seed": seed, "n_iters": 100, **trained(layers, seed)}
+        config = {"task": "ctl", "model": "ndr", "n_layers": layers, "seed": seed, "n_iters": 30000, **trained(layers, seed)}
         run = client.create_run(exp_id, tags={"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial",
                                               "trial_id": uuid.uuid4().hex[:8], "pair": "ctl_backward__ndr", "model": "ndr", "task": "ctl",
                                               "variant": "ctl_backward", "trial_status": (statuses or {}).get((layers, seed), "completed"),
@@ -173,7 +173,7 @@ def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named
     out = capsys.readouterr().out.splitlines()
     flagged = [line for line in out if line.startswith("REGRESSION")]
     assert len(flagged) == 1 and flagged[0].startswith("REGRESSION ctl_backward__ndr n_layers=6 test_acc_at_best: ")
-    assert flagged[0].endswith("; its config changed since: n_iters 100 -> 50")
+    assert flagged[0].endswith("; its config changed since: n_iters 30000 -> 50")
     markdown = (night.dir / "report" / "report.md").read_text()
     assert "- ctl_backward__ndr n_layers=4: not compared, the earlier launch's runs of this cell differ in lr (0.01, 0.1)" in markdown
     assert "(code abc1234, now abc1234)" in markdown
@@ -283,7 +283,7 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
     assert report.published_for(pair.model, pair.task.task, pair.task.variant, not_reported, setting, config) is None
 
 
-def test_a_papers_median_is_met_by_our_median():
+def test_a_papers_median_is_met_by_our_median_and_a_shorter_run_gets_no_difference():
     import jinja2
 
     from orchestrator import stats
@@ -296,6 +296,11 @@ def test_a_papers_median_is_met_by_our_median():
     assert macro.render(entry=median_cell) == "median 1.000 (our median 1.000, +0.000; Table 2)"
     mean_cell = {"summary": stats.summarize(seeds), "published": {"mean": 1.0, "table": "Table 7"}}
     assert macro.render(entry=mean_cell) == "1.000 (-0.380; Table 7)"
+    # A run of fewer steps than the paper's (a CPU-scale check, a nightly's budget): the paper's number, no difference.
+    assert report.shorter_than_the_paper("panm", "copy", {"n_iters": 1000}) == "n_iters 1000, the paper's 50000"
+    assert report.shorter_than_the_paper("panm", "copy", {"n_iters": 50000}) is None
+    short = {**mean_cell, "shorter": "n_iters 1000, the paper's 50000"}
+    assert macro.render(entry=short) == "1.000 (Table 7; no difference shown: n_iters 1000, the paper's 50000)"
 
 
 def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:
