@@ -267,6 +267,10 @@ def load_state(args):
         reveal(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
+    database = state.tracking_uri.removeprefix("sqlite:///") if state.tracking_uri.startswith("sqlite:///") else None
+    if database and not Path(database).is_file():  # opening it would make an empty store and show no trials
+        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
+                         "(run where the launch ran, or copy its database there)")
     return state
 
 
@@ -339,7 +343,11 @@ def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
     from .best import write_best
 
-    for path in write_best(load_state(args)):
+    state = load_state(args)
+    if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
+        raise UsageError(f"best: launch {state.launch_id} is an ablation, whose answer is per cell over seeds: "
+                         f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}")
+    for path in write_best(state):
         print(path)
     return 0
 

@@ -13,7 +13,23 @@ from . import tracking
 
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them.
-TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, "cell", "candidate", "seed", "code_version")
+TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, "cell", "candidate", "seed", "member", "code_version",
+        tracking.DATA_VERSION_TAG)
+
+
+def whole_number_keys(configs: list[dict], prefix: str = "params.") -> set[str]:
+    """The flattened config keys whose every value is an int: pandas makes such a column float
+    where some run lacks the key (another model's), and 4 would read 4.0."""
+    types: dict[str, set] = {}
+    for config in configs:
+        for key, value in config.items():
+            if isinstance(value, dict):
+                for nested in whole_number_keys([value], f"{prefix}{key}."):
+                    types.setdefault(nested, set()).add(int)
+                types.setdefault(f"{prefix}{key}", set()).add(dict)
+            else:
+                types.setdefault(f"{prefix}{key}", set()).add(type(value))
+    return {key for key, seen in types.items() if seen == {int}}
 
 
 def launch_frame(state) -> pd.DataFrame:
@@ -30,9 +46,11 @@ def launch_frame(state) -> pd.DataFrame:
                      **{tag: tags[tag] for tag in TAGS if tag in tags},
                      "params": json.loads(tags.get(tracking.CONFIG_TAG, "{}")), "metrics": run.data.metrics})
     frame = pd.json_normalize(rows, sep=".")
-    for tag in ("candidate", "seed"):  # MLflow keeps tags as text; these are numbers to sort and group by
+    for tag in ("candidate", "seed", "member"):  # MLflow keeps tags as text; these are numbers to sort and group by
         if tag in frame:
             frame[tag] = pd.to_numeric(frame[tag]).astype("Int64")
+    for column in whole_number_keys([row["params"] for row in rows]) & set(frame.columns):
+        frame[column] = frame[column].astype("Int64")
     leading = [c for c in ("run_id", "run_name", "start_time", "end_time", *TAGS) if c in frame]
     return frame[leading + sorted(c for c in frame.columns if c.startswith("params.")) + sorted(c for c in frame.columns if c.startswith("metrics."))]
 

@@ -47,7 +47,8 @@ class LaunchState:
     @classmethod
     def load(cls, launch_dir: Path) -> "LaunchState":
         data = json.loads((launch_dir / "launch.json").read_text())
-        data["dir"] = Path(data["dir"])
+        # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
+        data["dir"] = Path(launch_dir).resolve()
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def study(self):

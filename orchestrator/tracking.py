@@ -44,7 +44,7 @@ class StoreUnavailable(RuntimeError):
 
 # user:password@ as SQLAlchemy reads it (sqlalchemy.engine.url): the password runs to the first @,
 # so it may hold / # ? where urllib's split ends the host part and sees no password at all.
-_CREDENTIALS = re.compile(r"^(?P<head>[\w+.-]+://[^:/@]*):(?P<password>[^@]*)@")
+_CREDENTIALS = re.compile(r"^(?P<head>[\w+.-]+://[^:/]*):(?P<password>[^@]*)@")
 
 
 def redact(uri: str) -> str:

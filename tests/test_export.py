@@ -43,7 +43,7 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
         flat |= {f"params.task_options.{k}": v for k, v in config["task_options"].items()}
         expected[run.info.run_id] = {"run_name": name, **{k: v for k, v in tags.items() if k in IDENTITY or k == "code_version"}, **flat,
                                      **{f"metrics.{m}": values[-1] for m, values in curves.items()},
-                                     **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed")},
+                                     **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed", "member")},
                                      **({"cell": cell["cell"]} if "cell" in cell else {})}
 
     ndr = {"lr": 3e-4, "n_layers": 8, "dropout": 0.1, "seed": 0}
@@ -51,9 +51,9 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
     trial("ctl__ndr", "ndr", {**ndr, "lr": 1e-3, "n_layers": 4}, "early_stopped", {"loss": [2.5], "best_ood_valid_acc": [0.3]})
     trial("ctl__ndr", "ndr", {**ndr, "lr": 5e-3}, "failed", {})
     trial("ctl__lstm", "lstm", {"lr": 1e-3, "hidden": 256, "seed": 0}, "completed", {"loss": [1.0, 0.2, 0.1], "best_ood_valid_acc": [0.7, 1.0, 1.0]})
-    for seed in (1000, 1001):
+    for seed in (1000, 1001):  # the candidate's seeds stacked in one trial: its members 0 and 1
         trial("ctl__ndr", "ndr", {**ndr, "seed": seed}, "completed", {"best_ood_valid_acc": [0.8 + seed % 2 / 10], "test_acc_at_best": [0.7]},
-              phase="confirm", cell="candidate 1", candidate="0", seed=str(seed))
+              phase="confirm", cell="candidate 1", candidate="0", seed=str(seed), member=str(seed - 1000))
     return bare_launch(tmp_path, uri, launch_id, parent.info.run_id), expected
 
 
@@ -106,7 +106,9 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     assert cli.main(["export", "search-1", "--storage-path", str(tmp_path), "--output", str(target)]) == 0
     parquet = pd.read_parquet(target)
     check_table(parquet, expected)
-    assert str(parquet["seed"].dtype) == "Int64" and str(parquet["params.n_layers"].dtype) == "float64"  # NaN for the LSTM
+    # Whole numbers stay whole where another pair's runs lack the key (the LSTM has no n_layers here).
+    assert str(parquet["seed"].dtype) == "Int64" and str(parquet["member"].dtype) == "Int64"
+    assert str(parquet["params.n_layers"].dtype) == "Int64" and str(parquet["params.lr"].dtype) == "float64"
     assert (parquet["end_time"] >= parquet["start_time"]).all()
 
 

@@ -99,6 +99,13 @@ def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
     assert " ".join(row.split()[2:]) == f"2 0 0 2 {spread([0.5, 0.7])} {spread([0.4, 0.6])}"
 
 
+def test_best_of_an_ablation_is_refused(tmp_path):
+    ablation = launch(tmp_path, {**SPEC, "grid": {"n_layers": [4, 8]}, "seeds": [0, 1]}, {((4,), 0): ("completed", 0.6, 0.5)})
+    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "best", str(ablation.dir)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "is an ablation, whose answer is per cell over seeds" in refused.stderr
+    assert not (ablation.dir / "best").exists()
+
+
 def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
     fifo = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
@@ -116,3 +123,24 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     old = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs, plan_keys={"metric", "mode", "score", "ablation", "confirm", "pairs",
                                                                                    "name", "trials", "chance"})
     assert "stopped" in orchestrator("status", str(old.dir))[0]
+
+
+def test_a_launch_folder_is_read_where_it_is_now_and_a_missing_store_is_one_line(tmp_path):
+    """A launch folder copied elsewhere (to a laptop, or mounted at another path in a pod): status
+    and best read and write it there, not at the path launch.json was written at. A SQLite store
+    that is not on this machine is one line, exit 2: opening it would create an empty store."""
+    import shutil
+
+    runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
+    original = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
+    moved = tmp_path / "elsewhere" / original.launch_id
+    shutil.copytree(original.dir, moved)
+    shutil.rmtree(original.dir)
+    out, _ = orchestrator("status", str(moved))
+    assert f"({moved})" in out
+    written, _ = orchestrator("best", str(moved))
+    assert written.split() == [str(moved / "best" / "fwd__ndr.yaml")]
+    (tmp_path / "mlflow.db").rename(tmp_path / "away.db")
+    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", str(moved)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and f"tracking_uri: no SQLite store at {tmp_path}/mlflow.db" in refused.stderr
+    assert not (tmp_path / "mlflow.db").exists() and "Traceback" not in refused.stderr

@@ -125,6 +125,12 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
     for password in ("ab/cd+e", "x#y?z", "a:b"):
         assert tracking.redact(f"postgresql://mlflow:{password}@db/runs") == "postgresql://mlflow:***@db/runs"
     assert tracking.redact("sqlite:////data/a@b/mlflow.db") == "sqlite:////data/a@b/mlflow.db"
+    # A user name with @ (Azure's user@server): SQLAlchemy's user name runs to the first colon.
+    from sqlalchemy.engine import make_url
+
+    azure = "postgresql://mlflow@corp:s3cret@db/runs"
+    assert make_url(azure).password == "s3cret" and tracking.redact(azure) == "postgresql://mlflow@corp:***@db/runs"
+    assert tracking.redact("postgresql://mlflow@db:5432/runs") == "postgresql://mlflow@db:5432/runs"  # no password, a port
     common = "postgresql://mlflow:test@db/runs"  # a password that is also a word of the file
     assert tracking.redact_text(f"tracking: {{uri: '{common}'}}\nname: test_x2\n", common) == "tracking: {uri: 'postgresql://mlflow:***@db/runs'}\nname: test_x2\n"
     monkeypatch.setattr(tracking, "_FULL_URIS", {})
