@@ -179,6 +179,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
         per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu))
         size = launch_stack_size(study, pair, use_gpu)
+        # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
             try:
                 per_step, stacked, size = stacked_step_time(study, pair, size)

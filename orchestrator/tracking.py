@@ -545,8 +545,10 @@ def store_exists(uri: str) -> bool:
 
 def step_rates(uri: str, limit: int = 5000) -> list[dict]:
     """The training steps/s of the store's latest `limit` trial runs, each with its model, task and
-    device kind (cpu, cuda): what a dry run without calibration estimates from. A read only: a store
-    that does not exist yet, or has no tables yet, stays so."""
+    device kind (cpu, cuda): what a dry run without calibration estimates from. A stacked run's is
+    its share of the stack's member-steps/s (the stack's steps/s, which each member logs, times its
+    members), the cost of one run whether or not it stacks. A read only: a store that does not
+    exist yet, or has no tables yet, stays so."""
     if not store_exists(uri):
         return []
     mlflow = client(uri)
@@ -555,8 +557,13 @@ def step_rates(uri: str, limit: int = 5000) -> list[dict]:
         return []
     runs = mlflow.search_runs(experiments, filter_string="tags.kind = 'trial' and metrics.steps_per_s > 0",
                               order_by=["attributes.start_time DESC"], max_results=limit)
+    members: dict[str, int] = {}
+    for r in runs:
+        if "member" in r.data.tags:
+            members[r.data.tags.get("trial_id", "")] = members.get(r.data.tags.get("trial_id", ""), 0) + 1
     return [{"model": r.data.tags.get("model"), "task": r.data.tags.get("task"), "device": r.data.tags.get("device", "").split(":")[0],
-             "rate": r.data.metrics["steps_per_s"]} for r in runs]
+             "rate": r.data.metrics["steps_per_s"] * (members[r.data.tags.get("trial_id", "")] if "member" in r.data.tags else 1)}
+            for r in runs]
 
 
 def end_running_runs(mlflow, experiment_id: str, launch_id: str, status_of, skip: set[str] = frozenset()) -> None:
@@ -660,7 +667,10 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
 
     sign = 1 if score in LOWER_IS_BETTER else -1
     grouped: dict[str, dict[str, list]] = {}
+    running: dict[str, int] = {}  # a confirmation under way: its answer so far may change
     for run in runs:
+        if run.data.tags.get("phase") == "confirm" and run.data.tags.get(STATUS_TAG) == "running":
+            running[run.data.tags["pair"]] = running.get(run.data.tags["pair"], 0) + 1
         if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) not in ENDED:
             continue
         grouped.setdefault(run.data.tags["pair"], {}).setdefault(run.data.tags["candidate"], []).append(run)
@@ -679,7 +689,7 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
         config = {k: v for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
         out[pair] = {"candidate": int(chosen), "n": len(done[chosen]), "seeds": len(candidates[chosen]), "metric": mean_metric(chosen),
                      "config": config, "test": statistics.fmean(tests) if tests else None,
-                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None}
+                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None, "running": running.get(pair, 0)}
     return out
 
 
@@ -689,7 +699,8 @@ def confirmed_text(confirmed: dict | None) -> str:
         return ""
     spread = f" ± {confirmed['test_std']:.3f}" if confirmed.get("test_std") is not None else ""
     of = f" of {confirmed['seeds']}" if confirmed.get("seeds", confirmed["n"]) != confirmed["n"] else ""
-    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds (candidate {confirmed['candidate'] + 1})"
+    so_far = f"; so far: {confirmed['running']} confirmation run(s) still running" if confirmed.get("running") else ""
+    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds (candidate {confirmed['candidate'] + 1}{so_far})"
 
 
 def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int) -> dict[str, list[dict]]:

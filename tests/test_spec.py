@@ -327,14 +327,18 @@ def test_calibration_takes_the_median_step(monkeypatch):
     assert 0.01 <= train.seconds_per_step(None, steps=5) < 0.05
 
 
-def stored_step_rates(uri: str, rates) -> None:
-    """Trial runs as callbacks.TrialTracker leaves them: model, task and device tags, steps_per_s per evaluation."""
+def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:
+    """Trial runs as callbacks.TrialTracker leaves them: model, task and device tags, steps_per_s per
+    evaluation; with `stacked`, each rate is a stack's of that many members, each a run logging it."""
+    import uuid
+
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
-    experiment = client.create_experiment("earlier")
-    for model, task, device, rate in rates:
-        run = client.create_run(experiment, tags={"kind": "trial", "model": model, "task": task, "device": device})
+    experiment = client.create_experiment(f"earlier-{uuid.uuid4().hex[:6]}")
+    for (model, task, device, rate), member in ((r, m) for r in rates for m in range(stacked)):
+        stack = {"trial_id": f"{model}-{task}-{device}-{rate}", "member": str(member)} if stacked > 1 else {}
+        run = client.create_run(experiment, tags={"kind": "trial", "model": model, "task": task, "device": device, **stack})
         client.log_metric(run.info.run_id, "steps_per_s", rate / 2, step=1)  # the last evaluation's rate is the run's
         client.log_metric(run.info.run_id, "steps_per_s", rate, step=2)
 
@@ -344,7 +348,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     there are some; GPU-hours where trials get GPUs, CPU core-hours otherwise."""
     import statistics
 
-    from orchestrator import cost
+    from orchestrator import cost, tracking
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     stored_step_rates(uri, [("ndr", "ctl", "cpu", 1.0), ("ndr", "ctl", "cpu", 2.0), ("ndr", "ctl", "cpu", 10.0),
@@ -354,6 +358,8 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     steps = 2 * 3000
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}))
     lines = list(cost.describe_cost(load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False))
+    stored_step_rates(uri, [("ndr", "arithmetic", "cpu", 10.0)], stacked=4)  # a stack of 4: 40 member-steps/s, 4 runs at 40
+    assert sorted(r["rate"] for r in tracking.step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
     ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
     assert lines == [
         f"  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier trials of ndr on ctl on cpu) "

@@ -302,3 +302,6 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     runs[3:6] = [run("c0-0", "completed", 0.9, "confirm", 0), run("c0-1", "diverged", 0.1, "confirm", 0), run("c0-2", "completed", 0.92, "confirm", 0)]
     confirmed = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
     assert confirmed["candidate"] == 0 and tracking.confirmed_text(confirmed) == "confirmed 0.910 ± 0.014 over 2 of 3 seeds (candidate 1)"
+    runs.append(run("c2-0", "running", 0.99, "confirm", 2))  # a confirmation still under way: its answer may change
+    confirmed = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
+    assert tracking.confirmed_text(confirmed).endswith("(candidate 1; so far: 1 confirmation run(s) still running)")
