@@ -118,6 +118,8 @@ def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str) -
     """(seconds per training step of the pair's trials, in words), or (None, why there is no estimate):
     calibrated here where `rates` is None, else from the stored rates."""
     if rates is None:
+        if device == "cuda" and not cuda_here():  # a CPU's time is no estimate of a GPU's
+            return None, "not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node, or --no-calibrate)"
         try:
             per_step = seconds_per_step(study, pair)
         except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
@@ -125,6 +127,12 @@ def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str) -
         return per_step, f"{per_step:.3f} s per step here"
     rate, source = stored_rate(rates, pair.model, pair.task.task, device)
     return (None, source) if rate is None else (1 / rate, f"{rate:.1f} steps/s ({source})")
+
+
+def cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:

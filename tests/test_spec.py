@@ -343,6 +343,17 @@ def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:
         client.log_metric(run.info.run_id, "steps_per_s", rate, step=2)
 
 
+def test_a_dry_run_does_not_time_gpu_trials_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
+    from orchestrator import cost
+
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}))
+    monkeypatch.setattr(cost, "cuda_here", lambda: False)
+    on_gpus = with_(models=["ndr"], resources={"cpu": 1, "gpu": 0.5})
+    lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=True, address="head:6379"))
+    assert lines[0].endswith("not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node, or --no-calibrate)")
+    assert "GPU-hours" not in lines[-1]
+
+
 def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, monkeypatch):
     """The median steps/s of earlier trials of the model on the device kind, of the same task where
     there are some; GPU-hours where trials get GPUs, CPU core-hours otherwise."""
@@ -591,6 +602,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     from orchestrator import cost
 
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}))
+    monkeypatch.setattr(cost, "cuda_here", lambda: True)
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
     monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path / "cache"))
