@@ -17,18 +17,21 @@ TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS
         tracking.DATA_VERSION_TAG)
 
 
-def whole_number_keys(configs: list[dict], prefix: str = "params.") -> set[str]:
+def flattened(config: dict, prefix: str = "params.") -> dict:
+    """`params.<key>` and `params.task_options.<key>`, as pd.json_normalize names the columns."""
+    out = {}
+    for key, value in config.items():
+        out.update(flattened(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def whole_number_keys(configs: list[dict]) -> set[str]:
     """The flattened config keys whose every value is an int: pandas makes such a column float
     where some run lacks the key (another model's), and 4 would read 4.0."""
     types: dict[str, set] = {}
     for config in configs:
-        for key, value in config.items():
-            if isinstance(value, dict):
-                for nested in whole_number_keys([value], f"{prefix}{key}."):
-                    types.setdefault(nested, set()).add(int)
-                types.setdefault(f"{prefix}{key}", set()).add(dict)
-            else:
-                types.setdefault(f"{prefix}{key}", set()).add(type(value))
+        for key, value in flattened(config).items():
+            types.setdefault(key, set()).add(type(value))
     return {key for key, seen in types.items() if seen == {int}}
 
 

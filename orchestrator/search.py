@@ -87,7 +87,9 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             # snapshot): the warm start is in the study already, and a sampler seeded as that
             # driver's was would propose its trials again.
             self._points_to_evaluate = None
-            self._sampler.reseed_rng()
+            if self._sampler is not None:
+                self._sampler.reseed_rng()
+            self._seed = None  # where Ray makes the sampler itself
         super()._setup_study(mode)
 
     def draw_afresh(self) -> None:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator import cli
+from orchestrator import cli, export
 from orchestrator.state import LaunchState
 
 IDENTITY = ["run_id", "run_name", "start_time", "end_time", "trial_id", "pair", "model", "task", "variant", "phase", "trial_status"]
@@ -109,6 +109,8 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     # Whole numbers stay whole where another pair's runs lack the key (the LSTM has no n_layers here).
     assert str(parquet["seed"].dtype) == "Int64" and str(parquet["member"].dtype) == "Int64"
     assert str(parquet["params.n_layers"].dtype) == "Int64" and str(parquet["params.lr"].dtype) == "float64"
+    mixed = [{"n_layers": 4, "task_options": {"depth": 2, "p": 1}}, {"task_options": {"depth": 3, "p": 0.5}}]
+    assert export.whole_number_keys(mixed) == {"params.n_layers", "params.task_options.depth"}  # p is a float in one run
     assert (parquet["end_time"] >= parquet["start_time"]).all()
 
 
