@@ -58,7 +58,8 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
 
 
 def bare_launch(tmp_path, uri: str, launch_id: str = "search-1", parent_run_id: str = "") -> LaunchState:
-    """The launch folder of a search of two pairs (its runs, if any, are the caller's)."""
+    """The launch folder of a search of two pairs (its runs, if any, are the caller's), beside its store."""
+    MlflowClient(uri).search_experiments()  # the store a launch leaves, even one without runs
     (tmp_path / launch_id).mkdir()
     state = LaunchState(launch_id, tmp_path / launch_id, "search_test", "search_spaces/x.yaml", "", uri, parent_run_id, state="finished",
                         plan={"metric": "best_ood_valid_acc", "mode": "max", "score": "acc", "ablation": False,
