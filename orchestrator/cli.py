@@ -257,7 +257,7 @@ def cmd_resume(args) -> int:
 
 def load_state(args):
     from .state import LaunchState, find_launch
-    from .tracking import TrackingError, reveal
+    from .tracking import TrackingError, missing_sqlite_file, reveal
 
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
@@ -267,8 +267,8 @@ def load_state(args):
         reveal(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
-    database = state.tracking_uri.removeprefix("sqlite:///") if state.tracking_uri.startswith("sqlite:///") else None
-    if database and not Path(database).is_file():  # opening it would make an empty store and show no trials
+    database = missing_sqlite_file(state.tracking_uri)
+    if database:  # opening it would make an empty store and show no trials
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
                          "(run where the launch ran, or copy its database there)")
     return state

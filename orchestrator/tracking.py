@@ -527,12 +527,18 @@ def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
             return runs
 
 
+def missing_sqlite_file(uri: str) -> str | None:
+    """The database file a SQLite URI names, where it does not exist (opening it would create it)."""
+    path = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else None
+    return path if path is not None and not Path(path).is_file() else None
+
+
 def store_exists(uri: str) -> bool:
     """Whether the store exists and holds MLflow's tables: opening one that does not would create them."""
     uri = reveal(uri)
     if uri.startswith(("http://", "https://")):
         return True  # a tracking server's database is its own business
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    if missing_sqlite_file(uri):
         return False  # SQLite would create the file
     import sqlalchemy
 
