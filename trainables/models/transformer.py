@@ -73,8 +73,10 @@ def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     return out
 
 
+# Kept on each device: a copy from the host each call would stop a CUDA graph's capture (the
+# capture's warm-up steps fill this cache first).
 @lru_cache(maxsize=64)
-def _geometric_order_cpu(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def geometric_order(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """For each target i: the source positions sorted from closest to farthest, and each source's rank.
 
     Rank 0 is i itself. At equal distance the source to the right of i is the closer one (the
@@ -84,11 +86,6 @@ def _geometric_order_cpu(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     closeness = 2 * (i - j).abs() - (j > i).long()
     order = closeness.argsort(dim=1)
     rank = order.argsort(dim=1)
-    return order, rank
-
-
-def geometric_order(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    order, rank = _geometric_order_cpu(n)
     return order.to(device), rank.to(device)
 
 

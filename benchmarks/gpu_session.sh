@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 21's GPU checks as one script, for a short loan of a GPU machine (minutes, not hours):
+#
+#   bash benchmarks/gpu_session.sh [OUT_DIR]
+#
+# Runs, each under its own time limit so that one failure or hang leaves the rest their time, and
+# each printing into OUT_DIR (default ./gpu-out) as well as the terminal:
+#   env.txt      the GPU, driver, torch
+#   graphs.txt   the CUDA-graph equality tests (tests/test_graphs.py; their on_cuda tests run here only)
+#   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
+#   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
+#   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
+#   others.txt   bench_gpu models for every other model at paper size (what time is left)
+# The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
+set -u
+out=${1:-gpu-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
+py=${PYTHON:-python3}
+
+run() {  # run LIMIT_S NAME COMMAND...: the command's output into $out/NAME.txt, its exit status after it
+    local limit=$1 name=$2
+    shift 2
+    echo "== $name: $* (limit ${limit}s)" | tee "$out/$name.txt"
+    local start=$SECONDS
+    timeout "$limit" "$@" 2>&1 | tee -a "$out/$name.txt"
+    echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$out/$name.txt"
+}
+
+run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
+    $py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())'"
+run 120 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
+run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
+    --models "ctl / ndr,ctl / transformer" --steps 50
+run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
+    --models "ctl / ndr,ctl / transformer" --steps 20 --seeds-n 1,5,20,50
+run 100 seeds "$py" benchmarks/bench_gpu.py --device cuda --sections seeds --sizes paper --models "ctl / ndr" \
+    --steps 200 --seeds-n 5 --repeats 1
+run "${OTHERS_LIMIT_S:-120}" others "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper --steps 20 \
+    --models "ctl / lstm,ctl / transformer_rel_gate,ctl / transformer_geometric,copy / panm,contextual_retrieval / transformer_compositional"
