@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-from orchestrator import stats
+from orchestrator.report import stats
 from trainables.config import parse_trial_config
 from trainables.train import train
 

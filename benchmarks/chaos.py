@@ -213,7 +213,7 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.tracking import search_store
+    from orchestrator.record.tracking import search_store
 
     spec = yaml.safe_load(path.read_text())
     client = MlflowClient(uri)

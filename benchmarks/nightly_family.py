@@ -18,9 +18,9 @@ import warnings
 
 import numpy as np
 
-from orchestrator import stats
 from orchestrator.cli import nightly_files
-from orchestrator.spec import load_study
+from orchestrator.plan.spec import load_study
+from orchestrator.report import stats
 
 
 def flagged(rng: np.random.Generator, cells: int, seeds: int, sd: float, alpha: float, report) -> bool:

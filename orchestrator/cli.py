@@ -23,7 +23,7 @@ def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
     from trainables.config import ConfigError, preset
 
-    from .spec import SpecError, read_spec
+    from .plan.spec import SpecError, read_spec
 
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
@@ -70,9 +70,9 @@ def cmd_train(args) -> int:
 def validated(spec_file: str, tracking_uri: str | None = None, storage: str | None = None, text: str | None = None):
     """The Study of `spec_file` (or of `text`, read as that file), with `tracking_uri` and `storage`
     overriding the file's, and its text, with the tracking store reachable; UsageError otherwise."""
-    from .spec import SpecError, load_study
-    from .storage import TrialStorage
-    from .tracking import TrackingError, check_store, normalize_store, redact
+    from .plan.spec import SpecError, load_study
+    from .plan.storage import TrialStorage
+    from .record.tracking import TrackingError, check_store, normalize_store, redact
 
     try:
         study = load_study(spec_file, text=text)
@@ -121,7 +121,7 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
 
 
 def check_writable(folder: Path, where: str) -> None:
-    from .tracking import unwritable
+    from .record.tracking import unwritable
 
     problem = unwritable(folder)
     if problem:
@@ -135,7 +135,7 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .spec import Report, SpecError, UniqueKeyLoader, read_spec
+    from .plan.spec import Report, SpecError, UniqueKeyLoader, read_spec
 
     try:
         raw = yaml.load(read_spec(path), Loader=UniqueKeyLoader)
@@ -176,11 +176,11 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
 
 def cmd_launch(args) -> int:
     """`launch FILE`, or `nightly FILE`: each ablation FILE covers, as tonight's night of its own."""
-    from . import launch
+    from .run import launch
 
-    from .spec import name_problem
-    from .state import SEED_STRIDE
-    from .storage import StorageError
+    from .plan.spec import name_problem
+    from .plan.storage import StorageError
+    from .record.state import SEED_STRIDE
 
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
@@ -203,7 +203,7 @@ def cmd_launch(args) -> int:
             print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
                   f"({study.report.test}, alpha {study.report.alpha:g})", flush=True)
         if args.dry_run:
-            from .cost import describe_cost
+            from .run.cost import describe_cost
 
             if args.calibrate:
                 print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
@@ -226,17 +226,17 @@ def cmd_launch(args) -> int:
 def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
     """How many nights of the nightly job the launches under `storage_path` hold for `file` (by its
     name, state.same_file) in `experiment`."""
-    from .state import LaunchState
+    from .record.state import LaunchState
 
     states = [LaunchState.load(p.parent) for p in storage_path.glob("*/launch.json")]
     return sum(1 for s in states if s.experiment == experiment and s.night is not None and Path(s.spec_file).name == Path(file).name)
 
 
 def cmd_resume(args) -> int:
-    from . import launch
-    from .state import driver
-    from .storage import StorageError
-    from .tracking import TrackingError, check_store
+    from .plan.storage import StorageError
+    from .record.state import driver
+    from .record.tracking import TrackingError, check_store
+    from .run import launch
 
     state = load_state(args)
     try:
@@ -256,8 +256,8 @@ def cmd_resume(args) -> int:
 
 
 def load_state(args):
-    from .state import LaunchState, find_launch
-    from .tracking import TrackingError, missing_sqlite_file, reveal
+    from .record.state import LaunchState, find_launch
+    from .record.tracking import TrackingError, missing_sqlite_file, reveal
 
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
@@ -276,7 +276,7 @@ def load_state(args):
 
 def cmd_status(args) -> int:
     """From launch.json and the tracking store only: no Ray, no spec parsing, no torch."""
-    from .state import describe
+    from .record.state import describe
 
     state = load_state(args)
     plan = state.the_plan()
@@ -288,7 +288,7 @@ def cmd_status(args) -> int:
 
 def trial_status(state, plan: dict) -> None:
     """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
-    from .tracking import confirmed_text, pair_summaries
+    from .record.tracking import confirmed_text, pair_summaries
 
     summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
     asha = plan.get("asha", True)  # a launch.json from before `asha` was saved: its trials may have been stopped
@@ -314,7 +314,7 @@ def cell_status(state, plan: dict) -> None:
     import itertools
     import statistics
 
-    from .tracking import cell_name, cell_order, cell_summaries
+    from .record.tracking import cell_name, cell_order, cell_summaries
 
     def spread(values: list[float]) -> str:
         if not values:
@@ -341,7 +341,7 @@ def cell_status(state, plan: dict) -> None:
 
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
-    from .best import write_best
+    from .record.best import write_best
 
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
@@ -353,8 +353,8 @@ def cmd_best(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import verdict_lines, write_report
-    from .state import previous_launch
+    from .record.state import previous_launch
+    from .report.report import verdict_lines, write_report
 
     state = load_state(args)
     if args.compare and not state.study().is_ablation:
@@ -377,8 +377,8 @@ def cmd_report(args) -> int:
 
 def cmd_export(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
-    from .export import FORMATS, launch_frame, write_frame
-    from .tracking import unwritable
+    from .record.export import FORMATS, launch_frame, write_frame
+    from .record.tracking import unwritable
 
     suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
     fmt = args.format or (suffix if suffix in FORMATS else "csv")
@@ -407,7 +407,7 @@ def cmd_dashboard(args) -> int:
         import optuna_dashboard
     except ImportError:
         raise UsageError("dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'") from None
-    from .tracking import search_storage
+    from .record.tracking import search_storage
 
     state = load_state(args)
     plan = state.the_plan()
@@ -446,7 +446,7 @@ def cmd_list(args) -> int:
         for task, models in preset_models().items():
             print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
     else:
-        from .state import LaunchState, driver
+        from .record.state import LaunchState, driver
 
         folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
         if not folders:
@@ -481,7 +481,7 @@ def own_resources(study, pair) -> str:
 
 
 def describe_study(study) -> str:
-    from .tracking import redact
+    from .record.tracking import redact
 
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
@@ -562,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .tracking import StoreUnavailable
+    from .record.tracking import StoreUnavailable
 
     args = build_parser().parse_args(argv)
     try:
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
         print(f"orchestrator: error: {e}; nothing was started: run the command again once the store answers", file=sys.stderr)
-        from .launch import EXIT_STORE_UNREACHABLE
+        from .run.launch import EXIT_STORE_UNREACHABLE
 
         return EXIT_STORE_UNREACHABLE
     except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)

@@ -144,7 +144,7 @@ def test_resume_from_a_batched_snapshot_continues_exactly():
 
 
 def test_a_seeds_weights_load_into_a_model_of_its_own():
-    """What the report's attention maps load from a checkpoint of batched seeds (orchestrator/maps.py)."""
+    """What the report's attention maps load from a checkpoint of batched seeds (orchestrator/report/maps.py)."""
     states = []
     cfg = tiny("ndr", **NO_DROPOUT)
     train_seeds(cfg, [4, 9], report=lambda metrics, state: states.append(state()), log=None)

@@ -181,7 +181,7 @@ def test_the_stack_rnn_learns_dyck2_and_is_scored_per_test_length():
 
 
 def test_the_reports_pointer_map_reads_panm_on_a_dyck_string(tmp_path):
-    from orchestrator.maps import activations_of, plot_pointers
+    from orchestrator.report.maps import activations_of, plot_pointers
     from trainables.config import parse_trial_config
     from trainables.train import make_model
 

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from orchestrator import cli, export
-from orchestrator.state import LaunchState
+from orchestrator import cli
+from orchestrator.record import export
+from orchestrator.record.state import LaunchState
 
 IDENTITY = ["run_id", "run_name", "start_time", "end_time", "trial_id", "pair", "model", "task", "variant", "phase", "trial_status"]
 

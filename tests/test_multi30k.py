@@ -82,7 +82,7 @@ def test_models_train_and_score_perplexity(data):
 
 def test_every_score_of_a_trial_reaches_mlflow():
     """Perplexity's metrics were once dropped on the way to the store (a list of suffixes without it)."""
-    from orchestrator.tracking import numeric_metrics
+    from orchestrator.record.tracking import numeric_metrics
 
     result = {"best_ood_valid_perplexity": 3.2, "iid_valid_perplexity": 3.0, "train_token_acc": 0.5, "done": True, "trial_id": "x"}
     assert numeric_metrics(result) == {"best_ood_valid_perplexity": 3.2, "iid_valid_perplexity": 3.0, "train_token_acc": 0.5}

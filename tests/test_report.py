@@ -11,8 +11,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator import report
-from orchestrator.state import LaunchState
+from orchestrator.record.state import LaunchState
+from orchestrator.report import report
 
 LAYERS = [4, 6, 8, 10, 12, 14]  # as text, 10 would sort before 4
 
@@ -106,8 +106,8 @@ def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values()
     lacks a baseline key (an LSTM has no n_heads) has no baseline and no error."""
     import pandas as pd
 
-    from orchestrator import stats
-    from orchestrator.spec import Report
+    from orchestrator.plan.spec import Report
+    from orchestrator.report import stats
 
     rng = np.random.default_rng(0)
     values = {(n, lr): list(0.5 + 0.02 * n + 100 * lr + rng.normal(0, 0.01, 3)) for n in (2, 4) for lr in (1e-4, 1e-3)}
@@ -183,7 +183,7 @@ def test_a_night_is_compared_with_the_last_finished_night_of_its_own_file(tmp_pa
     """Two ablation files may share an MLflow experiment: a night of one is never compared with a
     night of the other. A night that did not finish (failed, interrupted, running) is no baseline,
     for `report --compare previous` either."""
-    from orchestrator.state import earlier_launches, previous_launch
+    from orchestrator.record.state import earlier_launches, previous_launch
 
     def night(launch_id, file, created, state="finished", night=0):
         folder = tmp_path / launch_id
@@ -272,7 +272,7 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
 def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(file, model, grid_cell, reported, not_reported, table):
     import itertools
 
-    from orchestrator.spec import load_study
+    from orchestrator.plan.spec import load_study
 
     pair = next(p for p in load_study(file).pairs if p.model == model)
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
@@ -286,7 +286,7 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
 def test_a_papers_median_is_met_by_our_median_and_a_shorter_run_gets_no_difference():
     import jinja2
 
-    from orchestrator import stats
+    from orchestrator.report import stats
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(report.TEMPLATES))
     env.filters["f3"] = stats.fmt
@@ -342,7 +342,7 @@ SEARCH_TRIALS = [  # (lr, n_layers, status, OOD accuracy per evaluation at 10, 2
 def fake_search(tmp_path, uri: str, launch_id: str = "search-1") -> LaunchState:
     """A finished search launch in the store, its trial runs nested under their pair's run as the
     tracker writes them: SEARCH_TRIALS, each with its learning curves."""
-    from orchestrator import tracking
+    from orchestrator.record import tracking
 
     text = yaml.safe_dump({"name": "search_test", "tasks": [{"task": "ctl", "variant": "tiny", "options": {"direction": "forward"}}],
                            "models": ["ndr"], "metric": "best_ood_valid_acc", "budget": {"trials": len(SEARCH_TRIALS)},

@@ -10,9 +10,9 @@ from ray.tune import Checkpoint
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from orchestrator.launch import newest_existing_checkpoint
-from orchestrator.search import PAIR_KEY, CellSearch, PairScheduler, PairSearch
-from orchestrator.spec import SpecError, load_study
+from orchestrator.plan.spec import SpecError, load_study
+from orchestrator.run.launch import newest_existing_checkpoint
+from orchestrator.run.search import PAIR_KEY, CellSearch, PairScheduler, PairSearch
 
 
 class Counting(Searcher):
@@ -130,7 +130,7 @@ def test_a_proposal_a_killed_driver_left_is_adopted_not_duplicated(tmp_path):
     resumed searcher's next trial takes it over, and the study ends with one trial per Tune trial."""
     import optuna
 
-    from orchestrator.search import TruncationAwareOptunaSearch
+    from orchestrator.run.search import TruncationAwareOptunaSearch
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
@@ -150,7 +150,7 @@ def test_a_proposal_a_killed_driver_left_is_adopted_not_duplicated(tmp_path):
 def stacked_searcher(storage, stack: int, runs: int, space=None, base=None):
     import optuna
 
-    from orchestrator.search import TruncationAwareOptunaSearch
+    from orchestrator.run.search import TruncationAwareOptunaSearch
 
     space = space or {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
                       "n_layers": optuna.distributions.IntDistribution(2, 8)}
@@ -165,8 +165,8 @@ def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own
     count, from the stack's first suggestion), and each is an Optuna trial told its own score."""
     import optuna
 
-    from orchestrator.search import MEMBERS_KEY
-    from orchestrator.tracking import member_key
+    from orchestrator.record.tracking import member_key
+    from orchestrator.run.search import MEMBERS_KEY
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=3, runs=7)
@@ -223,7 +223,7 @@ def test_a_resumed_search_proposes_no_trial_it_tried_already(tmp_path):
     start twice or replay that driver's draws."""
     import optuna
 
-    from orchestrator.search import PairSearch, TruncationAwareOptunaSearch
+    from orchestrator.run.search import PairSearch, TruncationAwareOptunaSearch
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
@@ -263,8 +263,8 @@ def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_o
     evaluations so far, told how the run ends this time."""
     import optuna
 
-    from orchestrator.search import PairSearch
-    from orchestrator.tracking import member_key
+    from orchestrator.record.tracking import member_key
+    from orchestrator.run.search import PairSearch
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
 
@@ -296,7 +296,7 @@ def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_
     went NaN before it was evaluated reports no value to Optuna and logs none to MLflow."""
     import optuna
 
-    from orchestrator.tracking import member_key, member_result, numeric_metrics
+    from orchestrator.record.tracking import member_key, member_result, numeric_metrics
 
     members = [{"status": "running", "iteration": 100, "acc": 0.9, "best_acc": 0.9},
                {"status": "diverged", "iteration": 20, "best_acc": -1.0}]
@@ -321,7 +321,7 @@ def test_a_waiting_proposal_a_killed_driver_enqueued_is_no_member_of_another_sha
     stack's members all share the first member's layer count."""
     import optuna
 
-    from orchestrator.search import MEMBERS_KEY
+    from orchestrator.run.search import MEMBERS_KEY
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=3, runs=3)
@@ -338,7 +338,7 @@ def test_a_suggestion_whose_model_cannot_stack_trains_alone(tmp_path):
     """ACT's halting loop cannot be vmapped: a stack whose first suggestion turns it on is a stack of one."""
     import optuna
 
-    from orchestrator.search import MEMBERS_KEY
+    from orchestrator.run.search import MEMBERS_KEY
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
@@ -357,7 +357,7 @@ def test_an_upload_that_lost_a_renamed_temporary_file_stays_off_the_console():
     import logging
     import sys
 
-    from orchestrator.launch import superseded_sync
+    from orchestrator.run.launch import superseded_sync
 
     def record(error):
         try:
@@ -378,9 +378,9 @@ def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run
     member by its index) says how it ended; a proposal no trial took fails."""
     import optuna
 
-    from orchestrator.launch import settle_proposals
-    from orchestrator.search import RUN_ATTR
-    from orchestrator.tracking import STATUS_TAG
+    from orchestrator.record.tracking import STATUS_TAG
+    from orchestrator.run.launch import settle_proposals
+    from orchestrator.run.search import RUN_ATTR
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=2, runs=5)

@@ -169,7 +169,7 @@ def test_each_question_type_is_reported_at_its_own_best_validation_epoch(monkeyp
 
 
 def test_the_reports_attention_map_reads_a_question_about_an_image(tmp_path):
-    from orchestrator.maps import activations_of, plot_transformer
+    from orchestrator.report.maps import activations_of, plot_transformer
     from trainables.config import parse_trial_config
     from trainables.tasks import load_task
     from trainables.train import make_model

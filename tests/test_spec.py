@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.spec import SpecError, load_study
+from orchestrator.plan.spec import SpecError, load_study
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = {
@@ -212,7 +212,7 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     import optuna
     from optuna.trial import TrialState
 
-    from orchestrator.launch import LaunchState, make_searcher, optuna_storage, optuna_study_name
+    from orchestrator.run.launch import LaunchState, make_searcher, optuna_storage, optuna_study_name
 
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "max_concurrent": 3})))
     state = LaunchState("l1", tmp_path, study.experiment, str(study.path), "", f"sqlite:///{tmp_path}/mlflow.db", "parent")
@@ -284,7 +284,7 @@ def test_a_driver_on_another_machine_is_alive_while_its_heartbeat_is_recent(tmp_
     so its heartbeat (the lock file's mtime, touched every HEARTBEAT_S) tells."""
     import time
 
-    from orchestrator import state
+    from orchestrator.record import state
 
     lock = tmp_path / "driver.lock"
     lock.write_text("another-host 1234\n")
@@ -344,7 +344,7 @@ def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:
 
 
 def test_a_dry_run_does_not_time_gpu_trials_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
-    from orchestrator import cost
+    from orchestrator.run import cost
 
     monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}))
     monkeypatch.setattr(cost, "cuda_here", lambda: False)
@@ -359,7 +359,8 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     there are some; GPU-hours where trials get GPUs, CPU core-hours otherwise."""
     import statistics
 
-    from orchestrator import cost, tracking
+    from orchestrator.record import tracking
+    from orchestrator.run import cost
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     stored_step_rates(uri, [("ndr", "ctl", "cpu", 1.0), ("ndr", "ctl", "cpu", 2.0), ("ndr", "ctl", "cpu", 10.0),
@@ -396,10 +397,10 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     (Tune's resource request of the trial's config), the cluster runs as many at once as the
     smallest trials allow, and the dry run sums each pair's GPU-hours at its own share: whole GPUs
     for a stacked NDR, a quarter for an LSTM."""
-    from orchestrator import cost
     from orchestrator.cli import describe_study
-    from orchestrator.launch import SEARCH, make_trainable
-    from orchestrator.search import PAIR_KEY
+    from orchestrator.run import cost
+    from orchestrator.run.launch import SEARCH, make_trainable
+    from orchestrator.run.search import PAIR_KEY
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     stored_step_rates(uri, [("ndr", "ctl", "cuda:0", 100.0), ("lstm", "ctl", "cuda:0", 200.0)])
@@ -431,7 +432,7 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
 def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path, monkeypatch):
     import ray
 
-    from orchestrator.launch import ClusterMismatch, check_fits
+    from orchestrator.run.launch import ClusterMismatch, check_fits
 
     study = load_study(write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}})))
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 0.5}}])
@@ -451,7 +452,7 @@ def test_dry_run_without_calibration_creates_no_store(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "; no stored step rate for ndr on cpu" in out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
-    from orchestrator.tracking import step_rates
+    from orchestrator.record.tracking import step_rates
 
     empty = tmp_path / "empty.db"  # a database without MLflow's tables gets none
     empty.touch()
@@ -487,7 +488,7 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
     confirmation batches each candidate's seeds the same way."""
     from types import SimpleNamespace
 
-    from orchestrator.launch import CONFIRM, SEARCH, phase_cells
+    from orchestrator.run.launch import CONFIRM, SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], batch_seeds=True)
     study = load_study(write(tmp_path, ablation))
@@ -513,8 +514,8 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
     """Issue 21 item 3: every seed of every cell whose model shape is the same, differing in learning
     rate, weight decay or clipping, trains in one trial; a shape key (n_layers) starts another. A
     member's config keeps the grid's key order (its run's `cell` tag is the planned one)."""
-    from orchestrator.launch import SEARCH, phase_cells
-    from orchestrator.search import member_config
+    from orchestrator.run.launch import SEARCH, phase_cells
+    from orchestrator.run.search import member_config
 
     ablation = with_(space={}, grid={"n_layers": [1, 2], "lr": [1e-3, 3e-3], "weight_decay": [0.0, 0.1]}, seeds=[0, 1], batch_seeds=True)
     study = load_study(write(tmp_path, ablation))
@@ -532,7 +533,7 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
 def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
     """On CPUs a stacked model of N seeds steps slower than N runs in turn (docs/measurements.md):
     the default batches only trials that get a GPU."""
-    from orchestrator.launch import SEARCH, phase_cells
+    from orchestrator.run.launch import SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1])
     auto = load_study(write(tmp_path, ablation))
@@ -557,7 +558,7 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     a search trial trains that many TPE suggestions where the model stacks and the space varies a
     member key (the LSTM does not stack: one suggestion per trial). auto with no measurement: a
     search stacks nothing, an ablation its whole group."""
-    from orchestrator.launch import SEARCH, phase_cells
+    from orchestrator.run.launch import SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1], "lr": [1e-3, 3e-3]}, seeds=[0, 1, 2], batch_seeds=True, budget={"stack_size": 4})
     study = load_study(write(tmp_path, ablation))
@@ -585,7 +586,7 @@ def test_a_confirmation_runs_as_many_trials_at_once_as_its_own_trials_allow(tmp_
     confirmation repeats the top 3 over 2 seeds, 6 trials the cluster may run side by side."""
     import ray
 
-    from orchestrator.launch import CONFIRM, cluster_slots, phase_cells
+    from orchestrator.run.launch import CONFIRM, cluster_slots, phase_cells
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8})
     study = load_study(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}, resources={"cpu": 1},
@@ -599,7 +600,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     """Trials that get a GPU stack (batch_seeds auto): the estimate times the stack size a launch
     would use (here budget.stack_size 2) and prices every run at its member-steps/s. The GPU is
     pretended; the curve is this CPU's."""
-    from orchestrator import cost
+    from orchestrator.run import cost
 
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}))
     monkeypatch.setattr(cost, "cuda_here", lambda: True)

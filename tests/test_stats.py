@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from orchestrator import stats
+from orchestrator.report import stats
 
 
 def test_summary_of_known_values():

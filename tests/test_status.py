@@ -12,8 +12,8 @@ import numpy as np
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.spec import load_study
-from orchestrator.state import LaunchState, plan_of
+from orchestrator.plan.spec import load_study
+from orchestrator.record.state import LaunchState, plan_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = {"name": "status_test", "tasks": [{"task": "ctl", "variant": "fwd", "options": {"direction": "forward"}}], "models": ["ndr"],

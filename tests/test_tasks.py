@@ -454,7 +454,7 @@ def test_cache_files_take_the_umasks_mode_so_a_team_can_share_them(tmp_path, mon
 
 def test_chance_is_of_the_score_asked_for():
     """The yardstick a status line and a plot show is the file's score's, not the task's first."""
-    from orchestrator.plots import chance_level
+    from orchestrator.report.plots import chance_level
     from trainables.tasks.base import Task
 
     copy = Task("copy", "sequence_to_sequence", {}, vocab=["a"] * 12, classes=["a"] * 10)

@@ -10,8 +10,8 @@ import pytest
 
 from mlflow.tracking import MlflowClient
 
-from orchestrator import tracking
-from orchestrator.callbacks import TrialTracker
+from orchestrator.record import tracking
+from orchestrator.run.callbacks import TrialTracker
 
 
 def tracker_with_parent(tmp_path, monkeypatch):

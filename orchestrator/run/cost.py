@@ -11,8 +11,8 @@ import tempfile
 from typing import Iterator
 from unittest import mock
 
-from . import tracking
-from .spec import Distribution, Pair, Study
+from ..plan.spec import Distribution, Pair, Study
+from ..record import tracking
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64

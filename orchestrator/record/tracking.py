@@ -349,7 +349,7 @@ def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
 @functools.lru_cache(maxsize=1)  # one git call per driver, not two per trial
 def git_state() -> tuple[str, bool]:
     """(the full commit of this checkout, whether tracked files differ from it); ("", False) outside git."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout: orchestrator/record/ is two below it
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()

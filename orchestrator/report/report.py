@@ -26,8 +26,9 @@ import yaml
 
 from trainables.tasks.base import LOWER_IS_BETTER
 
-from . import maps, plots, stats, tracking
+from . import maps, plots, stats
 from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
+from ..record import tracking
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
@@ -603,7 +604,7 @@ def write_night(state) -> tuple[list[Path], Regressions]:
     """A night of the nightly job: its report, compared with the last finished night, with each
     cell's history, and a dated copy in `<storage_path>/nightly/<experiment>/` beside the
     previous nights'."""
-    from .state import earlier_launches
+    from ..record.state import earlier_launches
 
     nights = earlier_launches(state, nightly=True)
     return write_report(state, nights[-1] if nights else None, history=nights, dated_in=state.dir.parent / "nightly" / state.experiment)

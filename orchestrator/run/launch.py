@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import tracking
+from ..record import tracking
 from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
                      TruncationAwareOptunaSearch, own_config, run_key, trial_members)
-from .spec import Pair, Study
-from .best import write_best
 from .callbacks import ProgressLines, TrialTracker
-from .state import Heartbeat, LaunchState, plan_of
-from .storage import TrialStorage, check_cluster_sees
+from ..plan.spec import Pair, Study
+from ..plan.storage import TrialStorage, check_cluster_sees
+from ..record.best import write_best
+from ..record.state import Heartbeat, LaunchState, plan_of
 
 EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
@@ -508,7 +508,7 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
         errors += more_errors
     if code:
         return code
-    from .report import verdict_lines, write_night, write_report
+    from ..report.report import verdict_lines, write_night, write_report
 
     regressions, summaries = [], None
     if study.is_ablation:
@@ -659,8 +659,8 @@ def answer_lines(study: Study, summaries: dict) -> list[str]:
     """What a search's summary means, per task: which model generalizes best on the file's headline
     test split (report.headline), how far each is from chance, and what the papers report for the
     same split at full scale."""
-    from .plots import chance_level
-    from .report import lower_is_better, published_for
+    from ..report.plots import chance_level
+    from ..report.report import lower_is_better, published_for
 
     metric = f"{study.report.headline}_{study.score}_at_best"
     lines = []

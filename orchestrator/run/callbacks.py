@@ -20,7 +20,7 @@ from pathlib import Path
 from ray.tune import Callback
 
 from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
-from .tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run, store_outage
+from ..record.tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run, store_outage
 
 
 def cell_tags(trial, member: int | None = None) -> dict[str, str]:

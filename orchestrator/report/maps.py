@@ -11,8 +11,8 @@ import json
 import math
 from pathlib import Path
 
-from . import tracking
 from .plots import figure_png, pyplot
+from ..record import tracking
 
 MAX_LAYER_PANELS = 14
 

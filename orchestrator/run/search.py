@@ -21,8 +21,8 @@ from optuna.trial import TrialState
 
 from trainables.batched import MEMBER_KEYS, batchable
 
-from .spec import MEMBERS_KEY
-from .tracking import member_result
+from ..plan.spec import MEMBERS_KEY
+from ..record.tracking import member_result
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 RUN_ATTR = "run"  # an Optuna trial's user attribute: its MLflow run's run_key (settle_proposals finds its end there)
@@ -215,7 +215,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         """Optuna told of a trial's end, retried while the store drops connections (Ray's own
         call logs the failure and goes on, leaving the trial RUNNING in the study for ever); a
         tell whose commit landed before its connection dropped is not told twice."""
-        from .tracking import RETRY_DELAYS_S, transient
+        from ..record.tracking import RETRY_DELAYS_S, transient
 
         for delay in (*RETRY_DELAYS_S, None):
             try:

@@ -54,7 +54,7 @@ class LaunchState:
     def study(self):
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
         seeds: what a regression test across seeds compares)."""
-        from .spec import load_study
+        from ..plan.spec import load_study
 
         study = load_study(self.spec_file, text=self.spec_text)
         if self.night:
@@ -65,7 +65,7 @@ class LaunchState:
         return study
 
     def trial_storage(self):
-        from .storage import TrialStorage
+        from ..plan.storage import TrialStorage
 
         return TrialStorage(**self.storage)
 
