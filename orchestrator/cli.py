@@ -234,11 +234,15 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
-    from .record.state import driver
+    from .record.state import SNAPSHOT_MODULES, driver
     from .record.tracking import TrackingError, check_store
     from .run import launch
 
     state = load_state(args)
+    if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
+        raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: the launch "
+                         "was begun before the orchestrator's modules moved into plan/run/record/report (commit 1f0f7de); resume it "
+                         "with the service before that commit, or launch the file again (its MLflow runs stay where they are)")
     try:
         check_store(state.tracking_uri)
     except TrackingError as e:

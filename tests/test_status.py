@@ -144,3 +144,19 @@ def test_a_launch_folder_is_read_where_it_is_now_and_a_missing_store_is_one_line
     refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", str(moved)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and f"tracking_uri: no SQLite store at {tmp_path}/mlflow.db" in refused.stderr
     assert not (tmp_path / "mlflow.db").exists() and "Traceback" not in refused.stderr
+
+
+def test_resume_refuses_a_launch_whose_snapshots_name_the_modules_before_the_split(tmp_path):
+    """Tune's snapshot of a launch begun before orchestrator/ split into plan/run/record/report names
+    `orchestrator.search`, which no longer exists: unpickling it crashed after the driver had marked
+    the launch running. Now one line, exit 2, before Ray starts or launch.json is touched."""
+    state = launch(tmp_path, SPEC, {})
+    data = json.loads((state.dir / "launch.json").read_text())
+    del data["snapshot_modules"]  # as a launch.json of that time
+    data["state"] = "interrupted"
+    (state.dir / "launch.json").write_text(json.dumps(data))
+    before = (state.dir / "launch.json").read_text()
+    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "resume", str(state.dir)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "snapshot_modules: 1, this service reads 2" in refused.stderr
+    assert "ray" not in refused.stdout.lower() and (state.dir / "launch.json").read_text() == before

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
+# Tune's snapshots and the searcher's name our classes by their modules (pickles refer to them so):
+# 1, orchestrator.<module>, before the split into plan/run/record/report; 2, since.
+SNAPSHOT_MODULES = 2
 HEARTBEAT_S = 30.0
 SILENT_S = 4 * HEARTBEAT_S  # a driver elsewhere not heard from for this long is taken for dead
 
@@ -37,6 +40,7 @@ class LaunchState:
     candidates: dict | None = None  # a search with `confirm`: per pair, the configs of its best trials, best first
     batch_seeds: bool | None = None  # the spec's batch_seeds as resolved at launch (auto: whether trials got GPUs)
     stack_sizes: dict = field(default_factory=dict)  # budget.stack_size auto, as measured at launch per pair
+    snapshot_modules: int = 1  # SNAPSHOT_MODULES of the code that began it (a launch.json without it: 1)
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}

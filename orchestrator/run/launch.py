@@ -30,7 +30,7 @@ from .callbacks import ProgressLines, TrialTracker
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees
 from ..record.best import write_best
-from ..record.state import Heartbeat, LaunchState, plan_of
+from ..record.state import SNAPSHOT_MODULES, Heartbeat, LaunchState, plan_of
 
 EXIT_INTERRUPTED = 130
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
@@ -647,7 +647,8 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text)
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
                         storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
-                        batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes)
+                        batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes,
+                        snapshot_modules=SNAPSHOT_MODULES)
     state.save()
     return state
 
