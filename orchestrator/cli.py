@@ -343,6 +343,20 @@ def cell_status(state, plan: dict) -> None:
     print("('of': the cell's seeds; mean ± std over its done seeds)")
 
 
+def cmd_accept(args) -> int:
+    """A night's regression was intended (a new protocol, a fixed bug that inflated scores): later
+    nights compare with this night instead of the last one before it."""
+    state = load_state(args)
+    if state.night is None:
+        raise UsageError(f"accept: launch {state.launch_id} is no night of the nightly job; nights compare with nights")
+    if not state.regressed:
+        raise UsageError(f"accept: night {state.launch_id} flagged no regression; it is already a baseline")
+    state.accepted = True
+    state.save()
+    print(f"accepted night {state.launch_id}'s regression: the nights after it compare with it")
+    return 0
+
+
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
     from .record.best import write_best
@@ -546,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "plots, attention maps (exit 1 on a regression vs --compare)"),
         ("export", cmd_export, "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per run"),
         ("dashboard", cmd_dashboard, "optuna-dashboard on a search launch's Optuna studies (pip install -e '.[dashboard]')"),
+        ("accept", cmd_accept, "a night that regressed on purpose: the nights after it compare with it, not with the last night before it"),
     ]:
         p = sub.add_parser(name, help=text)
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the most recent)")

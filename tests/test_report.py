@@ -435,3 +435,37 @@ def test_mlflow_shows_the_trials_nested_and_compares_them_in_a_real_browser(tmp_
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_regression_stays_flagged_until_it_is_fixed_or_accepted(tmp_path, uri):
+    """A night that regressed is no baseline: the night after it, as bad, is compared with the last
+    night that did not regress and flagged again (compared with the night before, it passed as
+    unchanged). Once `orchestrator accept` says the drop was intended, later nights compare with it."""
+    from orchestrator import cli
+
+    text = ablation_text("ndr_layers_test")
+
+    def night(launch_id, k, scores):
+        state = fake_launch(tmp_path, uri, launch_id, scores, text)
+        state.night, state.created = k, float(k + 1)  # 0 would read as "before `created` was recorded"
+        state.save()
+        return state
+
+    first = night("night-1", 0, scores_for(0, rng_seed=1))
+    second = night("night-2", 1, scores_for(3, shift=0.2, rng_seed=2))
+    assert len(report.write_night(second)[1]) == len(LAYERS)
+    second.regressed = True  # the verdict launch.execute records
+    second.save()
+    third = night("night-3", 2, scores_for(6, shift=0.2, rng_seed=3))
+    _, regressions = report.write_night(third)
+    assert len(regressions) == len(LAYERS)
+    assert regressions.compared.startswith("6 cells compared with night-1 ") and "passed over night-2, which regressed" in regressions.compared
+    assert "The nights since it, night-2, regressed" in (third.dir / "report" / "report.md").read_text()
+
+    assert cli.main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2  # flagged nothing: a baseline already
+    assert cli.main(["accept", "night-2", "--storage-path", str(tmp_path)]) == 0
+    _, regressions = report.write_night(third)
+    assert regressions == [] and regressions.compared.startswith("6 cells compared with night-2 ") and "passed over" not in regressions.compared
+    first.night = None
+    first.save()
+    assert cli.main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2  # no night of the nightly job

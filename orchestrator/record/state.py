@@ -41,6 +41,8 @@ class LaunchState:
     batch_seeds: bool | None = None  # the spec's batch_seeds as resolved at launch (auto: whether trials got GPUs)
     stack_sizes: dict = field(default_factory=dict)  # budget.stack_size auto, as measured at launch per pair
     snapshot_modules: int = 1  # SNAPSHOT_MODULES of the code that began it (a launch.json without it: 1)
+    regressed: bool | None = None  # a night's verdict: whether it regressed from its baseline night
+    accepted: bool = False  # `orchestrator accept`: its regression was intended, so later nights compare with it
 
     def save(self) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -117,6 +119,13 @@ def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchSt
         found.append(other)
     started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731 - launches from before `created`
     return sorted((s for s in found if started(s) < started(state)), key=started)
+
+
+def baseline_nights(nights: list[LaunchState]) -> list[LaunchState]:
+    """The nights a later night may be compared with: those that flagged no regression, or whose
+    regression was accepted. A regression compared only with the night before would be flagged
+    once and then pass, compared with itself, every night after."""
+    return [n for n in nights if not n.regressed or n.accepted]
 
 
 def same_file(a: LaunchState, b: LaunchState) -> bool:

@@ -565,10 +565,12 @@ def render(context: dict, image_folder: str = "") -> tuple[str, str]:
     return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template("report.html.j2").render(**context)
 
 
-def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None) -> tuple[list[Path], Regressions]:
+def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None,
+                 passed_over: list[str] = ()) -> tuple[list[Path], Regressions]:
     """Write the report to `<launch>/report/` (and log it on the parent run), and with `dated_in`
-    a dated copy there; -> (files written, the cells that regressed: see Regressions)."""
-    context = build(state, previous_state, history)
+    a dated copy there; -> (files written, the cells that regressed: see Regressions). `passed_over`:
+    the nights after `previous_state` that regressed, which are no baseline (write_night)."""
+    context = {**build(state, previous_state, history), "passed_over": list(passed_over)}
     markdown, page = render(context)
     out_dir = state.dir / "report"
     (out_dir / "report.md").write_text(markdown)
@@ -597,14 +599,20 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
             compared += f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared (see the report)"
         if context["changed"]:
             compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
+        if passed_over:
+            compared += (f"; passed over {', '.join(passed_over)}, which regressed: a regression is no baseline until "
+                         f"`orchestrator accept` says it was intended")
     return paths, Regressions(context["regressions"], compared)
 
 
 def write_night(state) -> tuple[list[Path], Regressions]:
-    """A night of the nightly job: its report, compared with the last finished night, with each
-    cell's history, and a dated copy in `<storage_path>/nightly/<experiment>/` beside the
-    previous nights'."""
-    from ..record.state import earlier_launches
+    """A night of the nightly job: its report, compared with the last finished night that flagged
+    no regression (or whose regression was accepted), with each cell's history, and a dated copy in
+    `<storage_path>/nightly/<experiment>/` beside the previous nights'."""
+    from ..record.state import baseline_nights, earlier_launches
 
     nights = earlier_launches(state, nightly=True)
-    return write_report(state, nights[-1] if nights else None, history=nights, dated_in=state.dir.parent / "nightly" / state.experiment)
+    baselines = baseline_nights(nights)
+    baseline = baselines[-1] if baselines else None
+    passed_over = [n.launch_id for n in nights[nights.index(baseline) + 1:]] if baseline else []
+    return write_report(state, baseline, history=nights, dated_in=state.dir.parent / "nightly" / state.experiment, passed_over=passed_over)
