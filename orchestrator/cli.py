@@ -435,7 +435,7 @@ def cmd_dashboard(args) -> int:
     print(f"the Optuna studies of launch {state.launch_id}, one per pair:")
     for pair in plan["pairs"]:
         print(f"  {state.optuna_study_name(pair['name'])}")
-    storage = search_storage(state.tracking_uri, state.dir)
+    storage = search_storage(state.tracking_uri, state.dir, read_only=True)
     sys.stdout.flush()  # before the dashboard's own lines (where it listens, how to quit) on stderr
     try:
         optuna_dashboard.run_server(storage, host=args.host, port=args.port)

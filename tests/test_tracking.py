@@ -305,3 +305,33 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     runs.append(run("c2-0", "running", 0.99, "confirm", 2))  # a confirmation still under way: its answer may change
     confirmed = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
     assert tracking.confirmed_text(confirmed).endswith("(candidate 1; so far: 1 confirmation run(s) still running)")
+
+
+def test_a_role_that_can_only_read_opens_a_launchs_studies(tmp_path):
+    """The dashboard and the report only read a launch's Optuna studies, and a team may give them a
+    PostgreSQL role that can create nothing. Opened read-only, the search store creates no schema
+    (and Optuna no tables: they exist); before, its CREATE SCHEMA failed for such a role."""
+    import uuid
+
+    import optuna
+    import psycopg
+
+    database, role = f"sysgen_readonly_{uuid.uuid4().hex[:8]}", f"reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            owner = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+            optuna.create_study(study_name="launch/pair", storage=tracking.search_storage(owner, tmp_path))
+            with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{database}", autocommit=True) as db:
+                db.execute(f"GRANT USAGE ON SCHEMA optuna TO {role}")
+                db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA optuna TO {role}")
+            reader = f"postgresql+psycopg://{role}@127.0.0.1:5432/{database}"
+            with pytest.raises(Exception, match="permission denied"):
+                tracking.search_storage(reader, tmp_path)
+            storage = tracking.search_storage(reader, tmp_path, read_only=True)
+            assert [s.study_name for s in storage.get_all_studies()] == ["launch/pair"]
+            storage.engine.dispose()
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")

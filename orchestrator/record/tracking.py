@@ -188,11 +188,14 @@ class RetryingClient:
         return self._client
 
 
-def search_storage(uri: str, launch_dir: Path):
-    """The Optuna storage of a launch (see search_store), its calls retried like MLflow's."""
+def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
+    """The Optuna storage of a launch (see search_store), its calls retried like MLflow's.
+    `read_only`: for the commands that only read a launch's studies (dashboard, report), which a
+    team may give a role that can create nothing: no schema is created (Optuna creates its tables
+    only where they are missing, so none there either)."""
     what = "search store (Optuna)"
-    url, engine_kwargs = retried(search_store, what)(reveal(uri), launch_dir)
-    return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables
+    url, engine_kwargs = retried(search_store, what)(reveal(uri), launch_dir, create=not read_only)
+    return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables where missing
 
 
 def fresh_session(storage, *args, **kwargs) -> None:
@@ -326,7 +329,7 @@ def auth_headers() -> dict[str, str]:
     return {}
 
 
-def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
+def search_store(uri: str, launch_dir: Path, create: bool = True) -> tuple[str, dict]:
     """Where the Optuna study of a launch lives: in SQL beside the MLflow runs, so the search's
     history survives a driver crash independently of Tune's checkpoint. Returns a SQLAlchemy URL and
     engine arguments. Optuna and MLflow both keep an `alembic_version` table, so they cannot share
@@ -335,10 +338,11 @@ def search_store(uri: str, launch_dir: Path) -> tuple[str, dict]:
     if uri.startswith("postgresql"):
         import sqlalchemy
 
-        engine = sqlalchemy.create_engine(uri)
-        with engine.begin() as conn:
-            conn.execute(sqlalchemy.text("CREATE SCHEMA IF NOT EXISTS optuna"))
-        engine.dispose()
+        if create:  # needs CREATE on the database even where the schema exists
+            engine = sqlalchemy.create_engine(uri)
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text("CREATE SCHEMA IF NOT EXISTS optuna"))
+            engine.dispose()
         # pre-ping: a connection the server dropped is replaced at checkout, not used and failed.
         return uri, {"connect_args": {"options": "-csearch_path=optuna"}, "pool_pre_ping": True}
     if uri.startswith("sqlite:///"):

@@ -390,7 +390,7 @@ def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | st
     if len(finished) < 3:
         return f"{len(finished)} trial(s) with a score: too few to rank hyperparameters"
     try:
-        study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=tracking.search_storage(state.tracking_uri, state.dir))
+        study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=tracking.search_storage(state.tracking_uri, state.dir, read_only=True))
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             ranked = list(optuna.importance.get_param_importances(study).items())
