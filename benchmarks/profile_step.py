@@ -15,6 +15,7 @@ import argparse
 import time
 
 import torch
+import yaml
 
 from trainables.batched import Stack
 from trainables.config import parse_trial_config, preset
@@ -22,12 +23,6 @@ from trainables.tasks import load_task
 from trainables.train import setup_device, synchronize
 
 WARMUP_STEPS = 12  # past the captures of every length bucket (graphs.N_BUCKETS) and their own warm-ups
-
-
-def value(text: str):
-    import yaml
-
-    return yaml.safe_load(text)
 
 
 def profile(cfg, n: int, steps: int, rows: int) -> None:
@@ -72,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     task, model = args.preset.split("/")
     flat = {**preset(task, model), "device": args.device, "tf32": args.tf32, "bf16": args.bf16}
-    flat.update({k: value(v) for k, v in (s.split("=", 1) for s in args.set)})
+    flat.update({k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)})
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):
         profile(cfg, n, args.steps, args.rows)

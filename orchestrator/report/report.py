@@ -601,7 +601,7 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
             compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
         if passed_over:
             compared += (f"; passed over {', '.join(passed_over)}, which regressed: a regression is no baseline until "
-                         f"`orchestrator accept` says it was intended")
+                         "`orchestrator accept` says it was intended")
     return paths, Regressions(context["regressions"], compared)
 
 
