@@ -2,6 +2,7 @@
 
   python benchmarks/precision_curves.py [--preset ctl/ndr] [--set key=value ...] [--seeds 0,1,2,3,4]
                                         [--precisions fp32,tf32,bf16] [--n-iters N] [--eval-every E] [--csv out.csv]
+                                        [--parallel]
 
 Issue 21 item 2: TF32 and/or bf16 become the CUDA default only if their curves at the papers'
 settings stay within seed noise of float32. Each precision trains the same seeds (stacked, as a
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
+import subprocess
 import sys
+import tempfile
 
 from trainables.batched import train_members
 from trainables.config import parse_trial_config, preset
@@ -37,6 +40,29 @@ def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]
     return out
 
 
+def in_parallel(precisions: list[str]) -> dict[str, dict[int, list[dict]]]:
+    """Each precision's curves from a process of its own, started together with this script's
+    arguments, read back from the CSV each writes."""
+    with tempfile.TemporaryDirectory() as folder:
+        others = [a for a in sys.argv[1:] if a != "--parallel"]
+        children = []
+        for p in precisions:
+            argv = [sys.executable, __file__, *others, "--precisions", p, "--csv", f"{folder}/{p}.csv"]
+            children.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))  # its progress on stderr
+        if any(child.wait() for child in children):
+            sys.exit(f"a precision's process failed: exit {[child.returncode for child in children]}")
+        return {p: read_curves(f"{folder}/{p}.csv") for p in precisions}
+
+
+def read_curves(path: str) -> dict[int, list[dict]]:
+    """Iteration -> each seed's metrics, as `curves` returns them, from the CSV this script writes."""
+    out: dict[int, list[dict]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            out.setdefault(int(row.pop("iteration")), []).append({k: float(v) for k, v in row.items() if k not in ("precision", "seed")})
+    return out
+
+
 def within_noise(values: list[float], reference: list[float]) -> bool:
     """The means differ by at most two standard errors of their difference (seed noise)."""
     spread = (statistics.variance(values) / len(values) + statistics.variance(reference) / len(reference)) ** 0.5
@@ -52,6 +78,9 @@ def main() -> None:
     parser.add_argument("--n-iters", type=int, default=None, help="default: the preset's")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--csv", help="also write every evaluation of every seed here")
+    parser.add_argument("--parallel", action="store_true", help="train the precisions at once, a process each, on the "
+                        "same device: a stack of a few members leaves a GPU idle part of each step (issue 21's lease of "
+                        "15 minutes fits NDR's fp32 and TF32 curves this way, not one after the other)")
     args = parser.parse_args()
     import yaml
 
@@ -59,7 +88,10 @@ def main() -> None:
     flat = {**preset(task, model), **{k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}}
     flat.update({k: v for k, v in (("n_iters", args.n_iters), ("eval_every", args.eval_every)) if v})
     seeds, precisions = [int(s) for s in args.seeds.split(",")], args.precisions.split(",")
-    runs = {p: curves(flat, seeds, p) for p in precisions}
+    if args.parallel and len(precisions) > 1:
+        runs = in_parallel(precisions)
+    else:
+        runs = {p: curves(flat, seeds, p) for p in precisions}
     metric = next(k[len("ood_valid_"):] for k in next(iter(runs[precisions[0]].values()))[0] if k.startswith("ood_valid_"))
     print(f"{args.preset}, seeds {seeds}: ood_valid_{metric} / iid_valid_{metric}, mean ± std over seeds"
           f" ({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better); '~' within seed noise of fp32, '!' not")
