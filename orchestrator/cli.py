@@ -473,7 +473,9 @@ def cmd_list(args) -> int:
             state = LaunchState.load(path.parent)
             alive, _ = driver(path.parent)
             shown = "running" if alive else ("driver gone" if state.state == "running" else state.state)
-            print(f"{state.launch_id:48s} {shown:12s} {state.experiment:28s} {state.spec_file}")
+            # A night's verdict: which night `orchestrator accept` could take.
+            verdict = "" if state.regressed is None else "  (regressed, accepted)" if state.accepted else "  (regressed)" if state.regressed else "  (no regression)"
+            print(f"{state.launch_id:48s} {shown:12s} {state.experiment:28s} {state.spec_file}{verdict}")
     return 0
 
 

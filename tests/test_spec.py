@@ -277,6 +277,10 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.split()[:3] == ["smoke-1", "driver", "gone"]  # "running" in the file, but no driver holds its lock
+    data = json.loads((launch / "launch.json").read_text())
+    (launch / "launch.json").write_text(json.dumps({**data, "state": "finished", "night": 2, "regressed": True}))
+    assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
+    assert capsys.readouterr().out.strip().endswith("s.yaml  (regressed)")  # a night's verdict: one `accept` could take
 
 
 def test_a_driver_on_another_machine_is_alive_while_its_heartbeat_is_recent(tmp_path, monkeypatch):
