@@ -47,5 +47,5 @@ run 70 models_tf32 "$py" benchmarks/bench_gpu.py --device cuda --sections models
     --models "ctl / ndr,ctl / transformer" --steps 50 --tf32
 run 60 profile "$py" benchmarks/profile_step.py --preset ctl/ndr --members 1,20 --steps 10 --rows 30 --tf32 \
     --set 'task_options={train_size: 20000}'
-run "${OTHERS_LIMIT_S:-120}" others "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper --steps 20 \
+run 120 others "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper --steps 20 \
     --models "ctl / lstm,ctl / transformer_rel_gate,ctl / transformer_geometric,copy / panm,contextual_retrieval / transformer_compositional"

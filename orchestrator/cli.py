@@ -240,9 +240,10 @@ def cmd_resume(args) -> int:
 
     state = load_state(args)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
-        raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: the launch "
-                         "was begun before the orchestrator's modules moved into plan/run/record/report (commit 1f0f7de); resume it "
-                         "with the service before that commit, or launch the file again (its MLflow runs stay where they are)")
+        raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
+                         "snapshot of the launch names the modules of the service that began it (1: before the split into "
+                         "plan/run/record/report, commit 1f0f7de); resume it with that service, or launch the file again "
+                         "(its MLflow runs stay where they are)")
     try:
         check_store(state.tracking_uri)
     except TrackingError as e:
@@ -474,7 +475,7 @@ def cmd_list(args) -> int:
             alive, _ = driver(path.parent)
             shown = "running" if alive else ("driver gone" if state.state == "running" else state.state)
             # A night's verdict: which night `orchestrator accept` could take.
-            verdict = "" if state.regressed is None else "  (regressed, accepted)" if state.accepted else "  (regressed)" if state.regressed else "  (no regression)"
+            verdict = {None: "", False: "  (no regression)", True: "  (regressed, accepted)" if state.accepted else "  (regressed)"}[state.regressed]
             print(f"{state.launch_id:48s} {shown:12s} {state.experiment:28s} {state.spec_file}{verdict}")
     return 0
 
