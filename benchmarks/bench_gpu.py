@@ -1,7 +1,7 @@
 """Throughput of small-model trials on one device: what packing trials and batching seeds buy.
 
   python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small] [--sections models,curve,packing,seeds,layer]
-                                 [--bf16] [--tf32] [--compile] [--steps N] [--repeats R] [--quick]
+                                 [--bf16] [--fp32] [--compile] [--steps N] [--repeats R] [--quick]
 
 Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
 
@@ -47,7 +47,7 @@ PACKED = (1, 2, 4, 8)
 
 
 def trial_config(flat: dict, args, **more) -> dict:
-    return {**flat, "device": args.device, "bf16": args.bf16, "tf32": args.tf32, "compile": args.compile, **more}
+    return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
 
 
 def peak_mib(device: torch.device) -> float | None:
@@ -241,7 +241,7 @@ def main() -> None:
     parser.add_argument("--models", default=None, help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
                         "every model; on a CPU, ctl / ndr alone for packing and seeds)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
-    parser.add_argument("--tf32", action="store_true", help="TF32 matmuls (CUDA)")
+    parser.add_argument("--fp32", action="store_true", help="float32 matmuls on CUDA (the default is TF32)")
     parser.add_argument("--compile", action="store_true", help="torch.compile (not with batched seeds)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
@@ -262,7 +262,7 @@ def main() -> None:
         return [row for row in rows if keep is None or row[0] in [k.strip() for k in keep]]
 
     print(f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {args.tf32}, compile {args.compile}")
+          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}")
     if "models" in sections:
         models(args, chosen(None))
     # Every model on a GPU; on a CPU (minutes per paper-size row) the NDR alone unless --models says.

@@ -10,7 +10,7 @@
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
-#   curve_tf32.txt, curve_bf16.txt, models_tf32.txt   the same with TF32 matmuls / bf16 autocast
+#   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
 #   others.txt   bench_gpu models for every other model at paper size (what time is left)
 # On an H200 (2026-11-26) its parts took about five minutes together.
@@ -39,13 +39,13 @@ run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --siz
     --models "ctl / ndr,ctl / transformer" --steps 20 --seeds-n 1,5,20,50
 run 100 seeds "$py" benchmarks/bench_gpu.py --device cuda --sections seeds --sizes paper --models "ctl / ndr" \
     --steps 200 --seeds-n 5 --repeats 1
-for precision in tf32 bf16; do
+for precision in fp32 bf16; do
     run 75 "curve_$precision" "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
         --models "ctl / ndr,ctl / transformer" --steps 20 --seeds-n 1,5,20,50 "--$precision"
 done
-run 70 models_tf32 "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
-    --models "ctl / ndr,ctl / transformer" --steps 50 --tf32
-run 60 profile "$py" benchmarks/profile_step.py --preset ctl/ndr --members 1,20 --steps 10 --rows 30 --tf32 \
+run 70 models_fp32 "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
+    --models "ctl / ndr,ctl / transformer" --steps 50 --fp32
+run 60 profile "$py" benchmarks/profile_step.py --preset ctl/ndr --members 1,20 --steps 10 --rows 30 \
     --set 'task_options={train_size: 20000}'
 run 120 others "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper --steps 20 \
     --models "ctl / lstm,ctl / transformer_rel_gate,ctl / transformer_geometric,copy / panm,contextual_retrieval / transformer_compositional"

@@ -19,21 +19,28 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from trainables.batched import train_members
 from trainables.config import parse_trial_config, preset
 from trainables.tasks.base import LOWER_IS_BETTER
 
-PRECISIONS = {"fp32": {}, "tf32": {"tf32": True}, "bf16": {"bf16": True}}
+PRECISIONS = {"fp32": {"tf32": False}, "tf32": {"tf32": True}, "bf16": {"bf16": True, "tf32": False}}
 
 
 def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]]:
     """Iteration -> each seed's metrics at that evaluation."""
     cfg = parse_trial_config({**flat, **PRECISIONS[precision]})
     out: dict[int, list[dict]] = {}
+    start = time.perf_counter()
 
     def report(per_member, state) -> None:
-        out[per_member[0]["iteration"]] = [dict(m) for m in per_member]
+        iteration = per_member[0]["iteration"]
+        out[iteration] = [dict(m) for m in per_member]
+        key = next(k for k in per_member[0] if k.startswith("ood_valid_"))  # the metric main() tabulates
+        print(f"[{precision}] iteration {iteration:,} after {time.perf_counter() - start:.0f} s: {key} "
+              + " ".join(f"{m[key]:.3f}" for m in per_member),
+              file=sys.stderr, flush=True)
 
     print(f"[{precision}] training {len(seeds)} seeds stacked, {cfg.n_iters:,} iterations", file=sys.stderr, flush=True)
     train_members(cfg, [{"seed": seed} for seed in seeds], report=report, log=None)

@@ -1,6 +1,6 @@
 """Where one training step's device time goes: the kernels of a stack of N members, by total time.
 
-  python benchmarks/profile_step.py [--preset ctl/ndr] [--device cuda] [--members 1,20] [--steps 10] [--tf32] [--bf16]
+  python benchmarks/profile_step.py [--preset ctl/ndr] [--device cuda] [--members 1,20] [--steps 10] [--fp32] [--bf16]
                                     [--set key=value ...] [--rows 25]
 
 For each stack size, the step (graphed where the model allows, as a launch runs it) is warmed up
@@ -61,12 +61,12 @@ def main() -> None:
     parser.add_argument("--members", default="1,20")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rows", type=int, default=25)
-    parser.add_argument("--tf32", action="store_true")
+    parser.add_argument("--fp32", action="store_true", help="float32 matmuls on CUDA (the default is TF32)")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset")
     args = parser.parse_args()
     task, model = args.preset.split("/")
-    flat = {**preset(task, model), "device": args.device, "tf32": args.tf32, "bf16": args.bf16}
+    flat = {**preset(task, model), "device": args.device, "tf32": not args.fp32, "bf16": args.bf16}
     flat.update({k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)})
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):

@@ -89,24 +89,36 @@ def geometric_order(n: int, device: torch.device) -> tuple[torch.Tensor, torch.T
     return order.to(device), rank.to(device)
 
 
+@lru_cache(maxsize=64)
+def rank_major_indices(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat indices into an (N, N) matrix: `to_ranks` lays row i's sources out by closeness down
+    column i ([r, i] <- [i, order[i, r]]), `from_ranks` puts them back ([i, j] <- [rank[i, j], i])."""
+    order, rank = geometric_order(n, torch.device("cpu"))
+    i = torch.arange(n)
+    to_ranks = i[None, :] * n + order.T
+    from_ranks = rank * n + i[:, None]
+    return to_ranks.flatten().to(device), from_ranks.flatten().to(device)
+
+
 def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """Eq. 7 in log space: A_ij = P_ij * prod_{k in S_ij} (1 - P_ik), P = sigmoid(logits), A_ii = 0.
 
     Sorting each row's sources by closeness turns the product over S_ij into an exclusive cumulative
-    sum of log(1 - P), O(N^2) like softmax attention. Masked keys carry logit -inf: P = 0 there, so
-    they neither receive weight nor shadow anything. `normalize` divides each row by its sum (at
-    least 1e-12), as the authors' "+geom. att." baseline does; NDR does not."""
+    sum of log(1 - P), O(N^2) like softmax attention. The sorted rows are laid out as columns, so
+    that the sum runs down a middle dimension: on a GPU a scan along the innermost dimension of
+    short rows was the slowest kernel of a stacked NDR step (docs/measurements.md). Masked keys
+    carry logit -inf: P = 0 there, so they neither receive weight nor shadow anything. `normalize`
+    divides each row by its sum (at least 1e-12), as the authors' "+geom. att." baseline does; NDR
+    does not."""
     n = logits.shape[-1]
-    order, rank = geometric_order(n, logits.device)
-    log_p = F.logsigmoid(logits)
-    log_not_p = F.logsigmoid(-logits)
-    shape = logits.shape
-    sorted_log_not_p = log_not_p.gather(-1, order.expand(shape))
-    sorted_log_not_p = torch.cat([torch.zeros_like(sorted_log_not_p[..., :1]), sorted_log_not_p[..., 1:]], dim=-1)
-    closer_sum = sorted_log_not_p.cumsum(-1) - sorted_log_not_p
-    log_a = log_p + closer_sum.gather(-1, rank.expand(shape))
+    to_ranks, from_ranks = rank_major_indices(n, logits.device)
     diagonal = torch.eye(n, dtype=torch.bool, device=logits.device)
-    weights = torch.exp(log_a).masked_fill(diagonal, 0.0)
+    log_p = F.logsigmoid(logits)
+    log_not_p = F.logsigmoid(-logits).masked_fill(diagonal, 0.0)  # i is not in its own S_ij
+    flat_shape = (*logits.shape[:-2], n * n)
+    by_rank = log_not_p.flatten(-2).gather(-1, to_ranks.expand(flat_shape)).view(logits.shape)
+    inclusive = by_rank.cumsum(-2).flatten(-2).gather(-1, from_ranks.expand(flat_shape)).view(logits.shape)
+    weights = torch.exp(log_p + (inclusive - log_not_p)).masked_fill(diagonal, 0.0)
     return weights / weights.sum(-1, keepdim=True).clamp_min(1e-12) if normalize else weights
 
 
