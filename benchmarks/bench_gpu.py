@@ -12,7 +12,8 @@ Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
            the GPU is busy (torch.profiler); the share of a trial's time its evaluations take
            (they run eagerly); and peak memory
   curve    member-steps/s of one configuration stacked N members high (--seeds-n, e.g.
-           1,5,20,50), and the stack size a launch with budget.stack_size auto would take
+           1,5,20,50), and the stack size a launch with budget.stack_size auto would take; the
+           seconds the row took in all (with --compile: the compiles, one per batch width at first)
   packing  one trial packed 1, 2, 4 and 8 times on the device as separate processes started
            together (as Ray runs trials with `resources.gpu: 1/k`): steps/s of each and of all
   seeds    N seeds of one configuration batched (trainables.batched) vs the same N seeds trained one
@@ -130,15 +131,16 @@ def models(args, rows) -> None:
 def curve(args, rows) -> None:
     print(f"\nMember-steps/s of one configuration stacked N members high (trainables.batched.member_steps_per_second, "
           f"median of {args.steps} steps), and its knee (the stack size budget.stack_size auto takes)")
-    print(f"{'task / model':32s} {'size':6s} " + " ".join(f"{f'N={n}':>9s}" for n in args.seeds_n) + f" {'knee':>5s}")
+    print(f"{'task / model':32s} {'size':6s} " + " ".join(f"{f'N={n}':>9s}" for n in args.seeds_n) + f" {'knee':>5s} {'s in all':>8s}")
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args))
         if batchable(trial_config(flat, args)):
             continue
+        start = time.perf_counter()
         measured = member_steps_per_second(cfg, args.seeds_n, args.steps)
         rates = dict(measured)
         print(f"{label:32s} {size:6s} " + " ".join(f"{rates[n]:9.1f}" if n in rates else f"{'no mem':>9s}" for n in args.seeds_n)
-              + f" {knee(measured):5d}", flush=True)
+              + f" {knee(measured):5d} {time.perf_counter() - start:8.0f}", flush=True)
 
 
 def child(config_json: str, steps: int) -> None:
@@ -242,7 +244,7 @@ def main() -> None:
                         "every model; on a CPU, ctl / ndr alone for packing and seeds)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--fp32", action="store_true", help="float32 matmuls on CUDA (the default is TF32)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile (not with batched seeds)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile: the models section's compiled column; the curve section's stacks compiled (their kernels launched eagerly, not graphed)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")

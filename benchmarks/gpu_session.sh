@@ -12,8 +12,9 @@
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
 #   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
-#   others.txt   bench_gpu models for every other model at paper size (what time is left)
-# On an H200 (2026-11-26) its parts took about five minutes together.
+#   others.txt   bench_gpu models for every other model at paper size
+#   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
+# On an H200 (2026-11-26) its parts up to others.txt took about five minutes together; compiled.txt may take five more.
 # The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
 set -u
 out=${1:-gpu-out}
@@ -49,3 +50,5 @@ run 60 profile "$py" benchmarks/profile_step.py --preset ctl/ndr --members 1,20 
     --set 'task_options={train_size: 20000}'
 run 120 others "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper --steps 20 \
     --models "ctl / lstm,ctl / transformer_rel_gate,ctl / transformer_geometric,copy / panm,contextual_retrieval / transformer_compositional"
+run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
+    --steps 20 --seeds-n 20 --compile

@@ -74,6 +74,7 @@ def test_cuda_graphs_false_and_the_cpu_step_eagerly():
     assert graphs.graphs_unused_because(cfg, torch.device("cpu")) == "CUDA graphs need a CUDA device, not cpu"
     assert graphs.graphs_unused_because(tiny("ndr", cuda_graphs=False), torch.device("cuda")) == "cuda_graphs: false"
     assert graphs.graphs_unused_because(tiny("lstm"), torch.device("cuda")) == "model 'lstm' steps through its input with host-side control flow"
+    assert graphs.graphs_unused_because(tiny("ndr", compile=True), torch.device("cuda")).startswith("compile: ")
     assert graphs.graphs_unused_because(tiny("ndr"), torch.device("cuda")) is None
 
 

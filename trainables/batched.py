@@ -64,8 +64,6 @@ def batchable(flat: dict[str, Any]) -> str | None:
         return f"model {flat.get('model')!r} steps through its input with host-side control flow"
     if flat.get("act", "none") != "none":
         return "adaptive computation time stops on a data-dependent test"
-    if flat.get("compile"):
-        return "compile: torch.compile of the vmapped step is not supported"
     return None
 
 
@@ -215,6 +213,8 @@ class Stack:
         # The parameters vary along dim 0; so does the batch in training (a batch per member), while
         # every member is evaluated on the same rows.
         self.forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+        if cfg.compile:  # the vmapped forward and its backward as fused kernels (a compile per batch width at first)
+            self.forward = torch.compile(self.forward)
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
         self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
                                eager_replay=device.type != "cuda") if self.graphed else self.train_batch

@@ -38,6 +38,8 @@ def graphs_unused_because(cfg, device: torch.device) -> str | None:
         return "cuda_graphs: false"
     if device.type != "cuda":
         return f"CUDA graphs need a CUDA device, not {device.type}"
+    if cfg.compile:
+        return "compile: its fused kernels launch eagerly (their random numbers inside a capture are not yet checked on a GPU)"
     if cfg.lr_schedule != "constant":
         return f"lr_schedule: {cfg.lr_schedule} sets the learning rate every step; a graph replays the one it captured"
     return batchable({**cfg.flat(), "model": cfg.model})

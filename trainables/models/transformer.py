@@ -73,31 +73,31 @@ def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     return out
 
 
-# Kept on each device: a copy from the host each call would stop a CUDA graph's capture (the
-# capture's warm-up steps fill this cache first).
-@lru_cache(maxsize=64)
 def geometric_order(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """For each target i: the source positions sorted from closest to farthest, and each source's rank.
 
     Rank 0 is i itself. At equal distance the source to the right of i is the closer one (the
     sentence above Eq. 8, Figure 1/right and Eq. 8 itself, read literally)."""
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
     closeness = 2 * (i - j).abs() - (j > i).long()
     order = closeness.argsort(dim=1)
-    rank = order.argsort(dim=1)
-    return order.to(device), rank.to(device)
+    return order, order.argsort(dim=1)
 
 
-@lru_cache(maxsize=64)
 def rank_major_indices(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat indices into an (N, N) matrix: `to_ranks` lays row i's sources out by closeness down
     column i ([r, i] <- [i, order[i, r]]), `from_ranks` puts them back ([i, j] <- [rank[i, j], i])."""
-    order, rank = geometric_order(n, torch.device("cpu"))
-    i = torch.arange(n)
+    order, rank = geometric_order(n, device)
+    i = torch.arange(n, device=device)
     to_ranks = i[None, :] * n + order.T
     from_ranks = rank * n + i[:, None]
-    return to_ranks.flatten().to(device), from_ranks.flatten().to(device)
+    return to_ranks.flatten(), from_ranks.flatten()
+
+
+# Made on the device (a copy from the host would stop a CUDA graph's capture) and kept there: a
+# capture's warm-up steps fill this cache. Under torch.compile they are traced into the graph instead.
+cached_rank_major_indices = lru_cache(maxsize=64)(rank_major_indices)
 
 
 def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
@@ -111,7 +111,8 @@ def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -
     divides each row by its sum (at least 1e-12), as the authors' "+geom. att." baseline does; NDR
     does not."""
     n = logits.shape[-1]
-    to_ranks, from_ranks = rank_major_indices(n, logits.device)
+    tables = rank_major_indices if torch.compiler.is_compiling() else cached_rank_major_indices
+    to_ranks, from_ranks = tables(n, logits.device)
     diagonal = torch.eye(n, dtype=torch.bool, device=logits.device)
     log_p = F.logsigmoid(logits)
     log_not_p = F.logsigmoid(-logits).masked_fill(diagonal, 0.0)  # i is not in its own S_ij
