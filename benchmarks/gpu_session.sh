@@ -33,7 +33,7 @@ run() {  # run LIMIT_S NAME COMMAND...: the command's output into $out/NAME.txt,
 
 run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
     $py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())'"
-run 120 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
+run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
     --models "ctl / ndr,ctl / transformer" --steps 50
 run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \

@@ -114,3 +114,25 @@ def test_on_cuda_a_graphed_stack_equals_the_eager_stack():
     graphed = train_members(tiny("ndr", length_bucketed=True, **FLOAT32), members, log=None)
     for a, b in zip(eager, graphed):
         close(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
+def test_on_cuda_a_compiled_stack_can_be_graphed(monkeypatch):
+    """Whether compile: true may keep its CUDA graphs (graphs_unused_because turns them off under
+    compile until this passes on a GPU): the compiled stack, captured, trains as the eager stack
+    does without dropout; and with dropout and a learning rate of 0, replays of one batch draw
+    fresh masks (the compiled kernels' random numbers advance with each replay)."""
+    from trainables import batched
+
+    members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
+    eager = batched.train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **FLOAT32), members, log=None)
+    monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device: None)
+    graphed = batched.train_members(tiny("ndr", compile=True, length_bucketed=True, **FLOAT32), members, log=None)
+    for a, b in zip(eager, graphed):
+        assert b["loss"] == pytest.approx(a["loss"], rel=0.01)
+    cfg = tiny("ndr", compile=True, lr=0.0, dropout=0.5, tf32=False)
+    stack = batched.Stack(cfg, [{"seed": 0}, {"seed": 1}], load_task(cfg.task, cfg.task_options), torch.device("cuda"))
+    assert stack.graphed
+    batch = batched.stacked_batch([next_batch() for next_batch, _ in stack.sources], stack.device, bucketed=True)
+    losses = [stack.run(batch)[0].clone() for _ in range(4)]
+    assert len({tuple(loss.tolist()) for loss in losses}) == 4
