@@ -102,14 +102,14 @@ def models(args, rows) -> None:
     print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
           f"{'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}")
     for label, _, _, size, flat in rows:
-        cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False))
+        cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=False))
         device = pick_device(cfg.device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         eager = 1 / seconds_per_step(cfg, args.steps)
         best = cfg
         graphed = compiled = compile_s = kernels = busy = None
-        auto = parse_trial_config(trial_config(flat, args, cuda_graphs="auto"))
+        auto = parse_trial_config(trial_config(flat, args, cuda_graphs="auto", compile=False))
         if graphs_unused_because(auto, device) is None:
             graphed, best = 1 / seconds_per_step(auto, args.steps), auto
         if args.compile:

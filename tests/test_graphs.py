@@ -14,9 +14,6 @@ from trainables.train import batch_tensors, forward_loss, make_model, pick_devic
 from test_batched import NO_DROPOUT, close
 from test_train import tiny
 
-# The CUDA checks are the graph's: float32 matmuls, so that TF32's rounding does not blur them.
-FLOAT32 = {**NO_DROPOUT, "tf32": False}
-
 
 def test_bucket_widths_are_a_few_fixed_steps_up_to_the_longest():
     assert graphs.bucket_widths(10) == [3, 6, 9, 10] and graphs.bucket_widths(3) == [1, 2, 3]
@@ -83,8 +80,8 @@ def test_cuda_graphs_false_and_the_cpu_step_eagerly():
 def test_on_cuda_the_graphed_step_equals_the_eager_step(model):
     """Issue 21: "the graphed step equals the eager step (no dropout) within float tolerance on CUDA"."""
     assert pick_device("auto").type == "cuda"
-    eager = train(tiny(model, cuda_graphs=False, **FLOAT32), log=None)
-    graphed = train(tiny(model, **FLOAT32), log=None)
+    eager = train(tiny(model, cuda_graphs=False, **NO_DROPOUT), log=None)
+    graphed = train(tiny(model, **NO_DROPOUT), log=None)
     close(eager, graphed)
 
 
@@ -110,8 +107,8 @@ def test_on_cuda_a_graphed_stack_equals_the_eager_stack():
     from trainables.batched import train_members
 
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
-    eager = train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **FLOAT32), members, log=None)
-    graphed = train_members(tiny("ndr", length_bucketed=True, **FLOAT32), members, log=None)
+    eager = train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **NO_DROPOUT), members, log=None)
+    graphed = train_members(tiny("ndr", length_bucketed=True, **NO_DROPOUT), members, log=None)
     for a, b in zip(eager, graphed):
         close(a, b)
 
@@ -125,12 +122,12 @@ def test_on_cuda_a_compiled_stack_can_be_graphed(monkeypatch):
     from trainables import batched
 
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
-    eager = batched.train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **FLOAT32), members, log=None)
+    eager = batched.train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **NO_DROPOUT), members, log=None)
     monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device: None)
-    graphed = batched.train_members(tiny("ndr", compile=True, length_bucketed=True, **FLOAT32), members, log=None)
+    graphed = batched.train_members(tiny("ndr", compile=True, length_bucketed=True, **NO_DROPOUT), members, log=None)
     for a, b in zip(eager, graphed):
         assert b["loss"] == pytest.approx(a["loss"], rel=0.01)
-    cfg = tiny("ndr", compile=True, lr=0.0, dropout=0.5, tf32=False)
+    cfg = tiny("ndr", compile=True, lr=0.0, dropout=0.5)
     stack = batched.Stack(cfg, [{"seed": 0}, {"seed": 1}], load_task(cfg.task, cfg.task_options), torch.device("cuda"))
     assert stack.graphed
     batch = batched.stacked_batch([next_batch() for next_batch, _ in stack.sources], stack.device, bucketed=True)

@@ -31,8 +31,9 @@ TINY_BY_KIND = {
 
 def tiny(model="ndr", **overrides) -> TrainConfig:
     task, options = TINY_BY_KIND[MODELS[model].task_kinds[0]]
+    # float32 matmuls on a GPU too: the comparisons of runs are of float32 rounding
     flat = {"task": task, "model": model, "task_options": options, "n_iters": 12, "eval_every": 6,
-            "batch_size": 16, "lr": 1e-3, **overrides}
+            "batch_size": 16, "lr": 1e-3, "tf32": False, **overrides}
     fields = model_fields(model)
     sizes = {"d_model": 16, "n_layers": 2, "n_heads": 2, "hidden": 16, "mlp_hidden": 8, "encoder_layers": 2, "decoder_layers": 2, "stack_size": 12}
     flat.update({k: v for k, v in sizes.items() if k in fields and k not in overrides})

@@ -96,8 +96,9 @@ def rank_major_indices(n: int, device: torch.device) -> tuple[torch.Tensor, torc
 
 
 # Made on the device (a copy from the host would stop a CUDA graph's capture) and kept there: a
-# capture's warm-up steps fill this cache. Under torch.compile they are traced into the graph instead.
-cached_rank_major_indices = lru_cache(maxsize=64)(rank_major_indices)
+# capture's warm-up steps fill this cache, and it never evicts, since a captured graph reads these
+# very tensors (one small pair per sequence width). Under torch.compile they are traced instead.
+cached_rank_major_indices = lru_cache(maxsize=None)(rank_major_indices)
 
 
 def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
