@@ -7,14 +7,14 @@
 # each printing into OUT_DIR (default ./gpu-out) as well as the terminal:
 #   env.txt      the GPU, driver, torch
 #   graphs.txt   the CUDA-graph equality tests (tests/test_graphs.py; their on_cuda tests run here only)
+#   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
 #   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
 #   others.txt   bench_gpu models for every other model at paper size
-#   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
-# On an H200 (2026-11-26) its parts up to others.txt took about five minutes together; compiled.txt may take five more.
+# On an H200 (2026-11-26) its parts but compiled.txt took about five minutes together; compiled.txt may take five more.
 # The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
 set -u
 out=${1:-gpu-out}
@@ -34,6 +34,9 @@ run() {  # run LIMIT_S NAME COMMAND...: the command's output into $out/NAME.txt,
 run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
     $py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())'"
 run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
+# What no lease has measured yet comes first: a compiled stack (fused kernels).
+run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
+    --steps 20 --seeds-n 20 --compile
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
     --models "ctl / ndr,ctl / transformer" --steps 50
 run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
@@ -50,5 +53,3 @@ run 60 profile "$py" benchmarks/profile_step.py --preset ctl/ndr --members 1,20 
     --set 'task_options={train_size: 20000}'
 run 120 others "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper --steps 20 \
     --models "ctl / lstm,ctl / transformer_rel_gate,ctl / transformer_geometric,copy / panm,contextual_retrieval / transformer_compositional"
-run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
-    --steps 20 --seeds-n 20 --compile
