@@ -28,6 +28,11 @@ from trainables.tasks.base import LOWER_IS_BETTER
 PRECISIONS = {"fp32": {"tf32": False}, "tf32": {"tf32": True}, "bf16": {"bf16": True, "tf32": False}}
 
 
+def score_of(metrics: dict) -> str:
+    """The task's score (acc, token_acc, l1, ...): the one its OOD validation reports."""
+    return next(k[len("ood_valid_"):] for k in metrics if k.startswith("ood_valid_"))
+
+
 def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]]:
     """Iteration -> each seed's metrics at that evaluation."""
     cfg = parse_trial_config({**flat, **PRECISIONS[precision]})
@@ -37,7 +42,7 @@ def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]
     def report(per_member, state) -> None:
         iteration = per_member[0]["iteration"]
         out[iteration] = [dict(m) for m in per_member]
-        key = next(k for k in per_member[0] if k.startswith("ood_valid_"))  # the metric main() tabulates
+        key = f"ood_valid_{score_of(per_member[0])}"
         print(f"[{precision}] iteration {iteration:,} after {time.perf_counter() - start:.0f} s: {key} "
               + " ".join(f"{m[key]:.3f}" for m in per_member),
               file=sys.stderr, flush=True)
@@ -99,7 +104,7 @@ def main() -> None:
         runs = in_parallel(precisions)
     else:
         runs = {p: curves(flat, seeds, p) for p in precisions}
-    metric = next(k[len("ood_valid_"):] for k in next(iter(runs[precisions[0]].values()))[0] if k.startswith("ood_valid_"))
+    metric = score_of(next(iter(runs[precisions[0]].values()))[0])
     print(f"{args.preset}, seeds {seeds}: ood_valid_{metric} / iid_valid_{metric}, mean ± std over seeds"
           f" ({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better); '~' within seed noise of fp32, '!' not")
     print(f"{'iteration':>9s} " + " ".join(f"{p:>27s}" for p in precisions))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # gpu-baseline/ held the trainables package of the commit before the column sum (git archive 31d5d7c trainables), the A/B's "old".
+# Run with the code of that session (TF32 then off by default, hence --tf32; the flag is now gone and TF32 the default).
 # This session's lease, call 1: CUDA graph tests, A/B of the geometric scan, then NDR precision curves in the background.
 set -u
 export PYTHONUNBUFFERED=1
