@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -85,20 +86,34 @@ def geometric_order(n: int, device: torch.device) -> tuple[torch.Tensor, torch.T
     return order, order.argsort(dim=1)
 
 
-def rank_major_indices(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Flat indices into an (N, N) matrix: `to_ranks` lays row i's sources out by closeness down
-    column i ([r, i] <- [i, order[i, r]]), `from_ranks` puts them back ([i, j] <- [rank[i, j], i])."""
+class GeometricTables(NamedTuple):
+    """What geometric attention over N positions reads that depends on N alone, as flat indices into
+    (N, N) matrices and masks: `to_ranks` lays row i's sources out by closeness down column i, each
+    one rank lower ([r, i] <- [i, order[i, r - 1]]; rank 0 reads i itself), so that a sum down the
+    columns is the exclusive sum of Eq. 7; `from_ranks` puts them back ([i, j] <- [rank[i, j], i]);
+    `diagonal` is i == j, `source_right` i <= j (Eq. 9's W_LR)."""
+    to_ranks: torch.Tensor
+    from_ranks: torch.Tensor
+    diagonal: torch.Tensor
+    source_right: torch.Tensor
+
+
+def geometric_tables(n: int, device: torch.device) -> GeometricTables:
     order, rank = geometric_order(n, device)
     i = torch.arange(n, device=device)
-    to_ranks = i[None, :] * n + order.T
-    from_ranks = rank * n + i[:, None]
-    return to_ranks.flatten(), from_ranks.flatten()
+    one_rank_lower = torch.cat([order[:, :1], order[:, :-1]], 1)
+    return GeometricTables(to_ranks=(i[None, :] * n + one_rank_lower.T).flatten(), from_ranks=(rank * n + i[:, None]).flatten(),
+                           diagonal=i[:, None] == i[None, :], source_right=i[:, None] <= i[None, :])
 
 
 # Made on the device (a copy from the host would stop a CUDA graph's capture) and kept there: a
 # capture's warm-up steps fill this cache, and it never evicts, since a captured graph reads these
-# very tensors (one small pair per sequence width). Under torch.compile they are traced instead.
-cached_rank_major_indices = lru_cache(maxsize=None)(rank_major_indices)
+# very tensors (a few small ones per sequence width). Under torch.compile they are traced instead.
+cached_geometric_tables = lru_cache(maxsize=None)(geometric_tables)
+
+
+def tables_for(n: int, device: torch.device) -> GeometricTables:
+    return geometric_tables(n, device) if torch.compiler.is_compiling() else cached_geometric_tables(n, device)
 
 
 def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
@@ -107,20 +122,19 @@ def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -
     Sorting each row's sources by closeness turns the product over S_ij into an exclusive cumulative
     sum of log(1 - P), O(N^2) like softmax attention. The sorted rows are laid out as columns, so
     that the sum runs down a middle dimension: on a GPU a scan along the innermost dimension of
-    short rows was the slowest kernel of a stacked NDR step (docs/measurements.md). Masked keys
-    carry logit -inf: P = 0 there, so they neither receive weight nor shadow anything. `normalize`
-    divides each row by its sum (at least 1e-12), as the authors' "+geom. att." baseline does; NDR
-    does not."""
+    short rows was the slowest kernel of a stacked NDR step (docs/measurements.md). The diagonal's
+    logit is -inf: P_ii = 0 gives A_ii = 0, and log(1 - P_ii) = 0 is what rank 0 adds to the sum, so
+    the exclusive sum needs no subtraction. Masked keys carry logit -inf too: P = 0 there, so they
+    neither receive weight nor shadow anything. `normalize` divides each row by its sum (at least
+    1e-12), as the authors' "+geom. att." baseline does; NDR does not."""
     n = logits.shape[-1]
-    tables = rank_major_indices if torch.compiler.is_compiling() else cached_rank_major_indices
-    to_ranks, from_ranks = tables(n, logits.device)
-    diagonal = torch.eye(n, dtype=torch.bool, device=logits.device)
-    log_p = F.logsigmoid(logits)
-    log_not_p = F.logsigmoid(-logits).masked_fill(diagonal, 0.0)  # i is not in its own S_ij
+    tables = tables_for(n, logits.device)
+    logits = logits.masked_fill(tables.diagonal, float("-inf"))
+    log_not_p = F.logsigmoid(-logits)
     flat_shape = (*logits.shape[:-2], n * n)
-    by_rank = log_not_p.flatten(-2).gather(-1, to_ranks.expand(flat_shape)).view(logits.shape)
-    inclusive = by_rank.cumsum(-2).flatten(-2).gather(-1, from_ranks.expand(flat_shape)).view(logits.shape)
-    weights = torch.exp(log_p + (inclusive - log_not_p)).masked_fill(diagonal, 0.0)
+    by_rank = log_not_p.flatten(-2).gather(-1, tables.to_ranks.expand(flat_shape)).view(logits.shape)
+    exclusive = by_rank.cumsum(-2).flatten(-2).gather(-1, tables.from_ranks.expand(flat_shape)).view(logits.shape)
+    weights = torch.exp(F.logsigmoid(logits) + exclusive)
     return weights / weights.sum(-1, keepdim=True).clamp_min(1e-12) if normalize else weights
 
 
@@ -181,12 +195,11 @@ class Attention(nn.Module):
         if self.kind in ("softmax", "compositional"):  # compositional: the searches, Eq. 7-8
             return self.query_dropout(q) @ k.transpose(-1, -2) / math.sqrt(self.d_head)
         if self.kind == "geometric":
-            content = self.query_dropout(q) @ k.transpose(-1, -2)
-            lr, rl = self.direction(h).view(h.shape[0], n, 2, self.n_heads).permute(2, 0, 3, 1)  # (B, H, N)
-            i = torch.arange(n, device=h.device)
-            source_right = (i[:, None] <= i[None, :])  # Eq. 9: i <= j uses W_LR
-            direction = torch.where(source_right, lr[..., :, None], rl[..., :, None])
-            return self.alpha[:, None, None] * content + self.beta[:, None, None] * direction + self.gamma[:, None, None]
+            # beta D_ij + gamma on the (B, N, 2H) projections before spreading them over (B, H, N, N)
+            directions = self.direction(h).view(h.shape[0], n, 2, self.n_heads) * self.beta + self.gamma
+            lr, rl = directions.permute(2, 0, 3, 1)  # (B, H, N)
+            direction = torch.where(tables_for(n, h.device).source_right, lr[..., :, None], rl[..., :, None])  # Eq. 9
+            return torch.addcmul(direction, self.query_dropout(q) @ k.transpose(-1, -2), self.alpha[:, None, None])
         # Eq. 17: (a)+(c) content term, (b)+(d)+(e) positional term with the abs/rel switch r_i.
         content = self.query_dropout(q + self.content_bias[:, None]) @ k.transpose(-1, -2)
         pos_query = self.query_dropout(q + self.pos_bias[:, None])
@@ -283,7 +296,9 @@ class Layer(nn.Module):
         u = self.norm_update(self.update_dropout(self.ff(a)))  # Eq. 2, no residual around the update
         g = torch.sigmoid(self.gate(a))  # Eq. 3
         g = self.gate_drop(g)
-        return g * u + (1 - g) * h, weights, g  # Eq. 4
+        # Eq. 4, g * u + (1 - g) * h, in one kernel; under autocast u and g may be half precision,
+        # which lerp does not promote
+        return torch.lerp(h, u.to(h.dtype), g.to(h.dtype)), weights, g
 
 
 class UniversalTransformerClassifier(nn.Module):
