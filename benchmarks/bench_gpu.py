@@ -1,7 +1,7 @@
 """Throughput of small-model trials on one device: what packing trials and batching seeds buy.
 
   python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small] [--sections models,curve,packing,seeds,layer]
-                                 [--bf16] [--fp32] [--compile] [--steps N] [--repeats R] [--quick]
+                                 [--bf16] [--fp32] [--compile [MODE]] [--steps N] [--repeats R] [--quick]
 
 Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
 
@@ -40,7 +40,7 @@ import torch
 from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
 from trainables.batched import batchable, knee, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
-from trainables.config import parse_trial_config
+from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, train
 
@@ -114,7 +114,7 @@ def models(args, rows) -> None:
             graphed, best = 1 / seconds_per_step(auto, args.steps), auto
         if args.compile:
             start = time.perf_counter()
-            compiled = 1 / seconds_per_step(parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=True)), args.steps)
+            compiled = 1 / seconds_per_step(parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=args.compile)), args.steps)
             compile_s = time.perf_counter() - start - args.steps / compiled
         if device.type == "cuda":
             kernels, busy = kernels_and_busy(best, args.steps)
@@ -244,7 +244,9 @@ def main() -> None:
                         "every model; on a CPU, ctl / ndr alone for packing and seeds)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--fp32", action="store_true", help="float32 matmuls on CUDA (the default is TF32)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile: the models section's compiled column; the curve section's stacks compiled (their kernels launched eagerly, not graphed)")
+    parser.add_argument("--compile", nargs="?", const=True, default=False, choices=COMPILE_MODES,
+                        help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): the models "
+                             "section's compiled column; the curve section's stacks compiled (launched eagerly, unless the mode graphs them)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")

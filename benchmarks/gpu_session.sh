@@ -8,13 +8,15 @@
 #   env.txt      the GPU, driver, torch
 #   graphs.txt   the CUDA-graph equality tests (tests/test_graphs.py; their on_cuda tests run here only)
 #   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
+#   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
 #   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
 #   others.txt   bench_gpu models for every other model at paper size
-# On an H200 (2026-11-26) its parts but compiled.txt took about five minutes together; compiled.txt may take five more.
+# On an H200 (2026-11-26) its parts but the compiled ones took about five minutes together; compiled.txt and
+# compiled_ro.txt may take up to five more each.
 # ONLY="graphs compiled" runs just the steps named (env always runs).
 # The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
 set -u
@@ -39,6 +41,8 @@ run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k
 # What no lease has measured yet comes first: a compiled stack (fused kernels).
 run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile
+run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
+    --steps 20 --seeds-n 20 --compile reduce-overhead
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
     --models "ctl / ndr,ctl / transformer" --steps 50
 run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \

@@ -413,3 +413,17 @@ def test_retrieval_presets_follow_the_authors_and_table_6():
     assert (cfg.model_options["d_model"], cfg.model_options["n_heads"], cfg.model_options["n_retrievals"]) == (64, 2, 4)
     wide = parse_trial_config(preset("contextual_retrieval", "transformer_compositional", {"searches": 4, "retrievals": 8}))
     assert (wide.model_options["d_model"], wide.model_options["n_heads"], wide.model_options["n_retrievals"]) == (256, 4, 8)
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("cuda_graphs", "maybe", "auto, false"), ("cuda_graphs", True, "auto, false"),
+    ("compile", "fast", "false, true, default, reduce-overhead"), ("compile", 1, "false, true, default"),
+])
+def test_a_choice_out_of_its_list_is_one_line_naming_the_choices_as_yaml_writes_them(key, value, allowed):
+    """The bool choices once crashed the message itself (a TypeError joining False), and 1 passed as true."""
+    with pytest.raises(ConfigError, match=f"^{key}: must be one of {allowed}"):
+        tiny("ndr", **{key: value})
+
+
+def test_compile_takes_a_mode_as_well_as_true():
+    assert [tiny("ndr", compile=value).compile_mode for value in (False, True, "reduce-overhead")] == [None, "default", "reduce-overhead"]

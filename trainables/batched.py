@@ -214,7 +214,7 @@ class Stack:
         # every member is evaluated on the same rows.
         self.forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
         if cfg.compile:  # the vmapped forward and its backward as fused kernels (a compile per batch width at first)
-            self.forward = torch.compile(self.forward)
+            self.forward = torch.compile(self.forward, mode=cfg.compile_mode)
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
         self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
                                eager_replay=device.type != "cuda") if self.graphed else self.train_batch

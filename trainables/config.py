@@ -59,9 +59,16 @@ class TrainConfig:
     # setting stay within seed noise of float32 (benchmarks/precision_curves.py, docs/measurements.md)
     # and its stacked steps run 1.75x faster. No effect on a CPU.
     tf32: bool = True
-    compile: bool = False  # torch.compile the model (Module.compile: checkpoints keep their keys)
+    # torch.compile the model (Module.compile: checkpoints keep their keys), or a stack's vmapped step:
+    # true (torch's default mode) or one of COMPILE_MODES ("reduce-overhead" adds CUDA graphs of its own)
+    compile: bool | str = False
     cuda_graphs: str | bool = "auto"  # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
     threads: int | None = None  # torch CPU threads; None leaves torch's default
+
+    @property
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode, or None where nothing compiles."""
+        return None if self.compile is False else "default" if self.compile is True else self.compile
 
     def flat(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "model_options"}
@@ -69,12 +76,19 @@ class TrainConfig:
         return out
 
 
-CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant", "cosine"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False)}
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant", "cosine"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False),
+           "compile": (False, True, *COMPILE_MODES)}
 # (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; None stays allowed where it is the default.
 RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
           "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),
           "early_budget": (1, True, None), "eval_batch_size": (1, True, None), "seed": (0, True, 2**32 - 1), "threads": (1, True, None)}
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
+
+
+def yaml_word(value) -> str:
+    """A choice as a YAML file writes it (false, not False)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_range(key: str, value) -> None:
@@ -132,8 +146,8 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"task_options: {e.args[0]}") from None
     for key, allowed in CHOICES.items():
-        if key in train and train[key] not in allowed:
-            raise ConfigError(f"{key}: must be one of {', '.join(allowed)}, got {train[key]!r}")
+        if key in train and not any(train[key] == a and type(train[key]) is type(a) for a in allowed):  # 1 is no `true`
+            raise ConfigError(f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}")
     for key in RANGES.keys() & train.keys():
         check_range(key, train[key])
     if "device" in train and not (isinstance(train["device"], str) and DEVICE.fullmatch(train["device"])):

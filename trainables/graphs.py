@@ -39,7 +39,8 @@ def graphs_unused_because(cfg, device: torch.device) -> str | None:
     if device.type != "cuda":
         return f"CUDA graphs need a CUDA device, not {device.type}"
     if cfg.compile:
-        return "compile: its fused kernels launch eagerly (their random numbers inside a capture are not yet checked on a GPU)"
+        return (f"compile: {cfg.compile_mode}: its fused kernels stay out of this step's graph (whether their random numbers "
+                "advance inside a capture is not yet checked on a GPU; mode reduce-overhead graphs them itself)")
     if cfg.lr_schedule != "constant":
         return f"lr_schedule: {cfg.lr_schedule} sets the learning rate every step; a graph replays the one it captured"
     return batchable({**cfg.flat(), "model": cfg.model})

@@ -418,7 +418,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     next_batch, buckets = batch_source(cfg, task, batch_rng)
     model = make_model(cfg, task).to(device)
     if cfg.compile:
-        model.compile()  # in place: the state dict keeps its keys, so checkpoints load either way
+        model.compile(mode=cfg.compile_mode)  # in place: the state dict keeps its keys, so checkpoints load either way
     if log:
         log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
             f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
@@ -483,7 +483,7 @@ def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
     next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
     model = make_model(cfg, task).to(device)
     if cfg.compile:
-        model.compile()
+        model.compile(mode=cfg.compile_mode)
     train_step, _, bucketed = step_function(cfg, model, task, device)
 
     def step() -> None:
