@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 

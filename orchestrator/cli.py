@@ -23,12 +23,12 @@ def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
     from trainables.config import ConfigError, preset
 
-    from .plan.spec import SpecError, read_spec
+    from .plan.spec import SpecError, parse_yaml, read_spec
 
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
         try:
-            data = yaml.safe_load(read_spec(path))
+            data = parse_yaml(read_spec(path))
         except SpecError as e:
             raise UsageError(str(e)) from None
         except yaml.YAMLError as e:
@@ -135,10 +135,10 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .plan.spec import Report, SpecError, UniqueKeyLoader, read_spec
+    from .plan.spec import Report, SpecError, parse_yaml, read_spec
 
     try:
-        raw = yaml.load(read_spec(path), Loader=UniqueKeyLoader)
+        raw = parse_yaml(read_spec(path))
     except (yaml.YAMLError, SpecError):
         raw = None  # load_study reports it, with its line or reason
     if not isinstance(raw, dict) or "ablations" not in raw:
@@ -157,12 +157,12 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         if not listed.exists():
             raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
         try:
-            data = yaml.load(read_spec(listed), Loader=UniqueKeyLoader)
+            data = parse_yaml(read_spec(listed))
         except SpecError as e:
             raise UsageError(str(e)) from None
         except yaml.YAMLError as e:
             raise UsageError(f"{listed}: malformed YAML: {str(e).splitlines()[0]}") from None
-        if isinstance(data, dict) and budget:
+        if isinstance(data, dict) and budget and isinstance(data.get("budget") or {}, dict):  # else load_study names the bad budget
             data["budget"] = {**(data.get("budget") or {}), **budget}
         own = data.get("report") if isinstance(data, dict) else None
         alpha = (own or {}).get("alpha", Report.alpha) if isinstance(own or {}, dict) else None
@@ -226,9 +226,9 @@ def cmd_launch(args) -> int:
 def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
     """How many nights of the nightly job the launches under `storage_path` hold for `file` (by its
     name, state.same_file) in `experiment`."""
-    from .record.state import LaunchState
+    from .record.state import readable_launches
 
-    states = [LaunchState.load(p.parent) for p in storage_path.glob("*/launch.json")]
+    states = readable_launches(storage_path)
     return sum(1 for s in states if s.experiment == experiment and s.night is not None and Path(s.spec_file).name == Path(file).name)
 
 
@@ -465,13 +465,17 @@ def cmd_list(args) -> int:
         for task, models in preset_models().items():
             print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
     else:
-        from .record.state import LaunchState, driver
+        from .record.state import DamagedLaunch, LaunchState, driver
 
         folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
         if not folders:
             print(f"no launches in {args.storage_path}/")
         for path in folders:
-            state = LaunchState.load(path.parent)
+            try:
+                state = LaunchState.load(path.parent)
+            except DamagedLaunch as e:
+                print(f"{path.parent.name:48s} {'damaged':12s} {e}")
+                continue
             alive, _ = driver(path.parent)
             shown = "running" if alive else ("driver gone" if state.state == "running" else state.state)
             # A night's verdict: which night `orchestrator accept` could take.
@@ -526,8 +530,15 @@ ADDRESS = {"default": os.environ.get("RAY_ADDRESS"),
            "help": "join this Ray cluster, HOST:PORT or auto (default: $RAY_ADDRESS, else start a new local instance)"}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments get one line and exit status 2, as bad files do (argparse prints its usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` says more)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="orchestrator", description=__doc__)
+    parser = OneLineParser(prog="orchestrator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train one trial from a preset (task/model) or a YAML trial config")
     p.add_argument("source", help="a YAML trial config, or a preset such as ctl/ndr")
@@ -584,12 +595,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .record.state import DamagedLaunch
     from .record.tracking import StoreUnavailable
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, DamagedLaunch) as e:
         print(f"orchestrator: error: {e}", file=sys.stderr)
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)

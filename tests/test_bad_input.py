@@ -4,6 +4,7 @@ import io
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -103,7 +104,7 @@ def refused(folder: Path, argv: list[str]) -> str:
 # Rules, each caught where every value of its kind is checked (a case here stands for its rule).
 SPEC_CASES = {
     "a fixed value the space replaces": ({**GOOD, "fixed": {"lr": "abc"}}, "fixed (fwd__ndr): lr: expected a number"),
-    "a switch that is not true or false": ({**GOOD, "fixed": {"compile": "yes please"}}, "fixed (fwd__ndr): compile: expected true or false"),
+    "a switch that is not true or false": ({**GOOD, "fixed": {"tf32": "yes please"}}, "fixed (fwd__ndr): tf32: expected true or false"),
     "a training value out of range": ({**GOOD, "fixed": {"batch_size": 0}}, "fixed (fwd__ndr): batch_size: must be at least 1"),
     "a negative custom resource": ({**GOOD, "resources": {"custom": {"slot": -2}}}, "resources.custom.slot: must be a non-negative number"),
     "no seeds": ({**ABLATION, "seeds": []}, "seeds: expected a non-empty list of distinct integers"),
@@ -130,7 +131,10 @@ TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0":
                "seed=-1": "seed: must be at least 0", "device=tpu": "device: must be auto, cpu, cuda",
                "n_layers=-2": "model lstm with its options", "dropout=2": "model lstm with its options",
                "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number",
-               "bf16=maybe": "bf16: expected true or false"}
+               "bf16=maybe": "bf16: expected true or false", "cuda_graphs=maybe": "cuda_graphs: must be one of auto, false",
+               "lr=[1": "--set 'lr=[1': the value is not YAML", "lr.x=1": "--set 'lr.x=1': lr is", "model=[a]": "model: expected a name",
+               "task_options=5": "task_options: expected a mapping", "lr=null": "lr: expected a number, got null",
+               "lr=.nan": "lr: must be a finite number", "threads=100000000": "threads: must be at least 1 and at most 1024"}
 
 
 def test_train_set_gets_the_checks_of_a_launch(tmp_path):
@@ -138,3 +142,36 @@ def test_train_set_gets_the_checks_of_a_launch(tmp_path):
     for assignment, reason in TRAIN_CASES.items():
         line = refused(tmp_path, ["train", "ctl/lstm", "--set", "n_iters=2", "--set", assignment])
         assert line.startswith(f"orchestrator: error: ctl/lstm: {reason}"), (assignment, line)
+
+
+def test_yaml_that_pyyaml_lets_through_as_other_errors_is_one_line(tmp_path):
+    """A list as a key, nesting past the recursion limit, an integer past Python's digit limit: PyYAML
+    raised TypeError, RecursionError and ValueError for these, tracebacks instead of the line."""
+    for name, text in {"list_key": "name: x\n? [a, b]\n: 1\n", "deep": "a: " + "[" * 3000 + "\n",
+                       "long_int": "seed: " + "9" * 5000 + "\n"}.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        for argv in (["launch", str(path), "--dry-run", "--no-calibrate"], ["train", str(path)]):
+            line = refused(tmp_path, argv)
+            assert line.startswith(f"orchestrator: error: {path}") and "malformed YAML" in line, (name, argv, line)
+
+
+def test_bad_arguments_are_one_line_too(tmp_path):
+    """argparse printed its usage before the error: several lines."""
+    for argv in (["list", "zz"], ["launch"], ["frob"], ["train", "ctl/ndr", "--set"], ["status", "--bogus"]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        lines = err.getvalue().strip().splitlines()
+        assert exit_.value.code == 2 and len(lines) == 1 and lines[0].startswith("orchestrator") and "error: " in lines[0], (argv, lines)
+
+
+def test_a_damaged_launch_record_is_one_line_and_does_not_hide_the_others(tmp_path):
+    storage = tmp_path / "runs"
+    for launch_id, text in {"not_json": "{", "a_list": "[]", "fields_missing": "{}"}.items():
+        (storage / launch_id).mkdir(parents=True)
+        (storage / launch_id / "launch.json").write_text(text)
+        line = refused(tmp_path, ["status", "--storage-path", str(storage), launch_id])
+        assert line.startswith(f"orchestrator: error: {storage / launch_id}/launch.json: not a launch record"), line
+    code, out, _ = run_in(tmp_path, ["list", "launches", "--storage-path", str(storage)])
+    assert code == 0 and out.getvalue().count(" damaged ") == 3, out.getvalue()

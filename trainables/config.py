@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -82,8 +83,9 @@ CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant"
 # (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; None stays allowed where it is the default.
 RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
           "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),
-          "early_budget": (1, True, None), "eval_batch_size": (1, True, None), "seed": (0, True, 2**32 - 1), "threads": (1, True, None)}
+          "early_budget": (1, True, None), "eval_batch_size": (1, True, None), "seed": (0, True, 2**32 - 1), "threads": (1, True, 1024)}
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
+NULLABLE = {name: "None" in str(hint) for name, hint in typing.get_type_hints(TrainConfig).items()}  # grad_clip: null turns clipping off
 
 
 def yaml_word(value) -> str:
@@ -93,8 +95,14 @@ def yaml_word(value) -> str:
 
 def check_range(key: str, value) -> None:
     low, low_allowed, high = RANGES[key]
-    if value is None or isinstance(value, bool):
+    if value is None and NULLABLE.get(key, True):
         return
+    if value is None:
+        raise ConfigError(f"{key}: expected a number, got null")
+    if isinstance(value, bool):
+        return
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
     if value < low or (value == low and not low_allowed) or (high is not None and value > high):
         bound = f"{'at least' if low_allowed else 'greater than'} {low}" + (f" and at most {high}" if high is not None else "")
         raise ConfigError(f"{key}: must be {bound}, got {value!r}")
@@ -125,9 +133,15 @@ def coerce(cls: type, key: str, value: Any) -> Any:
 
 
 def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
+    if not isinstance(flat, dict):
+        raise ConfigError(f"a trial config is a mapping of keys to values, got {flat!r}")
     for required in ("task", "model"):
         if required not in flat:
             raise ConfigError(f"{required}: missing")
+        if not isinstance(flat[required], str):
+            raise ConfigError(f"{required}: expected a name, got {flat[required]!r}")
+    if not isinstance(flat.get("task_options") or {}, dict):
+        raise ConfigError(f"task_options: expected a mapping, got {flat['task_options']!r}")
     if flat["task"] not in TASKS:
         raise ConfigError(f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; known: {', '.join(TASKS)}")
     if flat["model"] not in MODELS:
@@ -183,11 +197,16 @@ def set_override(flat: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected key=value")
     key, raw = assignment.split("=", 1)
-    value = yaml.safe_load(raw)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {assignment!r}: the value is not YAML ({str(e).splitlines()[0]})") from None
     *parents, last = key.strip().split(".")
     target = flat
-    for p in parents:
+    for depth, p in enumerate(parents):
         target = target.setdefault(p, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"--set {assignment!r}: {'.'.join(parents[:depth + 1])} is {target!r}, not a mapping with keys")
     target[last] = value
 
 

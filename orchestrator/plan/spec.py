@@ -39,10 +39,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (list, dict)):
+                raise yaml.constructor.ConstructorError(None, None, "a key must be a name or a number, not a list or mapping", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str):
+    """A file's YAML (UniqueKeyLoader), with what PyYAML lets through as other errors (nesting too
+    deep for the recursion limit, an integer too long to convert) raised as YAML errors too."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except (RecursionError, ValueError) as e:
+        raise yaml.YAMLError("nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]) from None
 
 
 # Names that end up in MLflow filter strings, run names, Optuna study names and folder names.
@@ -446,7 +457,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     if text is None:
         text = read_spec(path)
     try:
-        raw = yaml.load(text, Loader=UniqueKeyLoader)
+        raw = parse_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "file"

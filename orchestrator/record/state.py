@@ -23,6 +23,10 @@ HEARTBEAT_S = 30.0
 SILENT_S = 4 * HEARTBEAT_S  # a driver elsewhere not heard from for this long is taken for dead
 
 
+class DamagedLaunch(ValueError):
+    """A launch.json that does not load (a hand edit, a partial copy, another tool's file)."""
+
+
 @dataclass
 class LaunchState:
     launch_id: str
@@ -52,10 +56,13 @@ class LaunchState:
 
     @classmethod
     def load(cls, launch_dir: Path) -> "LaunchState":
-        data = json.loads((launch_dir / "launch.json").read_text())
-        # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
-        data["dir"] = Path(launch_dir).resolve()
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        try:
+            data = json.loads((launch_dir / "launch.json").read_text())
+            # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
+            data["dir"] = Path(launch_dir).resolve()
+            return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, not an object, fields missing
+            raise DamagedLaunch(f"{launch_dir}/launch.json: not a launch record this version can read ({e})") from None
 
     def study(self):
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
@@ -105,13 +112,23 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
     return launches[-1].parent.resolve()
 
 
+def readable_launches(storage_path: Path) -> list[LaunchState]:
+    """The launches under `storage_path` whose records load; a damaged one is no reason to refuse the rest."""
+    out = []
+    for path in Path(storage_path).glob("*/launch.json"):
+        try:
+            out.append(LaunchState.load(path.parent))
+        except DamagedLaunch:
+            continue
+    return out
+
+
 def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchState]:
     """The other finished launches of the same file (its name; in the same MLflow experiment) under
     the same folder that started before this one, oldest first; with `nightly`, only the nightly
     job's nights. Two files may share an experiment: a night is never compared with another file's."""
     found = []
-    for path in state.dir.parent.glob("*/launch.json"):
-        other = LaunchState.load(path.parent)
+    for other in readable_launches(state.dir.parent):
         if other.launch_id == state.launch_id or other.experiment != state.experiment or not same_file(other, state):
             continue
         if other.state != "finished" or (nightly and other.night is None):
