@@ -80,7 +80,7 @@ class TrainConfig:
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant", "cosine"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False),
            "compile": (False, True, *COMPILE_MODES)}
-# (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; None stays allowed where it is the default.
+# (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; null only where the key's type allows it (NULLABLE).
 RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
           "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),
           "early_budget": (1, True, None), "eval_batch_size": (1, True, None), "seed": (0, True, 2**32 - 1), "threads": (1, True, 1024)}

@@ -39,7 +39,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (list, dict)):
+            if isinstance(key, (list, dict, set)):
                 raise yaml.constructor.ConstructorError(None, None, "a key must be a name or a number, not a list or mapping", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
