@@ -70,7 +70,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(space={"n_head": {"choice": [1, 2]}}), "space.n_head: no model in this file has this parameter (did you mean 'n_heads'?)"),
         (with_(space={"lr": {"gaussian": [0, 1]}}), "space.lr: unknown distribution 'gaussian'"),
         (with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}), "space.n_heads: 3 heads do not divide d_model 128"),
-        (with_(budget={"trials": 0}), "budget.trials: must be a positive number"),
+        (with_(budget={"trials": 0}), "budget.trials: must be a finite positive number"),
         (with_(budget={"trails": 3}), "budget.trails: unknown key (did you mean 'trials'?)"),
         (with_(scheduler={"name": "ashaa"}), "scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?)"),
         (with_(per_model={"bilstm": {"space": {}}}), "per_model.bilstm: model is not in this file's models"),

@@ -96,8 +96,8 @@ class Distribution:
             if len(set(map(repr, values))) != len(values):
                 raise SpecError(path, f"{where}.choice", f"repeated values in {values}")
             return cls(kind, tuple(values))
-        if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            raise SpecError(path, f"{where}.{kind}", f"expected [low, high] numbers, got {values}")
+        if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            raise SpecError(path, f"{where}.{kind}", f"expected [low, high] finite numbers, got {values}")
         low, high = values
         if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
             raise SpecError(path, f"{where}.int", f"bounds must be integers, got {values}")
@@ -432,9 +432,9 @@ def _has_type(value, hint: str) -> bool:
 
 
 def _positive(path, key: str, value, allow_zero=False):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
-        raise SpecError(path, key, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
+        raise SpecError(path, key, f"must be a finite {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
 
 
 def read_spec(path: str | Path) -> str:
