@@ -109,6 +109,7 @@ SPEC_CASES = {
     "a negative custom resource": ({**GOOD, "resources": {"custom": {"slot": -2}}}, "resources.custom.slot: must be a finite non-negative number"),
     "an infinite resource": ({**GOOD, "resources": {"cpu": float("inf")}}, "resources.cpu: must be a finite"),
     "a range to infinity": ({**GOOD, "space": {"lr": {"loguniform": [1e-4, float("inf")]}}}, "space.lr.loguniform: expected [low, high] finite numbers"),
+    "a searched trial length": ({**GOOD, "space": {"n_iters": {"int": [10, 20]}}}, "space.n_iters: a trial's length is not searched"),
     "no seeds": ({**ABLATION, "seeds": []}, "seeds: expected a non-empty list of distinct integers"),
     "a seed twice": ({**ABLATION, "seeds": [1, 1]}, "seeds: expected a non-empty list of distinct integers"),
     "a seed a trial refuses": ({**ABLATION, "seeds": [-1]}, "seeds: seed: must be at least 0"),
@@ -177,3 +178,11 @@ def test_a_damaged_launch_record_is_one_line_and_does_not_hide_the_others(tmp_pa
         assert line.startswith(f"orchestrator: error: {storage / launch_id}/launch.json: not a launch record"), line
     code, out, _ = run_in(tmp_path, ["list", "launches", "--storage-path", str(storage)])
     assert code == 0 and out.getvalue().count(" damaged ") == 3, out.getvalue()
+
+
+def test_a_range_over_a_key_whose_paper_setting_is_null_plans(tmp_path):
+    """The warm start moves the paper's setting into the range: a null one (threads) crashed it."""
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "space": {"threads": {"int": [1, 2]}}}))
+    code, out, err = run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert code == 0 and err.getvalue() == "", err.getvalue()

@@ -126,6 +126,8 @@ class Distribution:
                 return min(numeric, key=lambda v: abs(v - value))
             return self.values[0]
         low, high = self.values
+        if not isinstance(value, (int, float)) or isinstance(value, bool):  # a paper setting of null (threads, grad_clip)
+            value = low
         clipped = min(max(value, low), high)
         return int(round(clipped)) if self.kind == "int" else float(clipped)
 
@@ -701,9 +703,16 @@ def _parse_models(raw, path) -> list[str]:
     return list(raw)
 
 
+# A trial's length is the horizon of ASHA and of the cost estimate: one per pair, not searched.
+UNSEARCHABLE = ("n_iters",)
+
+
 def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     if not isinstance(raw, dict):
         raise SpecError(path, where, "expected a mapping of parameter -> distribution")
+    for key in UNSEARCHABLE:
+        if key in raw:
+            raise SpecError(path, f"{where}.{key}", "a trial's length is not searched: set it in budget (or fixed, per_model.<model>.fixed)")
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
 
 
