@@ -28,14 +28,14 @@ py=${PYTHON:-python3}
 run() {  # run LIMIT_S NAME COMMAND...: the command's output into $out/NAME.txt, its exit status after it
     local limit=$1 name=$2
     shift 2
-    [[ -z "${ONLY:-}" || " $ONLY " == *" $name "* ]] || return 0
+    [[ -z "${ONLY:-}" || $name == env || " $ONLY " == *" $name "* ]] || return 0
     echo "== $name: $* (limit ${limit}s)" | tee "$out/$name.txt"
     local start=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee -a "$out/$name.txt"
     echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$out/$name.txt"
 }
 
-ONLY="${ONLY:+$ONLY env}" run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
+run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
     $py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())'"
 run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
 # What no lease has measured yet comes first: a compiled stack (fused kernels).

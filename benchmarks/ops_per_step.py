@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainables.batched import Stack
-from trainables.config import parse_trial_config, preset
+from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
 from trainables.train import setup_device
 
@@ -64,7 +63,8 @@ def main() -> None:
     task, model = args.preset.split("/")
     flat = preset(task, model)
     flat = {**flat, "device": args.device, "batch_size": 32, "task_options": {**flat.get("task_options", {}), "train_size": 2000}}
-    flat.update({k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)})
+    for assignment in args.set:
+        set_override(flat, assignment)
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):
         count(cfg, n, args.rows)

@@ -703,16 +703,11 @@ def _parse_models(raw, path) -> list[str]:
     return list(raw)
 
 
-# A trial's length is the horizon of ASHA and of the cost estimate: one per pair, not searched.
-UNSEARCHABLE = ("n_iters",)
-
-
 def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     if not isinstance(raw, dict):
         raise SpecError(path, where, "expected a mapping of parameter -> distribution")
-    for key in UNSEARCHABLE:
-        if key in raw:
-            raise SpecError(path, f"{where}.{key}", "a trial's length is not searched: set it in budget (or fixed, per_model.<model>.fixed)")
+    if "n_iters" in raw:  # a pair's trial length is the horizon of ASHA and of the cost estimate
+        raise SpecError(path, f"{where}.n_iters", "a trial's length is not searched: set it in budget (or fixed, per_model.<model>.fixed)")
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
 
 
