@@ -109,6 +109,7 @@ SPEC_CASES = {
     "a negative custom resource": ({**GOOD, "resources": {"custom": {"slot": -2}}}, "resources.custom.slot: must be a finite non-negative number"),
     "an infinite resource": ({**GOOD, "resources": {"cpu": float("inf")}}, "resources.cpu: must be a finite"),
     "a range to infinity": ({**GOOD, "space": {"lr": {"loguniform": [1e-4, float("inf")]}}}, "space.lr.loguniform: expected [low, high] finite numbers"),
+    "a model value no trial can use": ({**GOOD, "fixed": {"gate_drop": 5}}, "fixed (fwd__ndr): gate_drop: must be at least 0 and less than 1"),
     "a searched trial length": ({**GOOD, "space": {"n_iters": {"int": [10, 20]}}}, "space.n_iters: a trial's length is not searched"),
     "no seeds": ({**ABLATION, "seeds": []}, "seeds: expected a non-empty list of distinct integers"),
     "a seed twice": ({**ABLATION, "seeds": [1, 1]}, "seeds: expected a non-empty list of distinct integers"),
@@ -132,7 +133,7 @@ def test_every_value_a_file_gives_is_checked(tmp_path):
 
 TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0": "eval_every: must be at least 1",
                "seed=-1": "seed: must be at least 0", "device=tpu": "device: must be auto, cpu, cuda",
-               "n_layers=-2": "model lstm with its options", "dropout=2": "model lstm with its options",
+               "n_layers=-2": "n_layers: must be at least 1", "dropout=2": "dropout: must be at least 0 and less than 1",
                "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number",
                "bf16=maybe": "bf16: expected true or false",
                "lr=[1": "--set 'lr=[1': the value is not YAML", "lr.x=1": "--set 'lr.x=1': lr is", "model=[a]": "model: expected a name",
@@ -145,6 +146,18 @@ def test_train_set_gets_the_checks_of_a_launch(tmp_path):
     for assignment, reason in TRAIN_CASES.items():
         line = refused(tmp_path, ["train", "ctl/lstm", "--set", "n_iters=2", "--set", assignment])
         assert line.startswith(f"orchestrator: error: ctl/lstm: {reason}"), (assignment, line)
+
+
+# Model values the constructors took and the first step (or never) failed on.
+MODEL_CASES = {("ctl/ndr", "n_layers=0"): "n_layers: must be at least 1", ("ctl/ndr", "ff_multiplier=0"): "ff_multiplier: must be greater than 0",
+               ("ctl/ndr", "gate_bias_init=.nan"): "gate_bias_init: must be a finite number", ("ctl/ndr", "act_threshold=1.5"): "act_threshold: must be",
+               ("copy/panm", "address_bits=200"): "address_bits: must be at least 1 and at most 62", ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0"}
+
+
+def test_model_values_no_trial_can_use_are_refused(tmp_path):
+    for (source, assignment), reason in MODEL_CASES.items():
+        line = refused(tmp_path, ["train", source, "--set", "n_iters=2", "--set", assignment])
+        assert line.startswith(f"orchestrator: error: {source}: {reason}"), (assignment, line)
 
 
 def test_yaml_that_pyyaml_lets_through_as_other_errors_is_one_line(tmp_path):

@@ -89,7 +89,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]), "p_subexpression: must be a probability in [0, 1)"),
         (with_(tasks=[{"task": "ctl", "options": {"train_depths": [4, 2]}}]), "train_depths: must be [low, high] with 1 <= low <= high"),
         (with_(tasks=[{"task": "listops", "options": {"train_size": 0}}]), "train_size: must be a positive integer, got 0"),
-        (with_(space={"dropout": {"uniform": [0.0, 1.5]}}), "space.dropout=1.5 (fwd__ndr): dropout probability has to be between 0 and 1"),
+        (with_(space={"dropout": {"uniform": [0.0, 1.5]}}), "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5"),
         (with_(fixed={"d_model": -8}), "fixed (fwd__ndr): "),
         # Grid keys combine: each value builds with the other key's first, the last cell does not.
         (with_(space={}, per_model={"ndr": {"grid": {"d_model": [16, 12], "n_heads": [4, 8]}}}), "grid.d_model=12, grid.n_heads=8 (fwd__ndr): "),

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import torch
 
 from trainables.config import parse_trial_config
-from trainables.tasks import algorithmic, arithmetic, base, ctl, listops, load_task, retrieval
+from trainables.tasks import algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, task_config
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
 
@@ -465,3 +465,11 @@ def test_chance_is_of_the_score_asked_for():
     retrieval = Task("contextual_retrieval", "set_regression", {})
     # An L1 error's chance depends on the sets' targets: a level for rel_l1, none to draw for l1.
     assert chance_level(retrieval.chance("rel_l1")) == 1.0 and chance_level(retrieval.chance("l1")) is None
+
+
+def test_whole_float_options_are_counts():
+    """`eval_size: 100.0` passed the checks as a float and failed in the generator."""
+    cfg = task_config("ctl", {"eval_size": 100.0, "train_size": 1e3})
+    assert (cfg.eval_size, cfg.train_size) == (100, 1000) and all(type(v) is int for v in (cfg.eval_size, cfg.train_size))
+    with pytest.raises(ValueError, match="eval_size: must be a positive integer"):
+        task_config("ctl", {"eval_size": 100.5})

@@ -93,8 +93,31 @@ def yaml_word(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def check_range(key: str, value) -> None:
-    low, low_allowed, high = RANGES[key]
+# A model's numbers, by one rule per kind of key: sizes and counts positive, dropout rates in [0, 1),
+# every float finite; and the keys below in their own ranges (PANM's addresses are drawn as int64;
+# a PANM may go without Mode-1 or Mode-2 heads, App. D.5). The constructors check what depends on
+# several keys (heads dividing d_model) and the heads' upper bounds.
+MODEL_RANGES = {"act_threshold": (0, False, 1), "act_loss_weight": (0, True, None), "ff_multiplier": (0, False, None),
+                "sharpness": (0, False, None), "clip_controls": (0, False, None), "address_bits": (1, True, 62),
+                "mode1_heads": (0, True, None), "mode2_heads": (0, True, None)}
+
+
+def model_range(key: str, hint) -> tuple | None:
+    if key in MODEL_RANGES:
+        return MODEL_RANGES[key]
+    if hint in (int, int | None):
+        return (1, True, None)
+    if hint is float and (key.endswith("dropout") or key == "gate_drop"):
+        return (0, True, 1, False)
+    if hint is float:
+        return (-math.inf, True, None)
+    return None
+
+
+def check_range(key: str, value, bounds: tuple | None = None) -> None:
+    """`bounds`: (lowest, whether it may equal it, highest or None[, whether it may equal that]);
+    RANGES[key] where not given."""
+    low, low_allowed, high, high_allowed = (*(bounds or RANGES[key]), True)[:4]
     if value is None and NULLABLE.get(key, True):
         return
     if value is None:
@@ -103,8 +126,10 @@ def check_range(key: str, value) -> None:
         return
     if not math.isfinite(value):
         raise ConfigError(f"{key}: must be a finite number, got {value!r}")
-    if value < low or (value == low and not low_allowed) or (high is not None and value > high):
-        bound = f"{'at least' if low_allowed else 'greater than'} {low}" + (f" and at most {high}" if high is not None else "")
+    if value < low or (value == low and not low_allowed) or (high is not None and (value > high or (value == high and not high_allowed))):
+        bound = "" if low == -math.inf else f"{'at least' if low_allowed else 'greater than'} {low}"
+        if high is not None:
+            bound += f" and {'at most' if high_allowed else 'less than'} {high}"
         raise ConfigError(f"{key}: must be {bound}, got {value!r}")
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
 
@@ -164,6 +189,10 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}")
     for key in RANGES.keys() & train.keys():
         check_range(key, train[key])
+    hints = typing.get_type_hints(MODELS[flat["model"]].config)
+    for key, value in model.items():
+        if (bounds := model_range(key, hints[key])) and not isinstance(value, bool):
+            check_range(key, value, bounds)
     if "device" in train and not (isinstance(train["device"], str) and DEVICE.fullmatch(train["device"])):
         raise ConfigError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {train['device']!r}")
     return TrainConfig(**train, model_options=model)

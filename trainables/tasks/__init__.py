@@ -48,6 +48,8 @@ def task_config(name: str, options: dict | None = None):
         if key not in fields:
             raise TypeError(f"task {name!r} has no option {key!r}; options: {', '.join(fields)}")
         values[key] = tuple(value) if isinstance(value, list) else value
+        if str(fields[key].type).startswith("int") and isinstance(value, float) and value.is_integer():
+            values[key] = int(value)  # 100.0 as the training keys take it: a generator counts with ints
     return cls(**values)  # each config checks its values (base.check_values)
 
 
