@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from trainables.models.dropout import Dropout
 from trainables.models.transformer import (
     Attention,
     Layer,
@@ -217,6 +218,71 @@ def test_copy_gate_equations(attention):
     torch.testing.assert_close(gate, g)
     torch.testing.assert_close(out, g * u + (1 - g) * h)
     assert torch.allclose(layer.gate[-1].bias, torch.full((12,), -3.0))
+
+
+@pytest.mark.parametrize("attention", ["rel", "geometric"])
+def test_gated_layer_drops_out_where_the_paper_says(attention, monkeypatch):
+    """App. C.3: gated models drop out the content query and the position query (only the content
+    query under geometric attention, whose positional channels have no redundancy); the authors'
+    code also drops the attention's output before its residual and the hidden units of both
+    feed-forward blocks (Eq. 5), and not the update. Each mask is recorded as it is drawn and
+    applied here by hand, position by position: a mask in the wrong place (say, on the keys, as the
+    authors' code has it) changes the output."""
+    torch.manual_seed(4)
+    p, d, heads, n = 0.5, 12, 3, 5
+    cfg = TransformerConfig(d_model=d, n_heads=heads, ff_multiplier=2, dropout=p, query_dropout=p)
+    layer = Layer(cfg, attention, gated=True).train()
+    for w in layer.parameters():
+        torch.nn.init.normal_(w, std=0.5)
+    names = {id(m): name for name, m in layer.named_modules()}
+    drawn: dict[str, list] = {}
+
+    def recording(module, x):
+        if not module.training or module.p == 0:
+            return x
+        mask = (torch.rand_like(x) >= module.p).to(x.dtype) / (1 - module.p)
+        drawn.setdefault(names[id(module)], []).append((x.detach().clone(), mask))
+        return x * mask
+
+    monkeypatch.setattr(Dropout, "forward", recording)
+    h = torch.randn(2, n, d)
+    padding = torch.zeros(2, n, dtype=torch.bool)
+    padding[1, -1] = True
+    out, _, _ = layer(h, padding)
+    assert sorted(drawn) == ["attention.query_dropout", "dropout", "ff.2", "gate.2"]
+
+    att = layer.attention
+    q, k, v = heads_of(att.query, h, heads), heads_of(att.key, h, heads), heads_of(att.value, h, heads)  # (B, N, H, dh)
+    query_masks = [mask.transpose(1, 2) for _, mask in drawn["attention.query_dropout"]]  # each (B, N, H, dh)
+    scale = 1 / math.sqrt(d // heads)
+    scores = torch.zeros(2, heads, n, n)
+    for bi in range(2):
+        for hd in range(heads):
+            for i in range(n):
+                for j in range(n):
+                    if attention == "geometric":
+                        qi = q[bi, i, hd] * query_masks[0][bi, i, hd]
+                        side = 0 if i <= j else 1
+                        direction = att.direction.weight.view(2, heads, d)[side, hd] @ h[bi, i] + att.direction.bias.view(2, heads)[side, hd]
+                        scores[bi, hd, i, j] = att.alpha[0] * (qi @ k[bi, j, hd]) + att.beta[0] * direction + att.gamma[0]
+                    else:
+                        content_query = (q[bi, i, hd] + att.content_bias[hd]) * query_masks[0][bi, i, hd]
+                        position_query = (q[bi, i, hd] + att.pos_bias[hd]) * query_masks[1][bi, i, hd]
+                        pos_key = (att.pos_key.weight @ sinusoids(torch.tensor([i - j]), d)[0]).view(heads, -1)[hd]
+                        scores[bi, hd, i, j] = (content_query @ k[bi, j, hd] + position_query @ pos_key) * scale
+    scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+    weights = slow_geometric(scores) if attention == "geometric" else scores.softmax(-1)
+    mixed = torch.einsum("bhij,bjhd->bihd", weights, v).reshape(2, n, d)
+    attended = att.out(mixed) * drawn["dropout"][0][1]
+    a = torch.nn.functional.layer_norm(h + attended, (d,), layer.norm_attention.weight, layer.norm_attention.bias)
+
+    def ffn(block, mask):  # Eq. 5, its hidden units dropped
+        return block[3](torch.relu(block[0](a)) * mask)
+
+    u = ffn(layer.ff, drawn["ff.2"][0][1])
+    u = torch.tanh(u) if attention == "rel" else torch.nn.functional.layer_norm(u, (d,), layer.norm_update.weight, layer.norm_update.bias)
+    g = torch.sigmoid(ffn(layer.gate, drawn["gate.2"][0][1]))
+    torch.testing.assert_close(out, g * u + (1 - g) * h)
 
 
 def test_gate_drop_shuts_whole_columns_and_only_in_training():

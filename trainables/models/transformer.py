@@ -40,7 +40,9 @@ class TransformerConfig:
     n_layers: int = 14
     dropout: float = 0.1
     attention_dropout: float = 0.0  # on the attention weights (the authors never use it)
-    query_dropout: float = 0.1  # on the content and position queries (App. C.3; Table 10's "attention dropout")
+    # on the content and position queries (App. C.3; Table 10's "attention dropout"), as the paper
+    # says; the authors' code drops the content and position keys instead
+    query_dropout: float = 0.1
     input_dropout: float = 0.0  # on the input embeddings: none in the authors' gated and relative models
     gate_drop: float = 0.0  # gated models: probability that a column's gate is forced shut for one layer step
     gate_ff_dropout: bool = True  # gated models: `dropout` inside the gate's feed-forward, as the authors'
