@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import torch
 from trainables.models import build_model
 from trainables.tasks import load_task, task_config
 from trainables.tasks import dyck
-from trainables.train import TrainConfig, score_sums, train
+from trainables.train import TrainConfig, loss_of, score_sums, train
 
 PAIRS = {"(": ")", "[": "]", "{": "}"}
 
@@ -170,6 +171,33 @@ def test_a_sequence_is_right_when_every_position_set_is():
     logits[0, 2] = 5.0  # padding after the first sequence's two positions does not count
     sums = score_sums("next_symbol_sets", logits, {"targets": targets, "target_lengths": torch.tensor([2, 2])})
     assert sums["seq_acc"].tolist() == [1.0, 2.0] and sums["token_acc"].tolist() == [3.0, 4.0]
+
+
+def test_losses_of_per_position_outputs_against_their_sums():
+    """The Dyck authors' squared error of the sigmoid outputs (MSELoss), and the token cross-entropy
+    of the sequence tasks, over the real positions only: a mean over every (position, symbol) and
+    every target token of the batch, written out as sums over a loop."""
+    torch.manual_seed(0)
+    lengths = [3, 1, 4]
+    targets = torch.randint(0, 2, (3, 4, 5))
+    out = torch.randn(3, 4, 5, dtype=torch.float64)
+    squared, cells = 0.0, 0
+    for b, length in enumerate(lengths):
+        for t in range(length):
+            for s in range(5):
+                squared += (1 / (1 + math.exp(-out[b, t, s].item())) - targets[b, t, s].item()) ** 2
+                cells += 1
+    batch = {"targets": targets, "target_lengths": torch.tensor(lengths)}
+    assert loss_of("next_symbol_sets", out, batch).item() == pytest.approx(squared / cells, rel=1e-6)  # the losses run in float32
+
+    tokens = torch.randint(0, 5, (3, 4))
+    nll, count = 0.0, 0
+    for b, length in enumerate(lengths):
+        for t in range(length):
+            nll -= out[b, t, tokens[b, t]].item() - math.log(sum(math.exp(v) for v in out[b, t].tolist()))
+            count += 1
+    batch = {"targets": tokens, "target_lengths": torch.tensor(lengths)}
+    assert loss_of("sequence_to_sequence", out, batch).item() == pytest.approx(nll / count, rel=1e-6)
 
 
 def test_the_stack_rnn_learns_dyck2_and_is_scored_per_test_length():
