@@ -1,9 +1,11 @@
 """SCAN: the generator against an independent interpreter written from Lake & Baroni's rules (their
 Fig. 7: a command is read left to right, not enumerated), the papers' split sizes and examples, and
-the encoder-decoder's two modes (teacher forcing, greedy decoding) against each other."""
+the encoder-decoder against its equations position by position, and its two modes (teacher forcing,
+greedy decoding) against each other."""
 from __future__ import annotations
 
 import collections
+import math
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import torch
 
 from trainables.config import parse_trial_config, preset
 from trainables.models import build_model
+from trainables.models.transformer import sinusoids
 from trainables.tasks import load_task, task_config
 from trainables.tasks import scan
 from trainables.train import TrainConfig, train
@@ -110,6 +113,73 @@ def test_greedy_decoding_is_teacher_forcing_on_its_own_outputs(model, options):
         padded = torch.cat([tokens, torch.randint(1, len(task.vocab), (len(tokens), 4))], 1)
         padded[torch.arange(padded.shape[1])[None] >= lengths[:, None]] = torch.randint(1, len(task.vocab), ()).item()
         torch.testing.assert_close(net(padded, lengths, 9), greedy, atol=1e-5, rtol=1e-5)
+
+
+def slow_attention(att, queries: list, keys: list, heads: int) -> list:
+    """Multi-head scaled dot-product attention of each query vector over a list of key vectors (the
+    visible ones only), head by head: W_o [softmax_j(q_i^h . k_j^h / sqrt(d_h)) v_j^h]_h + b_o."""
+    d_head = len(queries[0]) // heads
+    out = []
+    for x in queries:
+        q = att.query.weight @ x + att.query.bias
+        mixed = []
+        for hd in range(heads):
+            part = slice(hd * d_head, (hd + 1) * d_head)
+            ks = [(att.key.weight @ y)[part] for y in keys]
+            vs = [(att.value.weight @ y + att.value.bias)[part] for y in keys]
+            scores = torch.stack([q[part] @ k for k in ks]) / math.sqrt(d_head)
+            weights = torch.softmax(scores, 0)
+            mixed.append(sum(w * v for w, v in zip(weights, vs)))
+        out.append(att.out.weight @ torch.cat(mixed) + att.out.bias)
+    return out
+
+
+def slow_encoder_decoder(net, tokens: list[int], targets: list[int], bos: int, heads: int) -> torch.Tensor:
+    """Csordás et al. (2021)'s encoder-decoder for one command, position by position: post-norm
+    layers (each sublayer's output added to its input, then LayerNorm); the decoder attends causally
+    to its own states, then to the whole encoder output; logits from the tied output embedding."""
+    def norm(module, x):
+        return torch.nn.functional.layer_norm(x, x.shape, module.weight, module.bias)
+
+    def ff(block, x):
+        return block[3].weight @ torch.relu(block[0].weight @ x + block[0].bias) + block[3].bias
+
+    def embed(embedding, ids):
+        return [embedding.weight[t] + sinusoids(torch.tensor([i]), embedding.weight.shape[1])[0] for i, t in enumerate(ids)]
+
+    h = embed(net.input_embedding, [bos, *tokens])
+    for k in range(net.cfg.encoder_layers):
+        layer = net.encoder[0 if net.cfg.universal else k]
+        attended = slow_attention(layer.attention, h, h, heads)
+        a = [norm(layer.norm_attention, x + y) for x, y in zip(h, attended)]
+        h = [norm(layer.norm_ff, x + ff(layer.ff, x)) for x in a]
+    memory = h
+    h = embed(net.output_embedding, [bos, *targets[:-1]])
+    for k in range(net.cfg.decoder_layers):
+        layer = net.decoder[0 if net.cfg.universal else k]
+        own = [slow_attention(layer.self_attention, [x], h[: i + 1], heads)[0] for i, x in enumerate(h)]
+        h = [norm(layer.norms[0], x + y) for x, y in zip(h, own)]
+        h = [norm(layer.norms[1], x + y) for x, y in zip(h, slow_attention(layer.cross_attention, h, memory, heads))]
+        h = [norm(layer.norms[2], x + ff(layer.ff, x)) for x in h]
+    return torch.stack([net.output_embedding.weight @ x + net.output_bias for x in h])
+
+
+@pytest.mark.parametrize("universal", [True, False])
+def test_the_encoder_decoder_against_its_equations(universal):
+    torch.manual_seed(1)
+    task = load_task("scan", {})
+    net = build_model("transformer_enc_dec", {"d_model": 16, "n_heads": 4, "dropout": 0.0, "universal": universal,
+                                              "encoder_layers": 2, "decoder_layers": 2}, task).double().eval()
+    with torch.no_grad():
+        net.output_bias.normal_()
+    split = task.splits["test"]
+    tokens, lengths = torch.from_numpy(split.tokens[:3]).long(), torch.from_numpy(split.lengths[:3]).long()
+    targets = torch.from_numpy(split.targets[:3, :7]).long()
+    with torch.no_grad():
+        forced = net(tokens, lengths, 7, targets)
+        for b in range(3):
+            slow = slow_encoder_decoder(net, tokens[b, : lengths[b]].tolist(), targets[b].tolist(), task.bos_id, 4)
+            torch.testing.assert_close(forced[b], slow)
 
 
 def test_panm_replaces_the_last_decoder_layer():
