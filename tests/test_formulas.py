@@ -497,17 +497,20 @@ def slow_mlp(net, v: list[float]) -> list[float]:
     return [float(last.bias[i]) + sum(float(last.weight[i, j]) * hidden[j] for j in range(len(hidden))) for i in range(last.out_features)]
 
 
-def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int) -> list[list[float]]:
+def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int, base: int = 0, inputs=None) -> list[list[float]]:
     """PANM's decoding of one sample from Sec. 2.2-2.3, slot by slot: the address bank A[n] = n in
     b bits (base 0 at evaluation); Pointer Units h_t = GRU(p_{t-1}, h_{t-1}) (Eq. 1), w_t[n] =
     softmax_n(s cos(h_t, g^a(A[n]))) (Eq. 2), p_t = sum_n w_t[n] A[n] (Eq. 3), *p_t = sum_n w_t[n] M[n];
     Mode-2 q = g^c([*p^a ...]) (Eq. 4), w^c[n] = softmax_n(s' cos(q, M[n])) (Eq. 5), *p^c = sum_n w^c[n] M[n]
     (Eq. 6); Controller h^c_t = GRU([*p^a ..., *p^c ...], h^c_{t-1}) with h^c_0 = sum_n M[n] (Eq. 7);
-    y_t = g^o([*p^a ..., *p^c ..., h^c_t]). Mode-1 pointers start at the base and end addresses."""
+    y_t = g^o([*p^a ..., *p^c ..., h^c_t]). Mode-1 pointers start at the base and end addresses.
+    In training the bank starts at a random base p_B: A[n] = (p_B + n) mod 2^b. Without Mode-1
+    heads the Mode-2 query reads h^c_{t-1} (App. D.5); a decoder input z_t joins the Controller's
+    input (Eq. 7, App. D.3)."""
     cfg = model.cfg
     M = [[float(v) for v in memory[n]] for n in range(length)]
     bits = cfg.address_bits
-    A = [[float((n >> (bits - 1 - k)) & 1) for k in range(bits)] for n in range(length)]
+    A = [[float(((base + n) % 2**bits >> (bits - 1 - k)) & 1) for k in range(bits)] for n in range(length)]
     sharp_a, sharp_c = (math.exp(v) for v in model.log_sharpness.tolist())
 
     def cos(a, b):
@@ -526,7 +529,7 @@ def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int) -> 
     states = [[0.0] * cfg.hidden for _ in range(cfg.mode1_heads)]
     control = [sum(M[n][d] for n in range(length)) for d in range(len(M[0]))]
     outputs = []
-    for _ in range(n_steps):
+    for t in range(n_steps):
         values = []
         for h, unit in enumerate(model.pointer_units):
             states[h] = slow_gru(unit, pointers[h], states[h])
@@ -535,10 +538,10 @@ def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int) -> 
             values.append(read(w))
         mode1 = [v for value in values for v in value]
         for g in model.mode2_queries:
-            q = slow_mlp(g, mode1)
+            q = slow_mlp(g, mode1 or control)
             values.append(read(softmax([sharp_c * cos(q, M[n]) for n in range(length)])))
         flat = [v for value in values for v in value]
-        control = slow_gru(model.controller, flat, control)
+        control = slow_gru(model.controller, flat + ([float(v) for v in inputs[t]] if inputs is not None else []), control)
         outputs.append(slow_mlp(model.output, flat + control))
     return outputs
 
@@ -557,6 +560,28 @@ def test_panm_decoding_against_its_equations(mode1, mode2):
         for b in range(2):
             expected = torch.tensor(slow_panm_decode(model, memory[b], int(lengths[b]), 4))
             assert torch.allclose(out[b], expected, atol=1e-5), (b, (out[b] - expected).abs().max())
+
+
+def test_panm_training_base_no_mode1_heads_and_a_decoder_input_against_its_equations(monkeypatch):
+    """What evaluation never shows: the random base address of training (Sec. 2.2: the bank is
+    p_B, p_B + 1, ... mod 2^b), a PANM without Mode-1 heads (its Mode-2 query reads the Controller,
+    App. D.5), and a decoder input z_t in the Controller's input (SCAN's z_t = Decoder(y_<t), App. D.3)."""
+    from trainables.models.panm import PANMConfig, PointerDecoder
+
+    torch.manual_seed(0)
+    memory, lengths, z = torch.randn(2, 5, 6), torch.tensor([5, 3]), torch.randn(4, 2, 3)
+    bases = torch.tensor([13, 6])  # 13 + 4 wraps around 2^4
+    monkeypatch.setattr(torch, "randint", lambda *args, **kwargs: bases)
+    for mode1, mode2, inputs in [(2, 1, None), (0, 2, None), (2, 1, z)]:
+        model = PointerDecoder(PANMConfig(d_model=6, hidden=6, mlp_hidden=5, address_bits=4, mode1_heads=mode1, mode2_heads=mode2,
+                                          sharpness=3.0), vocab_size=7, input_size=0 if inputs is None else 3).train()
+        with torch.no_grad():
+            state = model.begin(memory, lengths)
+            out = torch.stack([model.step(state, None if inputs is None else inputs[t]) for t in range(4)], 1)
+            for b in range(2):
+                expected = torch.tensor(slow_panm_decode(model, memory[b], int(lengths[b]), 4, base=int(bases[b]),
+                                                         inputs=None if inputs is None else inputs[:, b]))
+                assert torch.allclose(out[b], expected, atol=1e-5), (mode1, mode2, b, (out[b] - expected).abs().max())
 
 
 # ---------- DNC (Graves et al. 2016, Methods; Csordás & Schmidhuber 2019) ----------
