@@ -426,7 +426,7 @@ def cmd_dashboard(args) -> int:
         import optuna_dashboard
     except ImportError:
         raise UsageError("dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'") from None
-    from .record.tracking import search_storage
+    from .record.tracking import read_only_view, search_storage
 
     state = load_state(args)
     plan = state.the_plan()
@@ -436,7 +436,8 @@ def cmd_dashboard(args) -> int:
     print(f"the Optuna studies of launch {state.launch_id}, one per pair:")
     for pair in plan["pairs"]:
         print(f"  {state.optuna_study_name(pair['name'])}")
-    storage = search_storage(state.tracking_uri, state.dir, read_only=True)
+    names = {state.optuna_study_name(pair["name"]) for pair in plan["pairs"]}
+    storage = read_only_view(search_storage(state.tracking_uri, state.dir, read_only=True), names)
     sys.stdout.flush()  # before the dashboard's own lines (where it listens, how to quit) on stderr
     try:
         optuna_dashboard.run_server(storage, host=args.host, port=args.port)

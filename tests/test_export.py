@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pandas as pd
@@ -136,14 +137,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_dashboard_serves_the_launchs_optuna_studies(tmp_path):
+def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict | None]:
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method), timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_path):
+    """The search store holds every launch's studies; the dashboard shows this launch's, and its
+    buttons that would create, rename, delete or tell are refused, with the store unchanged."""
     pytest.importorskip("optuna_dashboard", reason="the `dashboard` extra: pip install -e '.[dashboard]'")
     import optuna
 
     state = bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
     # Where a launch keeps its studies: beside a SQLite store, mlflow.optuna.db (tracking.search_store).
+    store = f"sqlite:///{tmp_path}/mlflow.optuna.db"
+    optuna.create_study(study_name="search_test/another-launch/ctl__ndr", storage=store)
     for pair, best in (("ctl__ndr", 0.9), ("ctl__lstm", 1.0)):
-        study = optuna.create_study(study_name=state.optuna_study_name(pair), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db", direction="maximize")
+        study = optuna.create_study(study_name=state.optuna_study_name(pair), storage=store, direction="maximize")
         study.add_trial(optuna.trial.create_trial(params={"lr": 1e-3}, distributions={"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)},
                                                   value=best))
     port = free_port()
@@ -160,6 +174,20 @@ def test_dashboard_serves_the_launchs_optuna_studies(tmp_path):
                 time.sleep(0.3)
         assert answer is not None, f"no answer on port {port}; exit status {server.poll()}"
         assert sorted(s["study_name"] for s in answer["study_summaries"]) == ["search_test/search-1/ctl__lstm", "search_test/search-1/ctl__ndr"]
+        api = f"http://127.0.0.1:{port}/api"
+        ids = {s.study_name: s._study_id for s in optuna.get_all_study_summaries(store)}
+        own, other = ids["search_test/search-1/ctl__ndr"], ids["search_test/another-launch/ctl__ndr"]
+        status, detail = request(f"{api}/studies/{own}")
+        assert status == 200 and len(detail["trials"]) == 1
+        assert request(f"{api}/studies/{other}")[0] == 404
+        for method, path, body in [("POST", "/studies", {"study_name": "new", "directions": ["minimize"]}),
+                                   ("POST", f"/studies/{own}/rename", {"study_name": "renamed"}), ("DELETE", f"/studies/{own}", None),
+                                   ("PUT", f"/studies/{own}/note", {"version": 0, "body": "x"}),
+                                   ("POST", f"/trials/{detail['trials'][0]['trial_id']}/user-attrs", {"user_attrs": {"a": 1}})]:
+            assert request(api + path, method, body)[0] >= 400, (method, path)
+        after = optuna.get_all_study_summaries(store)
+        assert sorted(s.study_name for s in after) == sorted(ids) and all(s.n_trials == (0 if s._study_id == other else 1) for s in after)
+        assert optuna.load_study(study_name="search_test/search-1/ctl__ndr", storage=store).trials[0].user_attrs == {}
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]

@@ -5,6 +5,7 @@ that writes the trial runs from the driver is callbacks.TrialTracker.
 """
 from __future__ import annotations
 
+import abc
 import functools
 import importlib
 import json
@@ -204,6 +205,58 @@ def fresh_session(storage, *args, **kwargs) -> None:
         storage.scoped_session.remove()
     except Exception:  # noqa: BLE001 - closing a session on a dead connection may fail; it is discarded anyway
         pass
+
+
+def read_only_view(storage, study_names: set[str]):
+    """`storage` as the dashboard may see it: the named studies only (a search store holds every
+    launch's and every experiment's), and no write (optuna-dashboard can create, rename and delete
+    studies and tell trials; `read_only` of search_storage only spares the schema). Reads go to the
+    live storage, so a running launch's trials appear as they finish."""
+    import optuna
+    from optuna.storages import BaseStorage
+
+    class ReadOnlyStudies(BaseStorage):
+        def _own(self, study_id: int) -> int:
+            if storage.get_study_name_from_id(study_id) not in study_names:
+                raise KeyError(f"no study with id {study_id}")  # what Optuna raises for an unknown id
+            return study_id
+
+        def get_all_studies(self):
+            return [s for s in storage.get_all_studies() if s.study_name in study_names]
+
+        def get_study_id_from_name(self, study_name):
+            if study_name not in study_names:
+                raise KeyError(f"no study named {study_name!r}")
+            return storage.get_study_id_from_name(study_name)
+
+        def get_study_name_from_id(self, study_id):
+            return storage.get_study_name_from_id(self._own(study_id))
+
+        def get_study_directions(self, study_id):
+            return storage.get_study_directions(self._own(study_id))
+
+        def get_study_user_attrs(self, study_id):
+            return storage.get_study_user_attrs(self._own(study_id))
+
+        def get_study_system_attrs(self, study_id):
+            return storage.get_study_system_attrs(self._own(study_id))
+
+        def get_all_trials(self, study_id, deepcopy=True, states=None):
+            return storage.get_all_trials(self._own(study_id), deepcopy=deepcopy, states=states)
+
+        def get_trial(self, trial_id):
+            for study in self.get_all_studies():
+                if any(t._trial_id == trial_id for t in storage.get_all_trials(study._study_id, deepcopy=False)):
+                    return storage.get_trial(trial_id)
+            raise KeyError(f"no trial with id {trial_id}")
+
+    def refuse(self, *args, **kwargs):
+        raise optuna.exceptions.StorageInternalError("this dashboard is read-only: the launch's studies change only through the launch")
+
+    for name in BaseStorage.__abstractmethods__ - set(vars(ReadOnlyStudies)):  # every write
+        setattr(ReadOnlyStudies, name, refuse)
+    abc.update_abstractmethods(ReadOnlyStudies)
+    return ReadOnlyStudies()
 
 
 def _reconnecting_rdb_storage():
