@@ -1,5 +1,7 @@
 """How many operators one training step dispatches: what a GPU launches (or replays as graph nodes)
-per step, counted on any device, so that a machine without a GPU can see a change cut kernels.
+per step, counted on any device, so that a machine without a GPU can see a change cut kernels; and
+the bytes they read and write, which bound a step of small elementwise kernels on a GPU (its
+memory moves them at a few TB/s).
 
   python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...]
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+import torch
+from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainables.batched import Stack
@@ -29,14 +33,20 @@ class CountOperators(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.computed: Counter[str] = Counter()
+        self.moved: Counter[str] = Counter()  # bytes of every tensor an operator reads or writes
         self.views = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
         if func.is_view or func.overloadpacket.__name__ in LAUNCH_NOTHING:
             self.views += 1
         else:
-            self.computed[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            self.computed[name] += 1
+            # an expanded input is read at its own size; an in-place output is also an input
+            self.moved[name] += sum(t.untyped_storage().nbytes() if t.stride() and 0 in t.stride() else t.numel() * t.element_size()
+                                    for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor))
+        return out
 
 
 def count(cfg, n: int, rows: int) -> None:
@@ -46,10 +56,11 @@ def count(cfg, n: int, rows: int) -> None:
         stack.step()
     with CountOperators() as mode:
         stack.step()
-    print(f"\n{cfg.task}/{cfg.model}, {n} member(s) on {device}: {sum(mode.computed.values())} operators per step "
-          f"(and {mode.views} views)")
-    for name, c in mode.computed.most_common(rows):
-        print(f"{c:8d}  {name}")
+    print(f"\n{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size}: {sum(mode.computed.values())} operators "
+          f"per step (and {mode.views} views), {sum(mode.moved.values()) / 1e9:.3f} GB read and written")
+    print(f"{'operators':>9}  {'GB':>7}  operator")
+    for name, _ in mode.moved.most_common(rows):
+        print(f"{mode.computed[name]:9d}  {mode.moved[name] / 1e9:7.3f}  {name}")
 
 
 def main() -> None:
