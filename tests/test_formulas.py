@@ -197,6 +197,46 @@ def test_softmax_attention_is_scaled_dot_product():
     torch.testing.assert_close(att.scores(h), expected)
 
 
+@pytest.mark.parametrize("attention", ["softmax", "rel", "absrel", "geometric"])
+@torch.no_grad()
+def test_attention_output_and_the_plain_layer_position_by_position(attention):
+    """Given the scores (tested above against their equations): each head's weights (softmax over
+    the unpadded keys, or Eq. 7's geometric weights), its values mixed, the heads concatenated and
+    projected (W_o), then the ungated layer, post-norm: a = LN(h + attended), LN(a + FF(a)) (Eq. 5)."""
+    torch.manual_seed(5)
+    d, heads, n = 12, 3, 5
+    cfg = TransformerConfig(d_model=d, n_heads=heads, ff_multiplier=2, dropout=0.0, query_dropout=0.0)
+    layer = Layer(cfg, attention, gated=False).eval()
+    for w in layer.parameters():
+        torch.nn.init.normal_(w, std=0.5)
+    h = torch.randn(2, n, d)
+    padding = torch.zeros(2, n, dtype=torch.bool)
+    padding[1, 3:] = True
+    att, d_head = layer.attention, d // heads
+    scores = att.scores(h)
+    v = heads_of(att.value, h, heads)
+    expected = torch.zeros(2, n, d)
+    for bi in range(2):
+        keys = [j for j in range(n) if not padding[bi, j]]
+        for i in range(n):
+            mixed = []
+            for hd in range(heads):
+                if attention == "geometric":
+                    row = slow_geometric(scores[bi, hd].masked_fill(padding[bi][None], float("-inf")))[i]
+                    weights = {j: row[j] for j in keys}
+                else:
+                    total = sum(math.exp(scores[bi, hd, i, j]) for j in keys)
+                    weights = {j: math.exp(scores[bi, hd, i, j]) / total for j in keys}
+                mixed.append(sum(weights[j] * v[bi, j, hd] for j in keys))
+            attended = att.out.weight @ torch.cat(mixed) + att.out.bias
+            a = torch.nn.functional.layer_norm(h[bi, i] + attended, (d,), layer.norm_attention.weight, layer.norm_attention.bias)
+            ff = layer.ff[3].weight @ torch.relu(layer.ff[0].weight @ a + layer.ff[0].bias) + layer.ff[3].bias
+            expected[bi, i] = torch.nn.functional.layer_norm(a + ff, (d,), layer.norm_ff.weight, layer.norm_ff.bias)
+    out, _, gate = layer(h, padding)
+    assert gate is None
+    torch.testing.assert_close(out, expected)
+
+
 @pytest.mark.parametrize("attention", ["rel", "geometric"])
 def test_copy_gate_equations(attention):
     """Eq. 1-5 directly; tanh replaces the update LayerNorm for gated non-geometric layers."""
