@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import yaml
@@ -262,20 +263,22 @@ def cmd_resume(args) -> int:
 
 def load_state(args):
     from .record.state import LaunchState, find_launch
-    from .record.tracking import TrackingError, missing_sqlite_file, reveal
+    from .record.tracking import TrackingError, check_store, missing_sqlite_file
 
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
-    try:
-        reveal(state.tracking_uri)
-    except TrackingError as e:
-        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     database = missing_sqlite_file(state.tracking_uri)
     if database:  # opening it would make an empty store and show no trials
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
                          "(run where the launch ran, or copy its database there)")
+    try:  # one line where a server or database cannot answer, not its client's traceback (the
+        # SQLite file is there: it may be only readable to this user, which check_store refuses)
+        if not state.tracking_uri.startswith("sqlite:"):
+            check_store(state.tracking_uri)
+    except TrackingError as e:
+        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     return state
 
 
@@ -597,16 +600,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .record.state import DamagedLaunch
-    from .record.tracking import StoreUnavailable
+    from .record.tracking import StoreUnavailable, redact_secrets
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, DamagedLaunch) as e:
-        print(f"orchestrator: error: {e}", file=sys.stderr)
+    except (UsageError, DamagedLaunch) as e:  # a message may echo a bad value, secrets and all
+        print(f"orchestrator: error: {redact_secrets(str(e))}", file=sys.stderr)
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
-        print(f"orchestrator: error: {e}; nothing was started: run the command again once the store answers", file=sys.stderr)
+        print(f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again once the store answers", file=sys.stderr)
         from .run.launch import EXIT_STORE_UNREACHABLE
 
         return EXIT_STORE_UNREACHABLE
@@ -631,10 +634,22 @@ def redeliver_lost_interrupts() -> None:
     sys.unraisablehook = hook
 
 
+def redact_tracebacks() -> None:
+    """A traceback (a defect, or a library's error this command does not expect) printed without
+    the secrets its messages may hold: a store's error names its URI, password and all."""
+    def hook(kind, value, tb) -> None:
+        from .record.tracking import redact_secrets
+
+        sys.stderr.write(redact_secrets("".join(traceback.format_exception(kind, value, tb))))
+
+    sys.excepthook = hook
+
+
 def console() -> None:
     """The command as a shell runs it. Once main has answered, a Ctrl-C has nothing left to stop,
     and one pressed while the interpreter exits (Ray's atexit shutdown of its local instance
     sleeps) printed a traceback after our last line: so the exit ignores it."""
+    redact_tracebacks()
     redeliver_lost_interrupts()
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)

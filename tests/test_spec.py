@@ -467,13 +467,29 @@ def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
     """The local PostgreSQL trusts every login, so a planted password connects and must not show;
     on the command line, where `ps` would show it, it is refused."""
     secret = "planted-Pa55word"
-    for uri in (f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test", f"postgresql+psycopg://postgres:{secret}@127.0.0.1:1/test"):
+    for uri in (f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test", f"postgresql+psycopg://postgres:{secret}@127.0.0.1:1/test",
+                f"postgresql+psycopg://postgres@127.0.0.1:5432/test?password={secret}", f"postgresql+psycopg://postgres@127.0.0.1:1/test?password={secret}"):
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri})
-        assert out.returncode in (0, 2) and "postgres:***@127.0.0.1" in out.stdout + out.stderr
+        assert out.returncode in (0, 2) and ("postgres:***@127.0.0.1" in out.stdout + out.stderr or "password=***" in out.stdout + out.stderr)
         assert secret not in out.stdout + out.stderr
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
         assert out.returncode == 2 and out.stderr.strip() == ("orchestrator: error: --tracking-uri: holds a password, which `ps` shows every "
                                                               "user of this machine for as long as the launch runs; set MLFLOW_TRACKING_URI to this URI instead")
+
+
+def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
+    """A refusal quotes the value it refuses: a URI with a scheme we do not take, a tracking section
+    written as a bare URI, a storage mapping holding a key, an endpoint holding credentials."""
+    secret = "planted-Pa55word"
+    cases = {"tracking.uri": {**GOOD, "tracking": {"uri": f"postgres://alice:{secret}@127.0.0.1/test"}},
+             "tracking: expected a mapping": {**GOOD, "tracking": f"postgresql://alice:{secret}@127.0.0.1/test"},
+             "storage: expected": {**GOOD, "storage": {"endpoint": "http://minio:9000", "aws_secret_access_key": secret}},
+             "storage: endpoint: credentials": {**GOOD, "storage": {"uri": "s3://bucket/runs", "endpoint": f"http://minio:{secret}@minio:9000"}}}
+    for reason, data in cases.items():
+        path = write(tmp_path, data)
+        out = run_cli("launch", str(path), "--dry-run", "--no-calibrate", cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: {reason}"), out.stderr
+        assert secret not in out.stdout + out.stderr and ("***" in out.stderr or "endpoint" in reason), out.stderr
 
 
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):

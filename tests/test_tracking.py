@@ -144,6 +144,37 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert tracking.remember(uri) == stored and tracking.reveal(stored) == uri
     assert tracking.reveal("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    query = "postgresql+psycopg://mlflow@db/runs?sslmode=require&password=s3cr3t"  # psycopg takes it there too
+    assert tracking.redact(query) == "postgresql+psycopg://mlflow@db/runs?sslmode=require&password=***"
+    assert tracking.remember(query) == tracking.redact(query) and tracking.reveal(tracking.redact(query)) == query
+
+
+def test_secrets_are_redacted_wherever_a_text_shows_them():
+    """Messages, tracebacks and stored files: any URI's password (an unencoded @ in it included),
+    a secret in a URI's query, a secret-named key's value; not a score that starts like one."""
+    text = ("got 'postgres://alice:p@ss@db/x' and https://bob:pw2@host:8443/api postgresql://mlflow@corp:s3@db/r sqlite:////a@b/m.db "
+            "{'aws_secret_access_key': 'AKx', 'uri': 's3://b'}\n"
+            "  password: hunter2\nendpoint?secret=abc&x=1 api_key = 'K'; token_acc: 0.95, best_iid_token_acc 1.0\n")
+    assert tracking.redact_secrets(text) == (
+        "got 'postgres://alice:***@db/x' and https://bob:***@host:8443/api postgresql://mlflow@corp:***@db/r sqlite:////a@b/m.db "
+        "{'aws_secret_access_key': '***', 'uri': 's3://b'}\n"
+        "  password: ***\nendpoint?secret=***&x=1 api_key = '***'; token_acc: 0.95, best_iid_token_acc 1.0\n")
+
+
+def test_a_traceback_the_command_lets_through_shows_no_password(monkeypatch, capsys):
+    """A store's client names its URI in its errors (MLflow's HTTP client, password and all)."""
+    import sys
+
+    from orchestrator import cli
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    cli.redact_tracebacks()
+    try:
+        raise RuntimeError("API request to https://alice:HttpsPW@127.0.0.1:18443/api/2.0/mlflow failed")
+    except RuntimeError as e:
+        sys.excepthook(type(e), e, e.__traceback__)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "https://alice:***@127.0.0.1:18443" in err and "HttpsPW" not in err
 
 
 def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_folder(tmp_path, monkeypatch):

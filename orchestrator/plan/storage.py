@@ -45,6 +45,9 @@ class TrialStorage:
             raise ValueError("endpoint applies only to an object store (s3://...)")
         if self.endpoint and urlsplit(self.endpoint).scheme not in ("http", "https"):
             raise ValueError(f"endpoint must be http(s)://host:port, got {self.endpoint!r}")
+        if self.endpoint and ("@" in urlsplit(self.endpoint).netloc or urlsplit(self.endpoint).query):
+            raise ValueError("endpoint: credentials and options do not belong in it (it is stored with the launch): set "
+                             "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY on every node")
 
     def resolved(self) -> "TrialStorage":
         """A local folder made absolute, so a resume from another folder finds the same place."""

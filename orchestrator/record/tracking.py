@@ -48,9 +48,30 @@ class StoreUnavailable(RuntimeError):
 _CREDENTIALS = re.compile(r"^(?P<head>[\w+.-]+://[^:/]*):(?P<password>[^@]*)@")
 
 
+# A key that names a secret (psycopg takes ?password=; S3 clients an aws_secret_access_key), but
+# not a word that merely starts like one (token_acc, a score).
+_SECRET_KEY = r"(?:[\w-]*_)?(?:password|passwd|pwd|secret|token|secret_access_key|secret_key|access_key_id|api_key)\b"
+_SECRETS_IN_TEXT = (
+    # user:password@ of any URI in a line (a user name may hold @, Azure's user@server); the password
+    # runs to the last @ before a space or quote, so that an unencoded @ in it leaves no tail behind
+    (re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^:/\s'\"]*):[^\s'\"]*@"), r"\g<head>:***@"),
+    (re.compile(rf"(?i)(?P<head>[?&;]{_SECRET_KEY}=)[^&#\s'\"]*"), r"\g<head>***"),  # in a URI's query
+    # a mapping's value (a query's was redacted above)
+    (re.compile(rf"(?i)(?<![?&;\w-])(?P<head>['\"]?{_SECRET_KEY}['\"]?\s*[:=]\s*['\"]?)[^'\",;}}\s]+"), r"\g<head>***"),
+)
+
+
+def redact_secrets(text: str) -> str:
+    """`text` (a message, a traceback, a file) with every secret it shows as a URI's password, a
+    URI's secret query value or a secret-named key's value replaced by ***."""
+    for pattern, replacement in _SECRETS_IN_TEXT:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def redact(uri: str) -> str:
-    """The URI without its password, for messages."""
-    return _CREDENTIALS.sub(r"\g<head>:***@", uri, count=1)
+    """The URI without its password, for messages and for what is stored."""
+    return _SECRETS_IN_TEXT[1][0].sub(r"\g<head>***", _CREDENTIALS.sub(r"\g<head>:***@", uri, count=1))
 
 
 _FULL_URIS: dict[str, str] = {}  # redacted -> full, for this process only
@@ -66,7 +87,7 @@ def reveal(uri: str) -> str:
     """The URI to connect with. A password is never stored (launch.json, pickles, MLflow): where a
     stored URI has one redacted, the full URI is the one this process launched with, or the one
     in MLFLOW_TRACKING_URI (for resume, status and reports)."""
-    if ":***@" not in uri:
+    if "***" not in uri:
         return uri
     if uri in _FULL_URIS:
         return _FULL_URIS[uri]
@@ -77,10 +98,12 @@ def reveal(uri: str) -> str:
 
 
 def redact_text(text: str, uri: str) -> str:
-    """`text` (a search-space file, an error) with the password of `uri`, where it stands in a URI,
-    replaced by ***: a password that is also a common word leaves the rest of the text alone."""
+    """`text` (a search-space file, an error) without secrets (redact_secrets), nor the password of
+    `uri` where it stands in a URI, however odd its characters: a password that is also a common
+    word leaves the rest of the text alone."""
     found = _CREDENTIALS.match(uri)
-    return text.replace(f":{found['password']}@", ":***@") if found and found["password"] else text
+    text = text.replace(f":{found['password']}@", ":***@") if found and found["password"] else text
+    return redact_secrets(text)
 
 
 def transient(error: BaseException) -> bool:
