@@ -183,3 +183,58 @@ def test_the_reports_attention_map_reads_a_question_about_an_image(tmp_path):
     assert caption.startswith(tuple(soc.COLOURS)) and " with " in caption  # a ternary question, in words
     path, _ = plot_transformer("sort_of_clevr__transformer", names, caption, activations, tmp_path)
     assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("n_question, channels, patch", [(5, 3, 15), (0, 1, 4)])
+@torch.no_grad()
+def test_the_image_model_against_its_equations(n_question, channels, patch):
+    """Sec. 4.2 / App. C.2-C.3 and the authors' Sort-of-CLEVR and triangles models, token by token:
+    each patch embedded by one weight per (pixel, channel) (the convolution), plus its position's
+    sinusoids; a learnt summary token first; the question's embedding beside every token and one map
+    mixing the two (Sort-of-CLEVR); then the pre-norm layer n_layers times, x + Attn(LN x) and
+    x + FF(LN x), multi-head softmax attention by hand; the summary token's column classified."""
+    from trainables.models.transformer import ImageQuestionTransformer, TransformerConfig, sinusoids
+
+    torch.manual_seed(0)
+    d, heads, side = 8, 2, 2 * patch
+    cfg = TransformerConfig(d_model=d, n_heads=heads, n_layers=2, dropout=0.0, query_dropout=0.0)
+    net = ImageQuestionTransformer(cfg, "softmax", n_question, 3, patch=patch, channels=channels).double().eval()
+    images = torch.randint(0, 256, (2, side, side, channels), dtype=torch.uint8)
+    questions = torch.randn(2, n_question, dtype=torch.float64)
+    width = d // 2 if n_question else d
+    conv, layer = net.patches, net.layer
+
+    def layer_norm(module, x):
+        return (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + module.eps) * module.weight + module.bias
+
+    def attention(tokens):
+        att, d_head = layer.attention, d // heads
+        out = []
+        for x in tokens:
+            q = att.query.weight @ x + att.query.bias
+            heads_out = []
+            for hd in range(heads):
+                part = slice(hd * d_head, (hd + 1) * d_head)
+                scores = torch.stack([q[part] @ (att.key.weight @ y)[part] for y in tokens]) / math.sqrt(d_head)
+                weights = torch.softmax(scores, 0)
+                heads_out.append(sum(w * (att.value.weight @ y + att.value.bias)[part] for w, y in zip(weights, tokens)))
+            out.append(att.out.weight @ torch.cat(heads_out) + att.out.bias)
+        return out
+
+    for b in range(2):
+        pixels = images[b].double() / 255
+        tokens = [net.summary[0, 0]]
+        for k, (row, col) in enumerate((r, c) for r in range(2) for c in range(2)):
+            window = pixels[row * patch:(row + 1) * patch, col * patch:(col + 1) * patch]  # (patch, patch, channels)
+            embedded = torch.stack([(conv.weight[o].permute(1, 2, 0) * window).sum() + conv.bias[o] for o in range(width)])
+            tokens.append(embedded + sinusoids(torch.tensor([k]), width)[0])
+        if n_question:
+            question = net.question.weight @ questions[b] + net.question.bias
+            tokens = [net.mix.weight @ torch.cat([x, question]) + net.mix.bias for x in tokens]
+        for _ in range(cfg.n_layers):
+            normed = [layer_norm(layer.norm_attention, x) for x in tokens]
+            tokens = [x + a for x, a in zip(tokens, attention(normed))]
+            tokens = [x + layer.ff[3].weight @ torch.relu(layer.ff[0].weight @ layer_norm(layer.norm_ff, x) + layer.ff[0].bias) + layer.ff[3].bias
+                      for x in tokens]
+        expected = net.readout.weight @ tokens[0] + net.readout.bias
+        torch.testing.assert_close(net(images[b:b + 1], questions[b:b + 1] if n_question else None)[0], expected)

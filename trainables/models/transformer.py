@@ -435,7 +435,9 @@ class PreNormLayer(nn.Module):
 class ImageQuestionTransformer(nn.Module):
     """The Compositional Attention paper's Sort-of-CLEVR model (Sec. 4.2, App. C.2, the authors'
     `Sort-of-CLEVR/model.py`): 15 x 15 patches of the image, each embedded by one convolution to
-    d/2 plus sinusoidal positions, after a learnt summary token; the question, embedded to d/2, is
+    d/2 plus sinusoidal positions (Vaswani et al.'s; the authors' code scales its own by
+    1/(1 + e^-1) and lets their frequencies fall twice as fast), after a learnt summary token; the
+    question, embedded to d/2, is
     appended to every token, and one map to d mixes the two. One pre-norm layer applied n_layers
     times (shared weights; the paper's 4), then the summary token's column is classified.
     Without a question (n_question 0: equilateral triangles, App. C.3, the authors'
@@ -456,7 +458,7 @@ class ImageQuestionTransformer(nn.Module):
 
     def forward(self, images: torch.Tensor, questions: torch.Tensor | None = None, return_activations: bool = False):
         """images (B, H, W, channels) uint8, questions (B, n_question) -> class logits (B, C)."""
-        x = self.patches(images.permute(0, 3, 1, 2).float() / 255).flatten(2).transpose(1, 2)  # (B, P, width)
+        x = self.patches(images.permute(0, 3, 1, 2).to(self.patches.weight.dtype) / 255).flatten(2).transpose(1, 2)  # (B, P, width)
         x = x + sinusoids(torch.arange(x.shape[1], device=x.device), x.shape[-1])
         x = torch.cat([self.summary.expand(len(x), -1, -1), x], 1)
         h = x if self.question is None else self.mix(torch.cat([x, self.question(questions)[:, None].expand(-1, x.shape[1], -1)], -1))
