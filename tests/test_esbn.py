@@ -136,6 +136,30 @@ def test_the_model_reads_each_problem(model, problem):
     assert all(float(m.bias.detach().abs().max()) == 0 for m in net.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None)
 
 
+@torch.no_grad()
+def test_the_model_wires_its_parts_as_the_authors():
+    """Past the image encoder and the layer (tested on their own): codes context-normalised with
+    a learnt gain and bias, Vaswani's sinusoids added, the layer then a LayerNorm n_layers times,
+    the mean over the sequence through a ReLU hidden layer to the logits."""
+    from trainables.models.transformer import sinusoids
+
+    task = load_task("esbn", {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32})
+    net = build_model("transformer", {"d_model": 16, "n_heads": 4, "n_layers": 2}, task).eval()
+    torch.manual_seed(0)
+    for p in net.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    images = torch.from_numpy(task.splits["train"].images[task.splits["train"].image_ids[:3]])
+    logits = net(images)
+    for b in range(3):
+        codes = net.encoder(images[b].permute(0, 3, 1, 2).float() / 255)  # (T, d)
+        standard = (codes - codes.mean(0)) / (codes.var(0) + 1e-8).sqrt()  # the unbiased variance (Webb et al.)
+        h = (net.gamma * standard + net.beta + sinusoids(torch.arange(len(codes)), 16))[None]
+        for _ in range(2):
+            h = torch.nn.functional.layer_norm(net.layer(h, torch.zeros(1, len(codes), dtype=torch.bool))[0], (16,), net.norm.weight, net.norm.bias)
+        expected = net.readout.weight @ torch.relu(net.hidden.weight @ h[0].mean(0) + net.hidden.bias) + net.readout.bias
+        torch.testing.assert_close(logits[b], expected)
+
+
 def test_same_different_is_learnt_in_a_few_hundred_steps():
     """At m = 50 (50 training objects) both attentions tell same from different on unseen objects."""
     for model in ("transformer", "transformer_compositional"):
