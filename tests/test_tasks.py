@@ -324,7 +324,9 @@ def algorithmic_answer(name: str, x: list[int], features) -> list[int]:
         return body[start:]
     if name == "priority_sort":
         return [tok for _, tok in sorted(zip(features[:L, 0].tolist(), x))]
-    if name == "id_sort":
+    if name == "id_sort":  # tokens come in pairs sharing an id (one token alone where L is odd)
+        sharing = collections.Counter(features[i].tobytes() for i in range(L))
+        assert sorted(sharing.values()) == [1] * (L % 2) + [2] * (L // 2), sorted(sharing.values())
         out = []
         for i in range(L):
             same = [j for j in range(L) if j != i and np.array_equal(features[i], features[j])]
