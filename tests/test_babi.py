@@ -16,29 +16,34 @@ from trainables.train import TrainConfig, train
 PEOPLE, PLACES, THINGS = ["Mary", "John", "Sandra", "Daniel"], ["kitchen", "garden", "hallway", "office"], ["apple", "football", "milk"]
 
 
-def write_task(folder: Path, number: int, name: str, part: str, stories: int, rng: random.Random) -> None:
+def write_task(folder: Path, number: int, name: str, part: str, stories: int, rng: random.Random) -> list[tuple[list[str], list[str]]]:
     """Stories of 1..6 moves, a question after every second one: "Where is X?" (qa1) or "What is X
-    carrying?" (qa8, a list answer, 'nothing' when empty), in the files' own layout."""
-    lines = []
+    carrying?" (qa8, a list answer, 'nothing' when empty), in the files' own layout. -> each
+    question's (words of its story's statements so far, then of the question; its answer's words)."""
+    lines, samples = [], []
+    split = lambda text: text.lower().replace(".", " .").replace("?", " ?").split()  # noqa: E731
     for _ in range(stories):
-        where, carrying, n = {}, {p: [] for p in PEOPLE}, 0
+        where, carrying, n, story = {}, {p: [] for p in PEOPLE}, 0, []
         for move in range(rng.randint(1, 6)):
             person = rng.choice(PEOPLE)
             n += 1
             if number == 8 and rng.random() < 0.5:
                 thing = rng.choice(THINGS)
                 carrying[person].append(thing)
-                lines.append(f"{n} {person} picked up the {thing}.")
+                statement = f"{person} picked up the {thing}."
             else:
                 where[person] = rng.choice(PLACES)
-                lines.append(f"{n} {person} went to the {where[person]}.")
+                statement = f"{person} went to the {where[person]}."
+            lines.append(f"{n} {statement}")
+            story += split(statement)
             if move % 2 == 1:
                 n += 1
-                if number == 1:
-                    lines.append(f"{n} Where is {person}? \t{where.get(person, 'nowhere')}\t{n - 1}")
-                else:
-                    lines.append(f"{n} What is {person} carrying?\t{','.join(carrying[person]) or 'nothing'}\t{n - 1}")
+                question, answer = (f"Where is {person}?", where.get(person, "nowhere")) if number == 1 else \
+                    (f"What is {person} carrying?", ",".join(carrying[person]) or "nothing")
+                lines.append(f"{n} {question}{' ' if number == 1 else ''}\t{answer}\t{n - 1}")
+                samples.append((story + split(question), answer.lower().split(",")))
     (folder / f"qa{number}_{name}_{part}.txt").write_text("\n".join(lines) + "\n")
+    return samples
 
 
 @pytest.fixture()
@@ -60,6 +65,14 @@ def test_questions_with_their_stories(data):
     assert source[-1] == "?" and source[-5:-1] == babi.words(question.split(" ", 1)[1].split("\t")[0])[:-1]
     assert answer == [w for w in question.split("\t")[1].split(",")]
     assert any(len(target) > 1 for _, target in samples), "a list answer is several words"
+
+
+def test_every_question_reads_its_own_story_and_no_other(tmp_path):
+    """Against the writer's own account of what it wrote: each question's source is its story's
+    statements up to it (no question, nothing of an earlier story), then the question."""
+    for number in (1, 8):
+        written = write_task(tmp_path, number, "t", "train", 40, random.Random(number))
+        assert babi.read_questions(tmp_path / f"qa{number}_t_train.txt") == written
 
 
 def test_length_sorted_split_per_task(data):
