@@ -41,6 +41,22 @@ def test_length_sorted_split_and_vocabulary(data):
     assert "<unk>" in task.vocab and "straße" in task.vocab and "hund" in task.vocab
 
 
+def test_each_sentence_keeps_its_own_translation_through_the_sort(data):
+    """Every sample of every split: its German is its English word for word (the writer's
+    sentences), so no sort or cut moved a line away from its pair."""
+    task = load_task("multi30k", {"data_dir": str(data), "train_fraction": 0.5, "min_count": 1})
+    german_of = {"a": "ein", "and": "und", ".": ".", **dict(NOUNS)}
+    seen = 0
+    for split in ("train", "iid_valid", "test"):
+        sp = task.splits[split]
+        for k in range(len(sp)):
+            english = task.decode(sp.tokens[k][: sp.lengths[k]])
+            german = task.decode(sp.targets[k][: sp.target_lengths[k]])
+            assert german == [german_of[w] for w in english] + ["<eos>"], (split, k, english, german)
+            seen += 1
+    assert seen == 160
+
+
 def test_perplexity_is_e_to_the_mean_negative_log_likelihood():
     """Over every target token of every sentence (padding excluded), computed token by token."""
     torch.manual_seed(0)
