@@ -237,6 +237,20 @@ def test_attention_output_and_the_plain_layer_position_by_position(attention):
     torch.testing.assert_close(out, expected)
 
 
+@pytest.mark.parametrize("attention", ["softmax", "compositional"])
+def test_a_set_element_searches_every_element_but_itself(attention):
+    """Contextual retrieval (Mittal et al., App. C.1) searches j != i: with mask_self each row's
+    weights are the softmax of its scores over the other elements, and its own weight is 0."""
+    att = make_attention(attention)
+    h = torch.randn(2, 5, 12)
+    scores = att.scores(h)
+    _, weights = att(h, torch.zeros(2, 5, dtype=torch.bool), mask_self=True)
+    for i in range(5):
+        others = [j for j in range(5) if j != i]
+        torch.testing.assert_close(weights[..., i, others], torch.softmax(scores[..., i, others], -1))
+        assert torch.all(weights[..., i, i] == 0)
+
+
 @pytest.mark.parametrize("attention", ["rel", "geometric"])
 def test_copy_gate_equations(attention):
     """Eq. 1-5 directly; tanh replaces the update LayerNorm for gated non-geometric layers."""
@@ -753,8 +767,8 @@ def test_act_halting_matches_its_definition(variant):
 
 
 def test_act_ponder_cost_is_alpha_over_n_times_the_summed_remainders():
-    """App. A: L_ACT = alpha / N * sum_i R_i over the N columns of a sequence (here without padding,
-    where the authors' mean over the padded batch and the paper's sum agree), averaged over the batch."""
+    """App. A: L_ACT = alpha / N * sum_i R_i over the N columns of a sequence, averaged over the
+    batch; then with padding, as the authors' code computes it."""
     from trainables.models.transformer import UniversalTransformerClassifier
 
     torch.manual_seed(6)
@@ -769,6 +783,16 @@ def test_act_ponder_cost_is_alpha_over_n_times_the_summed_remainders():
     n = remainders.shape[1]
     expected = sum(0.03 / n * sum(float(remainders[b, i]) for i in range(n)) for b in range(4)) / 4
     assert n == 8 and model.aux_loss.item() == pytest.approx(expected, rel=1e-6) and expected > 0
+    # With padding the two differ: the paper divides each sequence's sum by its own length, the
+    # authors' code (act_transformer.py, remainders.mean()) by the padded width; the authors' is
+    # what trained Table 6, and padding columns start halted, with no remainder.
+    seen.clear()
+    lengths = torch.tensor([6, 3, 6, 2])
+    model(tokens.masked_fill(torch.arange(6)[None] >= lengths[:, None], 0), lengths)
+    remainders = seen[0][1].detach()
+    assert all(float(remainders[b, i]) == 0 for b in range(4) for i in range(int(lengths[b]) + 2, n))
+    authors = 0.03 * sum(float(remainders[b, i]) for b in range(4) for i in range(n)) / (4 * n)
+    assert model.aux_loss.item() == pytest.approx(authors, rel=1e-6)
 
 
 def test_sinusoids_are_vaswani_et_al_s_equations():
