@@ -718,6 +718,26 @@ def test_dnc_memory_step_matches_its_equations(deallocate, sharpen_links):
     assert (xi["read_strengths"] >= 1).all() and torch.allclose(xi["read_modes"].sum(-1), torch.ones(1, 2))
 
 
+def test_dnc_masked_content_addressing():
+    """Csordás & Schmidhuber (2019)'s masked addressing: each head's key and every memory row are multiplied
+    by the head's mask before the cosine, C[i] = softmax_i(beta cos(M[i] * m, k * m)); without a
+    mask, Graves et al.'s content weights."""
+    from trainables.models.dnc import EPS, content_weights
+
+    torch.manual_seed(7)
+    memory, keys, strengths, masks = torch.randn(2, 5, 4), torch.randn(2, 3, 4), torch.rand(2, 3) * 5 + 1, torch.rand(2, 3, 4)
+    for mask in (masks, None):
+        expected = torch.zeros(2, 3, 5)
+        for b in range(2):
+            for h in range(3):
+                m = mask[b, h] if mask is not None else torch.ones(4)
+                key = keys[b, h] * m
+                cos = [float((memory[b, i] * m) @ key) / (float((memory[b, i] * m).norm()) * float(key.norm()) + EPS) for i in range(5)]
+                e = [math.exp(float(strengths[b, h]) * c) for c in cos]
+                expected[b, h] = torch.tensor([v / sum(e) for v in e])
+        torch.testing.assert_close(content_weights(memory, keys, strengths, mask), expected)
+
+
 # ---------- ACT (NDR paper App. A, Eq. 11-15) ----------
 
 @pytest.mark.parametrize("variant", ["graves", "dehghani"])
