@@ -5,6 +5,9 @@ memory moves them at a few TB/s).
 
   python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...]
 
+With `--set compile=true`, also what Inductor's fused graphs read and write: the traffic
+compiling would leave, as the CPU backend fuses (the GPU's may fuse differently).
+
 A stack of N members (trainables.batched.Stack, as a launch trains seeds) is warmed up, then one
 step runs under a counting TorchDispatchMode: every aten operator below autograd and vmap, the
 backward's and the optimizer's included. Views (which launch nothing) are counted apart. Counts
@@ -14,13 +17,14 @@ own dropout is one fused operator, on the CPU three).
 from __future__ import annotations
 
 import argparse
+import logging
 from collections import Counter
 
 import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainables.batched import Stack
+from trainables.batched import Stack, stacked_batch
 from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
 from trainables.train import setup_device
@@ -52,12 +56,25 @@ class CountOperators(TorchDispatchMode):
 def count(cfg, n: int, rows: int) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
+    # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
+    batch = stacked_batch([next_batch() for next_batch, _ in stack.sources], device, stack.graphed)
+    where = f"{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size} x {batch['tokens'].shape[-1]} tokens"
+    if cfg.compile:  # Inductor sums each kernel's reads and writes as it compiles, where its metrics log is on
+        from torch._inductor import compile_fx, metrics
+
+        compile_fx.inductor_metrics_log.setLevel(logging.INFO)
+        compile_fx.inductor_metrics_log.propagate = False
+        metrics.reset()
     for _ in range(WARMUP_STEPS):
-        stack.step()
+        stack.run(batch)
+    if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
+        print(f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
+              f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products (the optimizer apart)")
+        return
     with CountOperators() as mode:
-        stack.step()
-    print(f"\n{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size}: {sum(mode.computed.values())} operators "
-          f"per step (and {mode.views} views), {sum(mode.moved.values()) / 1e9:.3f} GB read and written")
+        stack.run(batch)
+    print(f"\n{where}: {sum(mode.computed.values())} operators per step (and {mode.views} views), "
+          f"{sum(mode.moved.values()) / 1e9:.3f} GB read and written")
     print(f"{'operators':>9}  {'GB':>7}  operator")
     for name, _ in mode.moved.most_common(rows):
         print(f"{mode.computed[name]:9d}  {mode.moved[name] / 1e9:7.3f}  {name}")
