@@ -9,14 +9,15 @@
 #   graphs.txt   the CUDA-graph equality tests (tests/test_graphs.py; their on_cuda tests run here only)
 #   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
+#   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
 #   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
 #   others.txt   bench_gpu models for every other model at paper size
-# On an H200 (2026-11-26) its parts but the compiled ones took about five minutes together; compiled.txt and
-# compiled_ro.txt may take up to five more each.
+# On an H200 (2026-11-26) its parts but the compiled ones took about five minutes together; the three
+# compiled ones may take up to five more each.
 # ONLY="graphs compiled" runs just the steps named (env always runs).
 # The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
 set -u
@@ -43,6 +44,10 @@ run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --
     --steps 20 --seeds-n 20 --compile
 run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile reduce-overhead
+# bf16 autocast halves what the activations move, which fusion alone cannot (ops_per_step.py: a
+# compiled float32 member-step still moves 8.5 GB, 1.8 ms at 4.8 TB/s): its casts fuse only when compiled.
+run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
+    --steps 20 --seeds-n 20 --compile --bf16
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
     --models "ctl / ndr,ctl / transformer" --steps 50
 run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
