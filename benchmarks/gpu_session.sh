@@ -44,8 +44,8 @@ run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --
     --steps 20 --seeds-n 20 --compile
 run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile reduce-overhead
-# bf16 autocast halves what the activations move, which fusion alone cannot (ops_per_step.py: a
-# compiled float32 member-step still moves 8.5 GB, 1.8 ms at 4.8 TB/s): its casts fuse only when compiled.
+# bf16 autocast halves what the activations move, which fusion alone cannot, and its casts fuse
+# only when compiled (benchmarks/ops_per_step.py; docs/measurements.md, seventh session).
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile --bf16
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \

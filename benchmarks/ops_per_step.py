@@ -5,8 +5,9 @@ memory moves them at a few TB/s).
 
   python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...]
 
-With `--set compile=true`, also what Inductor's fused graphs read and write: the traffic
-compiling would leave, as the CPU backend fuses (the GPU's may fuse differently).
+With `--set compile=true`, instead, what Inductor's fused forward and backward graphs read and
+write: the traffic compiling would leave, as the CPU backend fuses (the GPU's may fuse
+differently); the loss, clipping and optimizer, which run eagerly, are not in it.
 
 A stack of N members (trainables.batched.Stack, as a launch trains seeds) is warmed up, then one
 step runs under a counting TorchDispatchMode: every aten operator below autograd and vmap, the
@@ -24,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainables.batched import Stack, stacked_batch
+from trainables.batched import Stack
 from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
 from trainables.train import setup_device
@@ -57,8 +58,9 @@ def count(cfg, n: int, rows: int) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
-    batch = stacked_batch([next_batch() for next_batch, _ in stack.sources], device, stack.graphed)
-    where = f"{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size} x {batch['tokens'].shape[-1]} tokens"
+    batch = stack.next_batch()
+    width = f" x {batch['tokens'].shape[-1]} tokens" if "tokens" in batch else ""
+    where = f"{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size}{width}"
     if cfg.compile:  # Inductor sums each kernel's reads and writes as it compiles, where its metrics log is on
         from torch._inductor import compile_fx, metrics
 
@@ -69,7 +71,7 @@ def count(cfg, n: int, rows: int) -> None:
         stack.run(batch)
     if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
         print(f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
-              f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products (the optimizer apart)")
+              f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products")
         return
     with CountOperators() as mode:
         stack.run(batch)

@@ -239,7 +239,7 @@ def cmd_resume(args) -> int:
     from .record.tracking import TrackingError, check_store
     from .run import launch
 
-    state = load_state(args)
+    state = load_state(args, reads_store=False)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
         raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
                          "snapshot of the launch names the modules of the service that began it (1: before the split into "
@@ -261,9 +261,11 @@ def cmd_resume(args) -> int:
     return launch.execute(state, args.address)
 
 
-def load_state(args):
+def load_state(args, reads_store: bool = True):
+    """The launch `args` name, its tracking store checked where the command reads it (`resume`
+    checks its own, writable; `accept` only writes launch.json)."""
     from .record.state import LaunchState, find_launch
-    from .record.tracking import TrackingError, check_store, missing_sqlite_file
+    from .record.tracking import TrackingError, check_store, missing_sqlite_file, reveal
 
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
@@ -275,8 +277,9 @@ def load_state(args):
                          "(run where the launch ran, or copy its database there)")
     try:  # one line where a server or database cannot answer, not its client's traceback (the
         # SQLite file is there: it may be only readable to this user, which check_store refuses)
-        if not state.tracking_uri.startswith("sqlite:"):
+        if reads_store and not state.tracking_uri.startswith("sqlite:"):
             check_store(state.tracking_uri)
+        reveal(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     return state
@@ -350,7 +353,7 @@ def cell_status(state, plan: dict) -> None:
 def cmd_accept(args) -> int:
     """A night's regression was intended (a new protocol, a fixed bug that inflated scores): later
     nights compare with this night instead of the last one before it."""
-    state = load_state(args)
+    state = load_state(args, reads_store=False)
     if state.night is None:
         raise UsageError(f"accept: launch {state.launch_id} is no night of the nightly job; nights compare with nights")
     if not state.regressed:

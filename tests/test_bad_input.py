@@ -138,7 +138,8 @@ TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0":
                "bf16=maybe": "bf16: expected true or false",
                "lr=[1": "--set 'lr=[1': the value is not YAML", "lr.x=1": "--set 'lr.x=1': lr is", "model=[a]": "model: expected a name",
                "task_options=5": "task_options: expected a mapping", "lr=null": "lr: expected a number, got null",
-               "lr=.nan": "lr: must be a finite number", "threads=100000000": "threads: must be at least 1 and at most 1024"}
+               "lr=.nan": "lr: must be a finite number", "threads=100000000": "threads: must be at least 1 and at most 1024",
+               "batch_size=true": "batch_size: expected a number, got true"}
 
 
 def test_train_set_gets_the_checks_of_a_launch(tmp_path):
@@ -151,7 +152,8 @@ def test_train_set_gets_the_checks_of_a_launch(tmp_path):
 # Model values the constructors took and the first step (or never) failed on.
 MODEL_CASES = {("ctl/ndr", "n_layers=0"): "n_layers: must be at least 1", ("ctl/ndr", "ff_multiplier=0"): "ff_multiplier: must be greater than 0",
                ("ctl/ndr", "gate_bias_init=.nan"): "gate_bias_init: must be a finite number", ("ctl/ndr", "act_threshold=1.5"): "act_threshold: must be",
-               ("copy/panm", "address_bits=200"): "address_bits: must be at least 1 and at most 62", ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0"}
+               ("copy/panm", "address_bits=200"): "address_bits: must be at least 1 and at most 62", ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0",
+               ("ctl/ndr", "n_layers=null"): "n_layers: expected a number, got null", ("ctl/ndr", "d_model=true"): "d_model: expected a number, got true"}
 
 
 def test_model_values_no_trial_can_use_are_refused(tmp_path):

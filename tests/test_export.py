@@ -160,6 +160,7 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
         study = optuna.create_study(study_name=state.optuna_study_name(pair), storage=store, direction="maximize")
         study.add_trial(optuna.trial.create_trial(params={"lr": 1e-3}, distributions={"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)},
                                                   value=best))
+    optuna.load_study(study_name=state.optuna_study_name("ctl__ndr"), storage=store).ask()  # a trial running, for "tell"
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "dashboard", "--storage-path", str(tmp_path), "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -178,16 +179,20 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
         ids = {s.study_name: s._study_id for s in optuna.get_all_study_summaries(store)}
         own, other = ids["search_test/search-1/ctl__ndr"], ids["search_test/another-launch/ctl__ndr"]
         status, detail = request(f"{api}/studies/{own}")
-        assert status == 200 and len(detail["trials"]) == 1
+        assert status == 200 and len(detail["trials"]) == 2
         assert request(f"{api}/studies/{other}")[0] == 404
+        done, running = (t["trial_id"] for t in sorted(detail["trials"], key=lambda t: t["number"]))
         for method, path, body in [("POST", "/studies", {"study_name": "new", "directions": ["minimize"]}),
                                    ("POST", f"/studies/{own}/rename", {"study_name": "renamed"}), ("DELETE", f"/studies/{own}", None),
-                                   ("PUT", f"/studies/{own}/note", {"version": 0, "body": "x"}),
-                                   ("POST", f"/trials/{detail['trials'][0]['trial_id']}/user-attrs", {"user_attrs": {"a": 1}})]:
+                                   ("PUT", f"/studies/{own}/note", {"version": 1, "body": "x"}),
+                                   ("POST", f"/trials/{done}/user-attrs", {"user_attrs": {"a": 1}}),
+                                   ("POST", f"/trials/{running}/tell", {"state": "Complete", "values": [0.5]})]:
             assert request(api + path, method, body)[0] >= 400, (method, path)
         after = optuna.get_all_study_summaries(store)
-        assert sorted(s.study_name for s in after) == sorted(ids) and all(s.n_trials == (0 if s._study_id == other else 1) for s in after)
-        assert optuna.load_study(study_name="search_test/search-1/ctl__ndr", storage=store).trials[0].user_attrs == {}
+        assert sorted(s.study_name for s in after) == sorted(ids) and {s.study_name: s.n_trials for s in after} == {
+            "search_test/another-launch/ctl__ndr": 0, "search_test/search-1/ctl__lstm": 1, "search_test/search-1/ctl__ndr": 2}
+        trials = optuna.load_study(study_name="search_test/search-1/ctl__ndr", storage=store).trials
+        assert trials[0].user_attrs == {} and trials[1].state == optuna.trial.TrialState.RUNNING
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]

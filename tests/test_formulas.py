@@ -212,7 +212,7 @@ def test_attention_output_and_the_plain_layer_position_by_position(attention):
     h = torch.randn(2, n, d)
     padding = torch.zeros(2, n, dtype=torch.bool)
     padding[1, 3:] = True
-    att, d_head = layer.attention, d // heads
+    att = layer.attention
     scores = att.scores(h)
     v = heads_of(att.value, h, heads)
     expected = torch.zeros(2, n, d)

@@ -193,6 +193,7 @@ def test_the_image_model_against_its_equations(n_question, channels, patch):
     sinusoids; a learnt summary token first; the question's embedding beside every token and one map
     mixing the two (Sort-of-CLEVR); then the pre-norm layer n_layers times, x + Attn(LN x) and
     x + FF(LN x), multi-head softmax attention by hand; the summary token's column classified."""
+    from test_scan import slow_attention
     from trainables.models.transformer import ImageQuestionTransformer, TransformerConfig, sinusoids
 
     torch.manual_seed(0)
@@ -207,20 +208,6 @@ def test_the_image_model_against_its_equations(n_question, channels, patch):
     def layer_norm(module, x):
         return (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + module.eps) * module.weight + module.bias
 
-    def attention(tokens):
-        att, d_head = layer.attention, d // heads
-        out = []
-        for x in tokens:
-            q = att.query.weight @ x + att.query.bias
-            heads_out = []
-            for hd in range(heads):
-                part = slice(hd * d_head, (hd + 1) * d_head)
-                scores = torch.stack([q[part] @ (att.key.weight @ y)[part] for y in tokens]) / math.sqrt(d_head)
-                weights = torch.softmax(scores, 0)
-                heads_out.append(sum(w * (att.value.weight @ y + att.value.bias)[part] for w, y in zip(weights, tokens)))
-            out.append(att.out.weight @ torch.cat(heads_out) + att.out.bias)
-        return out
-
     for b in range(2):
         pixels = images[b].double() / 255
         tokens = [net.summary[0, 0]]
@@ -233,7 +220,7 @@ def test_the_image_model_against_its_equations(n_question, channels, patch):
             tokens = [net.mix.weight @ torch.cat([x, question]) + net.mix.bias for x in tokens]
         for _ in range(cfg.n_layers):
             normed = [layer_norm(layer.norm_attention, x) for x in tokens]
-            tokens = [x + a for x, a in zip(tokens, attention(normed))]
+            tokens = [x + a for x, a in zip(tokens, slow_attention(layer.attention, normed, normed, heads))]
             tokens = [x + layer.ff[3].weight @ torch.relu(layer.ff[0].weight @ layer_norm(layer.norm_ff, x) + layer.ff[0].bias) + layer.ff[3].bias
                       for x in tokens]
         expected = net.readout.weight @ tokens[0] + net.readout.bias

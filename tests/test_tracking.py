@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from mlflow.tracking import MlflowClient
 
@@ -151,14 +152,18 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
 
 def test_secrets_are_redacted_wherever_a_text_shows_them():
     """Messages, tracebacks and stored files: any URI's password (an unencoded @ in it included),
-    a secret in a URI's query, a secret-named key's value; not a score that starts like one."""
+    a secret in a URI's query, a secret-named key's value, quoted or not; not a score that starts
+    like one, nor a port before an @ further on; and a redacted file is still YAML."""
     text = ("got 'postgres://alice:p@ss@db/x' and https://bob:pw2@host:8443/api postgresql://mlflow@corp:s3@db/r sqlite:////a@b/m.db "
-            "{'aws_secret_access_key': 'AKx', 'uri': 's3://b'}\n"
-            "  password: hunter2\nendpoint?secret=abc&x=1 api_key = 'K'; token_acc: 0.95, best_iid_token_acc 1.0\n")
+            "{'aws_secret_access_key': 'A,K;x', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
+            "  password: hunter2\nendpoint?sslpassword=abc&x=1 (api_key = K); token_acc: 0.95, best_iid_token_acc 1.0\n")
     assert tracking.redact_secrets(text) == (
         "got 'postgres://alice:***@db/x' and https://bob:***@host:8443/api postgresql://mlflow@corp:***@db/r sqlite:////a@b/m.db "
-        "{'aws_secret_access_key': '***', 'uri': 's3://b'}\n"
-        "  password: ***\nendpoint?secret=***&x=1 api_key = '***'; token_acc: 0.95, best_iid_token_acc 1.0\n")
+        "{'aws_secret_access_key': '***', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
+        "  password: '***'\nendpoint?sslpassword=***&x=1 (api_key = '***'); token_acc: 0.95, best_iid_token_acc 1.0\n")
+    spec = "tracking: {uri: 'postgresql://u:pw@db/x?password=pw'}\nstorage: {uri: s3://b/r, password: hunter2}\n"
+    assert yaml.safe_load(tracking.redact_secrets(spec)) == {"tracking": {"uri": "postgresql://u:***@db/x?password=***"},
+                                                            "storage": {"uri": "s3://b/r", "password": "***"}}
 
 
 def test_a_traceback_the_command_lets_through_shows_no_password(monkeypatch, capsys):

@@ -232,9 +232,13 @@ class Stack:
         self.optimizer.step()
         return losses.detach().float(), [score_sums(self.task.kind, out[k].detach(), unstack(batch, k)) for k in members]
 
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """Every member's next batch, stacked."""
+        return stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.graphed)
+
     def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""
-        return self.run(stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.graphed))
+        return self.run(self.next_batch())
 
     def load_member(self, k: int) -> torch.nn.Module:
         """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""

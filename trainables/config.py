@@ -114,20 +114,19 @@ def model_range(key: str, hint) -> tuple | None:
     return None
 
 
-def check_range(key: str, value, bounds: tuple | None = None) -> None:
+def check_range(key: str, value, bounds: tuple | None = None, nullable: bool | None = None) -> None:
     """`bounds`: (lowest, whether it may equal it, highest or None[, whether it may equal that]);
-    RANGES[key] where not given."""
+    RANGES[key] where not given. `nullable`: whether null may stand for the number (NULLABLE[key]
+    where not given)."""
     low, low_allowed, high, high_allowed = (*(bounds or RANGES[key]), True)[:4]
-    if value is None and NULLABLE.get(key, True):
+    if value is None and (NULLABLE[key] if nullable is None else nullable):
         return
-    if value is None:
-        raise ConfigError(f"{key}: expected a number, got null")
-    if isinstance(value, bool):
-        return
+    if value is None or isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a number, got {yaml_word(value) if value is not None else 'null'}")
     if not math.isfinite(value):
         raise ConfigError(f"{key}: must be a finite number, got {value!r}")
     if value < low or (value == low and not low_allowed) or (high is not None and (value > high or (value == high and not high_allowed))):
-        bound = "" if low == -math.inf else f"{'at least' if low_allowed else 'greater than'} {low}"
+        bound = f"{'at least' if low_allowed else 'greater than'} {low}"
         if high is not None:
             bound += f" and {'at most' if high_allowed else 'less than'} {high}"
         raise ConfigError(f"{key}: must be {bound}, got {value!r}")
@@ -191,8 +190,8 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
         check_range(key, train[key])
     hints = typing.get_type_hints(MODELS[flat["model"]].config)
     for key, value in model.items():
-        if (bounds := model_range(key, hints[key])) and not isinstance(value, bool):
-            check_range(key, value, bounds)
+        if bounds := model_range(key, hints[key]):
+            check_range(key, value, bounds, nullable=type(None) in typing.get_args(hints[key]))
     if "device" in train and not (isinstance(train["device"], str) and DEVICE.fullmatch(train["device"])):
         raise ConfigError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {train['device']!r}")
     return TrainConfig(**train, model_options=model)

@@ -48,30 +48,32 @@ class StoreUnavailable(RuntimeError):
 _CREDENTIALS = re.compile(r"^(?P<head>[\w+.-]+://[^:/]*):(?P<password>[^@]*)@")
 
 
-# A key that names a secret (psycopg takes ?password=; S3 clients an aws_secret_access_key), but
-# not a word that merely starts like one (token_acc, a score).
-_SECRET_KEY = r"(?:[\w-]*_)?(?:password|passwd|pwd|secret|token|secret_access_key|secret_key|access_key_id|api_key)\b"
-_SECRETS_IN_TEXT = (
-    # user:password@ of any URI in a line (a user name may hold @, Azure's user@server); the password
-    # runs to the last @ before a space or quote, so that an unencoded @ in it leaves no tail behind
-    (re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^:/\s'\"]*):[^\s'\"]*@"), r"\g<head>:***@"),
-    (re.compile(rf"(?i)(?P<head>[?&;]{_SECRET_KEY}=)[^&#\s'\"]*"), r"\g<head>***"),  # in a URI's query
-    # a mapping's value (a query's was redacted above)
-    (re.compile(rf"(?i)(?<![?&;\w-])(?P<head>['\"]?{_SECRET_KEY}['\"]?\s*[:=]\s*['\"]?)[^'\",;}}\s]+"), r"\g<head>***"),
-)
+# A key that names a secret (psycopg takes ?password= and ?sslpassword=; S3 clients an
+# aws_secret_access_key), but not a word that merely starts like one (token_acc, a score).
+_SECRET_KEY = r"[\w-]*?(?:password|passwd|pwd|secret|token|secret_access_key|secret_key|access_key_id|api_key)\b"
+# user:password@ of any URI in a line (a user name may hold @, Azure's user@server); the password
+# runs to the last @ before a space or quote, so that an unencoded @ in it leaves no tail behind;
+# digits then / ? # after the colon are a port (http://host:8080/a@b), not a password (the URI
+# in use is redacted exactly, whatever its password, by redact and redact_text).
+_URI_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^:/\s'\"]*):(?!\d*[/?#])[^\s'\"]*@")
+_QUERY_SECRET = re.compile(rf"(?i)(?P<head>[?&;]{_SECRET_KEY}=)[^&#\s'\")\]}}`]*")
+# A mapping's value (a query's was redacted above): a quoted one to its closing quote, a plain one
+# to the next delimiter; the plain one becomes '***', which a YAML reader takes for a string, not an
+# alias, so that a stored file stays readable.
+_KEY_SECRET = re.compile(rf"(?i)(?<![?&;\w-])(?P<head>['\"]?{_SECRET_KEY}['\"]?\s*[:=]\s*)"
+                         rf"(?:(?P<quote>['\"])(?:(?!(?P=quote)).)*(?P=quote)|[^'\",;)\]}}`\s]+)")
 
 
 def redact_secrets(text: str) -> str:
     """`text` (a message, a traceback, a file) with every secret it shows as a URI's password, a
     URI's secret query value or a secret-named key's value replaced by ***."""
-    for pattern, replacement in _SECRETS_IN_TEXT:
-        text = pattern.sub(replacement, text)
-    return text
+    text = _QUERY_SECRET.sub(r"\g<head>***", _URI_PASSWORD.sub(r"\g<head>:***@", text))
+    return _KEY_SECRET.sub(lambda m: m["head"] + (f"{m['quote']}***{m['quote']}" if m["quote"] else "'***'"), text)
 
 
 def redact(uri: str) -> str:
     """The URI without its password, for messages and for what is stored."""
-    return _SECRETS_IN_TEXT[1][0].sub(r"\g<head>***", _CREDENTIALS.sub(r"\g<head>:***@", uri, count=1))
+    return _QUERY_SECRET.sub(r"\g<head>***", _CREDENTIALS.sub(r"\g<head>:***@", uri, count=1))
 
 
 _FULL_URIS: dict[str, str] = {}  # redacted -> full, for this process only

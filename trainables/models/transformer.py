@@ -437,9 +437,9 @@ class ImageQuestionTransformer(nn.Module):
     `Sort-of-CLEVR/model.py`): 15 x 15 patches of the image, each embedded by one convolution to
     d/2 plus sinusoidal positions (Vaswani et al.'s; the authors' code scales its own by
     1/(1 + e^-1) and lets their frequencies fall twice as fast), after a learnt summary token; the
-    question, embedded to d/2, is
-    appended to every token, and one map to d mixes the two. One pre-norm layer applied n_layers
-    times (shared weights; the paper's 4), then the summary token's column is classified.
+    question, embedded to d/2, is appended to every token, and one map to d mixes the two. One
+    pre-norm layer applied n_layers times (shared weights; the paper's 4), then the summary
+    token's column is classified.
     Without a question (n_question 0: equilateral triangles, App. C.3, the authors'
     `Equilateral-Detection/model.py`) the patches (4 x 4 of one channel there) are embedded to d."""
 
