@@ -276,10 +276,12 @@ def load_state(args, reads_store: bool = True):
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
                          "(run where the launch ran, or copy its database there)")
     try:  # one line where a server or database cannot answer, not its client's traceback (the
-        # SQLite file is there: it may be only readable to this user, which check_store refuses)
+        # SQLite file is there: it may be only readable to this user, which check_store refuses);
+        # check_store reveals the password as it connects, and a command that does not connect still needs it
         if reads_store and not state.tracking_uri.startswith("sqlite:"):
             check_store(state.tracking_uri)
-        reveal(state.tracking_uri)
+        else:
+            reveal(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     return state
