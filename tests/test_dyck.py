@@ -148,7 +148,7 @@ def test_the_stack_rnn_equals_its_equations():
 
 
 @pytest.mark.parametrize("model, options", [("stack_rnn", {}), ("lstm", {"d_model": 8, "dropout": 0.0}),
-                                            ("panm", {"controller": "srnn", "hidden": 8}), ("panm", {"controller": "lstm", "hidden": 8}),
+                                            ("panm", {"controller": "srnn", "hidden": 8, "pointer_hidden": 32}), ("panm", {"controller": "lstm", "hidden": 8}),
                                             ("panm", {"controller": "gru", "hidden": 16, "mode1_heads": 3, "mode2_heads": 2})])
 def test_an_answer_depends_only_on_the_symbols_read_so_far(model, options):
     torch.manual_seed(0)
@@ -162,6 +162,19 @@ def test_an_answer_depends_only_on_the_symbols_read_so_far(model, options):
         changed[:, 12:] = torch.randint(len(dyck.SPECIAL_TOKENS), len(task.vocab), changed[:, 12:].shape)
         torch.testing.assert_close(net(changed, lengths)[:, :12], out[:, :12])
         assert not torch.allclose(net(changed, lengths)[:, 12:], out[:, 12:])
+
+
+def test_the_presets_panm_has_the_papers_pointer_units_beside_the_stack_rnns_core():
+    """App. C: 256-dimensional GRUs for the Pointer Units "in all experiments"; the Controller's core
+    is the stack RNN it is compared with, at marnns's 8 units."""
+    from trainables.config import parse_trial_config, preset
+    from trainables.train import make_model
+
+    cfg = parse_trial_config(preset("dyck", "panm"))
+    net = make_model(cfg, load_task("dyck", {"train_size": 20, "eval_size": 20}))
+    assert [unit.hidden_size for unit in net.pointer_units] == [256, 256]
+    assert [keys[-1].out_features for keys in net.address_keys] == [256, 256]
+    assert net.controller.rnn.hidden_size == 8
 
 
 def test_a_sequence_is_right_when_every_position_set_is():

@@ -467,11 +467,14 @@ def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
     """The local PostgreSQL trusts every login, so a planted password connects and must not show;
     on the command line, where `ps` would show it, it is refused."""
     secret = "planted-Pa55word"
-    for uri in (f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test", f"postgresql+psycopg://postgres:{secret}@127.0.0.1:1/test",
-                f"postgresql+psycopg://postgres@127.0.0.1:5432/test?password={secret}", f"postgresql+psycopg://postgres@127.0.0.1:1/test?password={secret}"):
+    in_userinfo = f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test"
+    in_query = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?password={secret}"
+    unanswered = [uri.replace(":5432/", ":1/") for uri in (in_userinfo, in_query)]
+    for uri in (in_userinfo, in_query, *unanswered):
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri})
         assert out.returncode in (0, 2) and ("postgres:***@127.0.0.1" in out.stdout + out.stderr or "password=***" in out.stdout + out.stderr)
         assert secret not in out.stdout + out.stderr
+    for uri in (in_userinfo, in_query):  # refused before anything connects
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
         assert out.returncode == 2 and out.stderr.strip() == ("orchestrator: error: --tracking-uri: holds a password, which `ps` shows every "
                                                               "user of this machine for as long as the launch runs; set MLFLOW_TRACKING_URI to this URI instead")

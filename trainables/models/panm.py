@@ -44,7 +44,8 @@ class PANMConfig:
     d_model: int = 256  # memory slot size (the encoder's output)
     n_layers: int = 1  # encoder layers
     n_heads: int = 4  # Transformer encoder heads
-    hidden: int = 256  # Pointer Unit and Controller GRU size
+    hidden: int = 256  # Controller GRU size, and the Pointer Units' unless pointer_hidden says
+    pointer_hidden: int | None = None  # Pointer Unit GRU size (Dyck: 256 beside the stack RNN's 8)
     mlp_hidden: int = 128
     address_bits: int = 10
     mode1_heads: int = 2  # H^a, 0..3
@@ -132,8 +133,9 @@ class PointerDecoder(nn.Module):
             raise ValueError(f"controller must be 'gru', 'lstm' or 'srnn', got {cfg.controller!r}")
         self.cfg = cfg
         d, b = cfg.d_model, cfg.address_bits
-        self.pointer_units = nn.ModuleList(nn.GRUCell(b, cfg.hidden) for _ in range(cfg.mode1_heads))
-        self.address_keys = nn.ModuleList(mlp(b, cfg.mlp_hidden, cfg.hidden) for _ in range(cfg.mode1_heads))  # g^a
+        self.pointer_size = cfg.pointer_hidden or cfg.hidden
+        self.pointer_units = nn.ModuleList(nn.GRUCell(b, self.pointer_size) for _ in range(cfg.mode1_heads))
+        self.address_keys = nn.ModuleList(mlp(b, cfg.mlp_hidden, self.pointer_size) for _ in range(cfg.mode1_heads))  # g^a
         # Mode-2 queries come from the Mode-1 values (Eq. 4); with no Mode-1 head, from the controller.
         query_in = cfg.mode1_heads * d or cfg.hidden
         self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
@@ -164,7 +166,7 @@ class PointerDecoder(nn.Module):
             start = memory[torch.arange(batch, device=memory.device), lengths - 1]
         return {"memory": memory, "padding": padding, "bank": bank, "keys": [g(bank) for g in self.address_keys],
                 "pointers": initial_pointers(bank, lengths, self.cfg.mode1_heads),
-                "states": [torch.zeros(batch, self.cfg.hidden, device=memory.device) for _ in range(self.cfg.mode1_heads)],
+                "states": [torch.zeros(batch, self.pointer_size, device=memory.device) for _ in range(self.cfg.mode1_heads)],
                 "control": self.initial_control(self.controller_start(start)), "mode1": [] if trace else None, "mode2": [] if trace else None}
 
     def initial_control(self, h: torch.Tensor):
