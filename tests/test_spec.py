@@ -648,3 +648,33 @@ def test_the_readmes_annotated_search_file_is_one_the_service_accepts():
     study = load_study(readme, text=example)
     assert study.budget.trials == 20 and study.budget.stack_size == "auto" and {p.model for p in study.pairs} == {"lstm", "ndr"}
 
+
+
+# The inputs behind the README's table of refusals that a file alone causes, by the table's message.
+README_REFUSALS = {
+    "line 2: malformed YAML: duplicate key 'name'": "name: a\nname: b\n",
+    "modles: unknown key (did you mean 'models'?); valid: ...": with_(modles=["ndr"]),
+    "budget.n_iters: expected int or null, got 'many'": with_(budget={"n_iters": "many"}),
+    "space.lr.loguniform: empty or inverted range [0.001, 5e-05]: low must be below high": with_(space={"lr": {"loguniform": [1e-3, 5e-5]}}),
+    "tasks[0].options: p_subexpression: must be a probability in [0, 1), got 1.5":
+        with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]),
+    "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5": with_(space={"dropout": {"uniform": [0.0, 1.5]}}),
+    "space.n_heads: 3 heads do not divide d_model 128": with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}),
+    "metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc (e.g. ...)":
+        with_(tasks=[{"task": "copy"}], models=["panm"], space={}),
+    "name: \"it's\" must be 1-100 letters, digits, '_', '-' or '.' (not '..'), ...": with_(name="it's"),
+}
+
+
+def test_the_readmes_refusals_are_the_lines_the_service_prints(tmp_path):
+    """Each refusal the README shows for a file is what that input gets, '...' standing for the rest."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| bad input | the one line"):].split("\n\n")[0].splitlines()[2:]
+    shown = [row.split("|")[2].strip().split("`")[1] for row in table]
+    assert set(README_REFUSALS) <= set(shown)
+    for line, content in README_REFUSALS.items():
+        path = write(tmp_path, content)
+        with pytest.raises(SpecError) as err:
+            load_study(path)
+        pattern = ".*".join(re.escape(part) for part in line.split("..."))
+        assert re.fullmatch(re.escape(f"{path}: ") + pattern, str(err.value)), (line, str(err.value))
