@@ -10,6 +10,7 @@
 #   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
+#   curves_compiled.txt  NDR's learning curves compiled, TF32 against bf16: 5 seeds, 6,000 iterations
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
@@ -48,6 +49,10 @@ run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve
 # only when compiled (benchmarks/ops_per_step.py; docs/measurements.md, seventh session).
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile --bf16
+# The fastest stack so far (H100, 2026-11-26: 2.03x the graphed one) is compiled bf16; whether it
+# learns as float32 does at the paper's setting decides whether it becomes the default.
+run 560 curves_compiled "$py" benchmarks/precision_curves.py --preset ctl/ndr --seeds 0,1,2,3,4 --precisions tf32,bf16 \
+    --n-iters 6000 --eval-every 1000 --parallel --set compile=true --csv "$out/curves_compiled.csv"
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \
     --models "ctl / ndr,ctl / transformer" --steps 50
 run 120 curve "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
