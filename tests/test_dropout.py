@@ -44,3 +44,20 @@ def test_stacked_members_draw_their_own_masks():
     """Batched seeds (trainables.batched) vmap the forward with randomness="different"."""
     masks = vmap(lambda x: Dropout(0.5).train()(x), randomness="different")(torch.ones(2, 1000))
     assert not torch.equal(masks[0], masks[1])
+
+
+def test_stacked_members_drop_at_their_own_rates_and_scale_by_them():
+    """A stack whose members' rates differ (trainables.batched sets per_member) keeps the rates as a
+    stacked buffer: each member's mask and scale are the definition's at its own rate, the gate-drop's too."""
+    from torch.func import functional_call
+
+    from trainables.models.dropout import GateDrop
+
+    rates, n = torch.tensor([0.0, 0.1, 0.5]), 200_000
+    for module, scaled in ((Dropout(0.3), True), (GateDrop(0.3), False)):
+        module.train().per_member = True
+        out = vmap(lambda rate, x: functional_call(module, {"rate": rate}, (x,)), randomness="different")(rates, torch.ones(3, n, 1))
+        for rate, member in zip(rates.tolist(), out[..., 0]):
+            kept = member[member != 0]
+            assert abs(len(kept) / n - (1 - rate)) < 5 * math.sqrt(max(rate * (1 - rate), 1e-12) / n) + 1e-12, (module, rate)
+            torch.testing.assert_close(kept, torch.full_like(kept, 1 / (1 - rate) if scaled else 1.0))

@@ -137,8 +137,31 @@ def test_the_model_reads_each_problem(model, problem):
 
 
 @torch.no_grad()
+def test_the_image_encoder_is_the_authors():
+    """Webb et al.'s encoder: three 4 x 4 convolutions of 32 channels, stride 2, padding 1, each
+    through a ReLU (32 -> 16 -> 8 -> 4 pixels a side), then 512 -> 256 -> d, each through a ReLU."""
+    task = load_task("esbn", {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32})
+    net = build_model("transformer", {"d_model": 16, "n_heads": 4, "n_layers": 1}, task)
+    torch.manual_seed(1)
+    for p in net.encoder.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    images = torch.from_numpy(task.splits["train"].images[task.splits["train"].image_ids[0]])  # (T, 32, 32, 1)
+    x = images.permute(0, 3, 1, 2).float() / 255
+    convs = [m for m in net.encoder if isinstance(m, torch.nn.Conv2d)]
+    linears = [m for m in net.encoder if isinstance(m, torch.nn.Linear)]
+    assert [tuple(c.weight.shape) for c in convs] == [(32, 1, 4, 4), (32, 32, 4, 4), (32, 32, 4, 4)]
+    assert [tuple(m.weight.shape) for m in linears] == [(256, 512), (16, 256)]
+    for conv in convs:
+        x = torch.relu(torch.nn.functional.conv2d(x, conv.weight, conv.bias, stride=2, padding=1))
+    x = x.flatten(1)
+    for linear in linears:
+        x = torch.relu(x @ linear.weight.T + linear.bias)
+    torch.testing.assert_close(net.encoder(images.permute(0, 3, 1, 2).float() / 255), x)
+
+
+@torch.no_grad()
 def test_the_model_wires_its_parts_as_the_authors():
-    """Past the image encoder and the layer (tested on their own): codes context-normalised with
+    """Past the image encoder (above) and the layer (test_formulas): codes context-normalised with
     a learnt gain and bias, Vaswani's sinusoids added, the layer then a LayerNorm n_layers times,
     the mean over the sequence through a ReLU hidden layer to the logits."""
     from trainables.models.transformer import sinusoids

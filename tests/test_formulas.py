@@ -714,8 +714,40 @@ def test_dnc_memory_step_matches_its_equations(deallocate, sharpen_links):
     slow = slow_dnc_step(state, xi, deallocate, sharpen_links)
     for key, value in slow.items():
         torch.testing.assert_close(fast[key][0], value, msg=key)
-    # Sanity of the squashing: gates in (0, 1), strengths >= 1, read modes a distribution.
-    assert (xi["read_strengths"] >= 1).all() and torch.allclose(xi["read_modes"].sum(-1), torch.ones(1, 2))
+
+
+def test_dnc_interface_squashes_each_field_as_the_papers_say():
+    """Graves et al., Methods, 'Interface parameters': the raw vector is read in the paper's order
+    [k_r (R x W), beta_r (R), k_w (W), beta_w, e (W), v (W), f (R), g_a, g_w, pi (3R)], then
+    Csordas & Schmidhuber's link sharpness (2R) and masks (R x W, W); strengths and sharpness
+    oneplus(x) = 1 + log(1 + e^x), gates, erase and masks the logistic sigmoid, each head's read
+    modes a softmax over (backward, content, forward); keys and the write vector as they are."""
+    from trainables.models.dnc import DNCConfig, DNCMemory
+
+    R, W = 2, 3
+    memory = DNCMemory(DNCConfig(d_model=W, n_cells=4, n_read_heads=R, sharpen_links=True, masked_addressing=True))
+    torch.manual_seed(5)
+    vector = torch.randn(1, memory.interface_size) * 2
+    values = iter(vector[0].tolist())
+    take = lambda n: [next(values) for _ in range(n)]  # noqa: E731
+    oneplus = lambda x: 1 + math.log1p(math.exp(x))  # noqa: E731
+    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+
+    def softmax(xs):
+        total = sum(math.exp(x) for x in xs)
+        return [math.exp(x) / total for x in xs]
+
+    expected = {"read_keys": [take(W) for _ in range(R)], "read_strengths": [oneplus(x) for x in take(R)], "write_key": take(W),
+                "write_strength": [oneplus(x) for x in take(1)], "erase": [sigmoid(x) for x in take(W)], "write": take(W),
+                "free_gates": [sigmoid(x) for x in take(R)], "allocation_gate": [sigmoid(x) for x in take(1)],
+                "write_gate": [sigmoid(x) for x in take(1)], "read_modes": [softmax(take(3)) for _ in range(R)],
+                "sharpness": [[oneplus(x) for x in take(R)] for _ in range(2)],
+                "read_masks": [[sigmoid(x) for x in take(W)] for _ in range(R)], "write_mask": [sigmoid(x) for x in take(W)]}
+    assert next(values, None) is None  # every value of the vector read
+    xi = memory.interface(vector)
+    assert set(xi) == set(expected)
+    for key, value in expected.items():
+        torch.testing.assert_close(xi[key][0], torch.tensor(value), msg=key)
 
 
 def test_dnc_masked_content_addressing():

@@ -20,6 +20,8 @@ def orchestrator_imports(path: Path) -> set[str]:
                 found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
             elif node.module and node.module.startswith("orchestrator."):
                 found.add(node.module.split(".")[1])
+            elif node.module == "orchestrator":  # from orchestrator import run
+                found |= {a.name for a in node.names}
         elif isinstance(node, ast.Import):
             found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("orchestrator.")}
     return found
@@ -32,6 +34,17 @@ def test_the_orchestrator_packages_import_one_way():
             if bad := orchestrator_imports(path) - allowed - {package}:
                 wrong.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
     assert not wrong, wrong
+
+
+def test_every_spelling_of_an_import_is_seen(tmp_path, monkeypatch):
+    package = tmp_path / "orchestrator" / "plan"
+    package.mkdir(parents=True)
+    spellings = {"from orchestrator import run": {"run"}, "from orchestrator.run import launch": {"run"},
+                 "import orchestrator.run.launch": {"run"}, "from ..run import launch": {"run"}, "from . import spec": {"plan"}}
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    for code, packages in spellings.items():
+        (package / "spec.py").write_text(f"def f():\n    {code}\n")
+        assert orchestrator_imports(package / "spec.py") == packages, code
 
 
 def test_trainables_import_nothing_from_the_orchestrator():

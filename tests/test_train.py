@@ -92,7 +92,15 @@ def test_accuracy_per_test_depth_pools_to_the_test_accuracy():
 
 @pytest.mark.parametrize("act", ["graves", "dehghani"])
 def test_act_transformer_trains_with_its_ponder_cost(act):
-    metrics = train(tiny("transformer_rel", act=act), log=None)
+    """The training loss is the task's loss plus the ponder cost (App. A: L + alpha L_ACT)."""
+    from trainables.train import batch_tensors, forward_loss, loss_of, make_model
+
+    cfg = tiny("transformer_rel", act=act)
+    task = load_task(cfg.task, cfg.task_options)
+    net, batch = make_model(cfg, task), batch_tensors(task.splits["train"], np.arange(16), torch.device("cpu"))
+    out, loss = forward_loss(cfg, net, task.kind, batch, torch.device("cpu"))
+    assert net.aux_loss > 0 and torch.allclose(loss, loss_of(task.kind, out, batch) + net.aux_loss)
+    metrics = train(cfg, log=None)
     assert metrics["status"] == "completed" and metrics["test_acc_at_best"] >= 0
 
 
