@@ -147,9 +147,10 @@ def start_driver(args: list[str], folder: Path, env: dict, n: int):
     return process
 
 
-def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Database, deadline_s: float) -> list[dict]:
+def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Database, deadline_s: float) -> tuple[list[dict], list]:
     """Launch, then fire `faults` while drivers run, resuming after each driver fault, until a
-    driver finishes the launch. -> one record per driver: its fault, exit status and log."""
+    driver finishes the launch. -> (one record per driver: its fault, exit status and log; the
+    faults that never fired, because the launch finished first)."""
     env, drivers, pending = cluster.env, [], list(faults)
     launch_dir = folder / "runs" / "chaos"
     command = ["launch", str(path), "--address", cluster.address, "--launch-id", "chaos"]
@@ -194,10 +195,10 @@ def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Data
             record["exit"] = "timeout"
         drivers.append(record)
         if record["exit"] == 0 or [d["exit"] for d in drivers[-3:]] == [2, 2, 2]:
-            return drivers  # finished, or refused three times running: the audit says which
+            return drivers, pending  # finished, or refused three times running: the audit says which
         if (launch_dir / "launch.json").exists():  # a driver killed before it registered the launch left nothing to resume
             command = ["resume", str(launch_dir), "--address", cluster.address]
-    return drivers
+    return drivers, pending
 
 
 def ours(line: str, path: Path) -> bool:
@@ -209,7 +210,7 @@ def ours(line: str, path: Path) -> bool:
             or "raylet has lagging heartbeats" in line)
 
 
-def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int) -> dict[str, int]:
+def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int, unfired: list) -> dict[str, int]:
     import optuna
     from mlflow.tracking import MlflowClient
 
@@ -222,7 +223,8 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
     trials = [r for r in runs if r.data.tags.get("kind") == "trial" and r.data.tags.get("trial_status") != "lost"]
     counts = dict.fromkeys(["trials lost", "trials duplicated", "steps missing", "steps repeated", "runs in a wrong state",
                             "optuna trials in a wrong state", "optuna trials duplicated", "launch not finished", "drivers ended wrongly",
-                            "checkpoints missing", "console lines not ours"], 0)
+                            "checkpoints missing", "console lines not ours", "faults not fired"], 0)
+    counts["faults not fired"] = len(unfired)  # a soak that finished before its faults proved nothing about them
     by_pair: dict[str, list] = {}
     for run in trials:
         by_pair.setdefault(run.data.tags["pair"], []).append(run)
@@ -292,8 +294,8 @@ def main() -> int:
     started = time.monotonic()
     try:
         path = write_spec(folder, db.uri, trials_per_pair, n_iters, args.seed)
-        drivers = run_with_faults(faults, folder, path, cluster, db, deadline_s=600 if args.short else 1800)
-        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters)
+        drivers, unfired = run_with_faults(faults, folder, path, cluster, db, deadline_s=600 if args.short else 1800)
+        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters, unfired)
     finally:
         cluster.stop()
         if not args.keep:

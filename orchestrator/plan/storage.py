@@ -76,12 +76,17 @@ class TrialStorage:
         return "/".join([self.uri.rstrip("/"), *names])
 
 
-def _read_marker(fs, path: str) -> str:
+def _read_marker(fs, path: str) -> tuple[str | None, str]:
+    """-> (the marker's contents, "") or (None, why it cannot be read). Returned, not raised: a check
+    cut short (Ctrl-C) leaves tasks behind, and Ray prints every error nobody collected."""
     import pyarrow.fs
 
     fs = fs or pyarrow.fs.LocalFileSystem()
-    with fs.open_input_stream(path) as f:
-        return f.read().decode()
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read().decode(), ""
+    except Exception as e:  # whatever the filesystem raises
+        return None, str(e).strip().splitlines()[-1]
 
 
 def check_cluster_sees(storage: TrialStorage, key: str) -> int:
@@ -114,12 +119,10 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
         checked = len(nodes)
         for ref, node in pending.items():
             try:
-                seen = ray.get(ref, timeout=60)
-            except Exception as e:  # the task's error, whatever the filesystem raised
-                cause = str(getattr(e, "cause", e)).strip().splitlines()[-1]
-                seen, reason = None, cause
-            else:
-                reason = "it reads other contents"
+                seen, reason = ray.get(ref, timeout=60)
+            except Exception as e:  # the task or its node died
+                seen, reason = None, str(getattr(e, "cause", e)).strip().splitlines()[-1]
+            reason = reason or "it reads other contents"
             if seen != token:
                 if not any(n["NodeID"] == node["NodeID"] and n["Alive"] for n in ray.nodes()):
                     # It died since the list was taken (Ray had not yet marked a killed node dead):
