@@ -13,8 +13,8 @@ line, and `resume` goes on once the database is back.
 The audit counts: trials lost (a trial of the budget without a finished run), duplicated (two
 runs or two Optuna trials for one), evaluation steps missing or repeated in MLflow, runs left in
 a wrong state (MLflow or Optuna), the launch not finished, drivers that exited otherwise than the
-fault implies, checkpoints missing, and console lines that are not ours (tracebacks, library
-warnings). It prints them and exits 1 if any is not zero. `--short` (4 trials of 100 steps per pair instead of
+fault implies, checkpoints missing, console lines that are not ours (tracebacks, library
+warnings), and faults that never fired (the launch finished first). It prints them and exits 1 if any is not zero. `--short` (4 trials of 100 steps per pair instead of
 20 of 300, one fault of each kind but the outage) is what tests/test_chaos.py runs in CI.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
 #   others.txt   bench_gpu models for every other model at paper size
 # On an H200 (2026-11-26) its parts but the compiled ones took about five minutes together; the three
-# compiled ones may take up to five more each.
+# compiled stacks may take up to five more each (on an H100, 1.5-2 each), the compiled curves up to nine.
 # ONLY="graphs compiled" runs just the steps named (env always runs).
 # The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
 set -u
@@ -50,7 +50,8 @@ run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile --bf16
 # The fastest stack so far (H100, 2026-11-26: 2.03x the graphed one) is compiled bf16; whether it
-# learns as float32 does at the paper's setting decides whether it becomes the default.
+# learns as TF32 (the default, itself within seed noise of float32) does at the paper's setting
+# decides whether it becomes the default.
 run 560 curves_compiled "$py" benchmarks/precision_curves.py --preset ctl/ndr --seeds 0,1,2,3,4 --precisions tf32,bf16 \
     --n-iters 6000 --eval-every 1000 --parallel --set compile=true --csv "$out/curves_compiled.csv"
 run 150 models "$py" benchmarks/bench_gpu.py --device cuda --sections models --sizes paper \

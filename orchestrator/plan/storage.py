@@ -86,7 +86,7 @@ def _read_marker(fs, path: str) -> tuple[str | None, str]:
         with fs.open_input_stream(path) as f:
             return f.read().decode(), ""
     except Exception as e:  # whatever the filesystem raises
-        return None, str(e).strip().splitlines()[-1]
+        return None, (str(e).strip().splitlines() or [type(e).__name__])[-1]
 
 
 def check_cluster_sees(storage: TrialStorage, key: str) -> int:
@@ -121,7 +121,8 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
             try:
                 seen, reason = ray.get(ref, timeout=60)
             except Exception as e:  # the task or its node died
-                seen, reason = None, str(getattr(e, "cause", e)).strip().splitlines()[-1]
+                cause = getattr(e, "cause", e)
+                seen, reason = None, (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
             reason = reason or "it reads other contents"
             if seen != token:
                 if not any(n["NodeID"] == node["NodeID"] and n["Alive"] for n in ray.nodes()):

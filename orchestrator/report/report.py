@@ -90,8 +90,8 @@ def unfinished(ended: Counter) -> str:
 
 
 def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter]) -> dict[str, str]:
-    """Cells whose runs stopped finishing, by setting_key -> the regression's line: most of the
-    earlier launch's runs completed (two at least, so that it was tested), fewer than half of this
+    """Cells whose runs stopped finishing, by setting_key -> the regression's line: at least half
+    the earlier launch's runs completed (two at least, so that it was tested), fewer than half of this
     one's. A test across seeds cannot see them: it compares the completed runs alone, and a cell
     without two has none to compare."""
     out = {}
