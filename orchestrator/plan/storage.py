@@ -76,6 +76,11 @@ class TrialStorage:
         return "/".join([self.uri.rstrip("/"), *names])
 
 
+def last_line(error: BaseException) -> str:
+    """An error's last line (a remote task's cause ends with its own), or its type where it says nothing."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[-1]
+
+
 def _read_marker(fs, path: str) -> tuple[str | None, str]:
     """-> (the marker's contents, "") or (None, why it cannot be read). Returned, not raised: a check
     cut short (Ctrl-C) leaves tasks behind, and Ray prints every error nobody collected."""
@@ -86,7 +91,7 @@ def _read_marker(fs, path: str) -> tuple[str | None, str]:
         with fs.open_input_stream(path) as f:
             return f.read().decode(), ""
     except Exception as e:  # whatever the filesystem raises
-        return None, (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        return None, last_line(e)
 
 
 def check_cluster_sees(storage: TrialStorage, key: str) -> int:
@@ -121,8 +126,7 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
             try:
                 seen, reason = ray.get(ref, timeout=60)
             except Exception as e:  # the task or its node died
-                cause = getattr(e, "cause", e)
-                seen, reason = None, (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
+                seen, reason = None, last_line(getattr(e, "cause", e))
             reason = reason or "it reads other contents"
             if seen != token:
                 if not any(n["NodeID"] == node["NodeID"] and n["Alive"] for n in ray.nodes()):

@@ -28,7 +28,7 @@ from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch,
                      TruncationAwareOptunaSearch, own_config, run_key, trial_members)
 from .callbacks import ProgressLines, TrialTracker
 from ..plan.spec import Pair, Study
-from ..plan.storage import TrialStorage, check_cluster_sees
+from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
 from ..record.state import SNAPSHOT_MODULES, Heartbeat, LaunchState, plan_of
 
@@ -399,7 +399,7 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
         try:
             curve, why = ray.get(job), "not even one member fits the device"
         except Exception as e:  # noqa: BLE001 - a measurement that failed is no reason to refuse the launch
-            curve, why = [], (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+            curve, why = [], last_line(e)[:200]
         if not curve:  # the trials train one run each; where that fails too, the trial says why
             sizes[pair.name] = 1
             print(f"[launch] stack size of {pair.name}: 1, its throughput could not be measured ({why})", flush=True)
