@@ -25,7 +25,7 @@ from trainables.batched import train_members
 from trainables.config import parse_trial_config, preset
 from trainables.tasks.base import LOWER_IS_BETTER
 
-PRECISIONS = {"fp32": {"tf32": False}, "tf32": {"tf32": True}, "bf16": {"bf16": True, "tf32": False}}
+PRECISIONS = {"fp32": {"tf32": False, "bf16": False}, "tf32": {"tf32": True, "bf16": False}, "bf16": {"bf16": True, "tf32": False}}
 
 
 def score_of(metrics: dict) -> str:

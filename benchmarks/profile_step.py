@@ -66,7 +66,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset")
     args = parser.parse_args()
     task, model = args.preset.split("/")
-    flat = {**preset(task, model), "device": args.device, "tf32": not args.fp32, "bf16": args.bf16}
+    flat = {**preset(task, model), "device": args.device, "tf32": not args.fp32, "bf16": args.bf16,
+            "compile": False}  # the graphed step's kernels (--set compile=true for the compiled one's)
     flat.update({k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)})
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):

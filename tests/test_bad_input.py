@@ -135,7 +135,7 @@ TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0":
                "seed=-1": "seed: must be at least 0", "device=tpu": "device: must be auto, cpu, cuda",
                "n_layers=-2": "n_layers: must be at least 1", "dropout=2": "dropout: must be at least 0 and less than 1",
                "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number",
-               "bf16=maybe": "bf16: expected true or false",
+               "bf16=maybe": "bf16: must be one of auto, false, true",
                "lr=[1": "--set 'lr=[1': the value is not YAML", "lr.x=1": "--set 'lr.x=1': lr is", "model=[a]": "model: expected a name",
                "task_options=5": "task_options: expected a mapping", "lr=null": "lr: expected a number, got null",
                "lr=.nan": "lr: must be a finite number", "threads=100000000": "threads: must be at least 1 and at most 1024",

@@ -88,6 +88,26 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
 
 
+def test_a_compiled_step_that_fails_leaves_the_stack_training_uncompiled(monkeypatch):
+    """compile: auto compiles stacks on CUDA, where a compiler bug (a single NDR's stride assertion
+    under torch 2.11) would otherwise cost the trial: the stack says why, then trains as the
+    uncompiled stack does, from that very step."""
+    def compile_that_fails(fn, **_):
+        def run(*args):
+            raise AssertionError("expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ...")
+        return run
+
+    members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
+    eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
+    monkeypatch.setattr(torch, "compile", compile_that_fails)
+    lines = []
+    failed_over = train_members(tiny("ndr", compile=True, **NO_DROPOUT), members, log=lines.append)
+    for a, b in zip(eager, failed_over):
+        close(a, b)
+    said = [line for line in lines if "compiled step failed" in line]
+    assert said == ["[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at dim=0); training on uncompiled"]
+
+
 def test_a_cosine_schedule_stacked_equals_separate_runs():
     """The annealed learning rate (lr_schedule: cosine) in a stack: members sharing their lr (the
     optimizer's own) and members with their own lr (scaled after the step) each equal their run

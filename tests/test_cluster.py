@@ -430,6 +430,7 @@ def test_launch_survives_postgresql_dropping_its_connections(tmp_path):
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
+@pytest.mark.long  # 165 s in CI; test_launch_survives_postgresql_dropping_its_connections causes the store's faults by default
 def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(tmp_path):
     """The database refuses every connection for longer than the store retries (about 31 s): the
     driver stops with one line naming the store and the resume command (exit status 4), leaving

@@ -73,6 +73,7 @@ def test_cuda_graphs_false_and_the_cpu_step_eagerly():
     assert graphs.graphs_unused_because(tiny("lstm"), torch.device("cuda")) == "model 'lstm' steps through its input with host-side control flow"
     assert graphs.graphs_unused_because(tiny("ndr", compile=True), torch.device("cuda")).startswith("compile: ")
     assert graphs.graphs_unused_because(tiny("ndr"), torch.device("cuda")) is None
+    assert graphs.graphs_unused_because(tiny("ndr", compile="auto"), torch.device("cuda")) is None  # auto compiles stacks only
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")

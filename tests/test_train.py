@@ -31,9 +31,9 @@ TINY_BY_KIND = {
 
 def tiny(model="ndr", **overrides) -> TrainConfig:
     task, options = TINY_BY_KIND[MODELS[model].task_kinds[0]]
-    # float32 matmuls on a GPU too: the comparisons of runs are of float32 rounding
+    # float32 matmuls, uncompiled, on a GPU too: the comparisons of runs are of float32 rounding
     flat = {"task": task, "model": model, "task_options": options, "n_iters": 12, "eval_every": 6,
-            "batch_size": 16, "lr": 1e-3, "tf32": False, **overrides}
+            "batch_size": 16, "lr": 1e-3, "tf32": False, "compile": False, "bf16": False, **overrides}
     fields = model_fields(model)
     sizes = {"d_model": 16, "n_layers": 2, "n_heads": 2, "hidden": 16, "mlp_hidden": 8, "encoder_layers": 2, "decoder_layers": 2, "stack_size": 12}
     flat.update({k: v for k, v in sizes.items() if k in fields and k not in overrides})
@@ -425,7 +425,8 @@ def test_retrieval_presets_follow_the_authors_and_table_6():
 
 @pytest.mark.parametrize("key, value, allowed", [
     ("cuda_graphs", "maybe", "auto, false"), ("cuda_graphs", True, "auto, false"),
-    ("compile", "fast", "false, true, default, reduce-overhead"), ("compile", 1, "false, true, default"),
+    ("compile", "fast", "auto, false, true, default, reduce-overhead"), ("compile", 1, "auto, false, true, default"),
+    ("bf16", 1, "auto, false, true"), ("bf16", "yes", "auto, false, true"),
 ])
 def test_a_choice_out_of_its_list_is_one_line_naming_the_choices_as_yaml_writes_them(key, value, allowed):
     """The bool choices once crashed the message itself (a TypeError joining False), and 1 passed as true."""
@@ -435,3 +436,27 @@ def test_a_choice_out_of_its_list_is_one_line_naming_the_choices_as_yaml_writes_
 
 def test_compile_takes_a_mode_as_well_as_true():
     assert [tiny("ndr", compile=value).compile_mode for value in (False, True, "reduce-overhead")] == [None, "default", "reduce-overhead"]
+
+
+@pytest.mark.parametrize("device, members, compiled, bf16", [
+    ("cuda", 20, True, True), ("cuda", 2, True, True), ("cuda", 1, False, False), ("cpu", 20, False, False), ("mps", 20, False, False)])
+def test_auto_compiles_and_takes_bf16_only_for_a_stack_on_cuda(device, members, compiled, bf16):
+    """compile: auto and bf16: auto (the defaults) decide per device and stack height: bf16 pays
+    only where the step is compiled, and a single trial's compile failed on a GPU."""
+    settled = tiny("ndr", compile="auto", bf16="auto").settled(device, members)
+    assert (settled.compile, settled.bf16) == (compiled, bf16)
+    assert settled.compile_mode == ("default" if compiled else None)
+
+
+@pytest.mark.parametrize("given, on_cuda_stack", [
+    ({"compile": False}, (False, False)), ({"bf16": False}, (True, False)), ({"compile": "reduce-overhead"}, ("reduce-overhead", True)),
+    ({"bf16": True}, (True, True)), ({"compile": False, "bf16": True}, (False, True))])
+def test_what_a_config_says_outright_is_kept_by_auto(given, on_cuda_stack):
+    cfg = tiny("ndr", **{"compile": "auto", "bf16": "auto", **given})
+    assert (cfg.settled("cuda", 8).compile, cfg.settled("cuda", 8).bf16) == on_cuda_stack
+    assert cfg.settled("cpu", 8).bf16 is given.get("bf16", False)
+
+
+def test_an_unsettled_auto_has_no_compile_mode():
+    with pytest.raises(ValueError, match="settled"):
+        tiny("ndr", compile="auto").compile_mode

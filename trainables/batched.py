@@ -37,7 +37,7 @@ from .graphs import GraphedStep, graphs_unused_because
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
 from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, lr_factor, make_model, make_optimizer, predict, ratios, score_sums,
-                    set_lr, setup_device, synchronize)
+                    set_lr, setup_device, synchronize, where)
 
 # Models whose forward vmap can trace and whose result for a sample does not depend on how wide
 # its batch is padded (seeds' batches are padded to the widest): the shared-weight Transformers
@@ -182,10 +182,13 @@ class Stack:
     """The members' models stacked, each with its own batch source, and their optimizer: `step()`
     trains every member once. What train_members runs and member_steps_per_second times."""
 
-    def __init__(self, cfg: TrainConfig, members: list[dict[str, Any]], task, device: torch.device):
+    def __init__(self, cfg: TrainConfig, members: list[dict[str, Any]], task, device: torch.device,
+                 log: Callable[[str], None] | None = print):
         why_not = batchable({**cfg.flat(), "model": cfg.model})
         if why_not:
             raise ValueError(f"members cannot be stacked: {why_not}")
+        cfg = cfg.settled(device.type, len(members))
+        self.log = log
         self.cfg, self.task, self.device = cfg, task, device
         self.configs = member_configs(cfg, members)
         self.rngs = [np.random.default_rng(c.seed) for c in self.configs]
@@ -212,7 +215,7 @@ class Stack:
 
         # The parameters vary along dim 0; so does the batch in training (a batch per member), while
         # every member is evaluated on the same rows.
-        self.forward = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+        self.forward = self.uncompiled = vmap(forward, in_dims=(0, 0, 0), randomness="different")
         if cfg.compile:  # the vmapped forward and its backward as fused kernels (a compile per batch width at first)
             self.forward = torch.compile(self.forward, mode=cfg.compile_mode)
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
@@ -238,7 +241,22 @@ class Stack:
 
     def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""
-        return self.run(self.next_batch())
+        batch = self.next_batch()
+        try:
+            return self.run(batch)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001 - compile: auto must not cost a trial the compiler's own bug
+            if self.forward is self.uncompiled:
+                raise
+            # Compiled code can fail where the eager step works (a single NDR's, on CUDA under torch
+            # 2.11: an Inductor stride assertion on dynamic lengths). The failure comes before the
+            # optimizer's update, so the step is retried uncompiled and the trial goes on slower.
+            self.forward = self.uncompiled
+            if self.log:
+                self.log(f"[{self.cfg.task}/{self.cfg.model}] the compiled step failed "
+                         f"({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); training on uncompiled")
+            return self.run(batch)
 
     def load_member(self, k: int) -> torch.nn.Module:
         """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
@@ -289,15 +307,16 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
     returns each member's final metrics."""
     device = setup_device(cfg)
     task = load_task(cfg.task, cfg.task_options)
-    stack = Stack(cfg, members, task, device)
+    stack = Stack(cfg, members, task, device, log)
+    cfg = stack.cfg
     params, rngs, sources, optimizer = stack.params, stack.rngs, stack.sources, stack.optimizer
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
-    say = log and (bar.write if not bar.disable else log)
+    say = stack.log = log and (bar.write if not bar.disable else log)
     described = [" ".join(f"{k} {v}" for k, v in member.items()) for member in members]
     selections = [Selection(c, task, device, say, f"{cfg.task}/{cfg.model} {d}") for c, d in zip(stack.configs, described)]
     if log:
         log(f"[{cfg.task}/{cfg.model}] {len(members)} members stacked ({'; '.join(described)}): "
-            f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {device}; {cfg.n_iters:,} iterations")
+            f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {where(cfg, device)}; {cfg.n_iters:,} iterations")
     start = 0
     if resume_state:
         with torch.no_grad():

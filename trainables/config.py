@@ -55,21 +55,37 @@ class TrainConfig:
     eval_batch_size: int = 1024
     seed: int = 0
     device: str = "auto"  # "auto" picks CUDA when there is one
-    bf16: bool = False  # bf16 autocast, on any device (tests check it against float32 on the CPU)
+    # bf16 autocast, on any device (tests check it against float32 on the CPU); auto: where the step is
+    # compiled on CUDA. Compiled, NDR's stacked learning curves at the paper's setting stay within seed
+    # noise of TF32's and the step runs 1.36x faster; uncompiled, its casts stay unfused and it is no
+    # faster than TF32 (H100, docs/measurements.md, ninth session).
+    bf16: bool | str = "auto"
     # TF32 matmuls on CUDA (10-bit mantissas, float32 range): NDR's learning curves at the paper's
     # setting stay within seed noise of float32 (benchmarks/precision_curves.py, docs/measurements.md)
     # and its stacked steps run 1.75x faster. No effect on a CPU.
     tf32: bool = True
     # torch.compile the model (Module.compile: checkpoints keep their keys), or a stack's vmapped step:
-    # true (torch's default mode) or one of COMPILE_MODES ("reduce-overhead" adds CUDA graphs of its own)
-    compile: bool | str = False
+    # true (torch's default mode) or one of COMPILE_MODES ("reduce-overhead" adds CUDA graphs of its own).
+    # auto: a stack of several members on CUDA, in the default mode (one to two minutes of compiling for
+    # 1.5x at NDR's 20 members); a single trial and the CPU stay uncompiled (a single NDR's compile
+    # failed on CUDA under torch 2.11; on the CPU a compile takes minutes and the step is slower).
+    compile: bool | str = "auto"
     cuda_graphs: str | bool = "auto"  # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
     @property
     def compile_mode(self) -> str | None:
         """torch.compile's mode, or None where nothing compiles."""
+        if self.compile == "auto":
+            raise ValueError("compile: auto has no mode until the config is settled for its device (TrainConfig.settled)")
         return None if self.compile is False else "default" if self.compile is True else self.compile
+
+    def settled(self, device_type: str, members: int = 1) -> TrainConfig:
+        """This config with `compile: auto` and `bf16: auto` decided for `members` stacked on a
+        `device_type` device (what train and batched.Stack run)."""
+        compile = (device_type == "cuda" and members > 1) if self.compile == "auto" else self.compile
+        bf16 = (device_type == "cuda" and compile is not False) if self.bf16 == "auto" else self.bf16
+        return dataclasses.replace(self, compile=compile, bf16=bf16)
 
     def flat(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "model_options"}
@@ -79,7 +95,7 @@ class TrainConfig:
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant", "cosine"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False),
-           "compile": (False, True, *COMPILE_MODES)}
+           "compile": ("auto", False, True, *COMPILE_MODES), "bf16": ("auto", False, True)}
 # (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; null only where the key's type allows it (NULLABLE).
 RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
           "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),

@@ -34,6 +34,7 @@ def graphs_unused_because(cfg, device: torch.device) -> str | None:
     """Why `cfg` trains eagerly (one launch per kernel), or None where its step is graphed."""
     from .batched import batchable
 
+    cfg = cfg.settled(device.type)  # as a single trial; a stack passes its own, settled for its members
     if cfg.cuda_graphs is False:
         return "cuda_graphs: false"
     if device.type != "cuda":

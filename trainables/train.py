@@ -41,6 +41,12 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def where(cfg: TrainConfig, device: torch.device) -> str:
+    """The device and how a settled config runs on it, for a trial's first log line: its compile
+    and bf16 may have been decided by `auto`, which the recorded parameters keep."""
+    return str(device) + "".join(f", {word}" for word, on in (("compiled", cfg.compile), ("bf16 autocast", cfg.bf16)) if on)
+
+
 def setup_device(cfg: TrainConfig) -> torch.device:
     """The trial's device, with its CPU threads and, on CUDA, its matmul precision (`tf32`) set."""
     if cfg.threads:
@@ -410,6 +416,7 @@ def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, 
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     device = setup_device(cfg)
+    cfg = cfg.settled(device.type)
     torch.manual_seed(cfg.seed)
     batch_rng = np.random.default_rng(cfg.seed)
     if log:
@@ -420,7 +427,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     if cfg.compile:
         model.compile(mode=cfg.compile_mode)  # in place: the state dict keeps its keys, so checkpoints load either way
     if log:
-        log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
+        log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {where(cfg, device)}; "
             f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
     step, optimizer, bucketed = step_function(cfg, model, task, device)
     # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
@@ -478,6 +485,7 @@ def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
     the task loaded and the model built: what a benchmark or the cost estimate times. The task's
     data are generated (or read from the cache) as for training: pass small sizes."""
     device = setup_device(cfg)
+    cfg = cfg.settled(device.type)
     torch.manual_seed(cfg.seed)
     task = load_task(cfg.task, cfg.task_options)
     next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))

@@ -61,7 +61,10 @@ def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
     from trainables.batched import member_steps_per_second
     from trainables.config import parse_trial_config
 
-    cfg = parse_trial_config(flat)
+    # Uncompiled, even where the stack will train compiled (compile: auto on CUDA): a compile per
+    # size tried would take minutes each, and on an H100 NDR's compiled stack levels off where its
+    # graphed one does (about 20 members; docs/measurements.md).
+    cfg = parse_trial_config({**flat, "compile": False})
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
         return member_steps_per_second(cfg, sizes, CALIBRATION_STEPS)
 
