@@ -27,7 +27,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = parse_trial_config({"task": "scan", "model": "transformer_enc_dec", "task_options": {"eval_size": args.eval_size},
-                              "d_model": 64, "n_heads": 4, "encoder_layers": 2, "decoder_layers": 2})
+                              "d_model": 64, "n_heads": 4, "encoder_layers": 2, "decoder_layers": 2}).settled("cpu")
     shared = load_task("scan", cfg.task_options)
     copied = dataclasses.replace(shared, splits={**shared.splits, "ood_valid": copy.deepcopy(shared.splits["iid_valid"])})
     model = make_model(cfg, shared).eval()

@@ -57,6 +57,7 @@ class CountOperators(TorchDispatchMode):
 def count(cfg, n: int, rows: int) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
+    cfg = stack.cfg  # compile and bf16 as the stack runs them (auto decided for this device)
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
     batch = stack.next_batch()
     width = f" x {batch['tokens'].shape[-1]} tokens" if "tokens" in batch else ""

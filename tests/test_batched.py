@@ -104,6 +104,7 @@ def test_a_compiled_step_that_fails_leaves_the_stack_training_uncompiled(monkeyp
     failed_over = train_members(tiny("ndr", compile=True, **NO_DROPOUT), members, log=lines.append)
     for a, b in zip(eager, failed_over):
         close(a, b)
+    assert any("parameters each on cpu, compiled;" in line for line in lines)  # what compile and bf16 resolved to
     said = [line for line in lines if "compiled step failed" in line]
     assert said == ["[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at dim=0); training on uncompiled"]
 

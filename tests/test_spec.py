@@ -634,6 +634,12 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     assert line.startswith("  cost of fwd__ndr: 4 trials x 10 steps = 40 training steps; ") and "; stacks of 2: " in line, line
     rate = float(line.split("stacks of 2: ")[1].split(" member-steps/s")[0])
     assert line.endswith(f"-> at most {cost.hours(40 / rate)} of trial time") and " GPU-hours" in summary, (line, summary)
+    # The curve is timed uncompiled (a compile per size would take minutes) and says so where the
+    # stacks will train compiled: compile: auto on CUDA, unless the file turns it off.
+    assert " member-steps/s here, uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound" in line, line
+    uncompiled = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
+                                                  fixed={"d_model": 16, "n_layers": 2, "batch_size": 8, "compile": False})))
+    assert "uncompiled" not in next(cost.describe_cost(uncompiled))
     # A stack is never more than the pair's runs: a search of 3 under stack_size 8 trains stacks of 3.
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "n_iters": 10, "stack_size": 8}, resources={"cpu": 1, "gpu": 1},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))

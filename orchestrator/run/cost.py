@@ -151,17 +151,22 @@ def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
     return most if study.is_ablation else 1
 
 
-def stacked_step_time(study: Study, pair: Pair, size: int | None) -> tuple[float | None, str, int]:
+def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -> tuple[float | None, str, int]:
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here. None where the stack does not fit the device."""
     from trainables.batched import knee
+    from trainables.config import parse_trial_config
 
     curve = dict(stack_curve(calibration_config(study, pair), stack_sizes_to_try(size or study.most_stacked(pair))))
     size = size or knee(list(curve.items()))
     if size not in curve:
         return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})", size
-    return 1 / curve[size], f"stacks of {size}: {curve[size]:.1f} member-steps/s here", size
+    words = f"stacks of {size}: {curve[size]:.1f} member-steps/s here"
+    if parse_trial_config(calibration_config(study, pair)).settled(device, size).compile is not False:
+        words += (", uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound (NDR's compiled "
+                  "bf16 stack ran 2.03x the uncompiled one on an H100, after 1-2 min of compiling)")
+    return 1 / curve[size], words, size
 
 
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
@@ -193,7 +198,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
             try:
-                per_step, stacked, size = stacked_step_time(study, pair, size)
+                per_step, stacked, size = stacked_step_time(study, pair, size, device_kind(pair, on_gpu))
                 if study.budget.stack_size == "auto":  # as the launch records the knee: its trial count follows
                     study.stack_sizes[pair.name] = size
             except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
