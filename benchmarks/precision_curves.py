@@ -35,7 +35,7 @@ def score_of(metrics: dict) -> str:
 
 def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]]:
     """Iteration -> each seed's metrics at that evaluation."""
-    cfg = parse_trial_config({**flat, **PRECISIONS[precision]})
+    cfg = parse_trial_config({"compile": False, **flat, **PRECISIONS[precision]})  # uncompiled unless --set compile=...
     out: dict[int, list[dict]] = {}
     start = time.perf_counter()
 

@@ -88,25 +88,60 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
 
 
-def test_a_compiled_step_that_fails_leaves_the_stack_training_uncompiled(monkeypatch):
-    """compile: auto compiles stacks on CUDA, where a compiler bug (a single NDR's stride assertion
-    under torch 2.11) would otherwise cost the trial: the stack says why, then trains as the
-    uncompiled stack does, from that very step."""
-    def compile_that_fails(fn, **_):
-        def run(*args):
-            raise AssertionError("expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ...")
-        return run
+class FailsBackward(torch.autograd.Function):
+    """The identity whose backward fails, as the compiled backward of a single NDR did on CUDA."""
 
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise AssertionError("expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ...")
+
+
+def compile_that_fails(where: str):
+    """A torch.compile whose compiled function fails in its forward or in its backward."""
+    def compile(fn, **_):
+        def run(*args):
+            if where == "forward":
+                FailsBackward.backward(None, None)
+            return FailsBackward.apply(fn(*args))
+        return run
+    return compile
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_compiled_step_that_fails_leaves_an_auto_compiled_stack_training_uncompiled(monkeypatch, where):
+    """compile: auto compiles stacks on CUDA (here pretended: the config settles as on CUDA), where
+    a compiler bug would otherwise cost the trial: the stack says why, then trains as the uncompiled
+    stack does, from that very step. A stack of one member is not compiled at all."""
+    from trainables.config import TrainConfig
+
+    settled = TrainConfig.settled
+    monkeypatch.setattr(TrainConfig, "settled", lambda self, device_type, members=1: settled(self, "cuda", members))
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
     eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
-    monkeypatch.setattr(torch, "compile", compile_that_fails)
+    monkeypatch.setattr(torch, "compile", compile_that_fails(where))
     lines = []
-    failed_over = train_members(tiny("ndr", compile=True, **NO_DROPOUT), members, log=lines.append)
+    failed_over = train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=lines.append)
     for a, b in zip(eager, failed_over):
         close(a, b)
     assert any("parameters each on cpu, compiled;" in line for line in lines)  # what compile and bf16 resolved to
     said = [line for line in lines if "compiled step failed" in line]
     assert said == ["[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at dim=0); training on uncompiled"]
+    with pytest.warns(UserWarning, match="compiled step failed"):  # where the trial logs nothing, as a launch's do
+        train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=None)
+    lines.clear()
+    train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members[:1], log=lines.append)
+    assert not any("compiled" in line for line in lines)
+
+
+def test_a_compile_asked_for_outright_fails_as_it_is(monkeypatch):
+    """compile: true is a request to measure or to use the compiled step: its failure is the trial's."""
+    monkeypatch.setattr(torch, "compile", compile_that_fails("backward"))
+    with pytest.raises(AssertionError, match="stride 32==24"):
+        train_members(tiny("ndr", compile=True, **NO_DROPOUT), [{"seed": 0}, {"seed": 1}], log=None)
 
 
 def test_a_cosine_schedule_stacked_equals_separate_runs():

@@ -18,6 +18,7 @@ from orchestrator.record import export
 from orchestrator.record.state import LaunchState
 
 IDENTITY = ["run_id", "run_name", "start_time", "end_time", "trial_id", "pair", "model", "task", "variant", "phase", "trial_status"]
+RAN_AS = ("code_version", "device", "compile", "bf16")  # tags after the identity: the code, and how the trial ran
 
 
 def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[LaunchState, dict[str, dict]]:
@@ -35,7 +36,7 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
         config = {"task": "ctl", "model": model, "task_options": {"direction": "backward", "max_depth": 6}, **config}
         tags = {"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial", "trial_id": f"t{len(expected)}",
                 "pair": pair, "model": model, "task": "ctl", "variant": "ctl_backward", "phase": phase, "trial_status": status,
-                "trial_config": json.dumps(config), "code_version": "abc1234", **cell}
+                "trial_config": json.dumps(config), "code_version": "abc1234", "device": "cuda:0", "compile": "default", "bf16": "true", **cell}
         run = client.create_run(exp_id, run_name=name, tags=tags)
         for metric, values in curves.items():
             for step, value in enumerate(values):
@@ -43,7 +44,7 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
         client.set_terminated(run.info.run_id, "FAILED" if status == "failed" else "FINISHED")
         flat = {f"params.{k}": v for k, v in config.items() if k != "task_options"}
         flat |= {f"params.task_options.{k}": v for k, v in config["task_options"].items()}
-        expected[run.info.run_id] = {"run_name": name, **{k: v for k, v in tags.items() if k in IDENTITY or k == "code_version"}, **flat,
+        expected[run.info.run_id] = {"run_name": name, **{k: v for k, v in tags.items() if k in IDENTITY or k in RAN_AS}, "bf16": True, **flat,
                                      **{f"metrics.{m}": values[-1] for m, values in curves.items()},
                                      **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed", "member")},
                                      **({"cell": cell["cell"]} if "cell" in cell else {})}
@@ -78,7 +79,7 @@ def same(found, wanted) -> bool:
 
 def check_table(frame: pd.DataFrame, expected: dict[str, dict]) -> None:
     assert sorted(frame["run_id"]) == sorted(expected)  # one row per trial run of this launch, no other run
-    columns = set(IDENTITY) | {"cell", "candidate", "seed", "code_version"} | {k for row in expected.values() for k in row}
+    columns = set(IDENTITY) | {"cell", "candidate", "seed", *RAN_AS} | {k for row in expected.values() for k in row}
     assert set(frame.columns) == columns
     assert list(frame.columns[: len(IDENTITY)]) == IDENTITY
     assert frame["start_time"].is_monotonic_increasing

@@ -87,6 +87,7 @@ def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_eve
         for tag in ("model", "task", "variant", "launch_id", "trial_id", "code_version", "mlflow.source.git.commit", "node", "node_id", "device"):
             assert run.data.tags.get(tag), tag
         assert run.data.tags["device"] == "cpu" and run.data.tags["trial_status"] == "completed"
+        assert (run.data.tags["compile"], run.data.tags["bf16"]) == ("off", "false")  # what auto is on a CPU
         config = json.loads(run.data.tags["trial_config"])
         for key in ("lr", "d_model", "n_layers", "batch_size", "n_iters", "task", "model") + (("n_heads",) if "n_heads" in config else ()):
             assert run.data.params[key] == (json.dumps(config[key]) if isinstance(config[key], (dict, list)) else str(config[key]))

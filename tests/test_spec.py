@@ -639,7 +639,8 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     assert " member-steps/s here, uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound" in line, line
     uncompiled = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
                                                   fixed={"d_model": 16, "n_layers": 2, "batch_size": 8, "compile": False})))
-    assert "uncompiled" not in next(cost.describe_cost(uncompiled))
+    line = next(cost.describe_cost(uncompiled))
+    assert "; stacks of 2: " in line and "uncompiled" not in line, line
     # A stack is never more than the pair's runs: a search of 3 under stack_size 8 trains stacks of 3.
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "n_iters": 10, "stack_size": 8}, resources={"cpu": 1, "gpu": 1},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))

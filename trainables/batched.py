@@ -24,6 +24,7 @@ import math
 import statistics
 import sys
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -187,8 +188,8 @@ class Stack:
         why_not = batchable({**cfg.flat(), "model": cfg.model})
         if why_not:
             raise ValueError(f"members cannot be stacked: {why_not}")
+        self.falls_back, self.log = cfg.compile == "auto", log  # falls back uncompiled where auto compiled (gradients)
         cfg = cfg.settled(device.type, len(members))
-        self.log = log
         self.cfg, self.task, self.device = cfg, task, device
         self.configs = member_configs(cfg, members)
         self.rngs = [np.random.default_rng(c.seed) for c in self.configs]
@@ -224,16 +225,42 @@ class Stack:
 
     def train_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """One training step of every member on its slice of `batch`: -> (each member's loss, each member's score sums)."""
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed):
-            out = self.forward(self.params, self.buffers, batch)
-        members = range(len(self.configs))
-        losses = torch.stack([loss_of(self.task.kind, out[k], unstack(batch, k)) for k in members])
-        self.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
+        out, losses = self.gradients(batch)
         if self.clips:
             clip_per_member(self.cfg.grad_clip_by, self.clip_limits, [p.grad for p in self.params.values() if p.grad is not None])
         self.optimizer.step()
-        return losses.detach().float(), [score_sums(self.task.kind, out[k].detach(), unstack(batch, k)) for k in members]
+        return losses.detach().float(), [score_sums(self.task.kind, out[k].detach(), unstack(batch, k)) for k in range(len(self.configs))]
+
+    def gradients(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's output and loss on its slice of `batch`, the loss's gradients in the
+        parameters. Where `compile: auto` compiled the step and the compiled code fails (a single
+        NDR's did on CUDA under torch 2.11: an Inductor stride assertion in its backward), the stack
+        says why and goes on uncompiled from this very step: nothing was updated yet. A compile
+        asked for outright fails as it is."""
+        try:
+            return self.forward_backward(batch)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001 - compile: auto must not cost a trial the compiler's own bug
+            if not self.falls_back or self.forward is self.uncompiled:
+                raise
+            why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        # Out of the except block: the failed attempt's activations, which its traceback holds, are freed first.
+        self.forward = self.uncompiled
+        message = f"[{self.cfg.task}/{self.cfg.model}] the compiled step failed ({why}); training on uncompiled"
+        if self.log:
+            self.log(message)
+        else:  # a launch's trials log nothing else: the worker's warning reaches the driver's console
+            warnings.warn(message, stacklevel=2)
+        return self.forward_backward(batch)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed):
+            out = self.forward(self.params, self.buffers, batch)
+        losses = torch.stack([loss_of(self.task.kind, out[k], unstack(batch, k)) for k in range(len(self.configs))])
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
+        return out, losses
 
     def next_batch(self) -> dict[str, torch.Tensor]:
         """Every member's next batch, stacked."""
@@ -241,22 +268,7 @@ class Stack:
 
     def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""
-        batch = self.next_batch()
-        try:
-            return self.run(batch)
-        except torch.cuda.OutOfMemoryError:
-            raise
-        except Exception as e:  # noqa: BLE001 - compile: auto must not cost a trial the compiler's own bug
-            if self.forward is self.uncompiled:
-                raise
-            # Compiled code can fail where the eager step works (a single NDR's, on CUDA under torch
-            # 2.11: an Inductor stride assertion on dynamic lengths). The failure comes before the
-            # optimizer's update, so the step is retried uncompiled and the trial goes on slower.
-            self.forward = self.uncompiled
-            if self.log:
-                self.log(f"[{self.cfg.task}/{self.cfg.model}] the compiled step failed "
-                         f"({type(e).__name__}: {(str(e).splitlines() or [''])[0]}); training on uncompiled")
-            return self.run(batch)
+        return self.run(self.next_batch())
 
     def load_member(self, k: int) -> torch.nn.Module:
         """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""

@@ -66,7 +66,7 @@ class TrainConfig:
     tf32: bool = True
     # torch.compile the model (Module.compile: checkpoints keep their keys), or a stack's vmapped step:
     # true (torch's default mode) or one of COMPILE_MODES ("reduce-overhead" adds CUDA graphs of its own).
-    # auto: a stack of several members on CUDA, in the default mode (one to two minutes of compiling for
+    # auto: a stack of several members on CUDA, in the default mode (1.5-3 minutes of compiling for
     # 1.5x at NDR's 20 members); a single trial and the CPU stay uncompiled (a single NDR's compile
     # failed on CUDA under torch 2.11; on the CPU a compile takes minutes and the step is slower).
     compile: bool | str = "auto"

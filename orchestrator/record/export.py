@@ -12,9 +12,10 @@ import pandas as pd
 from . import tracking
 
 FORMATS = ("csv", "parquet")
-# The tags that place a run, in this order; cell, candidate and seed only where the launch has them.
+# The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
+# then how it ran (its device, and the compile and bf16 that `auto` chose there).
 TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, "cell", "candidate", "seed", "member", "code_version",
-        tracking.DATA_VERSION_TAG)
+        tracking.DATA_VERSION_TAG, "device", "compile", "bf16")
 
 
 def flattened(config: dict, prefix: str = "params.") -> dict:
@@ -52,6 +53,8 @@ def launch_frame(state) -> pd.DataFrame:
     for tag in ("candidate", "seed", "member"):  # MLflow keeps tags as text; these are numbers to sort and group by
         if tag in frame:
             frame[tag] = pd.to_numeric(frame[tag]).astype("Int64")
+    if "bf16" in frame:  # and this a yes or no
+        frame["bf16"] = frame["bf16"].map({"true": True, "false": False}).astype("boolean")
     for column in whole_number_keys([row["params"] for row in rows]) & set(frame.columns):
         frame[column] = frame[column].astype("Int64")
     leading = [c for c in ("run_id", "run_name", "start_time", "end_time", *TAGS) if c in frame]

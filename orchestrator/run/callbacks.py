@@ -161,7 +161,7 @@ class TrialTracker(Callback):
                 self.located.add(run_id)
                 self.mlflow.log_batch(run_id, tags=[
                     RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
-                    RunTag("device", str(result.get("device", ""))), RunTag("node_id", str(result.get("node_id", "")))])
+                    *(RunTag(key, str(result.get(key, ""))) for key in ("device", "node_id", "compile", "bf16"))])
 
     def log_evaluation(self, run_id: str, result: dict) -> None:
         from mlflow.entities import Metric

@@ -156,16 +156,18 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here. None where the stack does not fit the device."""
     from trainables.batched import knee
-    from trainables.config import parse_trial_config
+    from trainables.config import parse_trial_config, yaml_word
 
-    curve = dict(stack_curve(calibration_config(study, pair), stack_sizes_to_try(size or study.most_stacked(pair))))
+    flat = calibration_config(study, pair)
+    curve = dict(stack_curve(flat, stack_sizes_to_try(size or study.most_stacked(pair))))
     size = size or knee(list(curve.items()))
     if size not in curve:
         return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})", size
     words = f"stacks of {size}: {curve[size]:.1f} member-steps/s here"
-    if parse_trial_config(calibration_config(study, pair)).settled(device, size).compile is not False:
-        words += (", uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound (NDR's compiled "
-                  "bf16 stack ran 2.03x the uncompiled one on an H100, after 1-2 min of compiling)")
+    if parse_trial_config(flat).settled(device, size).compile is not False:
+        asked = "compile: auto on CUDA" if flat.get("compile", "auto") == "auto" else f"compile: {yaml_word(flat['compile'])}"
+        words += (f", uncompiled; they train compiled ({asked}), so the time is an upper bound (NDR's compiled "
+                  "bf16 stack ran 2.03x the uncompiled one on an H100, after 1.5-3 min of compiling)")
     return 1 / curve[size], words, size
 
 

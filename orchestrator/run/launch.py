@@ -50,14 +50,18 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
     from ray import tune
 
     from trainables.batched import train_members
-    from trainables.config import parse_trial_config
+    from trainables.config import parse_trial_config, yaml_word
     from trainables.train import pick_device, train
 
     logging.getLogger("ray.train").setLevel(logging.WARNING)  # a line per checkpoint drowns the progress lines
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
     cfg.threads = max(1, int(cpus[config[PAIR_KEY]]))
-    # Two Ray nodes on one machine share a hostname; the node id tells them apart.
-    where = {"device": str(pick_device(cfg.device)), "node_id": ray.get_runtime_context().get_node_id()}
+    # Two Ray nodes on one machine share a hostname; the node id tells them apart. compile and bf16
+    # as the trial runs them: the recorded config keeps `auto`, which depends on the device and the stack.
+    device, members = pick_device(cfg.device), config.get(MEMBERS_KEY)
+    ran_as = cfg.settled(device.type, len(members) if members else 1)
+    where = {"device": str(device), "node_id": ray.get_runtime_context().get_node_id(),
+             "compile": ran_as.compile_mode or "off", "bf16": yaml_word(ran_as.bf16)}
     resume_state, history, replay = None, [], None  # history: every evaluation so far, kept in each checkpoint
     checkpoint = tune.get_checkpoint()
     if checkpoint:
@@ -85,7 +89,6 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
                 "iteration": max(m.get("iteration", 0) for m in per_member), metric: overall,
                 "status": "diverged" if statuses == {"diverged"} else "running" if "running" in statuses else "completed"}, state)
 
-    members = config.get(MEMBERS_KEY)
     if members:
         train_members(cfg, members, report=report_members, resume_state=resume_state, log=None)
     else:
