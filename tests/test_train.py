@@ -443,7 +443,9 @@ def test_compile_takes_a_mode_as_well_as_true():
 def test_auto_compiles_and_takes_bf16_only_for_a_stack_on_cuda(device, members, compiled, bf16):
     """compile: auto and bf16: auto (the defaults) decide per device and stack height: bf16 pays
     only where the step is compiled, and a single trial's compile failed on a GPU."""
-    settled = tiny("ndr", compile="auto", bf16="auto").settled(device, members)
+    default = parse_trial_config({"task": "ctl", "model": "ndr"})
+    assert (default.compile, default.bf16) == ("auto", "auto")
+    settled = default.settled(device, members)
     assert (settled.compile, settled.bf16) == (compiled, bf16)
     assert settled.compile_mode == ("default" if compiled else None)
 
