@@ -11,7 +11,9 @@
 # LSTM, which packs four trials to a GPU, the Transformer and NDR), N_ITERS iterations per trial
 # (default 2000) and an evaluation every EVAL_EVERY (default 1000). N_ITERS=30000 MODELS=... runs
 # the rows at the paper's length, where the time allows; LAUNCH_ARGS go to `orchestrator launch`
-# (`--address HOST:PORT` to join a cluster instead of starting Ray here). Writes into OUT_DIR
+# (`--address HOST:PORT` to join a cluster instead of starting Ray here). GPU_PER_TRIAL=F gives each
+# Transformer and NDR trial F of a GPU instead of the file's whole one, so that 1/F stacked trials
+# share one lent GPU (and compile side by side) instead of queueing for it. Writes into OUT_DIR
 # (default ./gpu-out):
 #   launch.txt   the launch's console (its plan, progress and answer)
 #   status.txt   `orchestrator status`: trials per pair and the best so far
@@ -35,13 +37,15 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$overlay:$PWD${PYTHONPATH:+:$PYTHONPATH}"
                                                  "torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 1
 
 file=$(mktemp -d)/ndr_table1_short.yaml
-MODELS=${MODELS:-lstm,transformer,ndr} N_ITERS=${N_ITERS:-2000} EVAL_EVERY=${EVAL_EVERY:-1000} "$py" - "$file" <<'PY'
+GPU_PER_TRIAL=${GPU_PER_TRIAL:-} MODELS=${MODELS:-lstm,transformer,ndr} N_ITERS=${N_ITERS:-2000} EVAL_EVERY=${EVAL_EVERY:-1000} "$py" - "$file" <<'PY'
 import os, sys
 import yaml
 spec = yaml.safe_load(open("ablations/ndr_table1.yaml"))
 spec["name"] = "ndr_table1_short"
 spec["models"] = os.environ["MODELS"].split(",")
 spec["per_model"] = {m: v for m, v in spec.get("per_model", {}).items() if m in spec["models"]}
+if os.environ["GPU_PER_TRIAL"]:
+    spec["resources"] = {**spec["resources"], "gpu": float(os.environ["GPU_PER_TRIAL"])}
 spec["budget"] = {**spec.get("budget", {}), "n_iters": int(os.environ["N_ITERS"]), "eval_every": int(os.environ["EVAL_EVERY"])}
 yaml.safe_dump(spec, open(sys.argv[1], "w"), sort_keys=False)
 PY
