@@ -288,6 +288,31 @@ def test_the_throughput_curve_times_each_stack_size_and_its_knee_is_where_it_fla
     assert knee(measured) == 8 and knee(measured, within=1.0) == 32 and knee([(1, 5.0), (2, 3.0)]) == 1
 
 
+def test_a_groups_throughput_counts_the_stack_of_its_rest():
+    """group_rate against the group trained stack by stack as Study.trials cuts it, each stack's rate
+    read off the curve or, between two measured sizes, off the line joining them."""
+    from trainables.batched import group_rate, knee
+
+    def rate_at(curve, n):
+        rates = dict(curve)
+        if n in rates:
+            return rates[n]
+        below, above = max(m for m in rates if m < n), min(m for m in rates if m > n)
+        return rates[below] + (rates[above] - rates[below]) * (n - below) / (above - below)
+
+    def slow(curve, members, size):
+        stacks = [len(range(members)[start : start + size]) for start in range(0, members, size)]
+        return members / sum(n / rate_at(curve, n) for n in stacks)
+
+    curves = [[(1, 46.7), (2, 79.0), (4, 132.4), (5, 134.9)], [(1, 9.0), (2, 17.5), (4, 33.0), (8, 60.0), (16, 64.0), (20, 66.0)]]
+    for curve in curves:
+        for members in (5, 7, 20, 23):
+            for size, _ in curve:
+                assert group_rate(curve, members, size) == pytest.approx(slow(curve, members, size))
+    # NDR on CTL backward, measured in a launch on an H100: four and one would take 39% longer than five
+    assert knee(curves[0], members=5) == 5 and knee(curves[0], members=8) == 4
+
+
 @pytest.mark.parametrize("model, rates", [("transformer_rel", {"dropout": 0.3, "query_dropout": 0.2}), ("ndr", {"gate_drop": 0.4})])
 def test_each_member_drops_at_its_own_rate(model, rates):
     """Members that differ only in dropout (or gate-drop) rates share a stack: the member at rate 0

@@ -306,11 +306,27 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
     return curve
 
 
-def knee(curve: list[tuple[int, float]], within: float = 0.9) -> int:
-    """The smallest stack size whose throughput is `within` of the curve's best: a larger stack
-    would cost memory and a longer wait per evaluation for little more."""
-    best = max(rate for _, rate in curve)
-    return min(n for n, rate in curve if rate >= within * best)
+def group_rate(curve: list[tuple[int, float]], members: int, size: int) -> float:
+    """Member-steps/s of `members` members trained in stacks of `size` one after another: the full
+    stacks and one stack of the rest, each at its throughput read off the curve (between two
+    measured sizes, on the line joining them)."""
+    sizes, rates = zip(*sorted(curve))
+    full, rest = divmod(members, size)
+    seconds = full * size / dict(curve)[size]
+    if rest:
+        seconds += rest / float(np.interp(rest, sizes, rates))
+    return members / seconds
+
+
+def knee(curve: list[tuple[int, float]], within: float = 0.9, members: int | None = None) -> int:
+    """The smallest stack size whose throughput for a group of `members` (the curve's largest size
+    unless given) is `within` of the best size's: a larger stack would cost memory and a longer
+    wait per evaluation for little more. The group's throughput counts the stack of its remainder,
+    so five seeds do not split four and one where a stack of five trains them sooner."""
+    members = members or max(n for n, _ in curve)
+    rates = {n: group_rate(curve, members, n) for n, _ in curve if n <= members}
+    best = max(rates.values())
+    return min(n for n, rate in rates.items() if rate >= within * best)
 
 
 def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: MembersReporter | None = None,

@@ -155,12 +155,12 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here. None where the stack does not fit the device."""
-    from trainables.batched import knee
+    from trainables.batched import group_rate, knee
     from trainables.config import parse_trial_config, yaml_word
 
-    flat = calibration_config(study, pair)
-    curve = dict(stack_curve(flat, stack_sizes_to_try(size or study.most_stacked(pair))))
-    size = size or knee(list(curve.items()))
+    flat, most = calibration_config(study, pair), study.most_stacked(pair)
+    curve = dict(stack_curve(flat, stack_sizes_to_try(size or most)))
+    size = size or knee(list(curve.items()), members=most)
     if size not in curve:
         return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})", size
     words = f"stacks of {size}: {curve[size]:.1f} member-steps/s here"
@@ -168,7 +168,7 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -
         asked = "compile: auto on CUDA" if flat.get("compile", "auto") == "auto" else f"compile: {yaml_word(flat['compile'])}"
         words += (f", uncompiled; they train compiled ({asked}), so the time is an upper bound (NDR's compiled "
                   "bf16 stack ran 2.03x the uncompiled one on an H100, after 1.5-3 min of compiling)")
-    return 1 / curve[size], words, size
+    return 1 / group_rate(list(curve.items()), most, size), words, size
 
 
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:

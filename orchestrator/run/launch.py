@@ -407,9 +407,11 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
             sizes[pair.name] = 1
             print(f"[launch] stack size of {pair.name}: 1, its throughput could not be measured ({why})", flush=True)
             continue
-        sizes[pair.name] = knee(curve)
+        most = study.most_stacked(pair)
+        sizes[pair.name] = knee(curve, members=most)
         shown = ", ".join(f"{n}: {rate:.1f}" for n, rate in curve)
-        print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where its member-steps/s level off ({shown})", flush=True)
+        print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its {most} members (a stack of "
+              f"the rest included) level off ({shown})", flush=True)
     return sizes
 
 
