@@ -105,6 +105,10 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(per_model={"lstm": {"resources": {"gpu": 2}}}), "per_model.lstm.resources.gpu: a trial uses at most one GPU; got 2"),
         (with_(per_model={"lstm": {"resources": {"gpus": 0.5}}}), "per_model.lstm.resources.gpus: unknown key (did you mean 'gpu'?)"),
         (with_(per_model={"lstm": {"resources": 0.5}}), "per_model.lstm.resources: expected a mapping"),
+        # Ray hides the GPUs from a trial that asks for none: CUDA would fail at its first step.
+        (with_(fixed={"device": "cuda"}), "fixed.device: cuda needs a GPU, and resources.gpu gives its trials none"),
+        (with_(resources={"gpu": 1}, per_model={"lstm": {"fixed": {"device": "cuda:0"}, "resources": {"gpu": 0}}}),
+         "per_model.lstm.fixed.device: cuda:0 needs a GPU, and per_model.lstm.resources.gpu gives its trials none"),
         (with_(models=[["ndr"]]), "models[0]: unknown model"),
         ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
         # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
@@ -448,6 +452,17 @@ def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path,
     study = load_study(write(tmp_path, with_(models=["lstm"], space={}, resources={"cpu": 8}, per_model={"lstm": {"resources": {"gpu": 0.25}}})))
     with pytest.raises(ClusterMismatch, match=r"^resources\.cpu: a trial asks for 8 CPU"):
         check_fits(study, use_gpu=True)
+
+
+def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
+    """A file that names CUDA as its trials' device, launched on a cluster without GPUs (this
+    machine's own Ray instance): one line naming the key, exit 2, before a launch folder or a
+    store exists, not a failure at every trial's first step."""
+    path = write(tmp_path, with_(resources={"gpu": 1}, per_model={"ndr": {"fixed": {"device": "cuda"}}}))
+    out = run_cli("launch", str(path), cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip() == f"orchestrator: error: {path}: per_model.ndr.fixed.device: cuda needs a GPU, and the cluster has none"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
 
 
 def test_dry_run_without_calibration_creates_no_store(tmp_path):

@@ -161,6 +161,12 @@ class Pair:
     warm_start: dict | None  # the paper's setting (Tables 7-9), moved into the space where needed
     grid: dict[str, list] = field(default_factory=dict)  # ablations: the grid keys this model has
     resources: Resources = field(default_factory=Resources)  # a trial's: the file's, or per_model's
+    device_key: str = "fixed.device"  # where the file names the trials' device: per_model's fixed, or the file's
+
+    @property
+    def needs_gpu(self) -> bool:
+        """The file names CUDA as the trials' device (auto takes a GPU only where there is one)."""
+        return str(self.base.get("device", "auto")).startswith("cuda")
 
     @property
     def name(self) -> str:
@@ -567,6 +573,12 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
                 continue
             pair = _make_pair(task, model, model_space, fixed, overrides.get("fixed") or {}, budget, seed, path)
             pair.resources = _parse_resources(overrides.get("resources"), resources, f"per_model.{model}.resources", path)
+            if "device" in (overrides.get("fixed") or {}):
+                pair.device_key = f"per_model.{model}.fixed.device"
+            if pair.needs_gpu and pair.resources.gpu == 0:
+                asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
+                raise SpecError(path, pair.device_key, f"{pair.base['device']} needs a GPU, and {asked}.gpu gives its trials none "
+                                "(Ray hides the GPUs from a trial that asks for none)")
             # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
             # (Table 6's head counts for multi-head attention only) adds to the file's.
             own_grid = _parse_grid({"grid": overrides.get("grid")}, path, f"per_model.{model}.grid")[0]

@@ -358,12 +358,15 @@ class ClusterMismatch(RuntimeError):
 
 
 def check_fits(study: Study, use_gpu: bool) -> None:
-    """A trial that no node can hold would wait for ever (Ray queues it silently): refused, with the
-    resources key at fault, before anything of the launch is written."""
+    """A trial that no node can hold would wait for ever (Ray queues it silently), and one told to
+    train on CUDA where the cluster has no GPU would fail at its first step: refused, with the key
+    at fault, before anything of the launch is written."""
     import ray
 
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     for pair in study.pairs:
+        if pair.needs_gpu and not use_gpu:
+            raise ClusterMismatch(f"{pair.device_key}: {pair.base['device']} needs a GPU, and the cluster has none")
         asks = pair.resources.asks(use_gpu)
         if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
             continue
