@@ -454,6 +454,33 @@ def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path,
         check_fits(study, use_gpu=True)
 
 
+def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_path, monkeypatch):
+    """Curves timed side by side on one GPU time each other: each calibration asks for a whole GPU
+    (and so runs alone on it), or for the most a node has where no node has a whole one."""
+    import ray
+
+    from orchestrator.run import launch
+
+    asked = []
+
+    class Timed:
+        def options(self, **options):
+            asked.append(options["num_gpus"])
+            return self
+
+        def remote(self, flat, sizes):
+            return sizes
+
+    monkeypatch.setattr(ray, "remote", lambda function: Timed())
+    monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
+    study = load_study(write(tmp_path, with_(models=["ndr"], space={}, seeds=[0, 1, 2], resources={"cpu": 1, "gpu": 0.25})))
+    study.resolve_batching(True)
+    for gpus, expected in ((2.0, 1), (0.5, 0.5)):
+        monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": gpus}}])
+        asked.clear()
+        assert launch.measure_stack_sizes(study) == {"fwd__ndr": 3} and asked == [expected]
+
+
 def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
     """A file that names CUDA as its trials' device, launched on a cluster without GPUs (this
     machine's own Ray instance): one line naming the key, exit 2, before a launch folder or a
