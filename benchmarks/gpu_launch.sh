@@ -8,8 +8,9 @@
 #
 # A lease is 15 minutes, and Table 1's NDR rows alone take about 40 on an H200, so by default
 # this runs a short Table 1: ablations/ndr_table1.yaml with its models cut to MODELS (default: the
-# LSTM, which packs four trials to a GPU, the Transformer and NDR), N_ITERS iterations per trial
-# (default 2000) and an evaluation every EVAL_EVERY (default 1000). N_ITERS=30000 MODELS=... runs
+# LSTM, which packs four trials to a GPU, the Transformer and NDR) and its tasks to VARIANTS (default
+# both: ctl_forward,ctl_backward), N_ITERS iterations per trial (default 2000) and an evaluation
+# every EVAL_EVERY (default 1000). N_ITERS=30000 MODELS=... runs
 # the rows at the paper's length, where the time allows; LAUNCH_ARGS go to `orchestrator launch`
 # (`--address HOST:PORT` to join a cluster instead of starting Ray here). GPU_PER_TRIAL=F gives each
 # Transformer and NDR trial F of a GPU instead of the file's whole one, so that 1/F stacked trials
@@ -37,12 +38,14 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$overlay:$PWD${PYTHONPATH:+:$PYTHONPATH}"
                                                  "torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 1
 
 file=$(mktemp -d)/ndr_table1_short.yaml
-GPU_PER_TRIAL=${GPU_PER_TRIAL:-} MODELS=${MODELS:-lstm,transformer,ndr} N_ITERS=${N_ITERS:-2000} EVAL_EVERY=${EVAL_EVERY:-1000} "$py" - "$file" <<'PY'
+VARIANTS=${VARIANTS:-} GPU_PER_TRIAL=${GPU_PER_TRIAL:-} MODELS=${MODELS:-lstm,transformer,ndr} N_ITERS=${N_ITERS:-2000} EVAL_EVERY=${EVAL_EVERY:-1000} "$py" - "$file" <<'PY'
 import os, sys
 import yaml
 spec = yaml.safe_load(open("ablations/ndr_table1.yaml"))
 spec["name"] = "ndr_table1_short"
 spec["models"] = os.environ["MODELS"].split(",")
+if os.environ["VARIANTS"]:
+    spec["tasks"] = [t for t in spec["tasks"] if t["variant"] in os.environ["VARIANTS"].split(",")]
 spec["per_model"] = {m: v for m, v in spec.get("per_model", {}).items() if m in spec["models"]}
 if os.environ["GPU_PER_TRIAL"]:
     spec["resources"] = {**spec["resources"], "gpu": float(os.environ["GPU_PER_TRIAL"])}
