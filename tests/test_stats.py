@@ -58,6 +58,8 @@ def test_regression_needs_the_test_and_the_effect():
     tiny = stats.regressions([(("c",), [0.9050, 0.9051, 0.9052], [0.9100, 0.9101, 0.9102], False)], min_effect=0.01)
     assert not tiny[0].regressed
     assert stats.regressions([(("d",), [0.1], before, False)]) == []  # one seed: nothing to test
+    # A fall of exactly the minimum effect is one, though its float falls short of it by a rounding.
+    assert 0.57 - 0.56 < 0.01 and stats.regressions([(("e",), [0.56] * 3, [0.57] * 3, False)], min_effect=0.01)[0].regressed
 
 
 def test_false_alarm_rate_of_unchanged_nights_stays_below_five_percent():

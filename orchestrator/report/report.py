@@ -205,18 +205,23 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     return None
 
 
-def shorter_than_the_paper(model: str, task: str, config: dict) -> str | None:
-    """'n_iters 1000, the paper's 50000' where a run trained fewer steps than the paper's setting
-    (trainables/presets): a CPU-scale check or a nightly's budget, whose difference from the
-    paper's number says nothing of the model."""
+def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -> dict | None:
+    """{key, ours, paper} where a run trained another number of steps than the paper's number beside
+    it: the cell's own `n_iters` (a column at another length than the paper's setting: NDR Table
+    6's 60k, Table 2's 50K), else its preset's (trainables/presets); ours is the run's n_iters, or
+    its early_budget for a `checkpoint: early` cell. A shorter run (a CPU-scale check, a nightly's
+    budget) gets no difference, since it says nothing of the model; a longer one gets it, said."""
     from trainables.config import ConfigError, preset
 
-    try:
-        paper = preset(task, model, config.get("task_options"))
-    except ConfigError:
-        return None
-    ours = config.get("n_iters")
-    return f"n_iters {ours}, the paper's {paper['n_iters']}" if ours is not None and ours < paper.get("n_iters", 0) else None
+    paper = cell.get("n_iters")
+    if paper is None:
+        try:
+            paper = preset(task, model, config.get("task_options")).get("n_iters")
+        except ConfigError:
+            return None
+    key = "early_budget" if cell.get("checkpoint") == "early" else "n_iters"
+    ours = config.get(key)
+    return {"key": key, "ours": ours, "paper": paper} if None not in (ours, paper) and ours != paper else None
 
 
 def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str) -> list[dict]:
@@ -235,7 +240,6 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
         base_setting = {**setting, **baseline}
         base_rows = by_setting.get(setting_key(base_setting)) if baseline and base_setting != setting else None
         first = group.iloc[0]
-        shorter = shorter_than_the_paper(first["model"], first["task"], first["config"])
         row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
         for metric in metrics:
             values = group[metric].dropna().tolist()
@@ -243,8 +247,9 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
                 continue
             low = lower_is_better(metric)
             summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
-            entry = {"summary": summary, "values": values, "shorter": shorter,
-                     "published": published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])}
+            cell = published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])
+            entry = {"summary": summary, "values": values, "published": cell,
+                     "unlike": cell and training_unlike_the_paper(cell, first["model"], first["task"], first["config"])}
             if base_rows is not None and metric in base_rows:
                 against = base_rows[metric].dropna().tolist()
                 if len(values) > 1 and len(against) > 1:
