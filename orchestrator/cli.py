@@ -497,6 +497,10 @@ def stacking(study, pair) -> str:
     """How a search pair's trials stack its TPE suggestions, in words for the plan ("" for not at all)."""
     from trainables.batched import MEMBER_KEYS
 
+    if study.batch_seeds == "auto":  # the plan is printed before the launch knows its GPUs: what one would make of it
+        on_gpus = dataclasses.replace(study, batch_seeds=any(p.resources.gpu > 0 for p in study.pairs))
+        words = stacking(on_gpus, pair) if on_gpus.batch_seeds else ""
+        return words and f"{words}, where trials get a GPU (batch_seeds: auto)"
     n = study.search_stack(pair)
     if n > 1:
         own = [k for k in pair.space if k in MEMBER_KEYS]

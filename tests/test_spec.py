@@ -481,6 +481,52 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
         assert launch.measure_stack_sizes(study) == {"fwd__ndr": 3} and asked == [expected]
 
 
+
+def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
+    """The plan is printed before the launch knows its GPUs (batch_seeds auto): a search that would
+    stack its suggestions on GPUs says so, hedged; one whose trials ask for no GPU says nothing."""
+    from orchestrator.cli import describe_study
+
+    space = {"lr": {"loguniform": [1e-4, 1e-3]}, "weight_decay": {"uniform": [0.0, 0.1]}}
+    study = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4}, resources={"cpu": 1, "gpu": 1})))
+    assert ("pair fwd__ndr: searching lr, weight_decay; 4 TPE suggestions per trial, stacked (each with its own lr, weight_decay), "
+            "where trials get a GPU (batch_seeds: auto)") in describe_study(study)
+    on_cpus = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4})))
+    assert "TPE suggestions per trial" not in describe_study(on_cpus)
+
+
+def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
+    """The throughput curve times a config whose members stack: an ablation's largest stacking
+    group (its first cell, act: graves, cannot), a search's typical config with a choice that lets
+    it stack (the middle of [none, graves] is graves)."""
+    import ray
+
+    from orchestrator.run import launch
+
+    timed = []
+
+    class Timed:
+        def options(self, **options):
+            return self
+
+        def remote(self, flat, sizes):
+            timed.append(flat)
+            return sizes
+
+    monkeypatch.setattr(ray, "remote", lambda function: Timed())
+    monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
+    ablation = load_study(write(tmp_path, with_(models=["ndr"], space={}, grid={"act": ["graves", "none"]}, seeds=[0, 1, 2],
+                                                resources={"cpu": 1, "gpu": 1})))
+    search = load_study(write(tmp_path, with_(models=["ndr"], space={"lr": {"loguniform": [1e-4, 1e-3]}, "act": {"choice": ["none", "graves"]}},
+                                              budget={"trials": 4, "n_iters": 10}, resources={"cpu": 1, "gpu": 1})))
+    for study in (ablation, search):
+        study.resolve_batching(True)
+        timed.clear()
+        assert launch.measure_stack_sizes(study) == {"fwd__ndr": study.most_stacked(study.pairs[0])}
+        assert [flat["act"] for flat in timed] == ["none"]
+
+
 def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
     """A file that names CUDA as its trials' device, launched on a cluster without GPUs (this
     machine's own Ray instance): one line naming the key, exit 2, before a launch folder or a
@@ -683,6 +729,15 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
                                                   fixed={"d_model": 16, "n_layers": 2, "batch_size": 8, "compile": False})))
     line = next(cost.describe_cost(uncompiled))
     assert "; stacks of 2: " in line and "uncompiled" not in line, line
+    # A pair that does not stack (an LSTM; NDR with batch_seeds false) keeps its calibrated time.
+    study = load_study(write(tmp_path, with_(models=["ndr", "lstm"], budget={"trials": 2, "n_iters": 10}, resources={"cpu": 1, "gpu": 1},
+                                             space={"lr": {"loguniform": [1e-4, 1e-3]}}, fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    ndr, lstm, _ = cost.describe_cost(study)
+    assert "; stacks of 2: " in ndr and lstm.endswith(" s per step here -> at most 0.0 min of trial time"), (ndr, lstm)
+    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 2, "n_iters": 10}, resources={"cpu": 1, "gpu": 1}, batch_seeds=False,
+                                             space={"lr": {"loguniform": [1e-4, 1e-3]}}, fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    line, _ = cost.describe_cost(study)
+    assert "stack" not in line, line
     # A stack is never more than the pair's runs: a search of 3 under stack_size 8 trains stacks of 3.
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "n_iters": 10, "stack_size": 8}, resources={"cpu": 1, "gpu": 1},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))

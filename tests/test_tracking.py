@@ -374,3 +374,20 @@ def test_a_role_that_can_only_read_opens_a_launchs_studies(tmp_path):
         finally:
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
             admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_the_progress_lines_best_is_never_a_stack_that_diverged():
+    """A stack whose members all diverged reports NaN (the mean of none): the console's best per
+    pair skips it, so the trials after it can still be its best."""
+    import math
+    from types import SimpleNamespace
+
+    from orchestrator.run.callbacks import ProgressLines
+
+    lines = ProgressLines("best_ood_valid_acc", "max", {"p": 6}, {"p": 20}, every_s=0, stack_of="mean")
+    stack = SimpleNamespace(trial_id="a", config={"pair": "p", "members": [{"seed": 0}, {"seed": 1}]})
+    single = SimpleNamespace(trial_id="b", config={"pair": "p", "seed": 2})
+    lines.on_trial_result(0, [], stack, {"iteration": 10, "best_ood_valid_acc": math.nan, "status": "diverged"})
+    assert "p" not in lines.best
+    lines.on_trial_result(0, [], single, {"iteration": 10, "best_ood_valid_acc": 0.9, "status": "running"})
+    assert lines.best == {"p": 0.9}

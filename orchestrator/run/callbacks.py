@@ -12,6 +12,7 @@ ETA). Tune's own tables are off (RunConfig verbose=0); lines are plain text, fit
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -272,7 +273,8 @@ class ProgressLines(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         pair = trial.config[PAIR_KEY]
         value = result.get(self.metric)
-        if isinstance(value, (int, float)) and self.better(value, self.best.get(pair)):
+        # A stack whose members all diverged reports NaN, which nothing would ever beat.
+        if isinstance(value, (int, float)) and math.isfinite(value) and self.better(value, self.best.get(pair)):
             self.best[pair] = value
         step = result.get("iteration", result.get("training_iteration"))
         shown = "-" if value is None else f"{value:.4f}"

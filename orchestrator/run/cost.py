@@ -11,7 +11,7 @@ import tempfile
 from typing import Iterator
 from unittest import mock
 
-from ..plan.spec import Distribution, Pair, Study
+from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
 from ..record import tracking
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
@@ -28,16 +28,31 @@ def typical(d: Distribution):
     return d.nearest(middle)
 
 
-def typical_config(study: Study, pair: Pair) -> dict:
+def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
+    """The pair's first grid cell, or its search's warm start or middle. `stacked`: one whose
+    trials stack, for a stack-size curve: the cell of the largest stacking group (an ablation's
+    first cell may be one that cannot stack, `act: graves`), a search's typical config with the
+    first value of a choice that lets it stack where the typical one cannot."""
+    from trainables.batched import batchable
+
     if study.is_ablation:
+        if stacked:
+            groups = [g for g in study.stack_groups(pair, study.grid_cells(pair), study.seeds) if MEMBERS_KEY in g]
+            if groups:
+                largest = max(groups, key=lambda group: len(group[MEMBERS_KEY]))
+                return {**pair.base, **{k: v for k, v in largest.items() if k != MEMBERS_KEY}}
         return {**pair.base, **{k: v[0] for k, v in pair.grid.items()}}
     searched = pair.warm_start if study.warm_start and pair.warm_start else {k: typical(d) for k, d in pair.space.items()}
-    return {**pair.base, **searched}
+    flat = {**pair.base, **searched}
+    if stacked and batchable(flat) is not None:
+        stacking = [{**flat, k: v} for k, d in pair.space.items() if d.kind == "choice" for v in d.values]
+        flat = next((c for c in stacking if batchable(c) is None), flat)
+    return flat
 
 
-def calibration_config(study: Study, pair: Pair) -> dict:
-    """The pair's typical trial on a small copy of its task: what a calibration times."""
-    flat = typical_config(study, pair)
+def calibration_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
+    """The pair's typical trial (typical_config) on a small copy of its task: what a calibration times."""
+    flat = typical_config(study, pair, stacked)
     batch = int(flat.get("batch_size", 64))
     options = flat.get("task_options", {})
     flat["task_options"] = {**options, "train_size": min(options.get("train_size", math.inf), CALIBRATION_TRAIN_SIZE * batch),
@@ -144,6 +159,8 @@ def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
     throughput curve's knee (trials on a GPU), else an ablation's whole cell group and a search's
     single suggestion."""
     limit, most = study.stack_limit(pair), study.most_stacked(pair)
+    if most <= 1:  # nothing of the pair stacks: its trials are timed as plain trials
+        return 1
     if limit:
         return min(limit, most)
     if use_gpu and pair.resources.gpu > 0:
@@ -158,7 +175,7 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -
     from trainables.batched import group_rate, knee
     from trainables.config import parse_trial_config, yaml_word
 
-    flat, most = calibration_config(study, pair), study.most_stacked(pair)
+    flat, most = calibration_config(study, pair, stacked=True), study.most_stacked(pair)
     curve = dict(stack_curve(flat, stack_sizes_to_try(size or most)))
     size = size or knee(list(curve.items()), members=most)
     if size not in curve:

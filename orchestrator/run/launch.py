@@ -402,7 +402,7 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
     timed = ray.remote(stack_curve)
     most_gpus = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
     pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, min(1, most_gpus)), resources=p.resources.custom or None)
-               .remote(calibration_config(study, p), stack_sizes_to_try(study.most_stacked(p))) for p in pairs]
+               .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(study.most_stacked(p))) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
         try:
