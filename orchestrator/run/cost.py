@@ -154,10 +154,10 @@ def cuda_here() -> bool:
 
 
 def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
-    """The members a launch stacks in one of the pair's trials (the largest of its stacks): at most
-    budget.stack_size and the pair's own most; with auto, None where the launch measures the
-    throughput curve's knee (trials on a GPU), else an ablation's whole cell group and a search's
-    single suggestion."""
+    """The members a launch stacks in one of the pair's trials (the largest of its stacks): 1 where
+    nothing of the pair stacks, else at most budget.stack_size and the pair's own most; with auto,
+    None where the launch measures the throughput curve's knee (trials on a GPU), else an
+    ablation's whole cell group and a search's single suggestion."""
     limit, most = study.stack_limit(pair), study.most_stacked(pair)
     if most <= 1:  # nothing of the pair stacks: its trials are timed as plain trials
         return 1
