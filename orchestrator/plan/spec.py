@@ -299,6 +299,11 @@ class Study:
         the rest of a stack's config is one, its first suggestion's) and a stack size is set or measured."""
         return min(self.stack_limit(pair) or 1, self.most_stacked(pair))
 
+    def measures_stack_size(self, pair: Pair, use_gpu: bool) -> bool:
+        """Whether a launch times the pair's throughput curve for its stack size: budget.stack_size
+        auto, where its trials get a GPU and some of them stack (launch.measure_stack_sizes)."""
+        return self.budget.stack_size == "auto" and use_gpu and pair.resources.gpu > 0 and self.most_stacked(pair) > 1
+
     def most_stacked(self, pair: Pair) -> int:
         """The most members one trial of the pair could stack: the largest cell group of an
         ablation, a search's whole budget where its suggestions can stack; 1 where nothing stacks."""

@@ -163,7 +163,7 @@ def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
         return 1
     if limit:
         return min(limit, most)
-    if use_gpu and pair.resources.gpu > 0:
+    if study.measures_stack_size(pair, use_gpu):
         return None
     return most if study.is_ablation else 1
 

@@ -398,11 +398,14 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
 
     from .cost import calibration_config, stack_curve, stack_sizes_to_try
 
-    pairs = [p for p in study.pairs if study.most_stacked(p) > 1 and p.resources.gpu > 0]
+    most = {p.name: study.most_stacked(p) for p in study.pairs if study.measures_stack_size(p, use_gpu=True)}
+    pairs = [p for p in study.pairs if p.name in most]
+    if not pairs:
+        return {}
     timed = ray.remote(stack_curve)
     most_gpus = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
     pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, min(1, most_gpus)), resources=p.resources.custom or None)
-               .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(study.most_stacked(p))) for p in pairs]
+               .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
         try:
@@ -413,10 +416,9 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
             sizes[pair.name] = 1
             print(f"[launch] stack size of {pair.name}: 1, its throughput could not be measured ({why})", flush=True)
             continue
-        most = study.most_stacked(pair)
-        sizes[pair.name] = knee(curve, members=most)
+        sizes[pair.name] = knee(curve, members=most[pair.name])
         shown = ", ".join(f"{n}: {rate:.1f}" for n, rate in curve)
-        print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its {most} members (a stack of "
+        print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its {most[pair.name]} members (a stack of "
               f"the rest included) level off ({shown})", flush=True)
     return sizes
 
@@ -440,7 +442,7 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
         check_fits(study, use_gpu)
         study.resolve_batching(use_gpu)
         check_storage(study.storage, "storage")
-        if study.budget.stack_size == "auto" and study.batch_seeds is True and use_gpu:
+        if use_gpu:
             study.stack_sizes = measure_stack_sizes(study)
         warming.result()
     state = new_launch(study, spec_text, launch_id, night)
