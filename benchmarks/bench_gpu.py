@@ -14,8 +14,10 @@ Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
   curve    member-steps/s of one configuration stacked N members high (--seeds-n, e.g.
            1,5,20,50), and the stack size a launch with budget.stack_size auto would take; the
            seconds the row took in all (with --compile: the compiles, one per batch width at first)
-  packing  one trial packed 1, 2, 4 and 8 times on the device as separate processes started
-           together (as Ray runs trials with `resources.gpu: 1/k`): steps/s of each and of all
+  packing  one trial packed 1, 2, 4 and 8 times (--packed) on the device as separate processes
+           started together (as Ray runs trials with `resources.gpu: 1/k`): steps/s of each and
+           member-steps/s of all; with --pack-members N each process trains a stack of N seeds
+           (what a Table 1 pair's 5 seeds are), to set against one stack of k x N (the curve section)
   seeds    N seeds of one configuration batched (trainables.batched) vs the same N seeds trained one
            after another: whole training runs (data loading and one evaluation included),
            alternated side by side, medians over --repeats; and the same stack with a learning
@@ -38,14 +40,11 @@ import time
 import torch
 
 from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
-from trainables.batched import batchable, knee, member_steps_per_second, train_members, train_seeds
+from trainables.batched import Stack, batchable, knee, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
 from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
-from trainables.train import pick_device, seconds_per_step, train
-
-PACKED = (1, 2, 4, 8)
-
+from trainables.train import pick_device, seconds_per_step, synchronize, train
 
 def trial_config(flat: dict, args, **more) -> dict:
     return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
@@ -62,7 +61,7 @@ def shown(mib: float | None) -> str:
 def kernels_and_busy(cfg, steps: int) -> tuple[float, float]:
     """(CUDA kernels per training step, the fraction of the steps' wall time the GPU ran kernels),
     from torch.profiler over `steps` steps after a warm-up."""
-    from trainables.train import synchronize, training_step
+    from trainables.train import training_step
 
     step, device = training_step(cfg)
     step()
@@ -81,7 +80,7 @@ def kernels_and_busy(cfg, steps: int) -> tuple[float, float]:
 def evaluation_seconds(cfg) -> float:
     """Seconds of one evaluation of `cfg`'s untrained model as a trial makes it on a new best (both
     validation splits and every test split, trainables.train.Selection), after one warm-up."""
-    from trainables.train import Selection, make_model, synchronize
+    from trainables.train import Selection, make_model
 
     device = pick_device(cfg.device)
     task = load_task(cfg.task, cfg.task_options)
@@ -143,27 +142,41 @@ def curve(args, rows) -> None:
               + f" {knee(measured):5d} {time.perf_counter() - start:8.0f}", flush=True)
 
 
-def child(config_json: str, steps: int) -> None:
-    """One packed trial: build, warm up, say ready, wait for the parent's go (so that every
-    process times the same moments), time `steps` steps, print the seconds and the peak memory."""
+def child(config_json: str, steps: int, members: int) -> None:
+    """One packed trial (a stack of `members` seeds where more than one): build, warm up (a compile
+    included), say ready, wait for the parent's go (so that every process times the same moments),
+    time `steps` steps, print the seconds and the peak memory."""
     cfg = parse_trial_config(json.loads(config_json))
 
     def barrier() -> None:
         print("ready", flush=True)
         sys.stdin.readline()
 
-    seconds = seconds_per_step(cfg, steps, before_timing=barrier) * steps
+    if members == 1:
+        seconds = seconds_per_step(cfg, steps, before_timing=barrier) * steps
+    else:
+        device = pick_device(cfg.device)
+        stack = Stack(cfg, [{"seed": seed} for seed in range(members)], load_task(cfg.task, cfg.task_options), device, log=None)
+        for _ in range(2):  # the first compiles (where compiled), the second replays what the timing will
+            stack.step()
+        synchronize(device)
+        barrier()
+        start = time.perf_counter()
+        for _ in range(steps):
+            stack.step()
+        synchronize(device)
+        seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "peak_mib": peak_mib(pick_device(cfg.device))}), flush=True)
 
 
-def packed_rates(flat: dict, k: int, args) -> tuple[list[float], float, float | None]:
-    """k copies of one trial run at once, each in its own process with its share of the CPU threads
-    (Ray sets a trial's threads to its CPUs): each one's steps/s, all steps over the wall time from
-    the go to the last one's end (a copy that ends early leaves the others more), and the largest
-    peak memory."""
+def packed_rates(flat: dict, k: int, members: int, args) -> tuple[list[float], float, float | None]:
+    """k copies of one trial (a stack of `members`) run at once, each in its own process with its
+    share of the CPU threads (Ray sets a trial's threads to its CPUs): each one's steps/s, all
+    member-steps over the wall time from the go to the last one's end (a copy that ends early
+    leaves the others more), and the largest peak memory."""
     threads = max(1, (os.cpu_count() or 1) // k)
     config = json.dumps(trial_config(flat, args, threads=threads))
-    procs = [subprocess.Popen([sys.executable, __file__, "--child", config, "--steps", str(args.steps)],
+    procs = [subprocess.Popen([sys.executable, __file__, "--child", config, "--steps", str(args.steps), "--pack-members", str(members)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(k)]
     for p in procs:
         if p.stdout.readline().strip() != "ready":
@@ -177,18 +190,22 @@ def packed_rates(flat: dict, k: int, args) -> tuple[list[float], float, float | 
     for p in procs:
         p.wait()
     peak = max((r["peak_mib"] for r in results), default=None, key=lambda mib: mib or 0)
-    return [args.steps / r["seconds"] for r in results], k * args.steps / wall, peak
+    return [args.steps / r["seconds"] for r in results], k * members * args.steps / wall, peak
 
 
 def packing(args, rows) -> None:
-    print(f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together")
-    print(f"{'task / model':32s} {'size':6s} {'trials':>6s} {'steps/s each':>13s} {'steps/s all':>12s} {'vs 1 trial':>10s} {'peak MiB each':>14s}")
+    print(f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together "
+          f"(members: each trial's stack of seeds)")
+    print(f"{'task / model':32s} {'size':6s} {'members':>7s} {'trials':>6s} {'steps/s each':>13s} {'member-steps/s all':>19s} "
+          f"{'vs 1 trial':>10s} {'peak MiB each':>14s}")
     for label, _, _, size, flat in rows:
-        alone = None
-        for k in PACKED:
-            rates, total, peak = packed_rates(flat, k, args)
-            alone = alone or total
-            print(f"{label:32s} {size:6s} {k:6d} {statistics.median(rates):13.2f} {total:12.2f} {total / alone:10.2f} {shown(peak):>14s}", flush=True)
+        for members in args.pack_members:
+            alone = None
+            for k in args.packed:
+                rates, total, peak = packed_rates(flat, k, members, args)
+                alone = alone or total
+                print(f"{label:32s} {size:6s} {members:7d} {k:6d} {statistics.median(rates):13.2f} {total:19.2f} {total / alone:10.2f} "
+                      f"{shown(peak):>14s}", flush=True)
 
 
 def seeds(args, rows) -> None:
@@ -251,10 +268,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")
     parser.add_argument("--quick", action="store_true", help="3 steps, 1 repeat")
+    parser.add_argument("--packed", default="1,2,4,8", help="packing: how many trials at once, comma-separated")
+    parser.add_argument("--pack-members", default="1", help="packing: each trial's stack of seeds, comma-separated (1: a plain trial)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.steps)
+        return child(args.child, args.steps, int(args.pack_members))
+    args.packed = [int(k) for k in args.packed.split(",")]
+    args.pack_members = [int(n) for n in args.pack_members.split(",")]
     if args.quick:
         args.steps, args.repeats = 3, 1
     args.seeds_n = [int(n) for n in args.seeds_n.split(",")]

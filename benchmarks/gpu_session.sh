@@ -10,6 +10,10 @@
 #   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
+#   compiled_mat.txt  the same compiled bf16 in mode max-autotune-no-cudagraphs (Triton matmuls with their
+#                elementwise neighbours fused in: what the CPU's byte count says the step needs, untried)
+#   packing_stacks.txt  the Transformer, compiled bf16: one stack of 5, 10, 20 against 1, 2, 4 stacks of 5
+#                side by side as separate processes (a Table 1 pair's seeds; resources.gpu 1/k)
 #   curves_compiled.txt  NDR's learning curves compiled, TF32 against bf16: 5 seeds, 6,000 iterations
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
@@ -49,6 +53,14 @@ run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve
 # only when compiled (benchmarks/ops_per_step.py; docs/measurements.md, seventh session).
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile --bf16
+# Inductor fuses elementwise work into the matrix products' Triton templates only in max-autotune
+# modes; the byte count on the CPU cannot show it (its autotuner keeps aten's matmuls).
+run 420 compiled_mat "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
+    --steps 20 --seeds-n 20 --compile max-autotune-no-cudagraphs --bf16
+# Whether a pair's 5 stacked seeds should share a GPU with other pairs' (resources.gpu 0.5, 0.25) or
+# hold it alone: a lone stack of 5 leaves the GPU idle part of the step (docs/measurements.md).
+run 420 packing_stacks "$py" benchmarks/bench_gpu.py --device cuda --sections curve,packing --sizes paper \
+    --models "ctl / transformer" --steps 20 --seeds-n 5,10,20 --packed 1,2,4 --pack-members 5 --compile --bf16
 # The fastest stack so far (H100, 2026-11-26: 2.03x the graphed one) is compiled bf16; it learns
 # as TF32 does at the paper's setting (ninth session: within seed noise at 6 of 6 evaluations), so
 # stacks on CUDA compile in bf16 by default (compile: auto, bf16: auto). Rerun it after a torch upgrade.
