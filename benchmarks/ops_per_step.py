@@ -7,7 +7,9 @@ memory moves them at a few TB/s).
 
 With `--set compile=true`, instead, what Inductor's fused forward and backward graphs read and
 write: the traffic compiling would leave, as the CPU backend fuses (the GPU's may fuse
-differently); the loss, clipping and optimizer, which run eagerly, are not in it.
+differently); the loss, clipping and optimizer, which run eagerly, are not in it. Its rows put
+each fused kernel's bytes on the line of the model most of its operators come from (matrix
+products apart), forward and backward together: where hand-fused kernels would have to cut.
 
 A stack of N members (trainables.batched.Stack, as a launch trains seeds) is warmed up, then one
 step runs under a counting TorchDispatchMode: every aten operator below autograd and vmap, the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from collections import Counter
 
 import torch
@@ -31,6 +34,7 @@ from trainables.tasks import load_task
 from trainables.train import setup_device
 
 WARMUP_STEPS = 3
+MODEL_FRAME = re.compile(r'File "[^"]*/trainables/models/([^"]+)", line (\d+), in \w+\n\s*(.*)')
 LAUNCH_NOTHING = ("_unsafe_view",)  # a view, though its schema does not say so
 
 
@@ -54,6 +58,18 @@ class CountOperators(TorchDispatchMode):
         return out
 
 
+def model_line(node) -> str:
+    """The line of trainables/models that most of a compiled kernel's operators were traced from."""
+    lines = Counter()
+    for part in node.get_nodes() if hasattr(node, "get_nodes") else []:
+        for origin in getattr(part.node, "origins", ()):
+            frames = MODEL_FRAME.findall(origin.meta.get("stack_trace") or "")
+            if frames:
+                file, number, code = frames[-1]
+                lines[f"{file}:{number}  {code.strip()[:70]}"] += 1
+    return lines.most_common(1)[0][0] if lines else "(no model line)"
+
+
 def count(cfg, n: int, rows: int) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
@@ -63,8 +79,11 @@ def count(cfg, n: int, rows: int) -> None:
     width = f" x {batch['tokens'].shape[-1]} tokens" if "tokens" in batch else ""
     where = f"{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size}{width}"
     if cfg.compile:  # Inductor sums each kernel's reads and writes as it compiles, where its metrics log is on
-        from torch._inductor import compile_fx, metrics
+        from torch._functorch import config as functorch_config
+        from torch._inductor import compile_fx, config as inductor_config, metrics
 
+        # A graph loaded from the compile caches brings its byte total back but not its kernels.
+        inductor_config.fx_graph_cache = functorch_config.enable_autograd_cache = False
         compile_fx.inductor_metrics_log.setLevel(logging.INFO)
         compile_fx.inductor_metrics_log.propagate = False
         metrics.reset()
@@ -73,6 +92,13 @@ def count(cfg, n: int, rows: int) -> None:
     if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
         print(f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
               f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products")
+        by_line = Counter()
+        for node, words in metrics.nodes_num_elem:  # (scheduler node, its bytes / 4)
+            kind = "matrix product" if type(node).__name__ == "ExternKernelSchedulerNode" else "fused kernels"
+            by_line[f"{kind:14s}  {model_line(node)}"] += 4 * words
+        print(f"{'GB':>7}  {'kind':14s}  model line most of their operators come from")
+        for line, moved in by_line.most_common(rows):
+            print(f"{moved / 1e9:7.3f}  {line}")
         return
     with CountOperators() as mode:
         stack.run(batch)
