@@ -40,8 +40,9 @@ import time
 import torch
 
 from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
-from trainables.batched import Stack, batchable, knee, member_steps_per_second, train_members, train_seeds
+from trainables.batched import Stack, knee, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
+from trainables.models import batchable
 from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, synchronize, train

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from trainables.batched import train_members
-from trainables.config import parse_trial_config, preset
+from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks.base import LOWER_IS_BETTER
 
 PRECISIONS = {"fp32": {"tf32": False, "bf16": False}, "tf32": {"tf32": True, "bf16": False}, "bf16": {"bf16": True, "tf32": False}}
@@ -94,10 +94,10 @@ def main() -> None:
                         "same device: a stack of a few members leaves a GPU idle part of each step (issue 21's lease of "
                         "15 minutes fits NDR's fp32 and TF32 curves this way, not one after the other)")
     args = parser.parse_args()
-    import yaml
-
     task, model = args.preset.split("/")
-    flat = {**preset(task, model), **{k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}}
+    flat = preset(task, model)
+    for assignment in args.set:
+        set_override(flat, assignment)
     flat.update({k: v for k, v in (("n_iters", args.n_iters), ("eval_every", args.eval_every)) if v})
     seeds, precisions = [int(s) for s in args.seeds.split(",")], args.precisions.split(",")
     if args.parallel and len(precisions) > 1:

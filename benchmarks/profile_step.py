@@ -15,10 +15,9 @@ import argparse
 import time
 
 import torch
-import yaml
 
 from trainables.batched import Stack
-from trainables.config import parse_trial_config, preset
+from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
 from trainables.train import setup_device, synchronize
 
@@ -68,7 +67,8 @@ def main() -> None:
     task, model = args.preset.split("/")
     flat = {**preset(task, model), "device": args.device, "tf32": not args.fp32, "bf16": args.bf16,
             "compile": False}  # the graphed step's kernels (--set compile=true for the compiled one's)
-    flat.update({k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)})
+    for assignment in args.set:
+        set_override(flat, assignment)
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):
         profile(cfg, n, args.steps, args.rows)

@@ -20,20 +20,25 @@ class UsageError(Exception):
     """Bad input: printed as one line, exit status 2, nothing launched."""
 
 
+def read_yaml(path: Path):
+    """A YAML file the user named, or a UsageError in one line naming it."""
+    from .plan.spec import SpecError, parse_yaml, read_spec
+
+    try:
+        return parse_yaml(read_spec(path))
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: malformed YAML: {str(e).splitlines()[0]}") from None
+
+
 def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
     from trainables.config import ConfigError, preset
 
-    from .plan.spec import SpecError, parse_yaml, read_spec
-
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        try:
-            data = parse_yaml(read_spec(path))
-        except SpecError as e:
-            raise UsageError(str(e)) from None
-        except yaml.YAMLError as e:
-            raise UsageError(f"{source}: malformed YAML: {str(e).splitlines()[0]}") from None
+        data = read_yaml(path)
         if not isinstance(data, dict):
             raise UsageError(f"{source}: expected a mapping of trial config keys")
         return data.get("config", data)
@@ -157,12 +162,7 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         listed = Path(os.path.normpath(Path(path).parent / name))
         if not listed.exists():
             raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
-        try:
-            data = parse_yaml(read_spec(listed))
-        except SpecError as e:
-            raise UsageError(str(e)) from None
-        except yaml.YAMLError as e:
-            raise UsageError(f"{listed}: malformed YAML: {str(e).splitlines()[0]}") from None
+        data = read_yaml(listed)
         if isinstance(data, dict) and budget and isinstance(data.get("budget") or {}, dict):  # else load_study names the bad budget
             data["budget"] = {**(data.get("budget") or {}), **budget}
         own = data.get("report") if isinstance(data, dict) else None

@@ -5,7 +5,8 @@ import pytest
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
-from trainables.batched import BATCHABLE_MODELS, batchable, clip_per_member, member_state_dict, train_members, train_seeds
+from trainables.batched import clip_per_member, member_state_dict, train_members, train_seeds
+from trainables.models import BATCHABLE_MODELS, batchable
 from trainables.config import parse_trial_config
 from trainables.models import build_model
 from trainables.train import train

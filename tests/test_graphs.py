@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainables import graphs
-from trainables.batched import BATCHABLE_MODELS
+from trainables import graphs, train as train_module
+from trainables.models import BATCHABLE_MODELS
 from trainables.tasks import load_task
 from trainables.train import batch_tensors, forward_loss, make_model, pick_device, train
 
@@ -58,7 +58,7 @@ def test_the_graphed_step_machinery_trains_as_the_eager_step_does(model, optimiz
     in several widths); the run equals the eager one."""
     settings = {"optimizer": optimizer, "length_bucketed": True, **({"momentum": 0.9} if optimizer == "rmsprop" else {}), **NO_DROPOUT}
     eager = train(tiny(model, **settings), log=None)
-    monkeypatch.setattr(graphs, "graphs_unused_because", lambda cfg, device: None)
+    monkeypatch.setattr(train_module, "graphs_unused_because", lambda cfg, device: None)
     captured = []
     monkeypatch.setattr(graphs.GraphedStep, "capture", lambda self, batch, real=graphs.GraphedStep.capture: captured.append(1) or real(self, batch))
     graphed = train(tiny(model, **settings), log=None)

@@ -1,5 +1,6 @@
 """The code's layering: trainables never import the orchestrator, and the orchestrator's packages
-import one way (plan <- record <- report <- run <- cli), so no import circle can form."""
+import one way (plan <- record <- report <- run <- cli), and no module of either reaches
+itself through the modules it imports."""
 import ast
 from pathlib import Path
 
@@ -51,3 +52,52 @@ def test_trainables_import_nothing_from_the_orchestrator():
     wrong = [str(p.relative_to(ROOT)) for p in (ROOT / "trainables").rglob("*.py")
              if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "orchestrator" in ast.unparse(n) for n in ast.walk(ast.parse(p.read_text())))]
     assert not wrong, wrong
+
+
+def test_trainables_import_neither_ray_nor_mlflow_nor_optuna():
+    """Their glue stays in the orchestrator: a model or task runs with torch alone (as on the GPU machine)."""
+    glue = ("ray", "mlflow", "optuna")
+    wrong = [f"{p.relative_to(ROOT)}: {ast.unparse(n)}" for p in (ROOT / "trainables").rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.Import) and any(a.name.split(".")[0] in glue for a in n.names)
+             or isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").split(".")[0] in glue]
+    assert not wrong, wrong
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `path` imports, at the top or in a function: `from .x import y`
+    counts y where y is a module of its own, else x."""
+    here = module_of(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])]) if node.level else node.module
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return found & known
+
+
+def test_no_import_circle_between_modules():
+    """A module that needs another's function imports it; two that need each other's belong apart
+    (DEVELOPERS.md): no module reaches itself through the imports of its package's modules."""
+    paths = [*(ROOT / "trainables").rglob("*.py"), *(ROOT / "orchestrator").rglob("*.py")]
+    known = {module_of(p) for p in paths}
+    imports = {module_of(p): imported_modules(p, known) - {module_of(p)} for p in paths}
+    circles = []
+    for start in sorted(imports):
+        seen, frontier = set(), [(start, (start,))]
+        while frontier:
+            module, route = frontier.pop()
+            for next_module in sorted(imports[module]):
+                if next_module == start:
+                    circles.append(" -> ".join((*route, start)))
+                elif next_module not in seen:
+                    seen.add(next_module)
+                    frontier.append((next_module, (*route, next_module)))
+    assert not circles, circles

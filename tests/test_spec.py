@@ -323,16 +323,20 @@ def test_dry_run_prints_the_cost_from_a_calibration_and_writes_nothing(tmp_path)
 
 
 def test_calibration_takes_the_median_step(monkeypatch):
-    """One step slowed by other work on a shared machine does not move the estimate."""
-    import time
-
+    """One step slowed by other work on a shared machine does not move the estimate (a clock of the
+    test's own: each step advances it by its duration)."""
     import torch
 
     from trainables import train
 
-    durations = iter([0.0, 0.01, 0.01, 0.3, 0.01, 0.01])  # the warm-up, then five timed steps
-    monkeypatch.setattr(train, "training_step", lambda cfg: (lambda: time.sleep(next(durations)), torch.device("cpu")))
-    assert 0.01 <= train.seconds_per_step(None, steps=5) < 0.05
+    clock, durations = [0.0], iter([0.0, 0.01, 0.01, 0.3, 0.01, 0.01])  # the warm-up, then five timed steps
+
+    def step() -> None:
+        clock[0] += next(durations)
+
+    monkeypatch.setattr(train, "training_step", lambda cfg: (step, torch.device("cpu")))
+    monkeypatch.setattr(train.time, "perf_counter", lambda: clock[0])
+    assert train.seconds_per_step(None, steps=5) == pytest.approx(0.01)
 
 
 def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:

@@ -14,7 +14,7 @@ randomness="different"), its own gradient clipping (the norm per member), its ow
 the result equals N separate runs within floating-point rounding (tests/test_batched.py); with
 dropout each member draws other masks than its separate run would, from the same distribution.
 
-Models need a forward pass free of data-dependent Python control flow (`batchable` says which).
+Models need a forward pass free of data-dependent Python control flow (`models.batchable` says which).
 """
 from __future__ import annotations
 
@@ -35,19 +35,11 @@ from tqdm import tqdm
 
 from .config import TrainConfig, parse_trial_config
 from .graphs import GraphedStep, graphs_unused_because
+from .models import batchable
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
 from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, lr_factor, make_model, make_optimizer, predict, ratios, score_sums,
                     set_lr, setup_device, synchronize, where)
-
-# Models whose forward vmap can trace and whose result for a sample does not depend on how wide
-# its batch is padded (seeds' batches are padded to the widest): the shared-weight Transformers
-# without ACT (whose halting loop stops on a data-dependent test) and the set-attention layers.
-# LSTMs pack their sequences by length on the host (pack_padded_sequence); the DNC's LSTM cell has
-# no batching rule; the Transformer seq2seq baseline decodes as many blanks as its batch's longest
-# target, which its other samples attend to. They train one seed per run.
-BATCHABLE_MODELS = ("transformer", "transformer_rel", "transformer_rel_gate", "transformer_absrel_gate", "transformer_geometric",
-                    "ndr", "transformer_compositional")
 
 # What may differ between the members of one stack: the rest of their configs is one. The rates
 # live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
@@ -57,15 +49,6 @@ MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
 
 # report(metrics per member, state): after every evaluation, as train.Reporter for each member at once.
 MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict]], None]
-
-
-def batchable(flat: dict[str, Any]) -> str | None:
-    """Why a trial config cannot train its seeds batched, or None where it can."""
-    if flat.get("model") not in BATCHABLE_MODELS:
-        return f"model {flat.get('model')!r} steps through its input with host-side control flow"
-    if flat.get("act", "none") != "none":
-        return "adaptive computation time stops on a data-dependent test"
-    return None
 
 
 def stacked_batch(parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:

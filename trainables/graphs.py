@@ -25,6 +25,8 @@ from typing import Callable
 
 import torch
 
+from .models import batchable
+
 WARMUP_STEPS = 3  # what torch's CUDA-graph docs warm a capture with (cuBLAS and the allocator settle)
 N_BUCKETS = 4
 MOST_GRAPHS = 16  # shapes past these (a task whose every batch has a width of its own) step eagerly
@@ -32,8 +34,6 @@ MOST_GRAPHS = 16  # shapes past these (a task whose every batch has a width of i
 
 def graphs_unused_because(cfg, device: torch.device) -> str | None:
     """Why `cfg` trains eagerly (one launch per kernel), or None where its step is graphed."""
-    from .batched import batchable
-
     cfg = cfg.settled(device.type)  # as a single trial; a stack passes its own, settled for its members
     if cfg.cuda_graphs is False:
         return "cuda_graphs: false"

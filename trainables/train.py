@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
+from .graphs import GraphedStep, bucket_widths, graphs_unused_because, module_weights, pick_width
 from .models import build_model
 from .tasks import load_task
 from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, SELECTED_PER_DEPTH_KINDS, SEQUENCE_OUTPUT_KINDS, Split, Task
@@ -74,8 +75,6 @@ def batch_tensors(split: Split, index: np.ndarray, device: torch.device, buckete
     token the models mask). The width comes from the host's copy of the lengths, so nothing waits
     for the device. Images (one per several questions) are gathered through the questions'
     `image_ids` and stay uint8, a quarter of float32's traffic: the model scales them."""
-    from .graphs import bucket_widths, pick_width
-
     widths = {"tokens": "lengths", "token_features": "lengths", "targets": "target_lengths"}
     rows = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(device, non_blocking=True)
     arrays = resident(split, device)
@@ -285,8 +284,6 @@ def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: 
     """-> (step(batch) -> (the batch's loss, its score sums), the optimizer, whether batches must be
     bucketed). One training step: forward, loss, backward, clipping, the optimizer's update and
     the score sums, eager or, on CUDA where the model allows, replayed from a CUDA graph (graphs.py)."""
-    from .graphs import GraphedStep, graphs_unused_because, module_weights
-
     graphed = graphs_unused_because(cfg, device) is None
     optimizer = make_optimizer(cfg, model.parameters(), capturable=graphed and device.type == "cuda")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from trainables.batched import MEMBER_KEYS, batchable
+from trainables.batched import MEMBER_KEYS
 from trainables.config import TRAIN_KEYS, ConfigError, check_builds, check_range, closest, defaults, parse_trial_config, preset, presets
-from trainables.models import MODELS, model_fields
+from trainables.models import MODELS, batchable, model_fields
 from trainables.tasks import TASKS, task_config
 from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
 

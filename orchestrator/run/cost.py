@@ -33,7 +33,7 @@ def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
     trials stack, for a stack-size curve: the cell of the largest stacking group (an ablation's
     first cell may be one that cannot stack, `act: graves`), a search's typical config with the
     first value of a choice that lets it stack where the typical one cannot."""
-    from trainables.batched import batchable
+    from trainables.models import batchable
 
     if study.is_ablation:
         if stacked:

@@ -19,7 +19,8 @@ from ray.tune.search.optuna import OptunaSearch
 import optuna
 from optuna.trial import TrialState
 
-from trainables.batched import MEMBER_KEYS, batchable
+from trainables.batched import MEMBER_KEYS
+from trainables.models import batchable
 
 from ..plan.spec import MEMBERS_KEY
 from ..record.tracking import member_result

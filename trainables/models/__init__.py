@@ -29,6 +29,13 @@ class ModelSpec:
     constructor: Callable[..., nn.Module]  # (config, task) -> module
     task_kinds: tuple[str, ...]
     description: str
+    # Whether its seeds can train stacked (trainables.batched): a forward vmap can trace, whose
+    # result for a sample does not depend on how wide its batch is padded (seeds' batches are padded
+    # to the widest). So the shared-weight Transformers and the set-attention layers; not the LSTMs,
+    # which pack their sequences by length on the host (pack_padded_sequence), the DNC, whose LSTM
+    # cell has no batching rule, nor the Transformer seq2seq baseline, which decodes as many blanks
+    # as its batch's longest target and lets its other samples attend to them.
+    stacks: bool = False
 
 
 def _token_ids(task: Task) -> dict:
@@ -57,7 +64,7 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
 
     kinds = ("sequence_classification", "set_regression", "visual_question_answering", "image_classification",
              "image_sequence_classification") if reads_sets else ("sequence_classification",)
-    return ModelSpec(TransformerConfig, build, kinds, description)
+    return ModelSpec(TransformerConfig, build, kinds, description, stacks=True)
 
 
 def _seq2seq(config: type, cls, description: str) -> ModelSpec:
@@ -91,6 +98,18 @@ MODELS: dict[str, ModelSpec] = {
                      "DNC with the improvements of Csordás & Schmidhuber (2019)"),
     "bilstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task)), ("sequence_classification",), "bidirectional LSTM"),
 }
+
+
+BATCHABLE_MODELS = tuple(name for name, spec in MODELS.items() if spec.stacks)
+
+
+def batchable(flat: dict) -> str | None:
+    """Why a trial config cannot train its seeds batched, or None where it can."""
+    if flat.get("model") not in BATCHABLE_MODELS:
+        return f"model {flat.get('model')!r} steps through its input with host-side control flow"
+    if flat.get("act", "none") != "none":
+        return "adaptive computation time stops on a data-dependent test"
+    return None
 
 
 def model_fields(name: str) -> set[str]:
