@@ -475,3 +475,18 @@ def test_whole_float_options_are_counts():
     assert (cfg.eval_size, cfg.train_size) == (100, 1000) and all(type(v) is int for v in (cfg.eval_size, cfg.train_size))
     with pytest.raises(ValueError, match="eval_size: must be a positive integer"):
         task_config("ctl", {"eval_size": 100.5})
+
+
+@pytest.mark.parametrize("set_before", [True, False])
+def test_a_throwaway_data_cache_is_gone_after_and_the_users_cache_is_back(set_before, tmp_path, monkeypatch):
+    from trainables.tasks.base import CACHE_ENV, cache_dir, throwaway_data_cache
+
+    if set_before:
+        monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    else:
+        monkeypatch.delenv(CACHE_ENV, raising=False)
+    before = cache_dir()
+    with throwaway_data_cache():
+        inside = cache_dir()
+        assert inside.is_dir() and inside != before
+    assert not inside.exists() and cache_dir() == before and (CACHE_ENV in os.environ) == set_before

@@ -7,9 +7,7 @@ import logging
 import math
 import os
 import statistics
-import tempfile
 from typing import Iterator
-from unittest import mock
 
 from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
 from ..record import tracking
@@ -64,9 +62,10 @@ def seconds_per_step(study: Study, pair: Pair) -> float:
     """Training steps of the pair's typical trial, timed here on a small copy of its task whose data
     go to a temporary cache (nothing of the calibration stays)."""
     from trainables.config import parse_trial_config
+    from trainables.tasks.base import throwaway_data_cache
     from trainables.train import seconds_per_step as timed
 
-    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
+    with throwaway_data_cache():
         return timed(parse_trial_config(calibration_config(study, pair)), CALIBRATION_STEPS)
 
 
@@ -75,12 +74,13 @@ def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
     its data in a temporary cache."""
     from trainables.batched import member_steps_per_second
     from trainables.config import parse_trial_config
+    from trainables.tasks.base import throwaway_data_cache
 
     # Uncompiled, even where the stack will train compiled (compile: auto on CUDA): a compile per
     # size tried would take minutes each, and on an H100 NDR's compiled stack levels off where its
     # graphed one does (about 20 members; docs/measurements.md).
     cfg = parse_trial_config({**flat, "compile": False})
-    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"SYSGEN_DATA_CACHE": cache}):
+    with throwaway_data_cache():
         return member_steps_per_second(cfg, sizes, CALIBRATION_STEPS)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import fcntl
 import functools
@@ -12,7 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -21,6 +22,7 @@ SPECIAL_TOKENS = [PAD, BOS, EOS]
 
 # Bump when a generator changes its output, so stale caches are never reused.
 GENERATOR_VERSION = 6
+CACHE_ENV = "SYSGEN_DATA_CACHE"  # where generated tasks are kept (default ~/.cache/sysgen-data)
 
 
 ZERO_ALLOWED = {"seed", "validation_combinations", "holdout"}
@@ -276,7 +278,23 @@ def draw_unique(
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SYSGEN_DATA_CACHE", Path.home() / ".cache" / "sysgen-data"))
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "sysgen-data"))
+
+
+@contextlib.contextmanager
+def throwaway_data_cache() -> Iterator[None]:
+    """Data generated inside go to a temporary folder, deleted on leaving (a calibration leaves
+    nothing behind). Named in the environment, which the processes generating data in parallel read."""
+    before = os.environ.get(CACHE_ENV)
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ[CACHE_ENV] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[CACHE_ENV]
+            else:
+                os.environ[CACHE_ENV] = before
 
 
 def cached(name: str, config, build: Callable[[], Task]) -> Task:
