@@ -786,3 +786,17 @@ def test_the_readmes_refusals_are_the_lines_the_service_prints(tmp_path):
             load_study(path)
         pattern = ".*".join(re.escape(part) for part in line.split("..."))
         assert re.fullmatch(re.escape(f"{path}: ") + pattern, str(err.value)), (line, str(err.value))
+
+
+@pytest.mark.parametrize("file", ["ablations/scan_cpu.yaml", "ablations/sort_of_clevr_table7_d32.yaml", "ablations/ndr_table1.yaml"])
+def test_a_calibration_config_is_one_every_pair_can_train(file):
+    """SCAN and Sort-of-CLEVR have no train_size: the dry run said 'no time estimate' for them, and
+    a GPU launch would have measured no stack size (each seed its own trial)."""
+    from orchestrator.run.cost import CALIBRATION_TRAIN_SIZE, calibration_config
+    from trainables.config import parse_trial_config
+
+    study = load_study(Path(__file__).resolve().parent.parent / file)
+    for pair in study.pairs:
+        for stacked in (False, True):
+            cfg = parse_trial_config(calibration_config(study, pair, stacked))
+            assert cfg.task_options.get("train_size", cfg.task_options.get("train_images", 0)) <= CALIBRATION_TRAIN_SIZE * cfg.batch_size

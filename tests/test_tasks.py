@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import torch
 
 from trainables.config import parse_trial_config
-from trainables.tasks import algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, task_config
+from trainables.tasks import TASKS, algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, small_copy_options, task_config
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
 
@@ -490,3 +490,20 @@ def test_a_throwaway_data_cache_is_gone_after_and_the_users_cache_is_back(set_be
         inside = cache_dir()
         assert inside.is_dir() and inside != before
     assert not inside.exists() and cache_dir() == before and (CACHE_ENV in os.environ) == set_before
+
+
+@pytest.mark.parametrize("name", sorted(set(TASKS) - {"babi", "multi30k"}))  # those two read the user's data files
+def test_a_small_copy_of_every_task_is_a_config_it_takes(name):
+    """What a launch's calibration times: options every task accepts (SCAN and Sort-of-CLEVR have no
+    train_size: the calibration refused them), cut to at most the asked sizes, the user's smaller kept."""
+    options = small_copy_options(name, {}, 256, 64)
+    config = task_config(name, options)
+    sizes = {k: v for k, v in dataclasses.asdict(config).items() if k in ("train_size", "eval_size", "train_images", "eval_images")}
+    assert sizes and all(v is not None and v <= 256 for v in sizes.values()), sizes
+    if "train_size" in sizes:
+        assert small_copy_options(name, {"train_size": 100}, 256, 64)["train_size"] == 100
+
+
+def test_a_small_copy_of_sort_of_clevr_has_about_the_rows_asked():
+    task = load_task("sort_of_clevr", small_copy_options("sort_of_clevr", {}, 256, 64))
+    assert 256 <= len(task.splits["train"].arrays["questions"]) < 256 + 30 and len(task.splits["test"].arrays["questions"]) < 64 + 30

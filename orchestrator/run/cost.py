@@ -50,11 +50,11 @@ def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
 
 def calibration_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
     """The pair's typical trial (typical_config) on a small copy of its task: what a calibration times."""
+    from trainables.tasks import small_copy_options
+
     flat = typical_config(study, pair, stacked)
     batch = int(flat.get("batch_size", 64))
-    options = flat.get("task_options", {})
-    flat["task_options"] = {**options, "train_size": min(options.get("train_size", math.inf), CALIBRATION_TRAIN_SIZE * batch),
-                            "eval_size": min(options.get("eval_size", math.inf), CALIBRATION_EVAL_SIZE)}
+    flat["task_options"] = small_copy_options(pair.task.task, flat.get("task_options", {}), CALIBRATION_TRAIN_SIZE * batch, CALIBRATION_EVAL_SIZE)
     return {**flat, "threads": max(1, int(pair.resources.cpu))}
 
 

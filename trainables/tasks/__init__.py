@@ -55,3 +55,25 @@ def task_config(name: str, options: dict | None = None):
 
 def load_task(name: str, options: dict | None = None) -> Task:
     return TASKS[name].load(task_config(name, options))
+
+
+def small_copy_options(name: str, options: dict, train_rows: int, eval_rows: int) -> dict:
+    """`options` with the task's splits cut to about `train_rows` training samples and `eval_rows`
+    per evaluation set, by whichever options size them: a copy of the task to time training steps
+    on (a launch's calibration). Tasks read whole from their files or generator (SCAN, bAbI,
+    Multi30K) keep their training set and cut only what they evaluate."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TASKS[name].config)}
+    out = dict(options)
+
+    def cap(key: str, limit: int) -> None:
+        if key in defaults:
+            now = out.get(key, defaults[key])
+            out[key] = limit if now is None or now is dataclasses.MISSING else min(now, limit)
+
+    cap("train_size", train_rows)
+    cap("eval_size", eval_rows)
+    if "train_images" in defaults:  # Sort-of-CLEVR: questions_per_type questions of each of 3 types per image
+        per_image = 3 * out.get("questions_per_type", defaults["questions_per_type"])
+        cap("train_images", -(-train_rows // per_image))
+        cap("eval_images", -(-eval_rows // per_image))
+    return out
