@@ -358,7 +358,7 @@ def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:
 def test_a_dry_run_does_not_time_gpu_trials_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
     from orchestrator.run import cost
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}))
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
     monkeypatch.setattr(cost, "cuda_here", lambda: False)
     on_gpus = with_(models=["ndr"], resources={"cpu": 1, "gpu": 0.5})
     lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=True, address="head:6379"))
@@ -380,7 +380,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
                             ("lstm", "listops", "cpu", 3.0), ("lstm", "listops", "cpu", 5.0)])  # no lstm trial on ctl: any task's
     budget = {"trials": 2, "max_concurrent": 2, "n_iters": 3000, "eval_every": 1000}
     steps = 2 * 3000
-    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}))
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}, [{"CPU": 4}]))
     lines = list(cost.describe_cost(load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False))
     stored_step_rates(uri, [("ndr", "arithmetic", "cpu", 10.0)], stacked=4)  # a stack of 4: 40 member-steps/s, 4 runs at 40
     assert sorted(r["rate"] for r in tracking.step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
@@ -394,7 +394,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
         f"at most {cost.hours((ndr + lstm) / 4)} (evaluations left out; ASHA stops poor trials sooner)",
     ]
     # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}))
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
     on_gpus = with_(budget={**budget, "max_concurrent": 8, "trials": 8}, resources={"cpu": 1, "gpu": 0.5}, tracking={"uri": uri})
     lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379"))
     ndr = 8 * 3000 / 500.0
@@ -432,7 +432,7 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     study.budget.max_concurrent = 8
     assert study.slots({"CPU": 16, "GPU": 1, "slot": 8}, True) == 4
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 1, "slot": 8}))
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 1, "slot": 8}, [{"CPU": 16, "GPU": 1, "slot": 8}]))
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
     ndr, lstm = 2 * 10 / 100.0, 2 * 10 / 200.0  # 2 trials x 10 steps each
     gpu_hours = (ndr * 1 + lstm * 0.25) / 3600
@@ -456,6 +456,20 @@ def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path,
     study = load_study(write(tmp_path, with_(models=["lstm"], space={}, resources={"cpu": 8}, per_model={"lstm": {"resources": {"gpu": 0.25}}})))
     with pytest.raises(ClusterMismatch, match=r"^resources\.cpu: a trial asks for 8 CPU"):
         check_fits(study, use_gpu=True)
+
+
+def test_a_dry_run_names_the_trials_a_cluster_cannot_hold_and_prices_them_all_the_same(tmp_path, monkeypatch):
+    """The launch would refuse; the dry run is for planning a cluster that will hold them, so it says
+    why, with the key, and still gives the hours (README: --dry-run checks what a launch checks)."""
+    from orchestrator.run import cost
+
+    study = load_study(write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}})))
+    node = {"CPU": 4.0, "GPU": 0.5}
+    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 8.0, "GPU": 1.0}, [node, node]))
+    lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
+    assert lines[0] == ("  a launch on the cluster at head:6379 would be refused: per_model.ndr.resources.gpu: a trial asks for 1 GPU; "
+                        "no node of the cluster has that much (the most on one node: 0.5)")
+    assert len(lines) == 1 + len(study.pairs) + 1 and lines[-1].startswith("  cost in all:")
 
 
 def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_path, monkeypatch):
@@ -717,7 +731,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     pretended; the curve is this CPU's."""
     from orchestrator.run import cost
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}))
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}, [{"CPU": 2, "GPU": 1}]))
     monkeypatch.setattr(cost, "cuda_here", lambda: True)
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))

@@ -299,6 +299,34 @@ class Study:
         the rest of a stack's config is one, its first suggestion's) and a stack size is set or measured."""
         return min(self.stack_limit(pair) or 1, self.most_stacked(pair))
 
+    def resources_key(self, pair: Pair, field: str | None = None) -> str:
+        """Where the file set a pair's resources (or one field of them): its model's own entry or the file's."""
+        own = getattr(pair.resources, field) != getattr(self.resources, field) if field else pair.resources != self.resources
+        return f"per_model.{pair.model}.resources" if own else "resources"
+
+    def misfits(self, use_gpu: bool, nodes: list[dict[str, float]]) -> list[str]:
+        """Why a cluster of `nodes` (each one's resources by Ray's names) cannot run a pair's trials:
+        a line per reason, naming the file's key at fault (launch.check_fits refuses the first)."""
+        problems = []
+        for pair in self.pairs:
+            if pair.needs_gpu and not use_gpu:
+                problems.append(f"{pair.device_key}: {pair.base['device']} needs a GPU, and the cluster has none")
+                continue
+            asks = pair.resources.asks(use_gpu)
+            if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
+                continue
+            most = {name: max((node.get(name, 0) for node in nodes), default=0) for name in asks}
+            short = [name for name, amount in asks.items() if most[name] < amount]
+            if not short:
+                problems.append(f"{self.resources_key(pair)}: no node of the cluster holds a whole trial's {asks}")
+                continue
+            name = short[0]
+            field = {"CPU": "cpu", "GPU": "gpu"}.get(name, "custom")
+            key = f"{self.resources_key(pair, field)}.{field}" + (f".{name}" if field == "custom" else "")
+            problems.append(f"{key}: a trial asks for {asks[name]:g} {name}; no node of the cluster has that much "
+                            f"(the most on one node: {most[name]:g})")
+        return list(dict.fromkeys(problems))  # pairs that share the file's resources fail on one key
+
     def measures_stack_size(self, pair: Pair, use_gpu: bool) -> bool:
         """Whether a launch times the pair's throughput curve for its stack size: budget.stack_size
         auto, where its trials get a GPU and some of them stack (launch.measure_stack_sizes)."""

@@ -98,20 +98,21 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
-def resources(address: str | None) -> tuple[str, dict[str, float]]:
-    """(where, its resources by Ray's names) of what will train the trials: the Ray cluster at
-    `address`, asked (and left again), else this machine."""
+def resources(address: str | None) -> tuple[str, dict[str, float], list[dict[str, float]]]:
+    """(where, its resources by Ray's names, each node's) of what will train the trials: the Ray
+    cluster at `address`, asked (and left again), else this machine."""
     if address and address != "local":
         import ray
 
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         try:
-            return f"the cluster at {address}", ray.cluster_resources()
+            return f"the cluster at {address}", ray.cluster_resources(), [node["Resources"] for node in ray.nodes() if node.get("Alive")]
         finally:
             ray.shutdown()
     import torch
 
-    return "this machine", {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    machine = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    return "this machine", machine, [machine]
 
 
 def device_kind(pair: Pair, on_gpu: bool) -> str:
@@ -194,9 +195,11 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     a stack's members measured here); in all, the GPU-hours (or CPU core-hours) and the wall time
     with as many trials at once as the cluster (`address`) or this machine holds. Reads only: a dry
     run writes nothing, not even a new store."""
-    where, total = resources(address)
+    where, total, nodes = resources(address)
     use_gpu = total.get("GPU", 0) > 0
     study.resolve_batching(use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
+    for problem in study.misfits(use_gpu, nodes):  # priced all the same, for a cluster that will hold them
+        yield f"  a launch on {where} would be refused: {problem}"
     rates = None
     if not calibrate:
         try:

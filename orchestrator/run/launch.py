@@ -363,27 +363,9 @@ def check_fits(study: Study, use_gpu: bool) -> None:
     at fault, before anything of the launch is written."""
     import ray
 
-    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    for pair in study.pairs:
-        if pair.needs_gpu and not use_gpu:
-            raise ClusterMismatch(f"{pair.device_key}: {pair.base['device']} needs a GPU, and the cluster has none")
-        asks = pair.resources.asks(use_gpu)
-        if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
-            continue
-        for name, amount in asks.items():
-            most = max((node.get(name, 0) for node in nodes), default=0)
-            if most < amount:
-                field = {"CPU": "cpu", "GPU": "gpu"}.get(name, "custom")
-                key = f"{resources_key(study, pair, field)}.{field}" + (f".{name}" if field == "custom" else "")
-                raise ClusterMismatch(f"{key}: a trial asks for {amount:g} {name}; no node of the cluster has that much "
-                                      f"(the most on one node: {most:g})")
-        raise ClusterMismatch(f"{resources_key(study, pair)}: no node of the cluster holds a whole trial's {asks}")
-
-
-def resources_key(study: Study, pair: Pair, field: str | None = None) -> str:
-    """Where the file set a pair's resources (or one field of them): its model's own entry or the file's."""
-    own = getattr(pair.resources, field) != getattr(study.resources, field) if field else pair.resources != study.resources
-    return f"per_model.{pair.model}.resources" if own else "resources"
+    problems = study.misfits(use_gpu, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
+    if problems:
+        raise ClusterMismatch(problems[0])
 
 
 def measure_stack_sizes(study: Study) -> dict[str, int]:
