@@ -814,3 +814,17 @@ def test_a_calibration_config_is_one_every_pair_can_train(file):
         for stacked in (False, True):
             cfg = parse_trial_config(calibration_config(study, pair, stacked))
             assert cfg.task_options.get("train_size", cfg.task_options.get("train_images", 0)) <= CALIBRATION_TRAIN_SIZE * cfg.batch_size
+
+
+def test_a_dry_run_calibrating_on_a_busy_machine_says_its_times_may_be_long(tmp_path, monkeypatch):
+    from orchestrator.run import cost
+
+    study = load_study(write(tmp_path, GOOD))
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2}, [{"CPU": 2}]))
+    monkeypatch.setattr(cost, "step_time", lambda *args: (None, "not timed here"))
+    monkeypatch.setattr(cost.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cost.os, "getloadavg", lambda: (3.9, 3.0, 2.0))
+    assert next(cost.describe_cost(study)) == ("  this machine is busy (load average 3.9 on 2 CPUs): the calibrated step times below may be "
+                                               "many times too long")
+    monkeypatch.setattr(cost.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert not any("busy" in line for line in cost.describe_cost(study))

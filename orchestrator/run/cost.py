@@ -201,6 +201,11 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     for problem in study.misfits(use_gpu, nodes):  # priced all the same, for a cluster that will hold them
         yield f"  a launch on {where} would be refused: {problem}"
     rates = None
+    if calibrate and os.getloadavg()[0] >= (os.cpu_count() or 1):
+        # A calibration's threads share the cores with the other work: on 2 busy cores, an LSTM step
+        # timed 7.85 s that takes 0.29 s on idle ones (a review's dry runs of search_spaces/arithmetic.yaml).
+        yield (f"  this machine is busy (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): the calibrated step times "
+               "below may be many times too long")
     if not calibrate:
         try:
             rates = tracking.step_rates(study.tracking.uri)
