@@ -524,12 +524,12 @@ def describe_study(study) -> str:
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
         lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
-                 f"{study.budget.max_concurrent} at a time; MLflow {redact(study.tracking.uri)}"]
+                 f"{study.budget.max_concurrent} at a time per pair; MLflow {redact(study.tracking.uri)}"]
         lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {study.seed_batching(p)}){own_resources(study, p)}"
                   for p, n in zip(study.pairs, cells)]
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
-                 f"{study.budget.max_concurrent} at a time; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
+                 f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
         lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}{own_resources(study, p)}" for p in study.pairs]
         if study.confirm.top_k:
             lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
