@@ -27,7 +27,8 @@ def typical(d: Distribution):
 
 
 def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
-    """The pair's first grid cell, or its search's warm start or middle. `stacked`: one whose
+    """The pair's middle grid cell (each key's middle value: a grid's first cell is often its
+    cheapest, PANM's heads ablation's H^a = H^c = 0), or its search's warm start or middle. `stacked`: one whose
     trials stack, for a stack-size curve: the cell of the largest stacking group (an ablation's
     first cell may be one that cannot stack, `act: graves`), a search's typical config with the
     first value of a choice that lets it stack where the typical one cannot."""
@@ -39,7 +40,7 @@ def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
             if groups:
                 largest = max(groups, key=lambda group: len(group[MEMBERS_KEY]))
                 return {**pair.base, **{k: v for k, v in largest.items() if k != MEMBERS_KEY}}
-        return {**pair.base, **{k: v[0] for k, v in pair.grid.items()}}
+        return {**pair.base, **{k: v[len(v) // 2] for k, v in pair.grid.items()}}
     searched = pair.warm_start if study.warm_start and pair.warm_start else {k: typical(d) for k, d in pair.space.items()}
     flat = {**pair.base, **searched}
     if stacked and batchable(flat) is not None:
@@ -189,6 +190,16 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -
     return 1 / group_rate(list(curve.items()), most, size), words, size
 
 
+def busy_note() -> str | None:
+    """A line saying this machine is busy, where it is: a calibration's threads share its cores with
+    the other work (on 2 busy cores, a review timed an LSTM step of search_spaces/arithmetic.yaml
+    at 7.85 s that takes 0.29 s on idle ones)."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load < cores:
+        return None
+    return f"  this machine is busy (load average {load:.1f} on {cores} CPUs): the calibrated step times below may be many times too long"
+
+
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
     """Lines for `launch --dry-run`, each as soon as it is known: per pair, runs x steps and the
     trial time (calibrated, else from the store's step rates; where trials stack, at the rate of
@@ -201,11 +212,8 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     for problem in study.misfits(use_gpu, nodes):  # priced all the same, for a cluster that will hold them
         yield f"  a launch on {where} would be refused: {problem}"
     rates = None
-    if calibrate and os.getloadavg()[0] >= (os.cpu_count() or 1):
-        # A calibration's threads share the cores with the other work: on 2 busy cores, an LSTM step
-        # timed 7.85 s that takes 0.29 s on idle ones (a review's dry runs of search_spaces/arithmetic.yaml).
-        yield (f"  this machine is busy (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): the calibrated step times "
-               "below may be many times too long")
+    if calibrate and (note := busy_note()):
+        yield note
     if not calibrate:
         try:
             rates = tracking.step_rates(study.tracking.uri)
