@@ -211,9 +211,9 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     study.resolve_batching(use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
     for problem in study.misfits(use_gpu, nodes):  # priced all the same, for a cluster that will hold them
         yield f"  a launch on {where} would be refused: {problem}"
-    rates = None
     if calibrate and (note := busy_note()):
         yield note
+    rates = None
     if not calibrate:
         try:
             rates = tracking.step_rates(study.tracking.uri)
