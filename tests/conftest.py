@@ -1,6 +1,7 @@
-"""Shared fixtures: the headless browser that checks the pages a researcher reads; the data sets users bring."""
+"""Shared fixtures: the headless browser that checks the pages a researcher reads; the data sets users bring; a throwaway PostgreSQL database."""
 import os
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,3 +34,22 @@ def downloaded_data(tmp_path, monkeypatch):
     monkeypatch.setenv("BABI_DATA", str(babi))
     monkeypatch.setenv("MULTI30K_DATA", str(multi30k))
     return tmp_path
+
+
+@pytest.fixture()
+def postgres_database():
+    """A throwaway database on the local PostgreSQL (trust auth), dropped after the test with every
+    connection to it: its `name`, its SQLAlchemy `uri`, and `admin`, an autocommit connection to the
+    server's `test` database for the test's own faults (terminating connections, refusing them)."""
+    import uuid
+
+    import psycopg
+
+    name = f"sysgen_{uuid.uuid4().hex[:12]}"
+    admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True)
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield SimpleNamespace(name=name, uri=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", admin=admin)
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()

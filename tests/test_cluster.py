@@ -394,93 +394,73 @@ def test_resume_after_the_driver_dies_as_a_checkpoint_is_pruned(tmp_path):
     check_complete(uri, path, trials=2, n_iters=n_iters, eval_every=every)
 
 
-def test_launch_survives_postgresql_dropping_its_connections(tmp_path):
+def test_launch_survives_postgresql_dropping_its_connections(tmp_path, postgres_database):
     """Terminate every server connection of the launch's database, repeatedly, mid-launch: MLflow
     and the Optuna storage reconnect, the console says so in our lines only, and the launch completes."""
-    import psycopg
-
-    database = f"sysgen_fault_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
-    try:
-        n_iters, every = 200, 20
-        path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=n_iters, eval_every=every)
-        driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
-        wait_for_checkpoint(tmp_path / "runs", driver)
-        terminated = busy = 0
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-            while driver.poll() is None:
-                cut = admin.execute("SELECT pg_terminate_backend(pid), state FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
-                terminated += len(cut)
-                busy += sum(state != "idle" for _, state in cut)
-                time.sleep(0.2)
-        out = finish(driver)
-        assert driver.returncode == 0, out[-3000:]
-        assert terminated > 0
-        # A retried fault is our one line, not the library's ERROR log with its SQL and traceback.
-        assert foreign_lines(out, path) == [], out[-3000:]
-        # A connection cut while idle is replaced unseen (the pool pings it); one cut mid-statement
-        # is a fault the store retries, and says so. Which of the two happens is the machine's timing.
-        if busy:
-            assert "[store] tracking store " in out or "[store] search store " in out, (busy, out[-3000:])
-        check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
-    finally:
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    database, uri = postgres_database.name, postgres_database.uri
+    n_iters, every = 200, 20
+    path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=n_iters, eval_every=every)
+    driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
+    wait_for_checkpoint(tmp_path / "runs", driver)
+    terminated = busy = 0
+    while driver.poll() is None:
+        cut = postgres_database.admin.execute("SELECT pg_terminate_backend(pid), state FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+        terminated += len(cut)
+        busy += sum(state != "idle" for _, state in cut)
+        time.sleep(0.2)
+    out = finish(driver)
+    assert driver.returncode == 0, out[-3000:]
+    assert terminated > 0
+    # A retried fault is our one line, not the library's ERROR log with its SQL and traceback.
+    assert foreign_lines(out, path) == [], out[-3000:]
+    # A connection cut while idle is replaced unseen (the pool pings it); one cut mid-statement
+    # is a fault the store retries, and says so. Which of the two happens is the machine's timing.
+    if busy:
+        assert "[store] tracking store " in out or "[store] search store " in out, (busy, out[-3000:])
+    check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
 
 
 @pytest.mark.long  # 165 s in CI; test_launch_survives_postgresql_dropping_its_connections causes the store's faults by default
-def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(tmp_path):
+def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(tmp_path, postgres_database):
     """The database refuses every connection for longer than the store retries (about 31 s): the
     driver stops with one line naming the store and the resume command (exit status 4), leaving
     the launch `failed`. A resume whose database goes as Tune reads its state back stops so too
     (Tune answered the failed read by starting the phase afresh in the same folder: its snapshot
     then listed no trial and every later resume failed, as a chaos soak found). Once the database
     is back, `resume` finishes the launch with nothing lost."""
-    import psycopg
-
-    database = f"sysgen_outage_{uuid.uuid4().hex[:8]}"
-    admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True)
-    admin.execute(f"CREATE DATABASE {database}")
-    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
-    try:
-        n_iters, every = 200, 20
-        path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=n_iters, eval_every=every)
-        driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
-        wait_for_checkpoint(tmp_path / "runs", driver)
-        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
-        while driver.poll() is None:  # connections opened before the switch go too
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
-            time.sleep(1)
-        out = finish(driver)
-        assert driver.returncode == 4, out[-3000:]  # not 1: a nightly reads that as a regression
-        assert foreign_lines(out, path) == [], out[-3000:]
-        error = [line for line in out.splitlines() if line.startswith("orchestrator: error: ")]
-        assert len(error) == 1 and " unreachable for " in error[0] and "orchestrator resume " in error[0], out[-3000:]
-        launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
-        assert json.loads((launch_dir / "launch.json").read_text())["state"] == "failed"
-        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
-        driver = popen_launch("resume", str(launch_dir), cwd=tmp_path, env=os.environ)
-        deadline = time.time() + 120
-        while "[launch] resuming from " not in driver.log.read_text():  # Tune reads its state back next
-            assert driver.poll() is None and time.time() < deadline, driver.log.read_text()[-3000:]
-            time.sleep(0.02)
-        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
-        while driver.poll() is None:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
-            time.sleep(1)
-        out = finish(driver)
-        assert driver.returncode == 4 and foreign_lines(out, path) == [], out[-3000:]
-        assert sum(line.startswith("orchestrator: error: ") for line in out.splitlines()) == 1, out[-3000:]
-        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
-        resumed = orchestrator("resume", str(launch_dir), cwd=tmp_path)
-        assert foreign_lines(resumed.stdout, path) == [], resumed.stdout[-3000:]
-        check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
-    finally:
-        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
-        admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-        admin.close()
+    database, uri, admin = postgres_database.name, postgres_database.uri, postgres_database.admin
+    n_iters, every = 200, 20
+    path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=n_iters, eval_every=every)
+    driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
+    wait_for_checkpoint(tmp_path / "runs", driver)
+    admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    while driver.poll() is None:  # connections opened before the switch go too
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+        time.sleep(1)
+    out = finish(driver)
+    assert driver.returncode == 4, out[-3000:]  # not 1: a nightly reads that as a regression
+    assert foreign_lines(out, path) == [], out[-3000:]
+    error = [line for line in out.splitlines() if line.startswith("orchestrator: error: ")]
+    assert len(error) == 1 and " unreachable for " in error[0] and "orchestrator resume " in error[0], out[-3000:]
+    launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
+    assert json.loads((launch_dir / "launch.json").read_text())["state"] == "failed"
+    admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    driver = popen_launch("resume", str(launch_dir), cwd=tmp_path, env=os.environ)
+    deadline = time.time() + 120
+    while "[launch] resuming from " not in driver.log.read_text():  # Tune reads its state back next
+        assert driver.poll() is None and time.time() < deadline, driver.log.read_text()[-3000:]
+        time.sleep(0.02)
+    admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    while driver.poll() is None:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+        time.sleep(1)
+    out = finish(driver)
+    assert driver.returncode == 4 and foreign_lines(out, path) == [], out[-3000:]
+    assert sum(line.startswith("orchestrator: error: ") for line in out.splitlines()) == 1, out[-3000:]
+    admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    resumed = orchestrator("resume", str(launch_dir), cwd=tmp_path)
+    assert foreign_lines(resumed.stdout, path) == [], resumed.stdout[-3000:]
+    check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
 
 
 @pytest.mark.long  # its parts have fast tests (test_spec, test_batched); this one joins them on a cluster

@@ -602,42 +602,34 @@ def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
     assert verdicts == [False, False, True]  # the third is no baseline for the fourth (report.write_night)
 
 
-def test_a_planted_password_is_in_no_file_record_or_output(tmp_path):
+def test_a_planted_password_is_in_no_file_record_or_output(tmp_path, postgres_database):
     """A password in --tracking-uri (where `ps` would show it) is refused; a launch (a search, so
     Optuna's storage is pickled too) with it in MLFLOW_TRACKING_URI, then status: the password is in
     none of the files the launch wrote, not in the store, not in the output; nor is the password of
     the file's own tracking.uri, which the environment's replaces (the file is stored with the launch).
     The local PostgreSQL trusts every login, so the planted password is accepted."""
-    import psycopg
-
     secret, file_secret = "Planted-S3cret-pw", "File-S3cret-pw"
-    database = f"sysgen_secret_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
+    database = postgres_database.name
     uri = f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/{database}"
-    try:
-        work = tmp_path / "work"
-        work.mkdir()
-        path = spec(work, f"postgresql://postgres:{file_secret}@127.0.0.1:5432/{database}", trials=2)
-        on_command_line = orchestrator("launch", str(path), "--tracking-uri", uri, cwd=work, check=False)
-        assert on_command_line.returncode == 2 and on_command_line.stderr.startswith("orchestrator: error: --tracking-uri: holds a password")
-        assert not (work / "runs").exists()
-        outputs = [on_command_line, orchestrator("launch", str(path), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]
-        refused = orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, check=False)
-        assert refused.returncode == 2 and "set MLFLOW_TRACKING_URI" in refused.stderr, refused.stderr
-        outputs += [refused, orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]
-        assert "tiny__ndr" in outputs[-1].stdout
-        for out in outputs:
-            assert secret not in out.stdout + out.stderr and file_secret not in out.stdout + out.stderr
-        written = [p for p in work.rglob("*") if p.is_file() and p != path]
-        assert any(p.name == "launch.json" for p in written) and any(".pkl" in p.name for p in written)
-        assert [p for p in written if secret.encode() in p.read_bytes() or file_secret.encode() in p.read_bytes()] == []
-        dump = subprocess.run(["pg_dump", "-h", "127.0.0.1", "-U", "postgres", database], capture_output=True, text=True, check=True).stdout
-        assert "search_space.yaml" in dump or "launch_id" in dump  # the store holds the launch...
-        assert secret not in dump and file_secret not in dump  # ...and not the passwords
-    finally:
-        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    work = tmp_path / "work"
+    work.mkdir()
+    path = spec(work, f"postgresql://postgres:{file_secret}@127.0.0.1:5432/{database}", trials=2)
+    on_command_line = orchestrator("launch", str(path), "--tracking-uri", uri, cwd=work, check=False)
+    assert on_command_line.returncode == 2 and on_command_line.stderr.startswith("orchestrator: error: --tracking-uri: holds a password")
+    assert not (work / "runs").exists()
+    outputs = [on_command_line, orchestrator("launch", str(path), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]
+    refused = orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, check=False)
+    assert refused.returncode == 2 and "set MLFLOW_TRACKING_URI" in refused.stderr, refused.stderr
+    outputs += [refused, orchestrator("status", "--storage-path", str(work / "runs"), cwd=work, env_extra={"MLFLOW_TRACKING_URI": uri})]
+    assert "tiny__ndr" in outputs[-1].stdout
+    for out in outputs:
+        assert secret not in out.stdout + out.stderr and file_secret not in out.stdout + out.stderr
+    written = [p for p in work.rglob("*") if p.is_file() and p != path]
+    assert any(p.name == "launch.json" for p in written) and any(".pkl" in p.name for p in written)
+    assert [p for p in written if secret.encode() in p.read_bytes() or file_secret.encode() in p.read_bytes()] == []
+    dump = subprocess.run(["pg_dump", "-h", "127.0.0.1", "-U", "postgres", database], capture_output=True, text=True, check=True).stdout
+    assert "search_space.yaml" in dump or "launch_id" in dump  # the store holds the launch...
+    assert secret not in dump and file_secret not in dump  # ...and not the passwords
 
 
 def test_a_stacked_search_survives_a_driver_kill_with_one_run_and_one_optuna_trial_per_suggestion(tmp_path):

@@ -216,55 +216,48 @@ def test_a_retried_store_fault_is_one_line_of_ours(monkeypatch, capsys):
 
 
 
-def test_optuna_calls_while_connections_are_terminated_are_retried(tmp_path, monkeypatch, capsys):
+def test_optuna_calls_while_connections_are_terminated_are_retried(tmp_path, monkeypatch, capsys, postgres_database):
     """Optuna's reads and writes while every connection of its database is terminated five times a
     second (as test_cluster's launch meets them): each call that opens a session is retried in a
     fresh one and succeeds; none raises, and the console has our retry lines only. A helper that
     works on rows its caller read (`_build_frozen_trial_from_trial_model`) was once retried too,
     in a fresh session that had detached those rows: get_trial then failed for good."""
     import threading
-    import uuid
 
     import optuna
     import psycopg
 
     monkeypatch.setattr(tracking, "NOTICES", tracking.RetryNotices(every_s=0))
-    database = f"sysgen_optuna_cut_{uuid.uuid4().hex[:8]}"
-    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-        try:
-            storage = tracking.search_storage(uri, tmp_path)
-            study = optuna.create_study(storage=storage, study_name="cut")
-            trial_ids = [study.ask()._trial_id for _ in range(3)]
-            done = threading.Event()
+    database, uri = postgres_database.name, postgres_database.uri
+    storage = tracking.search_storage(uri, tmp_path)
+    study = optuna.create_study(storage=storage, study_name="cut")
+    trial_ids = [study.ask()._trial_id for _ in range(3)]
+    done = threading.Event()
 
-            def terminate():
-                with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as killer:
-                    while not done.is_set():
-                        killer.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
-                        time.sleep(0.2)
+    def terminate():
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as killer:
+            while not done.is_set():
+                killer.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+                time.sleep(0.2)
 
-            thread = threading.Thread(target=terminate)
-            thread.start()
-            calls, end = 0, time.monotonic() + 10
-            try:
-                while time.monotonic() < end:
-                    trial_id = trial_ids[calls % 3]
-                    storage.set_trial_intermediate_value(trial_id, calls, 0.5)
-                    assert storage.get_trial(trial_id).intermediate_values[calls] == 0.5
-                    calls += 1
-            finally:
-                done.set()
-                thread.join()
-            out = capsys.readouterr().out
-            assert "[store] search store (Optuna): " in out  # the terminations did hit calls
-            assert all(line.startswith("[store] ") for line in out.splitlines()), out
-        finally:
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    thread = threading.Thread(target=terminate)
+    thread.start()
+    calls, end = 0, time.monotonic() + 10
+    try:
+        while time.monotonic() < end:
+            trial_id = trial_ids[calls % 3]
+            storage.set_trial_intermediate_value(trial_id, calls, 0.5)
+            assert storage.get_trial(trial_id).intermediate_values[calls] == 0.5
+            calls += 1
+    finally:
+        done.set()
+        thread.join()
+    out = capsys.readouterr().out
+    assert "[store] search store (Optuna): " in out  # the terminations did hit calls
+    assert all(line.startswith("[store] ") for line in out.splitlines()), out
 
 
-def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, monkeypatch, capsys):
+def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, monkeypatch, capsys, postgres_database):
     """Opening the stores creates their tables (MLflow's dozens of migrations, Optuna's schema),
     statements on a fresh PostgreSQL database: its connections terminated meanwhile (as an
     administrator would), or refused for a while (as a restarting server does), are retried like any
@@ -272,52 +265,45 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, m
     reliably (they hit idle pooled connections, which pre-ping replaces silently), so its fault is
     the refusal, which every first connection meets."""
     import threading
-    import uuid
-
-    import psycopg
 
     monkeypatch.setattr(tracking, "NOTICES", tracking.RetryNotices(every_s=0))
-    database = f"sysgen_terminated_{uuid.uuid4().hex[:8]}"
-    uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
+    database, uri, admin = postgres_database.name, postgres_database.uri, postgres_database.admin
 
-        def in_background(seconds: float, fault) -> threading.Thread:
-            def loop():
-                end = time.monotonic() + seconds
-                while time.monotonic() < end:
-                    fault()
-                    time.sleep(0.05)
+    def in_background(seconds: float, fault) -> threading.Thread:
+        def loop():
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                fault()
+                time.sleep(0.05)
 
-            thread = threading.Thread(target=loop)
-            thread.start()
-            return thread
+        thread = threading.Thread(target=loop)
+        thread.start()
+        return thread
 
-        def terminate():
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+    def terminate():
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
 
-        reopen = threading.Timer(1.5, admin.execute, (f"ALTER DATABASE {database} ALLOW_CONNECTIONS true",))
-        try:
-            faults = in_background(1.5, terminate)
-            assert tracking.client(uri).search_experiments(max_results=1)  # its migrations ran: the Default experiment
-            faults.join()
-            out = capsys.readouterr().out
-            # A termination reads as the server's notice, or, where it lands mid-read, as the connection closing.
-            assert re.match(rf"\[store\] tracking store {re.escape(uri)}: (terminating connection due to administrator command"
-                            r"|consuming input failed: server closed the connection unexpectedly); retrying", out), out
-            assert all(line.startswith("[store] ") for line in out.splitlines()), out
+    reopen = threading.Timer(1.5, admin.execute, (f"ALTER DATABASE {database} ALLOW_CONNECTIONS true",))
+    try:
+        faults = in_background(1.5, terminate)
+        assert tracking.client(uri).search_experiments(max_results=1)  # its migrations ran: the Default experiment
+        faults.join()
+        out = capsys.readouterr().out
+        # A termination reads as the server's notice, or, where it lands mid-read, as the connection closing.
+        assert re.match(rf"\[store\] tracking store {re.escape(uri)}: (terminating connection due to administrator command"
+                        r"|consuming input failed: server closed the connection unexpectedly); retrying", out), out
+        assert all(line.startswith("[store] ") for line in out.splitlines()), out
 
-            admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
-            terminate()
-            reopen.start()
-            assert tracking.search_storage(uri, tmp_path).get_all_studies() == []
-            reopen.join()
-            out = capsys.readouterr().out
-            assert out.startswith("[store] search store (Optuna): connection failed") and "not currently accepting connections; retrying" in out, out
-            assert all(line.startswith("[store] ") for line in out.splitlines()), out
-        finally:
-            reopen.cancel()
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+        terminate()
+        reopen.start()
+        assert tracking.search_storage(uri, tmp_path).get_all_studies() == []
+        reopen.join()
+        out = capsys.readouterr().out
+        assert out.startswith("[store] search store (Optuna): connection failed") and "not currently accepting connections; retrying" in out, out
+        assert all(line.startswith("[store] ") for line in out.splitlines()), out
+    finally:
+        reopen.cancel()
 
 
 def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(monkeypatch):
@@ -346,7 +332,7 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     assert tracking.confirmed_text(confirmed).endswith("(candidate 1; so far: 1 confirmation run(s) still running)")
 
 
-def test_a_role_that_can_only_read_opens_a_launchs_studies(tmp_path):
+def test_a_role_that_can_only_read_opens_a_launchs_studies(tmp_path, postgres_database):
     """The dashboard and the report only read a launch's Optuna studies, and a team may give them a
     PostgreSQL role that can create nothing. Opened read-only, the search store creates no schema
     (and Optuna no tables: they exist); before, its CREATE SCHEMA failed for such a role."""
@@ -355,25 +341,23 @@ def test_a_role_that_can_only_read_opens_a_launchs_studies(tmp_path):
     import optuna
     import psycopg
 
-    database, role = f"sysgen_readonly_{uuid.uuid4().hex[:8]}", f"reader_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        try:
-            owner = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
-            optuna.create_study(study_name="launch/pair", storage=tracking.search_storage(owner, tmp_path))
-            with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{database}", autocommit=True) as db:
-                db.execute(f"GRANT USAGE ON SCHEMA optuna TO {role}")
-                db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA optuna TO {role}")
-            reader = f"postgresql+psycopg://{role}@127.0.0.1:5432/{database}"
-            with pytest.raises(Exception, match="permission denied"):
-                tracking.search_storage(reader, tmp_path)
-            storage = tracking.search_storage(reader, tmp_path, read_only=True)
-            assert [s.study_name for s in storage.get_all_studies()] == ["launch/pair"]
-            storage.engine.dispose()
-        finally:
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-            admin.execute(f"DROP ROLE IF EXISTS {role}")
+    database, admin, role = postgres_database.name, postgres_database.admin, f"reader_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        owner = postgres_database.uri
+        optuna.create_study(study_name="launch/pair", storage=tracking.search_storage(owner, tmp_path))
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{database}", autocommit=True) as db:
+            db.execute(f"GRANT USAGE ON SCHEMA optuna TO {role}")
+            db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA optuna TO {role}")
+        reader = f"postgresql+psycopg://{role}@127.0.0.1:5432/{database}"
+        with pytest.raises(Exception, match="permission denied"):
+            tracking.search_storage(reader, tmp_path)
+        storage = tracking.search_storage(reader, tmp_path, read_only=True)
+        assert [s.study_name for s in storage.get_all_studies()] == ["launch/pair"]
+        storage.engine.dispose()
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")  # before the role its grants name
+        admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 def test_the_progress_lines_best_is_never_a_stack_that_diverged():
