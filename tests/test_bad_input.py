@@ -154,8 +154,10 @@ MODEL_CASES = {("ctl/ndr", "n_layers=0"): "n_layers: must be at least 1", ("ctl/
                ("ctl/ndr", "gate_bias_init=.nan"): "gate_bias_init: must be a finite number", ("ctl/ndr", "act_threshold=1.5"): "act_threshold: must be",
                ("copy/panm", "address_bits=200"): "address_bits: must be at least 1 and at most 62", ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0",
                ("ctl/ndr", "n_layers=null"): "n_layers: expected a number, got null", ("ctl/ndr", "d_model=true"): "d_model: expected a number, got true",
-               # checked by building it: an LSTM of 10^6 layers took minutes and most of the memory (a mutation drew one)
+               # checked by building it: an LSTM of 10^6 layers took minutes and most of the memory, a PANM of 10^6 Mode-2
+               # heads more than 20 s (mutations drew both)
                ("ctl/lstm", "n_layers=1000000"): "n_layers: must be at least 1 and at most 1000",
+               ("copy/panm", "mode2_heads=1000000"): "mode2_heads: must be at least 0 and at most 1000",
                ("scan/transformer_enc_dec", "decoder_layers=5000"): "decoder_layers: must be at least 1 and at most 1000"}
 
 

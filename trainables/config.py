@@ -112,13 +112,14 @@ def yaml_word(value) -> str:
 # A model's numbers, by one rule per kind of key: sizes and counts positive, dropout rates in [0, 1),
 # every float finite; and the keys below in their own ranges (PANM's addresses are drawn as int64;
 # a PANM may go without Mode-1 or Mode-2 heads, App. D.5). The constructors check what depends on
-# several keys (heads dividing d_model) and the heads' upper bounds. Layer counts stop at 1,000, a
-# hundred times the papers' deepest: past that a count is a typo, and building it to check it (on
-# the meta device) took minutes and most of the memory for an LSTM of 10^6 layers (a CI run of
-# tests/test_bad_input.py, whose mutations draw such counts).
+# several keys (heads dividing d_model, PANM's Mode-1 heads). Counts that build a module each (layers,
+# Mode-2 heads) stop at 1,000, a hundred times the papers' most: past that a count is a typo, and
+# building it to check it (on the meta device) took minutes: an LSTM of 10^6 layers most of the
+# memory, a PANM of 10^6 Mode-2 heads more than 20 s (mutations in tests/test_bad_input.py draw such
+# counts).
 MODEL_RANGES = {"act_threshold": (0, False, 1), "act_loss_weight": (0, True, None), "ff_multiplier": (0, False, None),
                 "sharpness": (0, False, None), "clip_controls": (0, False, None), "address_bits": (1, True, 62),
-                "mode1_heads": (0, True, None), "mode2_heads": (0, True, None),
+                "mode1_heads": (0, True, None), "mode2_heads": (0, True, 1000),
                 **{key: (1, True, 1000) for key in ("n_layers", "eval_n_layers", "encoder_layers", "decoder_layers")}}
 
 
