@@ -193,7 +193,7 @@ def test_a_night_is_compared_with_the_last_finished_night_of_its_own_file(tmp_pa
         return launch
 
     night("layers-1", "ndr_layers.yaml", 1)
-    night("heads-1", "panm_heads.yaml", 2, night=0)
+    night("heads-1", "panm_mode1_heads.yaml", 2, night=0)
     night("layers-2", "ndr_layers.yaml", 3, state="failed", night=1)
     tonight = night("layers-3", "../ablations/ndr_layers.yaml", 4, night=2)
     assert [s.launch_id for s in earlier_launches(tonight, nightly=True)] == ["layers-1"]
