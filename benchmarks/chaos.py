@@ -27,7 +27,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,59 +36,15 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from nodes import Cluster  # noqa: E402 - the cluster the tests start too
+
 ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 TASK = {"train_size": 600, "eval_size": 40, "train_depths": [1, 2], "ood_valid_depths": [3, 3], "test_depths": [4, 4]}
 MODELS = ("lstm", "transformer", "ndr")
 EVAL_EVERY = 20
-RAY = str(Path(sys.executable).parent / "ray")
 OUTAGE_S = 45  # longer than tracking.RETRY_DELAYS_S (31 s) in all
 EXPECTED_EXIT = {"driver_kill": -signal.SIGKILL, "sigint": 130, "outage": 4}  # how a driver the fault hits ends
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    """A head node that only coordinates and worker nodes of one CPU, each `ray start` in a process
-    group of its own, so that one can be killed alone (never `ray stop`: it stops every Ray here)."""
-
-    def __init__(self, workers: int):
-        self.port = free_port()
-        self.tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths live under it
-        self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2, "RAY_TMPDIR": self.tmp,
-                    "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
-        self.head = self.start("--head", f"--port={self.port}", "--include-dashboard=false", "--num-cpus=0")
-        self.workers = [self.start_worker() for _ in range(workers)]
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, *args) -> int:
-        node = subprocess.Popen([RAY, "start", *args], start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=self.env)
-        out, _ = node.communicate(timeout=120)
-        if node.returncode:
-            raise RuntimeError(out)
-        return node.pid
-
-    def start_worker(self) -> int:
-        return self.start(f"--address={self.address}", "--num-cpus=1")
-
-    @staticmethod
-    def kill(group: int) -> None:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def stop(self) -> None:
-        for group in [self.head, *self.workers]:
-            self.kill(group)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class Database:
@@ -170,7 +125,7 @@ def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Data
                 elif kind == "node_kill":
                     victim = cluster.workers.pop(0)
                     cluster.kill(victim)
-                    cluster.workers.append(cluster.start_worker())
+                    cluster.workers.append(cluster.worker())
                 elif kind == "pg_terminate":
                     for _ in range(5):
                         db.terminate()

@@ -1,14 +1,10 @@
 """A real multi-node Ray cluster on this machine, and faults caused for real: a worker node that
 cannot see the driver's disk, a node killed mid-trial, a driver killed the moment a checkpoint is
-pruned, SIGINT to a launch, PostgreSQL connections terminated mid-launch.
-
-Nodes are started with `ray start`, each in a process group of its own (stopped by killing that
-group, never with `ray stop`, which would stop every Ray on the machine)."""
+pruned, SIGINT to a launch, PostgreSQL connections terminated mid-launch (the nodes: tests/nodes.py)."""
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,67 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nodes import RAY, Cluster, free_port
 from test_service import foreign_lines, optuna_trial_states, orchestrator, spec, trial_runs
 
 pytestmark = pytest.mark.slow
 
-RAY = str(Path(sys.executable).parent / "ray")
 S3_ENV = {"AWS_ACCESS_KEY_ID": "sysgen-test", "AWS_SECRET_ACCESS_KEY": "sysgen-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    """A head node (no CPUs: it only coordinates) and worker nodes with one CPU each."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
-        # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
-        self.env = {**os.environ, **S3_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2,
-                    "RAY_TMPDIR": self.tmp, "RAY_DEDUP_LOGS": "0"}
-        self.groups: list[int] = []
-        self.start("--head", f"--port={self.port}", "--include-dashboard=false", "--num-cpus=0")
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, *args, hide: Path | None = None) -> int:
-        """Start a node; with `hide`, in a private mount namespace with an empty tmpfs over that
-        folder, as a second machine would be. Returns its process group."""
-        command = [RAY, "start", *args]
-        if hide is not None:
-            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                       f'mount -t tmpfs tmpfs "{hide}" && exec "$@"', "sh", *command]
-        node = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
-        self.groups.append(node.pid)
-        out, _ = node.communicate(timeout=120)
-        assert node.returncode == 0, out
-        return node.pid
-
-    def worker(self, hide: Path | None = None) -> int:
-        return self.start(f"--address={self.address}", "--num-cpus=1", hide=hide)
-
-    def kill(self, group: int) -> None:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def stop(self) -> None:
-        for group in self.groups:
-            self.kill(group)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 @pytest.fixture
 def cluster():
-    c = Cluster()
+    c = Cluster(env=S3_ENV)
     yield c
     c.stop()
 

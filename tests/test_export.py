@@ -17,6 +17,8 @@ from orchestrator import cli
 from orchestrator.record import export
 from orchestrator.record.state import LaunchState
 
+from nodes import free_port
+
 IDENTITY = ["run_id", "run_name", "start_time", "end_time", "trial_id", "pair", "model", "task", "variant", "phase", "trial_status"]
 RAN_AS = ("code_version", "device", "compile", "bf16")  # tags after the identity: the code, and how the trial ran
 
@@ -130,12 +132,6 @@ def test_export_refuses_bad_input_in_one_line(tmp_path, capsys, flags, message):
     assert cli.main(["export", "--storage-path", str(tmp_path), *flags]) == 2
     out = capsys.readouterr()
     assert out.err.splitlines() == [message.format(tmp=tmp_path)] and out.out == ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict | None]:
