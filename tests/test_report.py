@@ -12,7 +12,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.record.state import LaunchState
-from orchestrator.report import report
+from orchestrator.report import report, stats
 
 LAYERS = [4, 6, 8, 10, 12, 14]  # as text, 10 would sort before 4
 
@@ -77,8 +77,11 @@ def test_report_numbers_equal_an_independent_aggregation_in_numeric_order(tmp_pa
     # The selection metric is a column, numbers have 3 decimals, the launch's metadata heads the page.
     assert "best_ood_valid_acc" in markdown.splitlines()[next(i for i, line in enumerate(markdown.splitlines()) if line.startswith("| cell"))]
     assert "code abc1234" in markdown and "Launch `night-1`" in markdown and "No previous launch compared" in markdown
-    # NDR Table 4 (CTL backward, 14 layers) from published.yaml beside ours.
-    assert "Table 4" in rows[-1], rows[-1]
+    # NDR Table 4 (CTL backward, 14 layers) from published.yaml beside ours, and Welch's test of our
+    # seeds against its 5 runs.
+    paper = report.published_for("ndr", "ctl", "ctl_backward", "test_acc_at_best", {"n_layers": 14}, {"n_layers": 14})
+    p = stats.paper_p([scores[(14, seed)] for seed in (0, 1, 2)], paper["mean"], paper["std"], paper["runs"])
+    assert f"Table 4, p = {p:.3g} against its 5 runs" in rows[-1], rows[-1]
     page = (state.dir / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 1 and "<table class=\"cells\">" in page
     assert {p.name for p in paths} >= {"report.md", "report.html", "ctl_backward__ndr.png"}
@@ -107,7 +110,6 @@ def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values()
     import pandas as pd
 
     from orchestrator.plan.spec import Report
-    from orchestrator.report import stats
 
     rng = np.random.default_rng(0)
     values = {(n, lr): list(0.5 + 0.02 * n + 100 * lr + rng.normal(0, 0.01, 3)) for n in (2, 4) for lr in (1e-4, 1e-3)}
@@ -261,6 +263,7 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
         assert re.fullmatch(r"(depth\d+_)?(" + "|".join(SCORES_OF_KIND[TASKS[cell["task"]].kind]) + ")", cell["metric"]), cell
         assert cell.get("checkpoint") in (None, "early", "final") and cell.get("statistic") in (None, "median"), cell
         assert cell.get("n_iters") is None or (isinstance(cell["n_iters"], int) and cell["n_iters"] > 0), cell
+        assert cell.get("runs") is None or (isinstance(cell["runs"], int) and cell["runs"] > 1), cell
 
 
 @pytest.mark.parametrize("file, model, grid_cell, reported, not_reported, table", [
@@ -286,8 +289,6 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
 
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():
     import jinja2
-
-    from orchestrator.report import stats
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(report.TEMPLATES))
     env.filters["f3"] = stats.fmt

@@ -84,3 +84,18 @@ def test_tied_seeds_give_exact_answers_without_scipy_warnings(recwarn):
     assert stats.worse_p_value([0.7] * 3, before) == pytest.approx(scipy_stats.t.cdf(t, 2))
     assert stats.two_sided_p([0.7] * 3, before) == pytest.approx(2 * scipy_stats.t.cdf(t, 2))
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+
+
+def test_the_paper_test_is_welchs_from_the_papers_mean_std_and_runs():
+    ours, mean, std, runs = [0.91, 0.95, 0.99, 0.97], 0.90, 0.03, 5
+    # Welch's t and the Welch-Satterthwaite degrees of freedom, written out.
+    a, b = np.var(ours, ddof=1) / len(ours), std ** 2 / runs
+    t = (np.mean(ours) - mean) / math.sqrt(a + b)
+    df = (a + b) ** 2 / (a ** 2 / (len(ours) - 1) + b ** 2 / (runs - 1))
+    assert stats.paper_p(ours, mean, std, runs) == pytest.approx(2 * (1 - scipy_stats.t.cdf(abs(t), df)))
+    # A printed 0.00 beside seeds that vary is a one-sample t test of ours (the paper's variance 0).
+    t = (np.mean(ours) - mean) / math.sqrt(np.var(ours, ddof=1) / len(ours))
+    assert stats.paper_p(ours, mean, 0.0, runs) == pytest.approx(2 * (1 - scipy_stats.t.cdf(abs(t), len(ours) - 1)))
+    # What cannot be tested: one seed, a paper without a run count or a std, two sides without spread.
+    assert stats.paper_p([0.9], mean, std, runs) is None and stats.paper_p(ours, mean, std, None) is None
+    assert stats.paper_p(ours, mean, None, runs) is None and stats.paper_p([0.5] * 3, 0.5, 0.0, 5) is None

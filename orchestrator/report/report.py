@@ -250,6 +250,9 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
             cell = published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])
             entry = {"summary": summary, "values": values, "published": cell,
                      "unlike": cell and training_unlike_the_paper(cell, first["model"], first["task"], first["config"])}
+            shorter = entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"]
+            if cell and not shorter and cell.get("statistic") != "median":
+                entry["vs_paper"] = stats.paper_p(values, cell["mean"], cell.get("std"), cell.get("runs"))
             if base_rows is not None and metric in base_rows:
                 against = base_rows[metric].dropna().tolist()
                 if len(values) > 1 and len(against) > 1:

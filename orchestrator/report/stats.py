@@ -95,6 +95,19 @@ def two_sided_p(values, baseline, test: str = "welch") -> float:
         return float(stats.ttest_ind(values, baseline, equal_var=False).pvalue)
 
 
+def paper_p(values, mean: float, std: float | None, runs: int | None) -> float | None:
+    """Two-sided Welch p-value of "our seeds differ from a paper's number", from the paper's mean,
+    std and run count (its std taken as a sample std); None where that cannot be said: fewer than
+    two runs on a side, no printed std, or both sides without spread (a printed 0.00 is rounded, so
+    two tied sides could still differ)."""
+    from scipy import stats
+
+    if len(values) < 2 or not runs or runs < 2 or std is None or (constant(values) and std == 0):
+        return None
+    with tied_seeds_quiet():
+        return float(stats.ttest_ind_from_stats(np.mean(values), np.std(values, ddof=1), len(values), mean, std, runs, equal_var=False).pvalue)
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values, in the order given."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
