@@ -1,4 +1,5 @@
-"""`orchestrator train | launch | resume | status | best | report`: one entry point for the service."""
+"""`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard | accept | list`:
+one entry point for the service."""
 from __future__ import annotations
 
 import argparse
@@ -182,6 +183,7 @@ def cmd_launch(args) -> int:
     from .plan.spec import name_problem
     from .plan.storage import StorageError
     from .record.state import SEED_STRIDE
+    from .run.cluster import ClusterUnreachable
 
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
@@ -202,14 +204,17 @@ def cmd_launch(args) -> int:
         print(describe_study(study), flush=True)
         if night is not None:
             print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
-                  f"({study.report.test}, alpha {study.report.alpha:g})", flush=True)
+                  f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})", flush=True)
         if args.dry_run:
             from .run.cost import describe_cost
 
             if args.calibrate:
                 print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
-            for line in describe_cost(study, args.calibrate, args.address):
-                print(line, flush=True)
+            try:
+                for line in describe_cost(study, args.calibrate, args.address):
+                    print(line, flush=True)
+            except ClusterUnreachable as e:
+                raise UsageError(f"--address: {e}") from None
             continue
         launch_id = args.launch_id or (f"{study.name}-night-{time.strftime('%Y%m%d-%H%M%S')}" if nightly else None)
         try:
@@ -218,6 +223,8 @@ def cmd_launch(args) -> int:
             raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
         except launch.ClusterMismatch as e:
             raise UsageError(f"{study.path}: {e}") from None
+        except ClusterUnreachable as e:
+            raise UsageError(f"--address: {e}") from None
         if code not in (0, launch.EXIT_REGRESSION, launch.EXIT_TRIALS_FAILED):
             return code  # interrupted or failed: the nights after it wait for `resume`
         codes.add(code)
@@ -238,6 +245,7 @@ def cmd_resume(args) -> int:
     from .record.state import SNAPSHOT_MODULES, driver
     from .record.tracking import TrackingError, check_store
     from .run import launch
+    from .run.cluster import ClusterUnreachable
 
     state = load_state(args, reads_store=False)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
@@ -253,7 +261,10 @@ def cmd_resume(args) -> int:
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
     check_address(args.address)
-    launch.start_ray(args.address)
+    try:
+        launch.start_ray(args.address)
+    except ClusterUnreachable as e:
+        raise UsageError(f"--address: {e}") from None
     try:
         launch.check_storage(state.trial_storage(), "storage")
     except StorageError as e:
@@ -560,11 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, text, example in [
         ("launch", "search every model/task pair of a search-space file (or run an ablation file) on Ray Tune", "search_spaces/ctl.yaml"),
-        ("nightly", "run an ablation file as tonight's night: new seeds, a report compared with the last night by a test "
-                    "across seeds, dated beside the previous nights' (exit 1 on a regression)", "ablations/ndr_cpu_ctl.yaml"),
+        ("nightly", "run an ablation file (or each ablation a nightly file lists) as tonight's night: new seeds, a report "
+                    "compared by a test across seeds with the last finished night that flagged no regression (or whose "
+                    "regression was accepted), dated beside the previous nights' (exit 1 on a regression)", "ablations/ndr_cpu_ctl.yaml"),
     ]:
         p = sub.add_parser(name, help=text)
-        p.add_argument("file", help=f"a search-space or ablation YAML, e.g. {example}")
+        what = "a search-space or ablation YAML" if name == "launch" else "an ablation YAML, or a nightly file (deploy/nightly.yaml: ablations and a budget)"
+        p.add_argument("file", help=f"{what}, e.g. {example}")
         p.add_argument("--address", **ADDRESS)
         p.add_argument("--tracking-uri", help="override the file's tracking.uri")
         p.add_argument("--storage", help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)")
@@ -581,21 +594,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, func, text in [
         ("resume", cmd_resume, "continue a launch whose driver stopped"),
-        ("status", cmd_status, "trials done / running / failed and the best so far, per pair"),
+        ("status", cmd_status, "whether the driver is alive; per pair trials done / stopped early / running / failed and the best so far "
+                               "(an ablation's per grid cell)"),
         ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
-        ("report", cmd_report, "a launch's report: per cell (or confirmed candidate) statistics over seeds beside the papers' numbers, "
-                               "plots, attention maps (exit 1 on a regression vs --compare)"),
+        ("report", cmd_report, "a launch's report: a search's per pair (best trial, trials, curves, importances, confirmed candidates), "
+                               "an ablation's per cell statistics over seeds, beside the papers' numbers, plots, attention maps "
+                               "(exit 1 on a regression vs --compare)"),
         ("export", cmd_export, "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per run"),
         ("dashboard", cmd_dashboard, "optuna-dashboard on a search launch's Optuna studies (pip install -e '.[dashboard]')"),
         ("accept", cmd_accept, "a night that regressed on purpose: the nights after it compare with it, not with the last night before it"),
     ]:
         p = sub.add_parser(name, help=text)
-        p.add_argument("launch", nargs="?", help="launch id or folder (default: the most recent)")
+        p.add_argument("launch", nargs="?", help="launch id or folder (default: the one started last)")
         p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
         if name == "resume":
             p.add_argument("--address", **ADDRESS)
         if name == "report":
-            p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last launch of the same file")
+            p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last finished launch of the same file")
         if name == "export":
             # Checked by cmd_export, not by argparse's choices: bad input is one line, exit status 2.
             p.add_argument("--format", help="csv or parquet (default: --output's extension, else csv)")

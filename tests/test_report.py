@@ -202,6 +202,22 @@ def test_a_night_is_compared_with_the_last_finished_night_of_its_own_file(tmp_pa
     assert previous_launch(tonight).launch_id == "layers-1"
 
 
+def test_a_command_without_a_launch_means_the_one_started_last(tmp_path):
+    """Not the one whose launch.json was written last: accepting or resuming an old night rewrites it."""
+    import os
+
+    from orchestrator.record.state import find_launch
+
+    launches = []
+    for created, launch_id in ((1.0, "older"), (2.0, "newer")):
+        (tmp_path / launch_id).mkdir()
+        launches.append(LaunchState(launch_id, tmp_path / launch_id, "shared", "/repo/a.yaml", "", "sqlite://", "run", created=created))
+        launches[-1].save()
+    later = (tmp_path / "newer" / "launch.json").stat().st_mtime + 60
+    os.utime(tmp_path / "older" / "launch.json", (later, later))
+    assert find_launch(str(tmp_path), None) == (tmp_path / "newer").resolve()
+
+
 def holm_adjusted(p_values: list[float]) -> list[float]:
     """Holm-Bonferroni, written out: the k-th smallest p times (m - k), kept monotone, at most 1."""
     order = np.argsort(p_values)

@@ -399,8 +399,8 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
         f"-> at most {cost.hours(ndr)} of trial time",
         f"  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier trials of lstm (other tasks) on cpu) "
         f"-> at most {cost.hours(lstm)} of trial time",
-        f"  cost in all: 12,000 training steps = {(ndr + lstm) / 3600:.1f} CPU core-hours; on this machine (4 CPUs, 4 trial(s) at once) "
-        f"at most {cost.hours((ndr + lstm) / 4)} (evaluations left out; ASHA stops poor trials sooner)",
+        f"  cost in all: 12,000 training steps = {cost.resource_hours(ndr + lstm)} CPU core-hours; on this machine (4 CPUs, 4 trial(s) at once) "
+        f"at most {cost.hours(ndr / 2)} (evaluations left out; ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
     ]
     # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
     monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
@@ -408,7 +408,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379"))
     ndr = 8 * 3000 / 500.0
     assert lines[1].endswith("no stored step rate for lstm on cuda")
-    assert lines[2] == (f"  cost in all: 48,000 training steps = {ndr * 0.5 / 3600:.1f} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
+    assert lines[2] == (f"  cost in all: 48,000 training steps = {cost.resource_hours(ndr * 0.5)} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
                         f"4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left out; ASHA stops poor trials sooner); "
                         "1 pair(s) without an estimate left out")
 
@@ -444,9 +444,9 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 1, "slot": 8}, [{"CPU": 16, "GPU": 1, "slot": 8}]))
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
     ndr, lstm = 2 * 10 / 100.0, 2 * 10 / 200.0  # 2 trials x 10 steps each
-    gpu_hours = (ndr * 1 + lstm * 0.25) / 3600
+    gpu_seconds = ndr * 1 + lstm * 0.25
     # The whole-GPU NDR trials cannot share the one GPU: its busy time bounds the wall time.
-    assert lines[2] == (f"  cost in all: 40 training steps = {gpu_hours:.1f} GPU-hours; on the cluster at head:6379 (16 CPUs, 1 GPUs, "
+    assert lines[2] == (f"  cost in all: 40 training steps = {cost.resource_hours(gpu_seconds)} GPU-hours; on the cluster at head:6379 (16 CPUs, 1 GPUs, "
                         f"4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} (evaluations left out; ASHA stops poor trials sooner)")
 
 

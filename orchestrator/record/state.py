@@ -100,16 +100,25 @@ def plan_of(study) -> dict:
 
 
 def find_launch(storage_path: str, launch_id: str | None) -> Path:
-    """A launch folder by id or path; without one, the most recent launch under storage_path."""
+    """A launch folder by id or path; without one, the launch under storage_path started last (not
+    the one whose launch.json was written last: `accept` and `resume` rewrite an old one's)."""
     if launch_id:
         for candidate in (Path(launch_id), Path(storage_path) / launch_id):
             if (candidate / "launch.json").exists():
                 return candidate.resolve()
         raise FileNotFoundError(f"no launch {launch_id!r} (looked for {launch_id}/launch.json and {storage_path}/{launch_id}/launch.json)")
-    launches = sorted(Path(storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
+    launches = sorted(Path(storage_path).glob("*/launch.json"), key=started_at)
     if not launches:
         raise FileNotFoundError(f"no launches under {storage_path}/")
     return launches[-1].parent.resolve()
+
+
+def started_at(launch_json: Path) -> float:
+    """When a launch began: its `created`, else (a launch from before it, a damaged file) its file's time."""
+    try:
+        return float(json.loads(launch_json.read_text()).get("created") or launch_json.stat().st_mtime)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return launch_json.stat().st_mtime
 
 
 def readable_launches(storage_path: Path) -> list[LaunchState]:
@@ -134,7 +143,7 @@ def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchSt
         if other.state != "finished" or (nightly and other.night is None):
             continue
         found.append(other)
-    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731 - launches from before `created`
+    started = lambda s: started_at(s.dir / "launch.json")  # noqa: E731
     return sorted((s for s in found if started(s) < started(state)), key=started)
 
 

@@ -11,6 +11,7 @@ from typing import Iterator
 
 from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
 from ..record import tracking
+from .cluster import join
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64
@@ -99,13 +100,18 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
+def resource_hours(seconds: float) -> str:
+    """GPU- or core-hours to two significant digits under 10, so that 3 minutes is not "0.0"."""
+    return f"{seconds / 3600:.1f}" if seconds >= 36000 else f"{seconds / 3600:.2g}"
+
+
 def resources(address: str | None) -> tuple[str, dict[str, float], list[dict[str, float]]]:
     """(where, its resources by Ray's names, each node's) of what will train the trials: the Ray
     cluster at `address`, asked (and left again), else this machine."""
     if address and address != "local":
         import ray
 
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        join(address, log_to_driver=False, logging_level=logging.WARNING)
         try:
             return f"the cluster at {address}", ray.cluster_resources(), [node["Resources"] for node in ray.nodes() if node.get("Alive")]
         finally:
@@ -222,6 +228,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
             yield f"  cannot read step rates from {tracking.redact(study.tracking.uri)}: {tracking.redact_text(reason(e), study.tracking.uri)}"
     total_steps, total_s, unestimated = 0, 0.0, 0
     held_s: dict[str, float] = {}  # resource -> seconds of trial time x the amount trials hold of it
+    pair_walls = []  # each pair's trial time over the trials it runs at once (budget.max_concurrent)
     for pair in study.pairs:
         on_gpu = use_gpu and pair.resources.gpu > 0
         trials, steps = study.trial_count(pair) + study.confirm_count(), int(pair.base["n_iters"])
@@ -244,6 +251,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
             yield f"{line}; {words}"
             continue
         total_s += trials * steps * per_step
+        pair_walls.append(trials * steps * per_step / min(study.budget.max_concurrent, study.tune_trial_count(pair)))
         for name, amount in pair.resources.asks(use_gpu).items():
             held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
         yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time"
@@ -251,9 +259,9 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     if total_s:
         slots = study.slots(total, use_gpu)
         # Trials of several sizes (per_model resources) fill the cluster unevenly: no sooner than
-        # the busiest resource allows either.
-        wall = max(total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)))
-        used = (f"{held_s['GPU'] / 3600:.1f} GPU-hours" if "GPU" in held_s else f"{held_s['CPU'] / 3600:.1f} CPU core-hours")
+        # the busiest resource allows either, nor than the longest pair at its own concurrency.
+        wall = max(total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)), *pair_walls)
+        used = (f"{resource_hours(held_s['GPU'])} GPU-hours" if "GPU" in held_s else f"{resource_hours(held_s['CPU'])} CPU core-hours")
         held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
         summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
                     f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")

@@ -27,6 +27,7 @@ from ..record import tracking
 from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
                      TruncationAwareOptunaSearch, own_config, run_key, trial_members)
 from .callbacks import ProgressLines, TrialTracker
+from .cluster import join
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
@@ -295,7 +296,7 @@ def start_ray(address: str | None) -> bool:
         # Ray's start-up lines (its token-authentication notice among them) say nothing a user acts on.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         if address:
-            ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
+            join(address, log_to_driver=True, logging_level=logging.WARNING)
             print(f"[launch] joined the Ray cluster at {address}", flush=True)
         else:
             # "local", not None: with no address Ray attaches to the last cluster `ray start` made
