@@ -9,9 +9,9 @@ class ClusterUnreachable(RuntimeError):
 
 
 def join(address: str, **options) -> None:
-    """ray.init at `address`. A port that answers but is no Ray head's (a dashboard's, another
-    service's), or a head this machine has no raylet of, makes Ray retry for about half a minute
-    and then raise ConnectionError: one line then, not its traceback."""
+    """ray.init at `address`. Where Ray gives up on it with ConnectionError (a review saw one after
+    about half a minute of retries, at a port that answered but was no Ray head's), one line, not
+    its traceback. A port that accepts and never answers keeps ray.init waiting (past 300 s here)."""
     import ray
 
     try:
