@@ -183,7 +183,6 @@ def cmd_launch(args) -> int:
     from .plan.spec import name_problem
     from .plan.storage import StorageError
     from .record.state import SEED_STRIDE
-    from .run.cluster import ClusterUnreachable
 
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
@@ -210,11 +209,8 @@ def cmd_launch(args) -> int:
 
             if args.calibrate:
                 print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
-            try:
-                for line in describe_cost(study, args.calibrate, args.address):
-                    print(line, flush=True)
-            except ClusterUnreachable as e:
-                raise UsageError(f"--address: {e}") from None
+            for line in describe_cost(study, args.calibrate, args.address):
+                print(line, flush=True)
             continue
         launch_id = args.launch_id or (f"{study.name}-night-{time.strftime('%Y%m%d-%H%M%S')}" if nightly else None)
         try:
@@ -223,8 +219,6 @@ def cmd_launch(args) -> int:
             raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
         except launch.ClusterMismatch as e:
             raise UsageError(f"{study.path}: {e}") from None
-        except ClusterUnreachable as e:
-            raise UsageError(f"--address: {e}") from None
         if code not in (0, launch.EXIT_REGRESSION, launch.EXIT_TRIALS_FAILED):
             return code  # interrupted or failed: the nights after it wait for `resume`
         codes.add(code)
@@ -245,7 +239,6 @@ def cmd_resume(args) -> int:
     from .record.state import SNAPSHOT_MODULES, driver
     from .record.tracking import TrackingError, check_store
     from .run import launch
-    from .run.cluster import ClusterUnreachable
 
     state = load_state(args, reads_store=False)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
@@ -261,10 +254,7 @@ def cmd_resume(args) -> int:
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
     check_address(args.address)
-    try:
-        launch.start_ray(args.address)
-    except ClusterUnreachable as e:
-        raise UsageError(f"--address: {e}") from None
+    launch.start_ray(args.address)
     try:
         launch.check_storage(state.trial_storage(), "storage")
     except StorageError as e:
@@ -625,11 +615,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from .record.state import DamagedLaunch
     from .record.tracking import StoreUnavailable, redact_secrets
+    from .run.cluster import ClusterUnreachable
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, DamagedLaunch) as e:  # a message may echo a bad value, secrets and all
+    except (UsageError, DamagedLaunch, ClusterUnreachable) as e:  # a message may echo a bad value, secrets and all
         print(f"orchestrator: error: {redact_secrets(str(e))}", file=sys.stderr)
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)

@@ -208,11 +208,9 @@ def test_a_command_without_a_launch_means_the_one_started_last(tmp_path):
 
     from orchestrator.record.state import find_launch
 
-    launches = []
     for created, launch_id in ((1.0, "older"), (2.0, "newer")):
         (tmp_path / launch_id).mkdir()
-        launches.append(LaunchState(launch_id, tmp_path / launch_id, "shared", "/repo/a.yaml", "", "sqlite://", "run", created=created))
-        launches[-1].save()
+        LaunchState(launch_id, tmp_path / launch_id, "shared", "/repo/a.yaml", "", "sqlite://", "run", created=created).save()
     later = (tmp_path / "newer" / "launch.json").stat().st_mtime + 60
     os.utime(tmp_path / "older" / "launch.json", (later, later))
     assert find_launch(str(tmp_path), None) == (tmp_path / "newer").resolve()

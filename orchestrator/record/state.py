@@ -143,7 +143,7 @@ def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchSt
         if other.state != "finished" or (nightly and other.night is None):
             continue
         found.append(other)
-    started = lambda s: started_at(s.dir / "launch.json")  # noqa: E731
+    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731 - launches from before `created`
     return sorted((s for s in found if started(s) < started(state)), key=started)
 
 

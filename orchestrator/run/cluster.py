@@ -1,11 +1,10 @@
-"""Joining the Ray cluster a launch names, shared by the launch and the dry run's cost."""
+"""Joining the Ray cluster a launch names, shared by the launch and the dry run's cost. Cheap to
+import: the CLI's entry point catches ClusterUnreachable for every command."""
 from __future__ import annotations
-
-from ..plan.storage import last_line
 
 
 class ClusterUnreachable(RuntimeError):
-    """Ray could not join the cluster at --address; refused before anything is written."""
+    """Ray could not join the cluster at --address; refused (one line, exit 2) before anything is written."""
 
 
 def join(address: str, **options) -> None:
@@ -14,7 +13,9 @@ def join(address: str, **options) -> None:
     its traceback. A port that accepts and never answers keeps ray.init waiting (past 300 s here)."""
     import ray
 
+    from ..plan.storage import last_line
+
     try:
         ray.init(address=address, **options)
     except ConnectionError as e:
-        raise ClusterUnreachable(f"Ray could not join a cluster at {address}: {last_line(e)}") from None
+        raise ClusterUnreachable(f"--address: Ray could not join a cluster at {address}: {last_line(e)}") from None
