@@ -226,7 +226,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         except Exception as e:  # noqa: BLE001 - as with a failed calibration: no estimate, and no reason to refuse the launch
             rates = []
             yield f"  cannot read step rates from {tracking.redact(study.tracking.uri)}: {tracking.redact_text(reason(e), study.tracking.uri)}"
-    total_steps, total_s, unestimated = 0, 0.0, 0
+    total_steps, total_s, unestimated, shared_timed_alone = 0, 0.0, 0, 0
     held_s: dict[str, float] = {}  # resource -> seconds of trial time x the amount trials hold of it
     pair_walls = []  # each pair's trial time over the trials it runs at once (budget.max_concurrent)
     for pair in study.pairs:
@@ -254,7 +254,14 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         pair_walls.append(trials * steps * per_step / min(study.budget.max_concurrent, study.tune_trial_count(pair)))
         for name, amount in pair.resources.asks(use_gpu).items():
             held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
-        yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time"
+        alone = ""
+        if rates is None and on_gpu and pair.resources.gpu < 1:
+            # Timed alone, they train beside others: four Transformer stacks of 5 on an H200 each ran
+            # at 0.55 of their speed alone (docs/measurements.md, thirteenth session). Stored rates
+            # come from trials as they shared, so they need no such word.
+            alone = f" if its trials did not slow each other (timed alone; they share a GPU, {pair.resources.gpu:g} each)"
+            shared_timed_alone += 1
+        yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time{alone}"
     summary = f"  cost in all: {total_steps:,} training steps"
     if total_s:
         slots = study.slots(total, use_gpu)
@@ -265,6 +272,8 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
         summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
                     f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")
+        if shared_timed_alone:
+            summary += f"; {shared_timed_alone} pair(s) priced as if their trials did not share a GPU"
         if unestimated:
             summary += f"; {unestimated} pair(s) without an estimate left out"
     yield summary
