@@ -11,9 +11,11 @@
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
 #   compiled_mat.txt  the same compiled bf16 in mode max-autotune-no-cudagraphs (Triton matmuls with their
-#                elementwise neighbours fused in: what the CPU's byte count says the step needs, untried)
+#                elementwise neighbours fused in: what the CPU's byte count says the step needs; on an
+#                H200 it had not compiled after 420 s)
 #   packing_stacks.txt  the Transformer, compiled bf16: one stack of 5, 10, 20 against 1, 2, 4 stacks of 5
 #                side by side as separate processes (a Table 1 pair's seeds; resources.gpu 1/k)
+#   packing_ndr.txt  the same packing for NDR (ablations/ndr_table1.yaml gives its stacks gpu 0.25 unmeasured)
 #   curves_compiled.txt  NDR's learning curves compiled, TF32 against bf16: 5 seeds, 6,000 iterations
 #   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
@@ -54,13 +56,19 @@ run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile --bf16
 # Inductor fuses elementwise work into the matrix products' Triton templates only in max-autotune
-# modes; the byte count on the CPU cannot show it (its autotuner keeps aten's matmuls).
-run 420 compiled_mat "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
+# modes; the byte count on the CPU cannot show it (its autotuner keeps aten's matmuls). On an H200
+# (2026-11-27) it had autotuned 16 batched products and not finished compiling after 420 s, and
+# Inductor reported layout conflicts for 9 of the products' outputs (their templates wanted another
+# stride): run alone, it shows whether it compiles at all and what it then gains.
+run 560 compiled_mat "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile max-autotune-no-cudagraphs --bf16
 # Whether a pair's 5 stacked seeds should share a GPU with other pairs' (resources.gpu 0.5, 0.25) or
 # hold it alone: a lone stack of 5 leaves the GPU idle part of the step (docs/measurements.md).
 run 420 packing_stacks "$py" benchmarks/bench_gpu.py --device cuda --sections curve,packing --sizes paper \
     --models "ctl / transformer" --steps 20 --seeds-n 5,10,20 --packed 1,2,4 --pack-members 5 --compile --bf16
+# Each process compiles its own NDR stack (1.5-3 min on an H100; the compile cache shortens the later ones).
+run 560 packing_ndr "$py" benchmarks/bench_gpu.py --device cuda --sections packing --sizes paper \
+    --models "ctl / ndr" --steps 20 --seeds-n 5 --packed 1,2,4 --pack-members 5 --compile --bf16
 # The fastest stack so far (H100, 2026-11-26: 2.03x the graphed one) is compiled bf16; it learns
 # as TF32 does at the paper's setting (ninth session: within seed noise at 6 of 6 evaluations), so
 # stacks on CUDA compile in bf16 by default (compile: auto, bf16: auto). Rerun it after a torch upgrade.
