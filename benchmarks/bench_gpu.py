@@ -45,7 +45,7 @@ from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
 from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
-from trainables.train import pick_device, seconds_per_step, synchronize, train
+from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
 
 def trial_config(flat: dict, args, **more) -> dict:
     return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
@@ -156,7 +156,7 @@ def child(config_json: str, steps: int, members: int) -> None:
     if members == 1:
         seconds = seconds_per_step(cfg, steps, before_timing=barrier) * steps
     else:
-        device = pick_device(cfg.device)
+        device = setup_device(cfg)  # its share of the CPU threads, as a trial's (Ray sets them to its CPUs)
         stack = Stack(cfg, [{"seed": seed} for seed in range(members)], load_task(cfg.task, cfg.task_options), device, log=None)
         for _ in range(2):  # the first compiles (where compiled), the second replays what the timing will
             stack.step()
