@@ -107,19 +107,35 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     return study, text if text is not None else Path(spec_file).read_text()
 
 
+# What an HTTP/2 client sends first: the preface and an empty SETTINGS frame (RFC 9113, 3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:
     """A HOST:PORT cluster must answer within seconds (Ray itself retries for minutes), and this
     machine must be one of its nodes: Ray connects a driver through a raylet of its own machine,
-    and without one gives up after a minute with a ConnectionError (a Kubernetes pod, a laptop)."""
+    and without one gives up after a minute with a ConnectionError (a Kubernetes pod, a laptop).
+    Answering means more than accepting: a port that accepts and stays silent kept ray.init
+    waiting past 300 s, while Ray's GCS, a gRPC server, answers HTTP/2's preface at once (in 1.4 ms
+    on this machine's loopback; a service of another kind, e.g. Redis, answers too and Ray refuses it)."""
     import socket
 
     if not address or address in ("auto", "local") or "://" in address:
         return
     host, _, port = address.rpartition(":")
     try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+        conn = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
     except (OSError, ValueError) as e:
         raise UsageError(f"--address: no Ray cluster answers at {address} within {timeout_s:.0f} s ({e})") from None
+    with conn:
+        try:
+            conn.sendall(HTTP2_PREFACE)
+            conn.recv(1)
+        except TimeoutError:
+            raise UsageError(f"--address: {address} accepted a connection but sent nothing back within {timeout_s:.0f} s: "
+                             "no Ray cluster answers there") from None
+        except OSError:
+            pass  # it answered by closing or resetting: Ray says what it is
     from ray._private.services import find_node_ids  # the raylets running here, as ray.init looks for them
 
     if not find_node_ids():

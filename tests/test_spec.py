@@ -613,6 +613,12 @@ def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):
     out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", "127.0.0.1:1", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1")
+    # A port that accepts and never answers (ray.init waited there past 300 s).
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", address, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr == (f"orchestrator: error: --address: {address} accepted a connection but sent nothing "
+                                                  "back within 5 s: no Ray cluster answers there\n"), out.stderr
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", "--no-calibrate", cwd=tmp_path)

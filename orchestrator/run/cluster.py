@@ -10,7 +10,8 @@ class ClusterUnreachable(RuntimeError):
 def join(address: str, **options) -> None:
     """ray.init at `address`. Where Ray gives up on it with ConnectionError (a review saw one after
     about half a minute of retries, at a port that answered but was no Ray head's), one line, not
-    its traceback. A port that accepts and never answers keeps ray.init waiting (past 300 s here)."""
+    its traceback. A port that accepts and never answers would keep ray.init waiting (past 300 s
+    here): cli.check_address refuses it first."""
     import ray
 
     from ..plan.storage import last_line
