@@ -47,6 +47,9 @@ from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
 
+WARMUP_STEPS = 12  # past the captures of every length bucket (graphs.N_BUCKETS) and their own warm-ups
+
+
 def trial_config(flat: dict, args, **more) -> dict:
     return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
 
@@ -59,14 +62,26 @@ def shown(mib: float | None) -> str:
     return "-" if mib is None else f"{mib:,.0f}"
 
 
-def kernels_and_busy(cfg, steps: int) -> tuple[float, float]:
-    """(CUDA kernels per training step, the fraction of the steps' wall time the GPU ran kernels),
-    from torch.profiler over `steps` steps after a warm-up."""
+def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
+    """(steps/s, CUDA kernels per step, the fraction of the wall time the GPU ran kernels) of `steps`
+    steps queued one after another with one wait at the end, as a trial trains (it reads the device
+    once per evaluation, so the host prepares a step while the device runs the one before), after
+    a warm-up past every length bucket's graph capture: a capture inside the window would count as
+    the GPU idling. The rate without the profiler; kernels and busy (CUDA only) from torch.profiler
+    over as many steps again."""
     from trainables.train import training_step
 
     step, device = training_step(cfg)
-    step()
+    for _ in range(WARMUP_STEPS):
+        step()
     synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    rate = steps / (time.perf_counter() - start)
+    if device.type != "cuda":
+        return rate, None, None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for _ in range(steps):
@@ -75,7 +90,7 @@ def kernels_and_busy(cfg, steps: int) -> tuple[float, float]:
         wall = time.perf_counter() - start
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_us = sum(getattr(e, "device_time", None) or e.cuda_time for e in kernels)
-    return len(kernels) / steps, busy_us / 1e6 / wall
+    return rate, len(kernels) / steps, busy_us / 1e6 / wall
 
 
 def evaluation_seconds(cfg) -> float:
@@ -96,11 +111,13 @@ def evaluation_seconds(cfg) -> float:
 
 
 def models(args, rows) -> None:
-    print(f"\nTraining steps/s through trainables.train's step, {args.steps} steps after one warm-up (graphed: cuda_graphs auto, "
-          f"'-' where the step stays eager; compiled: with --compile, its first step's seconds beside it; eval share: one "
-          f"evaluation of every split, eager, over itself and eval_every steps at the fastest rate)")
+    print(f"\nTraining steps/s through trainables.train's step, median of {args.steps} steps each waited for, after one warm-up "
+          f"(graphed: cuda_graphs auto, '-' where the step stays eager; compiled: with --compile, its first step's seconds beside it); "
+          f"back-to-back: the faster of eager and graphed, {args.steps} steps queued as a trial queues them, with their kernels per step and "
+          f"GPU busy (bench_gpu.back_to_back); eval share: one evaluation of every split, eager, over itself and eval_every steps "
+          f"at the fastest rate")
     print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
-          f"{'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}")
+          f"{'back-to-back':>12s} {'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}")
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=False))
         device = pick_device(cfg.device)
@@ -108,24 +125,24 @@ def models(args, rows) -> None:
             torch.cuda.reset_peak_memory_stats(device)
         eager = 1 / seconds_per_step(cfg, args.steps)
         best = cfg
-        graphed = compiled = compile_s = kernels = busy = None
+        graphed = compiled = compile_s = None
         auto = parse_trial_config(trial_config(flat, args, cuda_graphs="auto", compile=False))
         if graphs_unused_because(auto, device) is None:
-            graphed, best = 1 / seconds_per_step(auto, args.steps), auto
+            graphed = 1 / seconds_per_step(auto, args.steps)
+            best = auto if graphed > eager else cfg
         if args.compile:
             start = time.perf_counter()
             compiled = 1 / seconds_per_step(parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=args.compile)), args.steps)
             compile_s = time.perf_counter() - start - args.steps / compiled
-        if device.type == "cuda":
-            kernels, busy = kernels_and_busy(best, args.steps)
+        rate, kernels, busy = back_to_back(best, args.steps)  # not compiled: that would compile again, for minutes
         evaluation = evaluation_seconds(cfg)
-        eval_share = evaluation / (evaluation + cfg.eval_every / max(r for r in (eager, graphed, compiled) if r))
+        eval_share = evaluation / (evaluation + cfg.eval_every / max(r for r in (eager, graphed, compiled, rate) if r))
 
         def cell(value, spec):
             return f"{'-':>{spec.split('.')[0]}s}" if value is None else format(value, spec)
 
         print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} {cell(compiled, '9.2f')} "
-              f"{cell(compile_s, '9.0f')} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}", flush=True)
+              f"{cell(compile_s, '9.0f')} {rate:12.2f} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}", flush=True)
 
 
 def curve(args, rows) -> None:

@@ -17,7 +17,7 @@
 #                side by side as separate processes (a Table 1 pair's seeds; resources.gpu 1/k)
 #   packing_ndr.txt  the same packing for NDR (ablations/ndr_table1.yaml gives its stacks gpu 0.25 unmeasured)
 #   curves_compiled.txt  NDR's learning curves compiled, TF32 against bf16: 5 seeds, 6,000 iterations
-#   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed, kernels, GPU busy
+#   models.txt   bench_gpu models: NDR and Transformer at paper size, eager vs graphed vs back-to-back, kernels, GPU busy
 #   curve.txt    bench_gpu curve: member-steps/s stacked 1, 5, 20, 50 high, NDR and Transformer
 #   seeds.txt    bench_gpu seeds: 5 whole NDR trials (200 steps and an evaluation) one after another vs stacked
 #   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
