@@ -6,11 +6,12 @@
 Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
 
   models   training steps/s of every model through the training loop's own step
-           (trainables.train.training_step: device-resident splits, no host sync), eager and, on
-           CUDA, each step one CUDA graph replay (cuda_graphs: auto; with --compile also
-           torch.compile and its compile seconds); kernels per step and the fraction of the step
-           the GPU is busy (torch.profiler); the share of a trial's time its evaluations take
-           (they run eagerly); and peak memory
+           (trainables.train.training_step: device-resident splits, no host sync), each step waited
+           for: eager and, on CUDA, each step one CUDA graph replay (cuda_graphs: auto; with
+           --compile also torch.compile and its compile seconds); the faster of eager and graphed
+           back to back, as a trial queues its steps, with its kernels per step and the fraction of
+           the time the GPU is busy (torch.profiler); the share of a trial's time its evaluations
+           take (they run eagerly); and peak memory
   curve    member-steps/s of one configuration stacked N members high (--seeds-n, e.g.
            1,5,20,50), and the stack size a launch with budget.stack_size auto would take; the
            seconds the row took in all (with --compile: the compiles, one per batch width at first)
@@ -40,15 +41,13 @@ import time
 import torch
 
 from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
+from profile_step import WARMUP_STEPS
 from trainables.batched import Stack, knee, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
 from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
-
-WARMUP_STEPS = 12  # past the captures of every length bucket (graphs.N_BUCKETS) and their own warm-ups
-
 
 def trial_config(flat: dict, args, **more) -> dict:
     return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
@@ -66,8 +65,8 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
     """(steps/s, CUDA kernels per step, the fraction of the wall time the GPU ran kernels) of `steps`
     steps queued one after another with one wait at the end, as a trial trains (it reads the device
     once per evaluation, so the host prepares a step while the device runs the one before), after
-    a warm-up past every length bucket's graph capture: a capture inside the window would count as
-    the GPU idling. The rate without the profiler; kernels and busy (CUDA only) from torch.profiler
+    profile_step's warm-up, by which a trial has usually captured a graph for each length bucket
+    (batches are drawn at random): a capture inside the window would count as the GPU idling. The rate without the profiler; kernels and busy (CUDA only) from torch.profiler
     over as many steps again."""
     from trainables.train import training_step
 

@@ -13,8 +13,8 @@
 # every EVAL_EVERY (default 1000). N_ITERS=30000 MODELS=... runs
 # the rows at the paper's length, where the time allows; LAUNCH_ARGS go to `orchestrator launch`
 # (`--address HOST:PORT` to join a cluster instead of starting Ray here). GPU_PER_TRIAL=F gives each
-# Transformer and NDR trial F of a GPU instead of the file's whole one, so that 1/F stacked trials
-# share one lent GPU (and compile side by side) instead of queueing for it. Writes into OUT_DIR
+# Transformer and NDR trial F of a GPU instead of the file's quarter (the LSTMs keep their own
+# per_model quarter). Writes into OUT_DIR
 # (default ./gpu-out):
 #   launch.txt   the launch's console (its plan, progress and answer)
 #   status.txt   `orchestrator status`: trials per pair and the best so far

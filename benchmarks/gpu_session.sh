@@ -23,8 +23,9 @@
 #   curve_fp32.txt, curve_bf16.txt, models_fp32.txt   the same with float32 matmuls (TF32 off) / bf16 autocast
 #   profile.txt  where a stacked NDR step's GPU time goes, 1 and 20 members (benchmarks/profile_step.py)
 #   others.txt   bench_gpu models for every other model at paper size
-# On an H200 (2026-11-26) its parts but the compiled ones took about five minutes together; the three
-# compiled stacks may take up to five more each (on an H100, 1.5-2 each), the compiled curves up to nine.
+# On an H200 (2026-11-26) its parts but the compiled ones took about five minutes together; the
+# compiled stacks may take up to five more each (on an H100, 1.5-2 each), compiled_mat and the
+# packings up to seven to nine, the compiled curves up to nine: far more than one 15-minute lease.
 # ONLY="graphs compiled" runs just the steps named (env always runs).
 # The image's python3 is used as it is (torch without Ray or MLflow: the trainables need neither).
 set -u

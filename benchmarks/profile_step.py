@@ -21,7 +21,7 @@ from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
 from trainables.train import setup_device, synchronize
 
-WARMUP_STEPS = 12  # past the captures of every length bucket (graphs.N_BUCKETS) and their own warm-ups
+WARMUP_STEPS = 12  # usually past the captures of every length bucket (graphs.N_BUCKETS; batches are drawn at random)
 
 
 def profile(cfg, n: int, steps: int, rows: int) -> None:

@@ -124,18 +124,18 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
         return
     host, _, port = address.rpartition(":")
     try:
-        conn = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
+        conn = socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s)
     except (OSError, ValueError) as e:
         raise UsageError(f"--address: no Ray cluster answers at {address} within {timeout_s:.0f} s ({e})") from None
     with conn:
         try:
             conn.sendall(HTTP2_PREFACE)
-            conn.recv(1)
+            conn.recv(1)  # a byte, or b"" where it closed: either way it answered, and Ray says what it is
         except TimeoutError:
             raise UsageError(f"--address: {address} accepted a connection but sent nothing back within {timeout_s:.0f} s: "
                              "no Ray cluster answers there") from None
         except OSError:
-            pass  # it answered by closing or resetting: Ray says what it is
+            pass  # it reset the connection: an answer too
     from ray._private.services import find_node_ids  # the raylets running here, as ray.init looks for them
 
     if not find_node_ids():

@@ -776,12 +776,13 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
     line, summary = cost.describe_cost(study)
     assert "; stacks of 3: " in line and ", 1 trial(s) at once)" in summary, (line, summary)
-    # Trials that share a GPU were timed alone: their price says so (stored rates, above, need not).
+    # Trials that share a GPU were timed alone: their price says so (stored rates come from trials as
+    # they shared: test_dry_run_without_calibration_estimates_from_stored_step_rates has no such words).
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 2, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 0.5},
                                              fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
     line, summary = cost.describe_cost(study)
     assert line.endswith(" of trial time if its trials did not slow each other (timed alone; they share a GPU, 0.5 each)"), line
-    assert summary.endswith("; 1 pair(s) priced as if their trials did not share a GPU"), summary
+    assert summary.endswith("; 1 pair(s) timed alone though their trials share a GPU: their time and GPU-hours are too low"), summary
 
 
 def test_the_readmes_annotated_search_file_is_one_the_service_accepts():

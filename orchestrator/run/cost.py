@@ -255,7 +255,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         for name, amount in pair.resources.asks(use_gpu).items():
             held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
         alone = ""
-        if rates is None and on_gpu and pair.resources.gpu < 1:
+        if rates is None and device_kind(pair, on_gpu) == "cuda" and pair.resources.gpu <= 0.5:
             # Timed alone, they train beside others: four Transformer stacks of 5 on an H200 each ran
             # at 0.55 of their speed alone (docs/measurements.md, thirteenth session). Stored rates
             # come from trials as they shared, so they need no such word.
@@ -273,7 +273,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
                     f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")
         if shared_timed_alone:
-            summary += f"; {shared_timed_alone} pair(s) priced as if their trials did not share a GPU"
+            summary += f"; {shared_timed_alone} pair(s) timed alone though their trials share a GPU: their time and GPU-hours are too low"
         if unestimated:
             summary += f"; {unestimated} pair(s) without an estimate left out"
     yield summary
