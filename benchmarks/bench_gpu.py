@@ -49,6 +49,7 @@ from trainables.config import COMPILE_MODES, parse_trial_config
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
 
+
 def trial_config(flat: dict, args, **more) -> dict:
     return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
 
@@ -66,8 +67,9 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
     steps queued one after another with one wait at the end, as a trial trains (it reads the device
     once per evaluation, so the host prepares a step while the device runs the one before), after
     profile_step's warm-up, by which a trial has usually captured a graph for each length bucket
-    (batches are drawn at random): a capture inside the window would count as the GPU idling. The rate without the profiler; kernels and busy (CUDA only) from torch.profiler
-    over as many steps again."""
+    (batches are drawn at random): a capture inside the window would count as the GPU idling.
+    The rate without the profiler; kernels and busy (CUDA only) from torch.profiler over as many
+    steps again."""
     from trainables.train import training_step
 
     step, device = training_step(cfg)
