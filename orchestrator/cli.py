@@ -514,16 +514,24 @@ def stacking(study, pair) -> str:
     """How a search pair's trials stack its TPE suggestions, in words for the plan ("" for not at all)."""
     from trainables.batched import MEMBER_KEYS
 
+    hedge = ""
     if study.batch_seeds == "auto":  # the plan is printed before the launch knows its GPUs: what one would make of it
-        on_gpus = dataclasses.replace(study, batch_seeds=any(p.resources.gpu > 0 for p in study.pairs))
-        words = stacking(on_gpus, pair) if on_gpus.batch_seeds else ""
-        return words and f"{words}, where trials get a GPU (batch_seeds: auto)"
+        if not any(p.resources.gpu > 0 for p in study.pairs):
+            return ""
+        study, hedge = dataclasses.replace(study, batch_seeds=True), ", where trials get a GPU (batch_seeds: auto)"
+    if not study.search_can_stack(pair):
+        return ""
+    if shared := study.unstacked_because_shared(pair):
+        return (f"; one TPE suggestion per trial: stacked suggestions would share {', '.join(shared)}, one value a stack "
+                f"(budget.stack_size K stacks them anyway)")
+    own = ", ".join(k for k in pair.space if k in MEMBER_KEYS)
     n = study.search_stack(pair)
     if n > 1:
-        own = [k for k in pair.space if k in MEMBER_KEYS]
         shared = [k for k in pair.space if k not in MEMBER_KEYS]
-        return (f"; {n} TPE suggestions per trial, stacked (each with its own {', '.join(own)}"
-                + (f"; the stack's {', '.join(shared)} its first suggestion's)" if shared else ")"))
+        return (f"; {n} TPE suggestions per trial, stacked (each with its own {own}"
+                + (f"; the stack's {', '.join(shared)} its first suggestion's)" if shared else ")") + hedge)
+    if study.budget.stack_size == "auto":
+        return f"; TPE suggestions stacked per trial, as many as the launch measures pays (budget.stack_size auto; each with its own {own}){hedge}"
     return ""
 
 

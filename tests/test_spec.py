@@ -432,7 +432,8 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     assert pairs["lstm"].resources.asks(True) == {"CPU": 2, "GPU": 0.25, "slot": 1}
     assert pairs["lstm"].resources.asks(False) == {"CPU": 2, "slot": 1}  # no GPU where trials get none
     plan = describe_study(study).splitlines()
-    assert plan[1] == "  pair fwd__ndr: searching lr, n_heads" and plan[2] == "  pair fwd__lstm: searching lr; each trial 2 CPU, 0.25 GPU, 1 slot"
+    assert plan[1] == ("  pair fwd__ndr: searching lr, n_heads; one TPE suggestion per trial: stacked suggestions would share n_heads, "
+                       "one value a stack (budget.stack_size K stacks them anyway)") and plan[2] == "  pair fwd__lstm: searching lr; each trial 2 CPU, 0.25 GPU, 1 slot"
     trainable = make_trainable(study, use_gpu=True, phase=SEARCH)
     assert trainable.default_resource_request({PAIR_KEY: "fwd__lstm"}).bundles == [{"CPU": 2, "GPU": 0.25, "slot": 1}]
     assert trainable.default_resource_request({PAIR_KEY: "fwd__ndr"}).bundles == [{"CPU": 4, "GPU": 1, "slot": 1}]
@@ -520,15 +521,25 @@ def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
             "where trials get a GPU (batch_seeds: auto)") in describe_study(study)
     on_cpus = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4})))
     assert "TPE suggestions per trial" not in describe_study(on_cpus)
+    # auto: before the launch measures, the plan says the stack size is the launch's to find; a
+    # space that varies shape keys too does not stack (one value of them a stack) and says why.
+    auto = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8}, resources={"cpu": 1, "gpu": 1})))
+    assert ("pair fwd__ndr: searching lr, weight_decay; TPE suggestions stacked per trial, as many as the launch measures pays "
+            "(budget.stack_size auto; each with its own lr, weight_decay), where trials get a GPU (batch_seeds: auto)") in describe_study(auto)
+    shapes = load_study(write(tmp_path, with_(models=["ndr"], space={**space, "n_heads": {"choice": [1, 2]}}, budget={"trials": 8},
+                                              resources={"cpu": 1, "gpu": 1})))
+    assert ("pair fwd__ndr: searching lr, n_heads, weight_decay; one TPE suggestion per trial: stacked suggestions would share n_heads, "
+            "one value a stack (budget.stack_size K stacks them anyway)") in describe_study(shapes)
 
 
 def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
     """The throughput curve times a config whose members stack: an ablation's largest stacking
     group (its first cell, act: graves, cannot), a search's typical config with a choice that lets
-    it stack (the middle of [none, graves] is graves)."""
+    it stack (the middle of [none, graves] is graves). A search whose space varies `act` stacks only
+    with a stack_size of the file's (act is one value a stack), so only the dry run times it."""
     import ray
 
-    from orchestrator.run import launch
+    from orchestrator.run import cost, launch
 
     timed = []
 
@@ -545,13 +556,17 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
     ablation = load_study(write(tmp_path, with_(models=["ndr"], space={}, grid={"act": ["graves", "none"]}, seeds=[0, 1, 2],
                                                 resources={"cpu": 1, "gpu": 1})))
-    search = load_study(write(tmp_path, with_(models=["ndr"], space={"lr": {"loguniform": [1e-4, 1e-3]}, "act": {"choice": ["none", "graves"]}},
-                                              budget={"trials": 4, "n_iters": 10}, resources={"cpu": 1, "gpu": 1})))
-    for study in (ablation, search):
-        study.resolve_batching(True)
-        timed.clear()
-        assert launch.measure_stack_sizes(study) == {"fwd__ndr": study.most_stacked(study.pairs[0])}
-        assert [flat["act"] for flat in timed] == ["none"]
+    ablation.resolve_batching(True)
+    assert launch.measure_stack_sizes(ablation) == {"fwd__ndr": ablation.most_stacked(ablation.pairs[0])}
+    assert [flat["act"] for flat in timed] == ["none"]
+    search = with_(models=["ndr"], space={"lr": {"loguniform": [1e-4, 1e-3]}, "act": {"choice": ["none", "graves"]}},
+                   budget={"trials": 4, "n_iters": 10}, resources={"cpu": 1, "gpu": 1})
+    auto = load_study(write(tmp_path, search))
+    auto.resolve_batching(True)
+    assert launch.measure_stack_sizes(auto) == {} and auto.most_stacked(auto.pairs[0]) == 1
+    given = load_study(write(tmp_path, {**search, "budget": {**search["budget"], "stack_size": 4}}))
+    given.resolve_batching(True)
+    assert given.search_stack(given.pairs[0]) == 4 and cost.calibration_config(given, given.pairs[0], stacked=True)["act"] == "none"
 
 
 def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
@@ -701,7 +716,8 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     """budget.stack_size: an ablation's cell group is cut into trials of at most that many members;
     a search trial trains that many TPE suggestions where the model stacks and the space varies a
     member key (the LSTM does not stack: one suggestion per trial). auto with no measurement: a
-    search stacks nothing, an ablation its whole group."""
+    search stacks nothing, an ablation its whole group; measured, a search stacks where its space
+    varies member keys only (its suggestions would share the rest, one value a stack)."""
     from orchestrator.run.launch import SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1], "lr": [1e-3, 3e-3]}, seeds=[0, 1, 2], batch_seeds=True, budget={"stack_size": 4})
@@ -716,10 +732,13 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     assert {p.name: (search.search_stack(p), search.tune_trial_count(p)) for p in search.pairs} == {"fwd__ndr": (4, 3), "fwd__lstm": (1, 10)}
     shapes_only = load_study(write(tmp_path, with_(space={"n_heads": {"choice": [1, 2]}}, budget={"trials": 10, "stack_size": 4}, batch_seeds=True)))
     assert shapes_only.search_stack(shapes_only.pairs[0]) == 1  # suggestions that differ in shape cannot share a stack
-    auto = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True)))
+    auto = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True, space={"lr": {"loguniform": [1e-4, 1e-3]}})))
     assert auto.search_stack(auto.pairs[0]) == 1
     auto.stack_sizes = {"fwd__ndr": 6}  # what a launch measured
     assert auto.search_stack(auto.pairs[0]) == 6 and auto.tune_trial_count(auto.pairs[0]) == 2
+    shapes_too = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True)))  # lr and n_heads
+    shapes_too.stack_sizes = {"fwd__ndr": 6}
+    assert shapes_too.most_stacked(shapes_too.pairs[0]) == 1 and shapes_too.search_stack(shapes_too.pairs[0]) == 1
     for bad in (0, "many", True):
         with pytest.raises(SpecError, match="budget.stack_size: "):
             load_study(write(tmp_path, with_(budget={"stack_size": bad})))

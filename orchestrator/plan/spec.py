@@ -337,8 +337,20 @@ class Study:
         ablation, a search's whole budget where its suggestions can stack; 1 where nothing stacks."""
         if self.is_ablation:
             return max(len(group.get(MEMBERS_KEY, [None])) for group in self.stack_groups(pair, self.grid_cells(pair), self.seeds))
-        stacks = set(pair.space) & set(MEMBER_KEYS) and self.unbatched_because(pair, {}) is None
-        return self.budget.trials if stacks else 1
+        return self.budget.trials if self.search_can_stack(pair) and not self.unstacked_because_shared(pair) else 1
+
+    def search_can_stack(self, pair: Pair) -> bool:
+        """Whether a search pair's suggestions could share a stack: its model stacks and its space
+        varies a value a member may have of its own."""
+        return bool(set(pair.space) & set(MEMBER_KEYS)) and self.unbatched_because(pair, {}) is None
+
+    def unstacked_because_shared(self, pair: Pair) -> list[str]:
+        """The keys that keep a search from stacking under budget.stack_size auto: those its space
+        varies that a stack's members share (the model's shapes and the like: one value per stack,
+        its first suggestion's). TPE would try one value of them per stack, and a measured stack can
+        be the whole budget: one architecture for a search over architectures. A stack_size the
+        file gives stacks them anyway."""
+        return [k for k in pair.space if k not in MEMBER_KEYS] if self.budget.stack_size == "auto" else []
 
     def trials(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
         """The trials that run `cells` (grid values, or candidates' configs) over `seeds`, in the
