@@ -425,6 +425,8 @@ def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_p
     launch = json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())
     size = launch["stack_sizes"]["cr__transformer"]
     assert launch["batch_seeds"] is True and size in (1, 2, 4)
+    # The declared GPU's node has this machine's CPU build of torch: said once, before the trials.
+    assert sum("finds no CUDA (a CPU-only build): trials that hold a GPU there train on its CPU" in line for line in out.stdout.splitlines()) == 1
     assert f"[launch] stack size of cr__transformer: {size}, where the member-steps/s of its 4 members (a stack of the rest included) level off (1: " in out.stdout
     experiment = yaml.safe_load(path.read_text())["name"]
     _, _, runs = trial_runs(uri, experiment)

@@ -569,6 +569,40 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
     assert given.search_stack(given.pairs[0]) == 4 and cost.calibration_config(given, given.pairs[0], stacked=True)["act"] == "none"
 
 
+def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path, monkeypatch, capsys):
+    """Its trials would hold a GPU and train on the CPU (device auto), many times slower: the launch
+    asks one GPU of the cluster and warns (a GPU declared to Ray on a CPU machine is no error: the
+    cluster tests run so). Pairs whose trials get no GPU ask nothing."""
+    import ray
+
+    from orchestrator.run import launch
+
+    asked = []
+
+    class Asked:
+        def options(self, **options):
+            asked.append(options)
+            return self
+
+        def remote(self):
+            return "ref"
+
+    answer = {"available": False, "torch": "2.13.0+cpu", "cuda": None, "node": "gpu-node-1"}
+    monkeypatch.setattr(ray, "remote", lambda function: Asked())
+    monkeypatch.setattr(ray, "get", lambda ref, timeout: answer)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 16.0, "GPU": 8.0}}])
+    study = load_study(write(tmp_path, with_(resources={"cpu": 4, "gpu": 0.25})))
+    launch.check_cuda(study)
+    assert capsys.readouterr().out == ("[launch] warning: on gpu-node-1, a node with GPUs, torch 2.13.0+cpu finds no CUDA (a CPU-only "
+                                       "build): trials that hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes\n")
+    assert asked == [{"num_cpus": 4, "num_gpus": 1}]
+    assert "built for CUDA 13.0; the driver or the GPU does not answer" in launch.without_cuda({**answer, "cuda": "13.0"})
+    assert launch.without_cuda({**answer, "available": True}) is None
+    asked.clear()
+    launch.check_cuda(load_study(write(tmp_path, GOOD)))  # no GPU asked for
+    assert asked == [] and capsys.readouterr().out == ""
+
+
 def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
     """A file that names CUDA as its trials' device, launched on a cluster without GPUs (this
     machine's own Ray instance): one line naming the key, exit 2, before a launch folder or a

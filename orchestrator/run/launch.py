@@ -369,6 +369,48 @@ def check_fits(study: Study, use_gpu: bool) -> None:
         raise ClusterMismatch(problems[0])
 
 
+CUDA_CHECK_S = 120  # a worker's start and torch's import take seconds; the task waits for a free GPU
+
+
+def torch_cuda() -> dict:
+    """What torch on this node makes of its GPU (a Ray task's body)."""
+    import torch
+
+    return {"available": torch.cuda.is_available(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "node": socket.gethostname()}
+
+
+def without_cuda(seen: dict) -> str | None:
+    """A warning where a GPU node's torch finds no CUDA: its trials would hold a GPU and train on the
+    CPU (device auto), many times slower, with nothing but their runs' `device` tag to say so."""
+    if seen["available"]:
+        return None
+    why = "a CPU-only build" if seen["cuda"] is None else f"built for CUDA {seen['cuda']}; the driver or the GPU does not answer"
+    return (f"[launch] warning: on {seen['node']}, a node with GPUs, torch {seen['torch']} finds no CUDA ({why}): trials that "
+            "hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes")
+
+
+def check_cuda(study: Study) -> None:
+    """Asks one GPU of the cluster, with a trial's CPUs, whether torch there finds CUDA (a few
+    seconds) and says so where it does not; the launch goes on (a GPU declared to Ray, as tests
+    do, is no error)."""
+    import ray
+
+    if not any(p.resources.gpu > 0 for p in study.pairs):
+        return
+    cpus = min(p.resources.cpu for p in study.pairs if p.resources.gpu > 0)
+    most_gpus = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+    asked = ray.remote(torch_cuda).options(num_cpus=cpus, num_gpus=min(1, most_gpus)).remote()
+    try:  # a GPU that other work holds for minutes is no reason to wait for the answer
+        seen = ray.get(asked, timeout=CUDA_CHECK_S)
+    except Exception as e:  # noqa: BLE001 - a check that cannot be made is no reason to refuse the launch
+        ray.cancel(asked)
+        print(f"[launch] could not ask a GPU node whether torch there finds CUDA: {last_line(e)[:200]}", flush=True)
+        return
+    if warning := without_cuda(seen):
+        print(warning, flush=True)
+
+
 def measure_stack_sizes(study: Study) -> dict[str, int]:
     """budget.stack_size auto, where trials get a GPU: for each pair whose trials would stack on one, the
     knee of its throughput curve (trainables.batched.knee), measured on a whole GPU of the cluster
@@ -426,6 +468,7 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
         study.resolve_batching(use_gpu)
         check_storage(study.storage, "storage")
         if use_gpu:
+            check_cuda(study)
             study.stack_sizes = measure_stack_sizes(study)
         warming.result()
     state = new_launch(study, spec_text, launch_id, night)
