@@ -273,7 +273,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
                     f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")
         if shared_timed_alone:
-            summary += f"; {shared_timed_alone} pair(s) timed alone though their trials share a GPU: their time and GPU-hours are too low"
+            summary += f"; longer in fact: {shared_timed_alone} pair(s) were timed alone though their trials share a GPU and slow each other"
         if unestimated:
             summary += f"; {unestimated} pair(s) without an estimate left out"
     yield summary
