@@ -289,23 +289,31 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
     return curve
 
 
-def group_rate(curve: list[tuple[int, float]], members: int, size: int) -> float:
-    """Member-steps/s of `members` members trained in stacks of `size` one after another: the full
-    stacks and one stack of the rest, each at its throughput read off the curve (between two
-    measured sizes, on the line joining them)."""
-    sizes, rates = zip(*sorted(curve))
+def stack_cuts(members: int, size: int) -> list[int]:
+    """The stacks `members` members train in, at most `size` each: full stacks, then the rest;
+    where the rest would be one member alone, the last two stacks share it (4 + 1 becomes 3 + 2).
+    A lone member trains as a plain trial, and on CUDA that is uncompiled and in TF32 where stacks
+    train compiled in bf16 (TrainConfig.settled): one cell's seeds would differ in numerics."""
     full, rest = divmod(members, size)
-    seconds = full * size / dict(curve)[size]
-    if rest:
-        seconds += rest / float(np.interp(rest, sizes, rates))
-    return members / seconds
+    cuts = [size] * full + ([rest] if rest else [])
+    if len(cuts) > 1 and cuts[-1] == 1 and size > 2:
+        cuts[-2:] = [size - 1, 2]
+    return cuts
+
+
+def group_rate(curve: list[tuple[int, float]], members: int, size: int) -> float:
+    """Member-steps/s of `members` members trained in stacks of at most `size` one after another
+    (stack_cuts), each at its throughput read off the curve (between two measured sizes, on the
+    line joining them)."""
+    sizes, rates = zip(*sorted(curve))
+    return members / sum(n / float(np.interp(n, sizes, rates)) for n in stack_cuts(members, size))
 
 
 def knee(curve: list[tuple[int, float]], within: float = 0.9, members: int | None = None) -> int:
     """The smallest stack size whose throughput for a group of `members` (the curve's largest size
     unless given) is `within` of the best size's: a larger stack would cost memory and a longer
-    wait per evaluation for little more. The group's throughput counts the stack of its remainder,
-    so five seeds do not split four and one where a stack of five trains them sooner."""
+    wait per evaluation for little more. The group's throughput counts every stack it is cut
+    into (group_rate), so five seeds do not split three and two where a stack of five trains them sooner."""
     members = members or max(n for n, _ in curve)
     rates = {n: group_rate(curve, members, n) for n, _ in curve if n <= members}
     best = max(rates.values())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from trainables.batched import MEMBER_KEYS
+from trainables.batched import MEMBER_KEYS, stack_cuts
 from trainables.config import TRAIN_KEYS, ConfigError, check_builds, check_range, closest, defaults, parse_trial_config, preset, presets
 from trainables.models import MODELS, batchable, model_fields
 from trainables.tasks import TASKS, task_config
@@ -354,17 +354,18 @@ class Study:
 
     def trials(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
         """The trials that run `cells` (grid values, or candidates' configs) over `seeds`, in the
-        cells' order: stack_groups, each cut into trials of at most stack_limit members; a stack
-        of one is a plain trial of its cell and seed."""
+        cells' order: stack_groups, each cut into trials of at most stack_limit members
+        (trainables.batched.stack_cuts: no member left alone where the limit allows); a stack of
+        one is a plain trial of its cell and seed."""
         out = []
         for trial in self.stack_groups(pair, cells, seeds):
             members = trial.pop(MEMBERS_KEY, None)
             if members is None:
                 out.append(trial)
                 continue
-            size = self.stack_limit(pair) or len(members)
-            for start in range(0, len(members), size):
-                part = members[start : start + size]
+            start = 0
+            for n in stack_cuts(len(members), self.stack_limit(pair) or len(members)):
+                part, start = members[start : start + n], start + n
                 out.append({**trial, MEMBERS_KEY: part} if len(part) > 1 else {**trial, **part[0]})
         return out
 
