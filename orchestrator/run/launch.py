@@ -372,6 +372,13 @@ def check_fits(study: Study, use_gpu: bool) -> None:
 CUDA_CHECK_S = 120  # a worker's start and torch's import take seconds; the task waits for a free GPU
 
 
+def one_gpu() -> float:
+    """A whole GPU, or all a node has where no node has one (a fraction declared to Ray)."""
+    import ray
+
+    return min(1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0))
+
+
 def torch_cuda() -> dict:
     """What torch on this node makes of its GPU (a Ray task's body)."""
     import torch
@@ -399,8 +406,7 @@ def check_cuda(study: Study) -> None:
     if not any(p.resources.gpu > 0 for p in study.pairs):
         return
     cpus = min(p.resources.cpu for p in study.pairs if p.resources.gpu > 0)
-    most_gpus = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
-    asked = ray.remote(torch_cuda).options(num_cpus=cpus, num_gpus=min(1, most_gpus)).remote()
+    asked = ray.remote(torch_cuda).options(num_cpus=cpus, num_gpus=one_gpu()).remote()
     try:  # a GPU that other work holds for minutes is no reason to wait for the answer
         seen = ray.get(asked, timeout=CUDA_CHECK_S)
     except Exception as e:  # noqa: BLE001 - a check that cannot be made is no reason to refuse the launch
@@ -428,8 +434,7 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
     if not pairs:
         return {}
     timed = ray.remote(stack_curve)
-    most_gpus = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
-    pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, min(1, most_gpus)), resources=p.resources.custom or None)
+    pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, one_gpu()), resources=p.resources.custom or None)
                .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
