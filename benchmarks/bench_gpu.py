@@ -73,22 +73,20 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
     from trainables.train import training_step
 
     step, device = training_step(cfg)
-    for _ in range(WARMUP_STEPS):
-        step()
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(device)
-    rate = steps / (time.perf_counter() - start)
+
+    def queued(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            step()
+        synchronize(device)
+        return time.perf_counter() - start
+
+    queued(WARMUP_STEPS)
+    rate = steps / queued(steps)
     if device.type != "cuda":
         return rate, None, None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize(device)
-        wall = time.perf_counter() - start
+        wall = queued(steps)
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_us = sum(getattr(e, "device_time", None) or e.cuda_time for e in kernels)
     return rate, len(kernels) / steps, busy_us / 1e6 / wall

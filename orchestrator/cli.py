@@ -527,7 +527,7 @@ def stacking(study, pair) -> str:
     own = ", ".join(k for k in pair.space if k in MEMBER_KEYS)
     n = study.search_stack(pair)
     if n > 1:
-        shared = [k for k in pair.space if k not in MEMBER_KEYS]
+        shared = study.shared_keys(pair)
         return (f"; {n} TPE suggestions per trial, stacked (each with its own {own}"
                 + (f"; the stack's {', '.join(shared)} its first suggestion's)" if shared else ")") + hedge)
     if study.budget.stack_size == "auto":

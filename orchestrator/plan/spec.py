@@ -344,13 +344,18 @@ class Study:
         varies a value a member may have of its own."""
         return bool(set(pair.space) & set(MEMBER_KEYS)) and self.unbatched_because(pair, {}) is None
 
+    @staticmethod
+    def shared_keys(pair: Pair) -> list[str]:
+        """The keys a search pair's space varies that a stack's members share (the model's shapes
+        and the like): one value per stack, its first suggestion's."""
+        return [k for k in pair.space if k not in MEMBER_KEYS]
+
     def unstacked_because_shared(self, pair: Pair) -> list[str]:
-        """The keys that keep a search from stacking under budget.stack_size auto: those its space
-        varies that a stack's members share (the model's shapes and the like: one value per stack,
-        its first suggestion's). TPE would try one value of them per stack, and a measured stack can
-        be the whole budget: one architecture for a search over architectures. A stack_size the
-        file gives stacks them anyway."""
-        return [k for k in pair.space if k not in MEMBER_KEYS] if self.budget.stack_size == "auto" else []
+        """The keys that keep a search from stacking under budget.stack_size auto (shared_keys):
+        TPE would try one value of them per stack, and a measured stack can be the whole budget:
+        one architecture for a search over architectures. A stack_size the file gives stacks them
+        anyway."""
+        return self.shared_keys(pair) if self.budget.stack_size == "auto" else []
 
     def trials(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
         """The trials that run `cells` (grid values, or candidates' configs) over `seeds`, in the

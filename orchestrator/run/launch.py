@@ -433,8 +433,8 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
     pairs = [p for p in study.pairs if p.name in most]
     if not pairs:
         return {}
-    timed = ray.remote(stack_curve)
-    pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, one_gpu()), resources=p.resources.custom or None)
+    timed, gpu = ray.remote(stack_curve), one_gpu()
+    pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, gpu), resources=p.resources.custom or None)
                .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
