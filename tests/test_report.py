@@ -500,3 +500,69 @@ def test_a_regression_stays_flagged_until_it_is_fixed_or_accepted(tmp_path, uri)
     first.night = None
     first.save()
     assert cli.main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2  # no night of the nightly job
+
+
+def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tmp_path, uri):
+    """A Table 1 launch (two of its models, both directions, three seeds): one table, a row per
+    model in the paper's order, IID and longer per direction, each cell our mean ± std over the
+    seeds (an independent aggregation) beside the number read from published.yaml; a pair trained
+    shorter than the paper is marked, and the layer ablation's cells make Table 4, not Table 1."""
+    models, variants, seeds = ["ndr", "transformer"], ["ctl_forward", "ctl_backward"], [0, 1, 2]
+    text = yaml.safe_dump({"name": "table1_test", "metric": "best_ood_valid_acc", "seeds": seeds, "models": models,
+                           "tasks": [{"task": "ctl", "variant": v, "options": {"direction": v.split("_")[1]}} for v in variants]})
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment("table1_test")
+    parent = client.create_run(exp_id, tags={"launch_id": "t1", "kind": "launch", "code_version": "abc1234"})
+    rng = np.random.default_rng(0)
+    scores = {}
+    for model in models:
+        for variant in variants:
+            for seed in seeds:
+                scores[(model, variant, seed)] = {"test_acc_at_best": float(rng.uniform(0.1, 1.0)), "iid_valid_acc_at_best": float(rng.uniform(0.9, 1.0))}
+                config = {"task": "ctl", "model": model, "seed": seed, "n_iters": 30000 if model == "ndr" else 2000,
+                          "task_options": {"direction": variant.split("_")[1]}}
+                run = client.create_run(exp_id, tags={"mlflow.parentRunId": parent.info.run_id, "launch_id": "t1", "kind": "trial",
+                                                      "trial_id": uuid.uuid4().hex[:8], "pair": f"{variant}__{model}", "model": model, "task": "ctl",
+                                                      "variant": variant, "trial_status": "completed", "trial_config": json.dumps(config)})
+                for metric, value in {"best_ood_valid_acc": 0.5, **scores[(model, variant, seed)]}.items():
+                    client.log_metric(run.info.run_id, metric, value, step=100)
+                client.set_terminated(run.info.run_id)
+    (tmp_path / "t1").mkdir()
+    state = LaunchState("t1", tmp_path / "t1", "table1_test", "ablations/table1_test.yaml", text, uri, parent.info.run_id, state="finished")
+    state.save()
+    report.write_report(state)
+    markdown = (state.dir / "report" / "report.md").read_text()
+    section = markdown[markdown.index("## The papers' tables"):].split("\n## ")[0]
+    assert [line for line in section.splitlines() if line.startswith("### ")] == ["### ndr Table 1"]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    assert lines[0] == "| model | ctl_forward iid_valid | ctl_forward test | ctl_backward iid_valid | ctl_backward test |"
+    paper = {(c["model"], c["variant"], c["split"]): c for c in yaml.safe_load(report.PUBLISHED.read_text()) if c["table"] == "Table 1" and c["paper"] == "ndr"}
+    order = list(dict.fromkeys(model for model, _, _ in paper))
+    assert [line.split(" | ")[0][2:] for line in lines[2:]] == sorted(models, key=order.index)
+    for line in lines[2:]:
+        model = line.split(" | ")[0][2:]
+        cells = [cell.strip() for cell in line.strip("|").split("|")[1:]]
+        for cell, (variant, split) in zip(cells, [(v, s) for v in variants for s in ("iid_valid", "test")]):
+            values = [scores[(model, variant, seed)][f"{split}_acc_at_best"] for seed in seeds]
+            published = paper[(model, variant, split)]
+            mark = " †" if model == "transformer" else ""
+            assert cell == f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f} (3){mark} / {published['mean']:.3f} ± {published['std']:.3f}", (model, variant, split)
+    assert '<table class="paper-table">' in (state.dir / "report" / "report.html").read_text()
+
+
+def test_a_papers_table_shows_the_best_of_several_cells_and_the_baselines_we_do_not_run():
+    """Two search candidates meeting one number: the one with the better selection metric stands
+    beside it; PANM Table 1's 'other max' (ours: false) shows the paper's number alone."""
+    cell = next(c for c in report.published_cells() if (c["paper"], c["table"], c["model"], c["task"]) == ("panm", "Table 1", "panm", "copy"))
+    def row(selection, test):
+        return {"metrics": {"best_ood_valid_token_acc": {"summary": stats.summarize([selection]), "published": None},
+                            "test_token_acc_at_best": {"summary": stats.summarize([test]), "published": cell, "unlike": None}}}
+    pairs = [{"rows": [row(0.6, 0.9), row(0.8, 0.4), row(0.7, 0.2)]}]
+    [table] = report.paper_tables(pairs, "best_ood_valid_token_acc", "max")
+    by_model = {(r["model"], r["setting"]): r["cells"] for r in table["rows"]}
+    ours = by_model[(cell["model"], ", ".join(f"{k}={v}" for k, v in (cell.get("setting") or {}).items()))]
+    assert [c["ours"].mean for c in ours.values() if c["ours"]] == [0.4]
+    assert {m for m, _ in by_model} == {cell["model"], "other_max"}
+    assert all(c["ours"] is None for c in by_model[("other_max", "")].values())
+    [table] = report.paper_tables(pairs, "best_ood_valid_token_acc", "min")
+    assert [c["ours"].mean for r in table["rows"] for c in r["cells"].values() if c["ours"]] == [0.9]

@@ -267,6 +267,51 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
     return rows
 
 
+def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
+    """The papers' tables laid out as printed, ours beside each number: every table one of our
+    cells met, with a row per model (and setting) of it that we ran, or that the paper prints as
+    a baseline we do not run, and a column per task variant, split and score. Where several of
+    our cells meet one number (a search's candidates), the best by `metric` stands beside it."""
+    def rank(row: dict) -> float:
+        summary = row["metrics"].get(metric, {}).get("summary")
+        return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
+
+    ours = {}  # id(published cell) -> (rank, entry): the first metric in a row's order that met it (at_best before final)
+    for pair in pairs:
+        for row in pair["rows"]:
+            met = {}
+            for entry in row["metrics"].values():
+                if entry["published"] is not None:
+                    met.setdefault(id(entry["published"]), entry)
+            for key, entry in met.items():
+                if key not in ours or rank(row) > ours[key][0]:
+                    ours[key] = (rank(row), entry)
+    row_of = lambda cell: (cell["model"], ", ".join(f"{k}={v}" for k, v in (cell.get("setting") or {}).items()))  # noqa: E731
+    column_of = lambda cell: (cell.get("variant") or cell["task"], cell["split"], cell["metric"], cell.get("checkpoint"))  # noqa: E731
+    shown = {(cell["paper"], cell["table"], row_of(cell)) for cell in published_cells() if id(cell) in ours}
+    tables = {}
+    for cell in published_cells():
+        table = (cell["paper"], cell["table"])
+        if (*table, row_of(cell)) in shown or (cell.get("ours") is False and any(t[:2] == table for t in shown)):
+            tables.setdefault(table, []).append(cell)
+    out = []
+    for (paper, table), cells in tables.items():
+        groups = list(dict.fromkeys(column_of(cell)[0] for cell in cells))  # a variant's columns side by side, in the paper's order
+        columns = list(dict.fromkeys(column_of(cell) for cell in sorted(cells, key=lambda cell: groups.index(column_of(cell)[0]))))
+        one_score = len({column[2] for column in columns}) == 1
+        rows = {}
+        for cell in cells:
+            entry = ours.get(id(cell), (None, None))[1]
+            shorter = bool(entry and entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"])
+            rows.setdefault(row_of(cell), {})[column_of(cell)] = {"ours": entry and entry["summary"], "paper": cell, "shorter": shorter}
+        out.append({"paper": paper, "table": table,
+                    "columns": [{"key": (group, split, score, checkpoint),
+                                 "label": " ".join(part for part in (group, split, None if one_score else score, checkpoint) if part)}
+                                for group, split, score, checkpoint in columns],
+                    "rows": [{"model": model, "setting": setting, "cells": by_column} for (model, setting), by_column in rows.items()]})
+    return out
+
+
 def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
     """One panel per swept key: the metric's mean (95% interval) against that key's values, in
     numeric order, one line per combination of the other keys' values."""
@@ -514,7 +559,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
         "report": study.report, "previous": previous_state.launch_id if previous_state else None, "code_before": code_before,
-        "pairs": pairs, "comparisons": comparisons, "mlflow_ui": ui,
+        "pairs": pairs, "paper_tables": paper_tables(pairs, study.metric, study.mode), "comparisons": comparisons, "mlflow_ui": ui,
         # Cells of either launch with fewer than two completed runs on a side: no test could compare them.
         "uncompared": max(0, cells_seen - len(comparisons) - len(not_comparable)),
         "not_comparable": not_comparable, "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
