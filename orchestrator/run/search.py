@@ -19,7 +19,7 @@ from ray.tune.search.optuna import OptunaSearch
 import optuna
 from optuna.trial import TrialState
 
-from trainables.batched import MEMBER_KEYS
+from trainables.batched import MEMBER_KEYS, stack_cuts
 from trainables.models import batchable
 
 from ..plan.spec import MEMBERS_KEY
@@ -72,7 +72,8 @@ class TruncationAwareOptunaSearch(OptunaSearch):
     on_trial_complete only, is reported too, so Optuna's last value is MLflow's.
 
     With `stack` > 1 a Tune trial trains up to `stack` suggestions at once (trainables.batched):
-    TPE is asked once per member, each member is an Optuna trial of its own, and the members share
+    TPE is asked once per member, each member is an Optuna trial of its own (the last stacks cut as
+    trainables.batched.stack_cuts cuts them: no member left alone), and the members share
     the first suggestion's values of every key but MEMBER_KEYS (Optuna's fixed parameters), so
     their model shapes are one. `runs` is then the pair's budget in suggestions, and `base` the
     pair's config, which says whether a suggestion's model stacks at all."""
@@ -143,7 +144,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         if trial_id not in self.members:
             first = self._ot_trials[trial_id]
             shared = {k: v for k, v in first.params.items() if k not in MEMBER_KEYS}
-            size = min(self.stack, self.runs_left) if batchable({**self.base, **shared}) is None else 1
+            size = stack_cuts(self.runs_left, self.stack)[0] if batchable({**self.base, **shared}) is None else 1
             self.members[trial_id] = [first]
             while len(self.members[trial_id]) < size:
                 self.members[trial_id].append(self.ask_sharing(shared, {t.number for t in self.members[trial_id]}))
