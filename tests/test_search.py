@@ -310,6 +310,7 @@ def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_
     own = member_result(result, 1)
     assert own["status"] == "diverged" and own["node_id"] == "n1" and "acc" not in own
     assert numeric_metrics(own) == {"best_acc": -1.0}
+    assert numeric_metrics({**own, "gpu_memory_mib": 812.5}) == {"best_acc": -1.0, "gpu_memory_mib": 812.5}  # a CUDA trial's peak
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=2, runs=2)
     search.suggest("a")

@@ -325,6 +325,8 @@ class Selection:
 
     def __init__(self, cfg: TrainConfig, task: Task, device: torch.device, log: Callable[[str], None] | None, label: str):
         self.cfg, self.task, self.device, self.log, self.label = cfg, task, device, log, label
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         m = self.m = task.metric
         self.at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
         worst = math.inf if m in LOWER_IS_BETTER else -1.0
@@ -397,6 +399,10 @@ class Selection:
             **named("iid_valid", iid), **named("ood_valid", ood), **best, **self.depth_best, **(self.early if cfg.early_budget else {}),
             "steps_per_s": steps_per_s,
         }
+        if self.device.type == "cuda":
+            # This process's peak, a stack's for each of its members: what a trial needs of a GPU it
+            # shares (resources.gpu) is read off it.
+            metrics["gpu_memory_mib"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
             metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **self.test_scores(tests, "_final")})
         if self.log:

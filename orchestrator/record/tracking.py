@@ -590,7 +590,7 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     return {
         k: float(v) for k, v in result.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        and (k.endswith(METRIC_SUFFIXES) or k in ("loss", "best_iteration", "steps_per_s", "time_total_s"))
+        and (k.endswith(METRIC_SUFFIXES) or k in ("loss", "best_iteration", "steps_per_s", "gpu_memory_mib", "time_total_s"))
     }
 
 
