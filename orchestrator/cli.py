@@ -221,10 +221,11 @@ def cmd_launch(args) -> int:
             print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
                   f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})", flush=True)
         if args.dry_run:
-            from .run.cost import describe_cost
+            from .run.cost import describe_cost, on_cluster
 
             if args.calibrate:
-                print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs)", flush=True)
+                where = f", on nodes of the cluster at {args.address}" if on_cluster(args.address) else ""
+                print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs){where}", flush=True)
             for line in describe_cost(study, args.calibrate, args.address):
                 print(line, flush=True)
             continue

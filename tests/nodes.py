@@ -39,13 +39,16 @@ class Cluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, *args, hide: Path | None = None) -> int:
+    def start(self, *args, hide: Path | None = None, hostname: str | None = None) -> int:
         """Start a node; with `hide`, in a private mount namespace with an empty tmpfs over that
-        folder, as a second machine would be. Returns its process group."""
+        folder, as a second machine would be; with `hostname`, under a name of its own. Returns its
+        process group."""
         command = [RAY, "start", *args]
         if hide is not None:
             command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                        f'mount -t tmpfs tmpfs "{hide}" && exec "$@"', "sh", *command]
+        if hostname is not None:
+            command = ["unshare", "--uts", "sh", "-c", f'hostname "{hostname}" && exec "$@"', "sh", *command]
         node = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
         self.groups.append(node.pid)
         out, _ = node.communicate(timeout=120)

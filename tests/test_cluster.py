@@ -455,3 +455,21 @@ def test_each_pair_asks_for_its_own_share_of_a_gpu(tmp_path, cluster):
     assert len(lstm) == 2 and len(transformer) == 1, spans  # the Transformer's two seeds stacked in one trial
     overlap = lambda a, b: a[0] < b[1] and b[0] < a[1]  # noqa: E731
     assert overlap(*lstm) and not any(overlap(transformer[0], span) for span in lstm), spans
+
+
+def test_a_dry_run_with_address_times_the_trials_on_the_clusters_nodes(tmp_path, cluster):
+    """`launch --dry-run --address`: each pair's calibration runs as a Ray task with a trial's
+    resources on the cluster (here its one worker, under a host name of its own), not on the
+    driver's machine. A pair whose trials train on GPUs is timed on a node with one, and where
+    torch there finds no CUDA (the GPU is declared, not real), not at all: a CPU's time is no
+    estimate of a GPU's."""
+    cluster.start(f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1", hostname="gpu-node-7")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=2, models=("lstm", "ndr"), resources={"cpu": 1, "gpu": 1},
+                per_model={"lstm": {"resources": {"gpu": 0}}}, space={"lr": {"loguniform": [1e-4, 1e-3]}})
+    out = orchestrator("launch", str(path), "--dry-run", "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env).stdout
+    lstm = next(line for line in out.splitlines() if line.startswith("  cost of tiny__lstm: "))
+    ndr = next(line for line in out.splitlines() if line.startswith("  cost of tiny__ndr: "))
+    assert " s per step on gpu-node-7 -> at most " in lstm, out
+    assert ndr.endswith("not timed: its trials train on GPUs and torch on gpu-node-7, a node with GPUs, finds no CUDA"), out
+    assert "1 pair(s) without an estimate left out" in out and not (tmp_path / "runs").exists(), out

@@ -367,11 +367,12 @@ def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:
 def test_a_dry_run_does_not_time_gpu_trials_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
     from orchestrator.run import cost
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
+    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
     monkeypatch.setattr(cost, "cuda_here", lambda: False)
     on_gpus = with_(models=["ndr"], resources={"cpu": 1, "gpu": 0.5})
-    lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=True, address="head:6379"))
-    assert lines[0].endswith("not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node, or --no-calibrate)")
+    lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=True))
+    assert lines[0].endswith("not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node or with "
+                             "--address of a cluster with GPUs, or --no-calibrate)")
     assert "GPU-hours" not in lines[-1]
 
 

@@ -20,3 +20,11 @@ def join(address: str, **options) -> None:
         ray.init(address=address, **options)
     except ConnectionError as e:
         raise ClusterUnreachable(f"--address: Ray could not join a cluster at {address}: {last_line(e)}") from None
+
+
+def one_gpu() -> float:
+    """A whole GPU, or all a node has where no node has one (a fraction declared to Ray): what a
+    measurement on the joined cluster asks for, so that nothing beside it times it too."""
+    import ray
+
+    return min(1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0))

@@ -1,6 +1,7 @@
 """What a launch will cost, for `launch --dry-run`: trials and training steps per pair and the
-hours, from a short calibration (a few training steps of each pair's typical trial on this machine)
-or, without one, from the step rates earlier trials logged in the tracking store."""
+hours, from a short calibration (a few training steps of each pair's typical trial, on this machine,
+or on a node of the cluster at --address with a trial's resources) or, without one, from the step
+rates earlier trials logged in the tracking store."""
 from __future__ import annotations
 
 import logging
@@ -11,11 +12,12 @@ from typing import Iterator
 
 from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
 from ..record import tracking
-from .cluster import join
+from .cluster import join, one_gpu
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64
 CALIBRATION_STEPS = 5  # timed one by one; their median is the estimate
+CALIBRATION_WAIT_S = 600  # on a cluster, for a node with a trial's resources free: other work may hold its GPUs for hours
 
 
 def typical(d: Distribution):
@@ -105,17 +107,18 @@ def resource_hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f}" if seconds >= 36000 else f"{seconds / 3600:.2g}"
 
 
+def on_cluster(address: str | None) -> bool:
+    return bool(address) and address != "local"
+
+
 def resources(address: str | None) -> tuple[str, dict[str, float], list[dict[str, float]]]:
     """(where, its resources by Ray's names, each node's) of what will train the trials: the Ray
-    cluster at `address`, asked (and left again), else this machine."""
-    if address and address != "local":
+    cluster at `address`, joined (describe_cost leaves it when done), else this machine."""
+    if on_cluster(address):
         import ray
 
         join(address, log_to_driver=False, logging_level=logging.WARNING)
-        try:
-            return f"the cluster at {address}", ray.cluster_resources(), [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-        finally:
-            ray.shutdown()
+        return f"the cluster at {address}", ray.cluster_resources(), [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     import torch
 
     machine = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0}
@@ -140,17 +143,52 @@ def stored_rate(rates: list[dict], model: str, task: str, device: str) -> tuple[
     return statistics.median(found), f"from {len(found)} earlier trials of {what} on {device}"
 
 
-def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str) -> tuple[float | None, str]:
+def on_node(needs_cuda: bool, measure, *args) -> tuple:
+    """A Ray task's body: (measure(*args), the node's name), or (None, its name) where the trials
+    train on CUDA and torch there finds none (a CPU's time is no estimate of a GPU's)."""
+    import socket
+
+    import torch
+
+    if needs_cuda and not torch.cuda.is_available():
+        return None, socket.gethostname()
+    return measure(*args), socket.gethostname()
+
+
+def measured(pair: Pair, device: str, cluster: bool, measure, *args) -> tuple:
+    """(measure(*args), where it ran in words), or (None, why it did not run): here, or with
+    `cluster` on a node of the joined cluster with the pair's CPUs and custom resources and, where
+    its trials train on GPUs, a whole GPU (as launch.measure_stack_sizes: a measurement beside
+    others is timed by them), since the cluster's nodes, not the driver's machine, train them."""
+    if not cluster:
+        if device == "cuda" and not cuda_here():
+            return None, "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)"
+        return measure(*args), "here"
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    gpus = max(pair.resources.gpu, one_gpu()) if device == "cuda" else 0
+    job = (ray.remote(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
+           .remote(device == "cuda", measure, *args))
+    try:
+        result, node = ray.get(job, timeout=CALIBRATION_WAIT_S)
+    except GetTimeoutError:
+        ray.cancel(job)
+        raise TimeoutError(f"no node of the cluster had a trial's resources free for {CALIBRATION_WAIT_S} s") from None
+    return (None, f"torch on {node}, a node with GPUs, finds no CUDA") if result is None else (result, f"on {node}")
+
+
+def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str, cluster: bool = False) -> tuple[float | None, str]:
     """(seconds per training step of the pair's trials, in words), or (None, why there is no estimate):
-    calibrated here where `rates` is None, else from the stored rates."""
+    calibrated (here, or on the joined cluster) where `rates` is None, else from the stored rates."""
     if rates is None:
-        if device == "cuda" and not cuda_here():  # a CPU's time is no estimate of a GPU's
-            return None, "not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node, or --no-calibrate)"
         try:
-            per_step = seconds_per_step(study, pair)
+            per_step, where = measured(pair, device, cluster, seconds_per_step, study, pair)
         except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
             return None, f"no time estimate ({reason(e)})"
-        return per_step, f"{per_step:.3f} s per step here"
+        if per_step is None:
+            return None, f"not timed: its trials train on GPUs and {where}"
+        return per_step, f"{per_step:.3f} s per step {where}"
     rate, source = stored_rate(rates, pair.model, pair.task.task, device)
     return (None, source) if rate is None else (1 / rate, f"{rate:.1f} steps/s ({source})")
 
@@ -176,19 +214,20 @@ def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
     return most if study.is_ablation else 1
 
 
-def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str) -> tuple[float | None, str, int]:
+def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str, cluster: bool = False) -> tuple[float | None, str, int]:
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
-    curve measured here. None where the stack does not fit the device."""
+    curve measured here or on the joined cluster. None where the stack does not fit the device."""
     from trainables.batched import group_rate, knee
     from trainables.config import parse_trial_config, yaml_word
 
     flat, most = calibration_config(study, pair, stacked=True), study.most_stacked(pair)
-    curve = dict(stack_curve(flat, stack_sizes_to_try(size or most)))
+    measured_curve, where = measured(pair, device, cluster, stack_curve, flat, stack_sizes_to_try(size or most))
+    curve = dict(measured_curve or [])
     size = size or knee(list(curve.items()), members=most)
     if size not in curve:
-        return None, f"no memory here for stacks of {size} (the most that fit: {max(curve, default=0)})", size
-    words = f"stacks of {size}: {curve[size]:.1f} member-steps/s here"
+        return None, f"no memory {'here' if where == 'here' else where} for stacks of {size} (the most that fit: {max(curve, default=0)})", size
+    words = f"stacks of {size}: {curve[size]:.1f} member-steps/s {where}"
     if parse_trial_config(flat).settled(device, size).compile is not False:
         asked = "compile: auto on CUDA" if flat.get("compile", "auto") == "auto" else f"compile: {yaml_word(flat['compile'])}"
         words += (f", uncompiled; they train compiled ({asked}), so the time is an upper bound (NDR's compiled "
@@ -208,16 +247,27 @@ def busy_note() -> str | None:
 
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
     """Lines for `launch --dry-run`, each as soon as it is known: per pair, runs x steps and the
-    trial time (calibrated, else from the store's step rates; where trials stack, at the rate of
-    a stack's members measured here); in all, the GPU-hours (or CPU core-hours) and the wall time
-    with as many trials at once as the cluster (`address`) or this machine holds. Reads only: a dry
-    run writes nothing, not even a new store."""
+    trial time (calibrated here, or with `address` on the cluster's nodes (measured); else from the
+    store's step rates; where trials stack, at the rate of a stack's members measured so); in all,
+    the GPU-hours (or CPU core-hours) and the wall time with as many trials at once as the cluster
+    or this machine holds. Reads only: a dry run writes nothing, not even a new store."""
     where, total, nodes = resources(address)
+    try:
+        yield from cost_lines(study, calibrate, on_cluster(address), where, total, nodes)
+    finally:
+        if on_cluster(address):
+            import ray
+
+            ray.shutdown()
+
+
+def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: dict[str, float], nodes: list[dict[str, float]]) -> Iterator[str]:
+    """describe_cost's lines, on `where` with `total` resources and `nodes`."""
     use_gpu = total.get("GPU", 0) > 0
     study.resolve_batching(use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
     for problem in study.misfits(use_gpu, nodes):  # priced all the same, for a cluster that will hold them
         yield f"  a launch on {where} would be refused: {problem}"
-    if calibrate and (note := busy_note()):
+    if calibrate and not cluster and (note := busy_note()):
         yield note
     rates = None
     if not calibrate:
@@ -235,12 +285,12 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         total_steps += trials * steps
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
-        per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu))
+        per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu), cluster)
         size = launch_stack_size(study, pair, use_gpu)
         # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
             try:
-                per_step, stacked, size = stacked_step_time(study, pair, size, device_kind(pair, on_gpu))
+                per_step, stacked, size = stacked_step_time(study, pair, size, device_kind(pair, on_gpu), cluster)
                 if study.budget.stack_size == "auto":  # as the launch records the knee: its trial count follows
                     study.stack_sizes[pair.name] = size
             except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal

@@ -27,7 +27,7 @@ from ..record import tracking
 from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
                      TruncationAwareOptunaSearch, own_config, run_key, trial_members)
 from .callbacks import ProgressLines, TrialTracker
-from .cluster import join
+from .cluster import join, one_gpu
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
@@ -370,13 +370,6 @@ def check_fits(study: Study, use_gpu: bool) -> None:
 
 
 CUDA_CHECK_S = 120  # a worker's start and torch's import take seconds; the task waits for a free GPU
-
-
-def one_gpu() -> float:
-    """A whole GPU, or all a node has where no node has one (a fraction declared to Ray)."""
-    import ray
-
-    return min(1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0))
 
 
 def torch_cuda() -> dict:
