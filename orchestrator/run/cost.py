@@ -226,7 +226,7 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str, c
     curve = dict(measured_curve or [])
     size = size or knee(list(curve.items()), members=most)
     if size not in curve:
-        return None, f"no memory {'here' if where == 'here' else where} for stacks of {size} (the most that fit: {max(curve, default=0)})", size
+        return None, f"no memory {where} for stacks of {size} (the most that fit: {max(curve, default=0)})", size
     words = f"stacks of {size}: {curve[size]:.1f} member-steps/s {where}"
     if parse_trial_config(flat).settled(device, size).compile is not False:
         asked = "compile: auto on CUDA" if flat.get("compile", "auto") == "auto" else f"compile: {yaml_word(flat['compile'])}"
