@@ -394,6 +394,16 @@ def cmd_best(args) -> int:
                          f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}")
     for path in write_best(state):
         print(path)
+    if args.ablation:
+        from .record.best import write_ablation
+
+        try:
+            path, lines = write_ablation(state, Path(args.ablation))
+        except ValueError as e:
+            raise UsageError(f"best: {e}") from None
+        for line in lines:
+            print(f"  {line}")
+        print(path)
     return 0
 
 
@@ -624,6 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
         if name == "resume":
             p.add_argument("--address", **ADDRESS)
+        if name == "best":
+            p.add_argument("--ablation", help="an ablation file: also write it with each pair's winning values (per_pair) to <launch>/best/")
         if name == "report":
             p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last finished launch of the same file")
         if name == "export":

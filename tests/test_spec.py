@@ -56,6 +56,18 @@ def test_good_file_builds_pairs_with_per_model_spaces(tmp_path):
     assert load_study(write(tmp_path, with_(space={"attention_dropout": {"uniform": [0.0, 0.5]}}))).pairs[0].warm_start == {"attention_dropout": 0.0}
 
 
+def test_a_pairs_own_values_go_over_the_files_and_its_models(tmp_path):
+    """per_pair.<pair>.fixed (a search's winners, from `best --ablation`) over `fixed` and
+    per_model's, for that pair alone; its space and an ablation's grid still vary their keys."""
+    study = load_study(write(tmp_path, with_(fixed={"lr": 0.5, "dropout": 0.2}, per_model={"ndr": {"fixed": {"lr": 0.4}}}, space={},
+                                             per_pair={"fwd__ndr": {"fixed": {"lr": 0.003, "n_layers": 4}}})))
+    ndr, lstm = (next(p for p in study.pairs if p.model == m) for m in ("ndr", "lstm"))
+    assert (ndr.base["lr"], ndr.base["n_layers"], ndr.base["dropout"], lstm.base["lr"]) == (0.003, 4, 0.2, 0.5)
+    ablation = load_study(write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0], per_pair={"fwd__ndr": {"fixed": {"n_layers": 8, "lr": 0.003}}})))
+    ndr = next(p for p in ablation.pairs if p.model == "ndr")
+    assert ndr.grid == {"n_layers": [2, 4]} and "n_layers" not in ndr.base and ndr.base["lr"] == 0.003
+
+
 def test_warm_start_is_moved_into_the_space(tmp_path):
     study = load_study(write(tmp_path, with_(space={"d_model": {"choice": [128, 256, 512]}, "n_layers": {"int": [4, 20]}})))
     lstm = next(p for p in study.pairs if p.model == "lstm")
@@ -119,6 +131,10 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(resources={"gpu": 1}, per_model={"lstm": {"fixed": {"device": "cuda:0"}, "resources": {"gpu": 0}}}),
          "per_model.lstm.fixed.device: cuda:0 needs a GPU, and per_model.lstm.resources.gpu gives its trials none"),
         (with_(models=[["ndr"]]), "models[0]: unknown model"),
+        (with_(per_pair={"fwd__ndrr": {"fixed": {"lr": 0.1}}}), "per_pair.fwd__ndrr: not a pair of this file (did you mean 'fwd__ndr'?); its pairs: fwd__ndr, fwd__lstm"),
+        (with_(per_pair={"fwd__lstm": {"fixed": {"n_heads": 2}}}), "per_pair.fwd__lstm.fixed.n_heads: not a parameter of lstm"),
+        (with_(per_pair={"fwd__lstm": {"lr": 0.1}}), "per_pair.fwd__lstm: expected {fixed: {key: value, ...}}, got {'lr': 0.1}"),
+        (with_(per_pair={"fwd__lstm": {"fixed": {"lr": "fast"}}}), "fixed (fwd__lstm): "),
         ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
         # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
         (with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2], report={"test": "mannwhitney"}),

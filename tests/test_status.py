@@ -24,9 +24,10 @@ RUNS = {(4, 0): ("completed", 0.61, 0.52), (4, 1): ("completed", 0.65, 0.50), (4
         (8, 0): ("diverged", 0.2, 0.1), (8, 1): ("completed", 0.8, 0.75), (8, 2): ("lost", 0.9, 0.9)}
 
 
-def launch(tmp_path: Path, spec: dict, runs: dict, plan_keys=None) -> LaunchState:
+def launch(tmp_path: Path, spec: dict, runs: dict, plan_keys=None, chose=lambda key: {}) -> LaunchState:
     """A launch in a SQLite store: `runs` maps (grid values, seed) to (status, metric, test score);
-    `plan_keys` keeps only those keys of the plan (a launch.json from an older version)."""
+    `plan_keys` keeps only those keys of the plan (a launch.json from an older version); chose(key):
+    the values a search's trial of that key chose."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -38,7 +39,7 @@ def launch(tmp_path: Path, spec: dict, runs: dict, plan_keys=None) -> LaunchStat
     for (cell, seed), (status, metric, test) in runs.items():
         setting = dict(zip(study.grid, cell))
         tags = {"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial", "pair": study.pairs[0].name,
-                "trial_status": status, "trial_config": json.dumps({**study.pairs[0].base, **setting, "seed": seed})}
+                "trial_status": status, "trial_config": json.dumps({**study.pairs[0].base, **setting, "seed": seed, **chose((cell, seed))})}
         if study.is_ablation:
             tags.update(cell=" ".join(f"{k}={v}" for k, v in setting.items()) or "-", seed=str(seed))
         run = client.create_run(experiment, tags=tags)
@@ -160,3 +161,28 @@ def test_resume_refuses_a_launch_whose_snapshots_name_the_modules_before_the_spl
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1 and "snapshot_modules: 1, this service reads 2" in refused.stderr
     assert "ray" not in refused.stdout.lower() and (state.dir / "launch.json").read_text() == before
+
+
+def test_best_hands_a_searchs_winners_to_an_ablation_file(tmp_path):
+    """`best --ablation FILE`: FILE again, in the launch's best/ folder, with each pair's searched
+    values of the winning trial as per_pair.<pair>.fixed, but those its grid sweeps; it loads, and
+    its pair trains them over the file's own. A pair the search did not run keeps the file's."""
+    from orchestrator.plan.spec import load_study
+
+    search = {**SPEC, "scheduler": {"name": "fifo"}, "space": {"lr": {"loguniform": [1e-4, 1e-2]}, "n_layers": {"int": [2, 8]}}}
+    runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
+    state = launch(tmp_path, search, runs, chose=lambda key: {"lr": 0.001 * (key[1] + 1), "n_layers": 3 + key[1]})
+    ablation = tmp_path / "layers.yaml"
+    ablation.write_text(yaml.safe_dump({**SPEC, "models": ["ndr", "lstm"], "grid": {"n_layers": [2, 4]}, "seeds": [0, 1],
+                                        "fixed": {"lr": 0.5}}))
+    out, _ = orchestrator("best", str(state.dir), "--ablation", str(ablation))
+    written = state.dir / "best" / "layers.yaml"
+    assert out.split("\n")[-2] == str(written)
+    assert "  fwd__ndr: lr=0.003 (its grid sweeps n_layers)" in out.splitlines(), out
+    assert f"  fwd__lstm: not a pair of search {state.launch_id}; the file's values" in out.splitlines(), out
+    assert yaml.safe_load(written.read_text())["per_pair"] == {"fwd__ndr": {"fixed": {"lr": 0.003}}}
+    pairs = {p.name: p for p in load_study(written).pairs}
+    assert pairs["fwd__ndr"].base["lr"] == 0.003 and pairs["fwd__lstm"].base["lr"] == 0.5 and pairs["fwd__ndr"].grid == {"n_layers": [2, 4]}
+    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "best", str(state.dir), "--ablation", str(tmp_path / "space.yaml")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.startswith("orchestrator: error: best: --ablation hands a search's winners to an ablation file")

@@ -442,7 +442,7 @@ class Study:
 TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
     "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report", "confirm",
-    "batch_seeds",
+    "batch_seeds", "per_pair",
 }
 SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
 METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
@@ -578,6 +578,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     fixed = raw.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise SpecError(path, "fixed", "expected a mapping of trial config keys")
+    per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
     grid, seeds = _parse_grid(raw, path)
     if (grid or seeds) and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
         raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; it cannot also have a search space")
@@ -622,7 +623,8 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             if kind not in MODELS[model].task_kinds:
                 skipped.append(f"{task.variant} x {model}: {model} runs {', '.join(MODELS[model].task_kinds)}, {task.task} is {kind}")
                 continue
-            pair = _make_pair(task, model, model_space, fixed, overrides.get("fixed") or {}, budget, seed, path)
+            pair = _make_pair(task, model, model_space, fixed, {**(overrides.get("fixed") or {}), **per_pair.get(f"{task.variant}__{model}", {})},
+                              budget, seed, path)
             pair.resources = _parse_resources(overrides.get("resources"), resources, f"per_model.{model}.resources", path)
             if "device" in (overrides.get("fixed") or {}):
                 pair.device_key = f"per_model.{model}.fixed.device"
@@ -809,6 +811,29 @@ def _check_builds(path, pair: Pair) -> None:
             check_builds(parse_trial_config({**pair.base, **values}))
         except ConfigError as e:
             raise SpecError(path, f"{where} ({pair.name})", str(e)) from None
+
+
+def _parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dict[str, dict]:
+    """`per_pair: {<variant>__<model>: {fixed: {...}}}`: one pair's values over the file's and its
+    model's `fixed` (a search's winners, as `orchestrator best --ablation` writes them); a grid
+    still sweeps its own keys."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SpecError(path, "per_pair", "expected a mapping of pair name (<variant>__<model>) -> {fixed}")
+    names = [f"{task.variant}__{model}" for model in models for task in tasks]
+    out = {}
+    for name, entry in raw.items():
+        if name not in names:
+            raise SpecError(path, f"per_pair.{name}", f"not a pair of this file{closest(str(name), names)}; its pairs: {', '.join(names)}")
+        if not isinstance(entry, dict) or set(entry) - {"fixed"} or not isinstance(entry.get("fixed") or {}, dict):
+            raise SpecError(path, f"per_pair.{name}", f"expected {{fixed: {{key: value, ...}}}}, got {entry!r}")
+        model = name.rsplit("__", 1)[1]
+        for key in entry.get("fixed") or {}:
+            if key not in TRAIN_KEYS | model_fields(model):
+                raise SpecError(path, f"per_pair.{name}.fixed.{key}", f"not a parameter of {model}{closest(str(key), model_fields(model))}")
+        out[name] = dict(entry.get("fixed") or {})
+    return out
 
 
 def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path) -> Pair:

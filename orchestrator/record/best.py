@@ -1,5 +1,7 @@
 """`best/<pair>.yaml`, a search's answer per pair, from launch.json's plan and the tracking store
-alone: no Ray, no spec parsing, no torch, so that `orchestrator best` is as quick as `status`."""
+alone: no Ray, no spec parsing, no torch, so that `orchestrator best` is as quick as `status`. With
+`--ablation FILE`, that file again with each pair's winning values as `per_pair` (this one parses
+both files, so it imports torch)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,18 +12,17 @@ from . import tracking
 from .state import LaunchState
 
 
-def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
-    """Per pair, `best/<pair>.yaml`: the confirmed candidate where the search was confirmed (the
-    best mean over new seeds), else the best trial. `summaries`: tracking.pair_summaries, if read already."""
+def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str, tuple[dict, str]]:
+    """Per pair with a result, (its answer's config, a header saying where it comes from): the
+    confirmed candidate where the search was confirmed (the best mean over new seeds), else the
+    best trial. `summaries`: tracking.pair_summaries, if read already."""
     plan = state.the_plan()
     metric, score = plan["metric"], plan["score"]
     summaries = summaries or tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, metric, score)
-    out = []
+    out = {}
     for pair_name, summary in sorted(summaries.items()):
         if not summary["best_config"]:
             continue
-        path = state.dir / "best" / f"{pair_name}.yaml"
-        path.parent.mkdir(exist_ok=True)
         config, confirmed = summary["best_config"], summary.get("confirmed")
         header = (f"# Best trial of {pair_name} in launch {state.launch_id}: {metric} = {summary['best']:.4f}, "
                   f"test_{score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}.\n")
@@ -30,6 +31,54 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
             config = {**confirmed["config"], "seed": config.get("seed", 0)}
             header += (f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {top_k}, "
                        f"{metric} {confirmed['metric']:.4f} on average, {tracking.confirmed_text(confirmed)}.\n")
+        out[pair_name] = (config, header)
+    return out
+
+
+def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
+    """Per pair, `best/<pair>.yaml` (best_configs), which `orchestrator train` runs again."""
+    out = []
+    for pair_name, (config, header) in best_configs(state, summaries).items():
+        path = state.dir / "best" / f"{pair_name}.yaml"
+        path.parent.mkdir(exist_ok=True)
         path.write_text(header + f"# Run it again with: orchestrator train {path}\n" + yaml.safe_dump({"config": config}, sort_keys=True))
         out.append(path)
     return out
+
+
+def write_ablation(state: LaunchState, ablation: Path) -> tuple[Path, list[str]]:
+    """`best/<ablation's stem>.yaml`: the ablation file with, per pair the search answered, the
+    values the search chose (its searched keys, but those the ablation's grid sweeps) as
+    `per_pair.<pair>.fixed`, over the file's own; -> (the file, a line per pair saying what it got).
+    ValueError where either file is no such launch's or the result would not load."""
+    from ..plan.spec import SpecError, load_study
+
+    search, study = state.study(), load_study(ablation)
+    if search.is_ablation or not study.is_ablation:
+        raise ValueError(f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
+                         f", {ablation} {'an ablation' if study.is_ablation else 'a search'}")
+    searched = {pair.name: pair.space for pair in search.pairs}
+    winners = best_configs(state)
+    raw = yaml.safe_load(ablation.read_text())
+    per_pair, lines = dict(raw.get("per_pair") or {}), []
+    for pair in study.pairs:
+        if pair.name not in winners:
+            lines.append(f"{pair.name}: {'no result in' if pair.name in searched else 'not a pair of'} search {state.launch_id}; the file's values")
+            continue
+        config = winners[pair.name][0]
+        values = {k: config[k] for k in searched[pair.name] if k in config and k not in pair.grid}
+        per_pair[pair.name] = {"fixed": {**(per_pair.get(pair.name) or {}).get("fixed", {}), **values}}
+        swept = sorted(k for k in searched[pair.name] if k in pair.grid)
+        lines.append(f"{pair.name}: " + ", ".join(f"{k}={v}" for k, v in values.items())
+                     + (f" (its grid sweeps {', '.join(swept)})" if swept else ""))
+    path = state.dir / "best" / f"{ablation.stem}.yaml"
+    path.parent.mkdir(exist_ok=True)
+    header = (f"# {ablation} with the winners of search {state.launch_id} ({search.metric}) as per_pair.<pair>.fixed, over the\n"
+              f"# file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n")
+    text = header + yaml.safe_dump({**raw, "per_pair": per_pair}, sort_keys=False)
+    try:
+        load_study(path, text=text)
+    except SpecError as e:
+        raise ValueError(f"the file with the winners would not load: {e}") from None
+    path.write_text(text)
+    return path, lines
