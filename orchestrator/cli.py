@@ -554,6 +554,11 @@ def own_resources(study, pair) -> str:
     return f"; each trial {pair.resources.cpu:g} CPU{gpu}" + "".join(f", {v:g} {k}" for k, v in pair.resources.custom.items() if v)
 
 
+def own_values(pair) -> str:
+    """A pair's per_pair values in words for the plan ("" where it has none)."""
+    return "; its own values (per_pair): " + ", ".join(f"{k}={v}" for k, v in pair.own_values.items()) if pair.own_values else ""
+
+
 def describe_study(study) -> str:
     from .record.tracking import redact
 
@@ -561,12 +566,12 @@ def describe_study(study) -> str:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
         lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
                  f"{study.budget.max_concurrent} at a time per pair; MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {study.seed_batching(p)}){own_resources(study, p)}"
+        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {study.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
                   for p, n in zip(study.pairs, cells)]
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}{own_resources(study, p)}" for p in study.pairs]
+        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}{own_resources(study, p)}{own_values(p)}" for p in study.pairs]
         if study.confirm.top_k:
             lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
                          "the pair's answer is the best candidate's mean")

@@ -66,6 +66,10 @@ def test_a_pairs_own_values_go_over_the_files_and_its_models(tmp_path):
     ablation = load_study(write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0], per_pair={"fwd__ndr": {"fixed": {"n_layers": 8, "lr": 0.003}}})))
     ndr = next(p for p in ablation.pairs if p.model == "ndr")
     assert ndr.grid == {"n_layers": [2, 4]} and "n_layers" not in ndr.base and ndr.base["lr"] == 0.003
+    from orchestrator.cli import describe_study
+
+    assert "  pair fwd__ndr: grid over n_layers (2 cells; " in describe_study(ablation) and describe_study(ablation).split("\n")[1].endswith(
+        "; its own values (per_pair): lr=0.003")
 
 
 def test_warm_start_is_moved_into_the_space(tmp_path):

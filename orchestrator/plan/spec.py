@@ -162,6 +162,7 @@ class Pair:
     grid: dict[str, list] = field(default_factory=dict)  # ablations: the grid keys this model has
     resources: Resources = field(default_factory=Resources)  # a trial's: the file's, or per_model's
     device_key: str = "fixed.device"  # where the file names the trials' device: per_model's fixed, or the file's
+    own_values: dict = field(default_factory=dict)  # per_pair's fixed values the pair trains (not those its space or grid vary)
 
     @property
     def needs_gpu(self) -> bool:
@@ -642,6 +643,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             pair.grid = {k: v for k, v in model_grid.items() if k in TRAIN_KEYS | model_fields(model)}
             for key in pair.grid:
                 pair.base.pop(key, None)
+            pair.own_values = {k: v for k, v in per_pair.get(pair.name, {}).items() if k in pair.base}
             _check_builds(path, pair)
             pairs.append(pair)
     for model in per_model:
