@@ -533,7 +533,7 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
     report.write_report(state)
     markdown = (state.dir / "report" / "report.md").read_text()
     section = markdown[markdown.index("## The papers' tables"):].split("\n## ")[0]
-    assert [line for line in section.splitlines() if line.startswith("### ")] == ["### ndr Table 1"]
+    assert [line for line in section.splitlines() if line.startswith("### ")] == ["### NDR (Csordás et al., ICLR 2022), Table 1"]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     assert lines[0] == "| model | ctl_forward iid_valid | ctl_forward test | ctl_backward iid_valid | ctl_backward test |"
     paper = {(c["model"], c["variant"], c["split"]): c for c in yaml.safe_load(report.PUBLISHED.read_text()) if c["table"] == "Table 1" and c["paper"] == "ndr"}
@@ -566,3 +566,29 @@ def test_a_papers_table_shows_the_best_of_several_cells_and_the_baselines_we_do_
     assert all(c["ours"] is None for c in by_model[("other_max", "")].values())
     [table] = report.paper_tables(pairs, "best_ood_valid_token_acc", "min")
     assert [c["ours"].mean for r in table["rows"] for c in r["cells"].values() if c["ours"]] == [0.9]
+
+
+def test_a_papers_task_settings_are_columns_and_its_earlier_budget_is_named():
+    """PANM Table 2 prints SCAN's length cut-offs as columns and the models' settings as rows; NDR
+    Table 2 its 50K column beside the 200K one: our early score meets the first, the rest the second."""
+    def table(paper, name, model, metrics):
+        cells = [c for c in report.published_cells() if (c["paper"], c["table"], c["model"]) == (paper, name, model)]
+        row = {"metrics": {}}
+        for metric, (cell, unlike) in metrics(cells).items():
+            row["metrics"][metric] = {"summary": stats.summarize([0.5, 0.7]), "published": cell, "unlike": unlike}
+        return next(t for t in report.paper_tables([{"rows": [row]}], "best", "max") if t["table"] == name), cells
+
+    panm, cells = table("panm", "Table 2", "transformer_enc_dec_panm", lambda cells: {"test_seq_acc_final": (cells[0], None)})
+    row = next(r for r in panm["rows"] if any(c["ours"] for c in r["cells"].values()))
+    labels = [c["label"] for c in panm["columns"]]
+    assert "length_cutoff" not in row["setting"] and all("length_cutoff=" in label for label in labels), (row["setting"], labels)
+    cutoffs = {c["setting"]["length_cutoff"] for c in cells if c["setting"] and {k: v for k, v in c["setting"].items() if k != "length_cutoff"}
+               == {k: v for k, v in cells[0]["setting"].items() if k != "length_cutoff"}}
+    assert len(row["cells"]) == len(cutoffs) > 1  # one row, a cell per cut-off
+    ndr, cells = table("ndr", "Table 2", "ndr", lambda cells: {
+        "test_acc_at_best": (next(c for c in cells if c["split"] == "test" and not c.get("checkpoint")), {"ours": 300000, "paper": 200000}),
+        "test_acc_at_best_early": (next(c for c in cells if c.get("checkpoint") == "early"), None)})
+    labels = [c["label"] for c in ndr["columns"]]
+    assert labels == ["arithmetic iid_valid", "arithmetic test", "arithmetic test best within 50,000"], labels
+    [row] = ndr["rows"]
+    assert [c["trained"] for c in row["cells"].values()] == [None, "longer", None]

@@ -400,9 +400,10 @@ class Selection:
             "steps_per_s": steps_per_s,
         }
         if self.device.type == "cuda":
-            # This process's peak, a stack's for each of its members: what a trial needs of a GPU it
+            # The most this process's allocator held (its cache included; the CUDA context's few
+            # hundred MiB not), a stack's for each of its members: what a trial needs of a GPU it
             # shares (resources.gpu) is read off it.
-            metrics["gpu_memory_mib"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+            metrics["gpu_memory_mib"] = torch.cuda.max_memory_reserved(self.device) / 2**20
         if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
             metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **self.test_scores(tests, "_final")})
         if self.log:

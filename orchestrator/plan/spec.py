@@ -305,17 +305,24 @@ class Study:
         own = getattr(pair.resources, field) != getattr(self.resources, field) if field else pair.resources != self.resources
         return f"per_model.{pair.model}.resources" if own else "resources"
 
+    @staticmethod
+    def holds(pair: Pair, use_gpu: bool, nodes: list[dict[str, float]]) -> bool:
+        """Whether one of `nodes` can run a trial of the pair."""
+        if pair.needs_gpu and not use_gpu:
+            return False
+        return any(all(node.get(name, 0) >= amount for name, amount in pair.resources.asks(use_gpu).items()) for node in nodes)
+
     def misfits(self, use_gpu: bool, nodes: list[dict[str, float]]) -> list[str]:
         """Why a cluster of `nodes` (each one's resources by Ray's names) cannot run a pair's trials:
         a line per reason, naming the file's key at fault (launch.check_fits refuses the first)."""
         problems = []
         for pair in self.pairs:
+            if self.holds(pair, use_gpu, nodes):
+                continue
             if pair.needs_gpu and not use_gpu:
                 problems.append(f"{pair.device_key}: {pair.base['device']} needs a GPU, and the cluster has none")
                 continue
             asks = pair.resources.asks(use_gpu)
-            if any(all(node.get(name, 0) >= amount for name, amount in asks.items()) for node in nodes):
-                continue
             most = {name: max((node.get(name, 0) for node in nodes), default=0) for name in asks}
             short = [name for name, amount in asks.items() if most[name] < amount]
             if not short:

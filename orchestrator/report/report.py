@@ -170,7 +170,8 @@ def table_metrics(score: str, columns) -> list[str]:
     depths (Sort-of-CLEVR's three question types, the paper's columns) are columns too; a range of
     them (CTL's) is a curve (plot_lengths). Named test sets (mathematics' interpolation and
     extrapolation) get both columns each."""
-    wanted = [f"best_ood_valid_{score}", f"test_{score}_at_best", f"test_{score}_final", f"iid_valid_{score}_at_best", f"iid_valid_{score}_final"]
+    wanted = [f"best_ood_valid_{score}", f"test_{score}_at_best", f"test_{score}_final", f"test_{score}_at_best_early",
+              f"iid_valid_{score}_at_best", f"iid_valid_{score}_final"]
     wanted += [f"test_{name}_{score}_{when}" for name in NAMED_TEST_SPLITS for when in ("at_best", "final")]
     depths = sorted((c for c in columns if re.fullmatch(rf"test_depth\d+_{score}_at_best", c)), key=lambda c: int(re.sub(r"\D", "", c.split("_")[1])))
     return [m for m in wanted if m in columns] + (depths if len(depths) <= MAX_DEPTH_COLUMNS else [])
@@ -267,14 +268,33 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
     return rows
 
 
+PAPERS = {"ndr": "NDR (Csordás et al., ICLR 2022)", "panm": "PANM (Le et al.)", "compositional_attention": "Compositional Attention (Mittal et al.)"}
+
+
 def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
     """The papers' tables laid out as printed, ours beside each number: every table one of our
-    cells met, with a row per model (and setting) of it that we ran, or that the paper prints as
-    a baseline we do not run, and a column per task variant, split and score. Where several of
-    our cells meet one number (a search's candidates), the best by `metric` stands beside it."""
+    cells met, with a row per model and model setting (layers, heads) of it that we ran, or that
+    the paper prints as a baseline we do not run, and a column per task variant and task setting
+    (a length cut-off, a module), split and score. Where several of our cells meet one number (a
+    search's candidates), the best by `metric` stands beside it."""
+    from trainables.tasks import TASKS
+
     def rank(row: dict) -> float:
         summary = row["metrics"].get(metric, {}).get("summary")
         return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
+
+    def task_setting(cell: dict) -> dict:
+        options = {f.name for f in dataclasses.fields(TASKS[cell["task"]].config)}
+        return {k: v for k, v in (cell.get("setting") or {}).items() if k in options}
+
+    def row_of(cell: dict) -> tuple[str, str]:
+        own = {k: v for k, v in (cell.get("setting") or {}).items() if k not in task_setting(cell)}
+        return cell["model"], ", ".join(f"{k}={v}" for k, v in own.items())
+
+    def column_of(cell: dict) -> tuple:
+        group = " ".join([cell.get("variant") or cell["task"], *(f"{k}={v}" for k, v in task_setting(cell).items())])
+        when = {"early": f"best within {cell['n_iters']:,}" if cell.get("n_iters") else "early", "final": "final"}.get(cell.get("checkpoint"))
+        return group, cell["split"], cell["metric"], when
 
     ours = {}  # id(published cell) -> (rank, entry): the first metric in a row's order that met it (at_best before final)
     for pair in pairs:
@@ -286,8 +306,6 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
             for key, entry in met.items():
                 if key not in ours or rank(row) > ours[key][0]:
                     ours[key] = (rank(row), entry)
-    row_of = lambda cell: (cell["model"], ", ".join(f"{k}={v}" for k, v in (cell.get("setting") or {}).items()))  # noqa: E731
-    column_of = lambda cell: (cell.get("variant") or cell["task"], cell["split"], cell["metric"], cell.get("checkpoint"))  # noqa: E731
     shown = {(cell["paper"], cell["table"], row_of(cell)) for cell in published_cells() if id(cell) in ours}
     tables = {}
     for cell in published_cells():
@@ -302,12 +320,13 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
         rows = {}
         for cell in cells:
             entry = ours.get(id(cell), (None, None))[1]
-            shorter = bool(entry and entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"])
-            rows.setdefault(row_of(cell), {})[column_of(cell)] = {"ours": entry and entry["summary"], "paper": cell, "shorter": shorter}
-        out.append({"paper": paper, "table": table,
-                    "columns": [{"key": (group, split, score, checkpoint),
-                                 "label": " ".join(part for part in (group, split, None if one_score else score, checkpoint) if part)}
-                                for group, split, score, checkpoint in columns],
+            unlike = entry and entry["unlike"]
+            rows.setdefault(row_of(cell), {})[column_of(cell)] = {"ours": entry and entry["summary"], "paper": cell,
+                                                                  "trained": unlike and ("shorter" if unlike["ours"] < unlike["paper"] else "longer")}
+        out.append({"paper": PAPERS.get(paper, paper), "table": table,
+                    "columns": [{"key": (group, split, score, when),
+                                 "label": " ".join(part for part in (group, split, None if one_score else score, when) if part)}
+                                for group, split, score, when in columns],
                     "rows": [{"model": model, "setting": setting, "cells": by_column} for (model, setting), by_column in rows.items()]})
     return out
 

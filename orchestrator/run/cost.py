@@ -11,6 +11,7 @@ import statistics
 from typing import Iterator
 
 from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
+from ..plan.storage import last_line
 from ..record import tracking
 from .cluster import join, one_gpu
 
@@ -165,7 +166,7 @@ def measured(pair: Pair, device: str, cluster: bool, measure, *args) -> tuple:
             return None, "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)"
         return measure(*args), "here"
     import ray
-    from ray.exceptions import GetTimeoutError
+    from ray.exceptions import GetTimeoutError, RayTaskError
 
     gpus = max(pair.resources.gpu, one_gpu()) if device == "cuda" else 0
     job = (ray.remote(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
@@ -174,7 +175,9 @@ def measured(pair: Pair, device: str, cluster: bool, measure, *args) -> tuple:
         result, node = ray.get(job, timeout=CALIBRATION_WAIT_S)
     except GetTimeoutError:
         ray.cancel(job)
-        raise TimeoutError(f"no node of the cluster had a trial's resources free for {CALIBRATION_WAIT_S} s") from None
+        raise TimeoutError(f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's resources") from None
+    except RayTaskError as e:  # its first line names Ray's worker; the cause ends it
+        raise RuntimeError(last_line(e)) from None
     return (None, f"torch on {node}, a node with GPUs, finds no CUDA") if result is None else (result, f"on {node}")
 
 
@@ -223,7 +226,9 @@ def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str, c
 
     flat, most = calibration_config(study, pair, stacked=True), study.most_stacked(pair)
     measured_curve, where = measured(pair, device, cluster, stack_curve, flat, stack_sizes_to_try(size or most))
-    curve = dict(measured_curve or [])
+    if measured_curve is None:
+        return None, f"not timed: {where}", size
+    curve = dict(measured_curve)
     size = size or knee(list(curve.items()), members=most)
     if size not in curve:
         return None, f"no memory {where} for stacks of {size} (the most that fit: {max(curve, default=0)})", size
@@ -251,9 +256,8 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
     store's step rates; where trials stack, at the rate of a stack's members measured so); in all,
     the GPU-hours (or CPU core-hours) and the wall time with as many trials at once as the cluster
     or this machine holds. Reads only: a dry run writes nothing, not even a new store."""
-    where, total, nodes = resources(address)
     try:
-        yield from cost_lines(study, calibrate, on_cluster(address), where, total, nodes)
+        yield from cost_lines(study, calibrate, on_cluster(address), *resources(address))
     finally:
         if on_cluster(address):
             import ray
@@ -285,7 +289,10 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         total_steps += trials * steps
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
-        per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu), cluster)
+        if rates is None and cluster and not study.holds(pair, use_gpu, nodes):  # a task for it would wait for no node
+            per_step, words = None, "not timed: no node of the cluster holds its trials (above)"
+        else:
+            per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu), cluster)
         size = launch_stack_size(study, pair, use_gpu)
         # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
