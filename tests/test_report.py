@@ -557,7 +557,7 @@ def test_a_papers_table_shows_the_best_of_several_cells_and_the_baselines_we_do_
     def row(selection, test):
         return {"metrics": {"best_ood_valid_token_acc": {"summary": stats.summarize([selection]), "published": None},
                             "test_token_acc_at_best": {"summary": stats.summarize([test]), "published": cell, "unlike": None}}}
-    pairs = [{"rows": [row(0.6, 0.9), row(0.8, 0.4), row(0.7, 0.2)]}]
+    pairs = [{"name": "copy__panm", "rows": [row(0.6, 0.9), row(0.8, 0.4), row(0.7, 0.2)]}]
     [table] = report.paper_tables(pairs, "best_ood_valid_token_acc", "max")
     by_model = {(r["model"], r["setting"]): r["cells"] for r in table["rows"]}
     ours = by_model[(cell["model"], ", ".join(f"{k}={v}" for k, v in (cell.get("setting") or {}).items()))]
@@ -576,7 +576,7 @@ def test_a_papers_task_settings_are_columns_and_its_earlier_budget_is_named():
         row = {"metrics": {}}
         for metric, (cell, unlike) in metrics(cells).items():
             row["metrics"][metric] = {"summary": stats.summarize([0.5, 0.7]), "published": cell, "unlike": unlike}
-        return next(t for t in report.paper_tables([{"rows": [row]}], "best", "max") if t["table"] == name), cells
+        return next(t for t in report.paper_tables([{"name": "pair", "rows": [row]}], "best", "max") if t["table"] == name), cells
 
     panm, cells = table("panm", "Table 2", "transformer_enc_dec_panm", lambda cells: {"test_seq_acc_final": (cells[0], None)})
     row = next(r for r in panm["rows"] if any(c["ours"] for c in r["cells"].values()))

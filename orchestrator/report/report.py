@@ -296,17 +296,22 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
         when = {"early": f"best within {cell['n_iters']:,}" if cell.get("n_iters") else "early", "final": "final"}.get(cell.get("checkpoint"))
         return group, cell["split"], cell["metric"], when
 
-    ours = {}  # id(published cell) -> (rank, entry): the first metric in a row's order that met it (at_best before final)
+    # Per pair and printed row, the one of the pair's cells that fills it (the best by `metric`, so
+    # that a row never mixes a search's candidates), and per number it met, the first metric in its
+    # order (at_best before final); a number two pairs met, from the better one.
+    best: dict[tuple, tuple[float, dict]] = {}  # (pair, paper, table, printed row) -> (rank, {id(published cell): entry})
     for pair in pairs:
         for row in pair["rows"]:
-            met = {}
+            met: dict[tuple, dict] = {}
             for entry in row["metrics"].values():
-                if entry["published"] is not None:
-                    met.setdefault(id(entry["published"]), entry)
-            for key, entry in met.items():
-                if key not in ours or rank(row) > ours[key][0]:
-                    ours[key] = (rank(row), entry)
-    shown = {(cell["paper"], cell["table"], row_of(cell)) for cell in published_cells() if id(cell) in ours}
+                cell = entry["published"]
+                if cell is not None:
+                    met.setdefault((pair["name"], cell["paper"], cell["table"], row_of(cell)), {}).setdefault(id(cell), entry)
+            for printed, entries in met.items():
+                if printed not in best or rank(row) > best[printed][0]:
+                    best[printed] = (rank(row), entries)
+    ours = {key: entry for _, entries in sorted(best.values(), key=lambda group: group[0]) for key, entry in entries.items()}
+    shown = {printed[1:] for printed in best}
     tables = {}
     for cell in published_cells():
         table = (cell["paper"], cell["table"])
@@ -319,7 +324,7 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
         one_score = len({column[2] for column in columns}) == 1
         rows = {}
         for cell in cells:
-            entry = ours.get(id(cell), (None, None))[1]
+            entry = ours.get(id(cell))
             unlike = entry and entry["unlike"]
             rows.setdefault(row_of(cell), {})[column_of(cell)] = {"ours": entry and entry["summary"], "paper": cell,
                                                                   "trained": unlike and ("shorter" if unlike["ours"] < unlike["paper"] else "longer")}
