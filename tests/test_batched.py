@@ -23,7 +23,7 @@ def close(separate: dict, batched: dict) -> None:
     for key, value in separate.items():
         if key == "status":
             assert batched[key] == value
-        elif key != "steps_per_s":
+        elif key not in ("steps_per_s", "gpu_memory_mib"):  # how it ran, not what it learned
             assert batched[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
 
 

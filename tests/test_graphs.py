@@ -112,6 +112,7 @@ def test_on_cuda_a_graphed_stack_equals_the_eager_stack():
     graphed = train_members(tiny("ndr", length_bucketed=True, **NO_DROPOUT), members, log=None)
     for a, b in zip(eager, graphed):
         close(a, b)
+    assert all(0 < result["gpu_memory_mib"] < torch.cuda.get_device_properties(0).total_memory / 2**20 for result in graphed)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
