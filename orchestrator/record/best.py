@@ -75,7 +75,7 @@ def write_ablation(state: LaunchState, ablation: Path) -> tuple[Path, list[str]]
     path.parent.mkdir(exist_ok=True)
     header = (f"# {ablation} with the winners of search {state.launch_id} ({search.metric}) as per_pair.<pair>.fixed, over the\n"
               f"# file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n")
-    text = header + yaml.safe_dump({**raw, "per_pair": per_pair}, sort_keys=False)
+    text = header + yaml.safe_dump({**raw, "per_pair": per_pair}, sort_keys=False, default_flow_style=None, width=120)
     try:
         load_study(path, text=text)
     except SpecError as e:
