@@ -503,10 +503,11 @@ def test_a_dry_run_names_the_trials_a_cluster_cannot_hold_and_prices_them_all_th
     assert len(lines) == 1 + len(study.pairs) + 1 and lines[-1].startswith("  cost in all:")
     # Calibrating on that cluster: a task for the trials no node holds would wait for none; the others are timed there.
     timed = []
-    monkeypatch.setattr(cost, "measured", lambda pair, device, cluster, measure, *args: timed.append((pair.name, cluster)) or (0.01, "on node-1"))
+    monkeypatch.setattr(cost.Calibration, "submit", lambda self, pair, device, measure, *args: timed.append((pair.name, measure.__name__)))
+    monkeypatch.setattr(cost.Calibration, "result", lambda self, pair, device, measure, *args: (0.01, "on node-1"))
     monkeypatch.setattr(cost, "launch_stack_size", lambda *args: 1)
     lines = list(cost.describe_cost(study, calibrate=True, address="head:6379"))
-    assert timed == [("fwd__lstm", True)]
+    assert timed == [("fwd__lstm", "seconds_per_step")]  # submitted before any is awaited
     assert lines[1].endswith("not timed: no node of the cluster holds its trials (above)") and "0.010 s per step on node-1" in lines[2], lines
 
 

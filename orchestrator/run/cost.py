@@ -156,37 +156,55 @@ def on_node(needs_cuda: bool, measure, *args) -> tuple:
     return measure(*args), socket.gethostname()
 
 
-def measured(pair: Pair, device: str, cluster: bool, measure, *args) -> tuple:
-    """(measure(*args), where it ran in words), or (None, why it did not run): here, or with
-    `cluster` on a node of the joined cluster with the pair's CPUs and custom resources and, where
-    its trials train on GPUs, a whole GPU (as launch.measure_stack_sizes: a measurement beside
-    others is timed by them), since the cluster's nodes, not the driver's machine, train them."""
-    if not cluster:
-        if device == "cuda" and not cuda_here():
-            return None, "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)"
-        return measure(*args), "here"
-    import ray
-    from ray.exceptions import GetTimeoutError, RayTaskError
+class Calibration:
+    """Where a dry run times trials: here, one measurement after another, or on the nodes of the
+    joined cluster (`cluster`) as Ray tasks with a trial's CPUs and custom resources and, where its
+    trials train on GPUs, a whole GPU (as launch.measure_stack_sizes: a measurement beside others is
+    timed by them), since the cluster's nodes, not the driver's machine, train them. There, every
+    measurement is submitted first (submit), so that a cluster's GPUs take them side by side, and
+    collected in the plan's order (result)."""
 
-    gpus = max(pair.resources.gpu, one_gpu()) if device == "cuda" else 0
-    job = (ray.remote(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
-           .remote(device == "cuda", measure, *args))
-    try:
-        result, node = ray.get(job, timeout=CALIBRATION_WAIT_S)
-    except GetTimeoutError:
-        ray.cancel(job)
-        raise TimeoutError(f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's resources") from None
-    except RayTaskError as e:  # its first line names Ray's worker; the cause ends it
-        raise RuntimeError(last_line(e)) from None
-    return (None, f"torch on {node}, a node with GPUs, finds no CUDA") if result is None else (result, f"on {node}")
+    def __init__(self, cluster: bool):
+        self.cluster, self.jobs = cluster, {}
+
+    def submit(self, pair: Pair, device: str, measure, *args) -> None:
+        if not self.cluster:
+            return
+        import ray
+
+        gpus = max(pair.resources.gpu, one_gpu()) if device == "cuda" else 0
+        self.jobs[(pair.name, measure.__name__)] = (ray.remote(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus,
+                                                                                resources=pair.resources.custom or None)
+                                                    .remote(device == "cuda", measure, *args))
+
+    def result(self, pair: Pair, device: str, measure, *args) -> tuple:
+        """(measure(*args), where it ran in words), or (None, why it did not run)."""
+        if not self.cluster:
+            if device == "cuda" and not cuda_here():
+                return None, "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)"
+            return measure(*args), "here"
+        import ray
+        from ray.exceptions import GetTimeoutError, RayTaskError
+
+        if (pair.name, measure.__name__) not in self.jobs:
+            self.submit(pair, device, measure, *args)
+        job = self.jobs.pop((pair.name, measure.__name__))
+        try:
+            result, node = ray.get(job, timeout=CALIBRATION_WAIT_S)
+        except GetTimeoutError:
+            ray.cancel(job)
+            raise TimeoutError(f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's resources") from None
+        except RayTaskError as e:  # its first line names Ray's worker; the cause ends it
+            raise RuntimeError(last_line(e)) from None
+        return (None, f"torch on {node}, a node with GPUs, finds no CUDA") if result is None else (result, f"on {node}")
 
 
-def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str, cluster: bool = False) -> tuple[float | None, str]:
+def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str, calibration: Calibration | None = None) -> tuple[float | None, str]:
     """(seconds per training step of the pair's trials, in words), or (None, why there is no estimate):
-    calibrated (here, or on the joined cluster) where `rates` is None, else from the stored rates."""
+    calibrated (here, or where `calibration` says) where `rates` is None, else from the stored rates."""
     if rates is None:
         try:
-            per_step, where = measured(pair, device, cluster, seconds_per_step, study, pair)
+            per_step, where = (calibration or Calibration(False)).result(pair, device, seconds_per_step, study, pair)
         except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
             return None, f"no time estimate ({reason(e)})"
         if per_step is None:
@@ -217,15 +235,20 @@ def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
     return most if study.is_ablation else 1
 
 
-def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str, cluster: bool = False) -> tuple[float | None, str, int]:
+def curve_args(study: Study, pair: Pair, size: int | None) -> tuple[dict, list[int]]:
+    """What stack_curve times for a pair whose trials stack `size` members (None: the knee)."""
+    return calibration_config(study, pair, stacked=True), stack_sizes_to_try(size or study.most_stacked(pair))
+
+
+def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str, calibration: Calibration | None = None) -> tuple[float | None, str, int]:
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
-    curve measured here or on the joined cluster. None where the stack does not fit the device."""
+    curve measured here or where `calibration` says. None where the stack does not fit the device."""
     from trainables.batched import group_rate, knee
     from trainables.config import parse_trial_config, yaml_word
 
-    flat, most = calibration_config(study, pair, stacked=True), study.most_stacked(pair)
-    measured_curve, where = measured(pair, device, cluster, stack_curve, flat, stack_sizes_to_try(size or most))
+    (flat, sizes), most = curve_args(study, pair, size), study.most_stacked(pair)
+    measured_curve, where = (calibration or Calibration(False)).result(pair, device, stack_curve, flat, sizes)
     if measured_curve is None:
         return None, f"not timed: {where}", size
     curve = dict(measured_curve)
@@ -252,7 +275,7 @@ def busy_note() -> str | None:
 
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
     """Lines for `launch --dry-run`, each as soon as it is known: per pair, runs x steps and the
-    trial time (calibrated here, or with `address` on the cluster's nodes (measured); else from the
+    trial time (calibrated here, or with `address` on the cluster's nodes (Calibration); else from the
     store's step rates; where trials stack, at the rate of a stack's members measured so); in all,
     the GPU-hours (or CPU core-hours) and the wall time with as many trials at once as the cluster
     or this machine holds. Reads only: a dry run writes nothing, not even a new store."""
@@ -280,6 +303,13 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         except Exception as e:  # noqa: BLE001 - as with a failed calibration: no estimate, and no reason to refuse the launch
             rates = []
             yield f"  cannot read step rates from {tracking.redact(study.tracking.uri)}: {tracking.redact_text(reason(e), study.tracking.uri)}"
+    calibration = Calibration(cluster)
+    for pair in study.pairs if rates is None and cluster else ():
+        if study.holds(pair, use_gpu, nodes):
+            device, size = device_kind(pair, use_gpu and pair.resources.gpu > 0), launch_stack_size(study, pair, use_gpu)
+            calibration.submit(pair, device, seconds_per_step, study, pair)
+            if size != 1:
+                calibration.submit(pair, device, stack_curve, *curve_args(study, pair, size))
     total_steps, total_s, unestimated, shared_timed_alone = 0, 0.0, 0, 0
     held_s: dict[str, float] = {}  # resource -> seconds of trial time x the amount trials hold of it
     pair_walls = []  # each pair's trial time over the trials it runs at once (budget.max_concurrent)
@@ -292,12 +322,12 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         if rates is None and cluster and not study.holds(pair, use_gpu, nodes):  # a task for it would wait for no node
             per_step, words = None, "not timed: no node of the cluster holds its trials (above)"
         else:
-            per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu), cluster)
+            per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu), calibration)
         size = launch_stack_size(study, pair, use_gpu)
         # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
             try:
-                per_step, stacked, size = stacked_step_time(study, pair, size, device_kind(pair, on_gpu), cluster)
+                per_step, stacked, size = stacked_step_time(study, pair, size, device_kind(pair, on_gpu), calibration)
                 if study.budget.stack_size == "auto":  # as the launch records the knee: its trial count follows
                     study.stack_sizes[pair.name] = size
             except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
