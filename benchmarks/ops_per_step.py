@@ -5,7 +5,9 @@ memory moves them at a few TB/s).
 
   python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...]
 
-With `--set compile=true`, instead, what Inductor's fused forward and backward graphs read and
+With `--bf16-activations`, what the step would move were its activations bf16 throughout (the
+parameters cast inside the step), not only its matrix products' as autocast does. With
+`--set compile=true`, instead, what Inductor's fused forward and backward graphs read and
 write: the traffic compiling would leave, as the CPU backend fuses (the GPU's may fuse
 differently); the loss, clipping and optimizer, which run eagerly, are not in it. Its rows put
 each fused kernel's bytes on the line of the model most of its operators come from (matrix
@@ -70,9 +72,16 @@ def model_line(node) -> str:
     return lines.most_common(1)[0][0] if lines else "(no model line)"
 
 
-def count(cfg, n: int, rows: int) -> None:
+def in_bf16(tensors: dict) -> dict:
+    return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
+
+
+def count(cfg, n: int, rows: int, bf16_activations: bool = False) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
+    if bf16_activations:  # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
+        forward = stack.forward
+        stack.forward = lambda params, buffers, batch: forward(in_bf16(params), in_bf16(buffers), batch).float()
     cfg = stack.cfg  # compile and bf16 as the stack runs them (auto decided for this device)
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
     batch = stack.next_batch()
@@ -116,6 +125,8 @@ def main() -> None:
     parser.add_argument("--members", default="1,4,20")
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
+    parser.add_argument("--bf16-activations", action="store_true",
+                        help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
     args = parser.parse_args()
     task, model = args.preset.split("/")
     flat = preset(task, model)
@@ -124,7 +135,7 @@ def main() -> None:
         set_override(flat, assignment)
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):
-        count(cfg, n, args.rows)
+        count(cfg, n, args.rows, args.bf16_activations)
 
 
 if __name__ == "__main__":

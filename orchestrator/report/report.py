@@ -275,8 +275,8 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
     """The papers' tables laid out as printed, ours beside each number: every table one of our
     cells met, with a row per model and model setting (layers, heads) of it that we ran, or that
     the paper prints as a baseline we do not run, and a column per task variant and task setting
-    (a length cut-off, a module), split and score. Where several of our cells meet one number (a
-    search's candidates), the best by `metric` stands beside it."""
+    (a length cut-off, a module), split and score. Where several of a pair's cells meet one printed
+    row (a search's candidates), the best by `metric` fills it."""
     from trainables.tasks import TASKS
 
     def rank(row: dict) -> float:
