@@ -508,7 +508,7 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
     """A Table 1 launch (two of its models, both directions, three seeds): one table, a row per
     model in the paper's order, IID and longer per direction, each cell our mean ± std over the
     seeds (an independent aggregation) beside the number read from published.yaml; a pair trained
-    shorter than the paper is marked, and the layer ablation's cells make Table 4, not Table 1."""
+    shorter than the paper is marked."""
     models, variants, seeds = ["ndr", "transformer"], ["ctl_forward", "ctl_backward"], [0, 1, 2]
     text = yaml.safe_dump({"name": "table1_test", "metric": "best_ood_valid_acc", "seeds": seeds, "models": models,
                            "tasks": [{"task": "ctl", "variant": v, "options": {"direction": v.split("_")[1]}} for v in variants]})
@@ -556,7 +556,7 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
 
 
 def test_a_papers_table_shows_the_best_of_several_cells_and_the_baselines_we_do_not_run():
-    """Two search candidates meeting one number: the one with the better selection metric stands
+    """Three search candidates meeting one number: the one with the best selection metric stands
     beside it; PANM Table 1's 'other max' (ours: false) shows the paper's number alone."""
     cell = next(c for c in report.published_cells() if (c["paper"], c["table"], c["model"], c["task"]) == ("panm", "Table 1", "panm", "copy"))
     def row(selection, test):
