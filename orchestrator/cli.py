@@ -386,19 +386,18 @@ def cmd_accept(args) -> int:
 
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
-    from .record.best import write_best
+    from .record.best import summaries_of, write_ablation, write_best
 
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
         raise UsageError(f"best: launch {state.launch_id} is an ablation, whose answer is per cell over seeds: "
                          f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}")
-    for path in write_best(state):
+    summaries = summaries_of(state)  # the store read once, for both files
+    for path in write_best(state, summaries):
         print(path)
     if args.ablation:
-        from .record.best import write_ablation
-
         try:
-            path, lines = write_ablation(state, Path(args.ablation))
+            path, lines = write_ablation(state, Path(args.ablation), summaries)
         except ValueError as e:
             raise UsageError(f"best: {e}") from None
         for line in lines:

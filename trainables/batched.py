@@ -325,6 +325,8 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
     """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once;
     returns each member's final metrics."""
     device = setup_device(cfg)
+    if device.type == "cuda":  # its members' gpu_memory_mib counts from here
+        torch.cuda.reset_peak_memory_stats(device)
     task = load_task(cfg.task, cfg.task_options)
     stack = Stack(cfg, members, task, device, log)
     cfg = stack.cfg

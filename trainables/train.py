@@ -325,8 +325,6 @@ class Selection:
 
     def __init__(self, cfg: TrainConfig, task: Task, device: torch.device, log: Callable[[str], None] | None, label: str):
         self.cfg, self.task, self.device, self.log, self.label = cfg, task, device, log, label
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
         m = self.m = task.metric
         self.at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
         worst = math.inf if m in LOWER_IS_BETTER else -1.0
@@ -400,9 +398,9 @@ class Selection:
             "steps_per_s": steps_per_s,
         }
         if self.device.type == "cuda":
-            # The most this process's allocator held (its cache included; the CUDA context's few
-            # hundred MiB not), a stack's for each of its members: what a trial needs of a GPU it
-            # shares (resources.gpu) is read off it.
+            # The most this process's allocator held since the trial began (its cache included; the
+            # CUDA context's few hundred MiB not), a stack's for each of its members: what a trial
+            # needs of a GPU it shares (resources.gpu) is read off it.
             metrics["gpu_memory_mib"] = torch.cuda.max_memory_reserved(self.device) / 2**20
         if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
             metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **self.test_scores(tests, "_final")})
@@ -420,6 +418,8 @@ def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, 
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     device = setup_device(cfg)
+    if device.type == "cuda":  # its gpu_memory_mib counts from here
+        torch.cuda.reset_peak_memory_stats(device)
     cfg = cfg.settled(device.type)
     torch.manual_seed(cfg.seed)
     batch_rng = np.random.default_rng(cfg.seed)

@@ -12,13 +12,19 @@ from . import tracking
 from .state import LaunchState
 
 
+def summaries_of(state: LaunchState) -> dict:
+    """tracking.pair_summaries of the launch, by its plan's metric and score."""
+    plan = state.the_plan()
+    return tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+
+
 def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str, tuple[dict, str]]:
     """Per pair with a result, (its answer's config, a header saying where it comes from): the
     confirmed candidate where the search was confirmed (the best mean over new seeds), else the
-    best trial. `summaries`: tracking.pair_summaries, if read already."""
+    best trial. `summaries`: summaries_of(state), if read already."""
     plan = state.the_plan()
     metric, score = plan["metric"], plan["score"]
-    summaries = summaries or tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, metric, score)
+    summaries = summaries or summaries_of(state)
     out = {}
     for pair_name, summary in sorted(summaries.items()):
         if not summary["best_config"]:
@@ -46,7 +52,7 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     return out
 
 
-def write_ablation(state: LaunchState, ablation: Path) -> tuple[Path, list[str]]:
+def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = None) -> tuple[Path, list[str]]:
     """`best/<ablation's stem>.yaml`: the ablation file with, per pair the search answered, the
     values the search chose (its searched keys, but those the ablation's grid sweeps) as
     `per_pair.<pair>.fixed`, over the file's own; -> (the file, a line per pair saying what it got).
@@ -58,7 +64,7 @@ def write_ablation(state: LaunchState, ablation: Path) -> tuple[Path, list[str]]
         raise ValueError(f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
                          f", {ablation} {'an ablation' if study.is_ablation else 'a search'}")
     searched = {pair.name: pair.space for pair in search.pairs}
-    winners = best_configs(state)
+    winners = best_configs(state, summaries)
     raw = yaml.safe_load(ablation.read_text())
     per_pair, lines = dict(raw.get("per_pair") or {}), []
     for pair in study.pairs:

@@ -177,6 +177,14 @@ def table_metrics(score: str, columns) -> list[str]:
     return [m for m in wanted if m in columns] + (depths if len(depths) <= MAX_DEPTH_COLUMNS else [])
 
 
+@lru_cache(maxsize=None)
+def task_options(task: str) -> frozenset[str]:
+    """The options a task's config takes (a length cut-off, a module): what the papers print as columns."""
+    from trainables.tasks import TASKS
+
+    return frozenset(f.name for f in dataclasses.fields(TASKS[task].config))
+
+
 @lru_cache(maxsize=1)
 def published_cells() -> tuple[dict, ...]:
     return tuple(yaml.safe_load(PUBLISHED.read_text()) or ()) if PUBLISHED.exists() else ()
@@ -277,15 +285,12 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
     the paper prints as a baseline we do not run, and a column per task variant and task setting
     (a length cut-off, a module), split and score. Where several of a pair's cells meet one printed
     row (a search's candidates), the best by `metric` fills it."""
-    from trainables.tasks import TASKS
-
     def rank(row: dict) -> float:
         summary = row["metrics"].get(metric, {}).get("summary")
         return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
 
     def task_setting(cell: dict) -> dict:
-        options = {f.name for f in dataclasses.fields(TASKS[cell["task"]].config)}
-        return {k: v for k, v in (cell.get("setting") or {}).items() if k in options}
+        return {k: v for k, v in (cell.get("setting") or {}).items() if k in task_options(cell["task"])}
 
     def row_of(cell: dict) -> tuple[str, str]:
         own = {k: v for k, v in (cell.get("setting") or {}).items() if k not in task_setting(cell)}
@@ -312,10 +317,11 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
                     best[printed] = (rank(row), entries)
     ours = {key: entry for _, entries in sorted(best.values(), key=lambda group: group[0]) for key, entry in entries.items()}
     shown = {printed[1:] for printed in best}
+    shown_tables = {printed[:2] for printed in shown}
     tables = {}
     for cell in published_cells():
         table = (cell["paper"], cell["table"])
-        if (*table, row_of(cell)) in shown or (cell.get("ours") is False and any(t[:2] == table for t in shown)):
+        if (*table, row_of(cell)) in shown or (cell.get("ours") is False and table in shown_tables):
             tables.setdefault(table, []).append(cell)
     out = []
     for (paper, table), cells in tables.items():

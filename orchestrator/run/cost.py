@@ -165,14 +165,16 @@ class Calibration:
     collected in the plan's order (result)."""
 
     def __init__(self, cluster: bool):
-        self.cluster, self.jobs = cluster, {}
+        self.cluster, self.jobs, self.whole_gpu = cluster, {}, None
 
     def submit(self, pair: Pair, device: str, measure, *args) -> None:
         if not self.cluster:
             return
         import ray
 
-        gpus = max(pair.resources.gpu, one_gpu()) if device == "cuda" else 0
+        if device == "cuda" and self.whole_gpu is None:
+            self.whole_gpu = one_gpu()  # asked of Ray once, not per measurement
+        gpus = max(pair.resources.gpu, self.whole_gpu) if device == "cuda" else 0
         self.jobs[(pair.name, measure.__name__)] = (ray.remote(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus,
                                                                                 resources=pair.resources.custom or None)
                                                     .remote(device == "cuda", measure, *args))
