@@ -51,7 +51,8 @@ from trainables.train import pick_device, seconds_per_step, setup_device, synchr
 
 
 def trial_config(flat: dict, args, **more) -> dict:
-    return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile, **more}
+    return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile,
+            **({"cuda_graphs": False} if args.no_graphs else {}), **more}
 
 
 def peak_mib(device: torch.device) -> float | None:
@@ -280,7 +281,8 @@ def main() -> None:
     parser.add_argument("--fp32", action="store_true", help="float32 matmuls on CUDA (the default is TF32)")
     parser.add_argument("--compile", nargs="?", const=True, default=False, choices=COMPILE_MODES,
                         help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): the models "
-                             "section's compiled column; the curve section's stacks compiled (launched eagerly, unless the mode graphs them)")
+                             "section's compiled column; the curve section's stacks compiled (captured as one CUDA graph unless --no-graphs or the mode graphs them itself)")
+    parser.add_argument("--no-graphs", action="store_true", help="cuda_graphs: false (a stack's compiled kernels launched one by one)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")
@@ -304,7 +306,7 @@ def main() -> None:
         return [row for row in rows if keep is None or row[0] in [k.strip() for k in keep]]
 
     print(f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}")
+          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}")
     if "models" in sections:
         models(args, chosen(None))
     # Every model on a GPU; on a CPU (minutes per paper-size row) the NDR alone unless --models says.

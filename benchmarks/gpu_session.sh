@@ -7,9 +7,11 @@
 # each printing into OUT_DIR (default ./gpu-out) as well as the terminal:
 #   env.txt      the GPU, driver, torch
 #   graphs.txt   the CUDA-graph equality tests (tests/test_graphs.py; their on_cuda tests run here only)
-#   compiled.txt NDR stacked 20 high with compile: true (fused kernels, eager launches), and its compile seconds
+#   compiled.txt NDR stacked 20 high with compile: true (fused kernels; one CUDA graph since 2026-11-27), and its compile seconds
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
+#   compiled_graphs.txt  NDR and the Transformer stacked 5 and 20 high, compiled bf16 (the default for stacks on CUDA),
+#                with the compiled step captured as one CUDA graph (the default since 2026-11-27) and without (--no-graphs)
 #   compiled_mat.txt  the same compiled bf16 in mode max-autotune-no-cudagraphs (Triton matmuls with their
 #                elementwise neighbours fused in: what the CPU's byte count says the step needs; on an
 #                H200 it had not compiled after 420 s)
@@ -52,6 +54,11 @@ run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --
     --steps 20 --seeds-n 20 --compile
 run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile reduce-overhead
+# What the CUDA graph adds to a compiled stack: a launch's compiled stack of 5 NDRs, launched kernel
+# by kernel, kept an H200 40% busy (2026-11-27); a Table 1 pair stacks 5. The second run's compiles
+# come from the first's cache.
+run 560 compiled_graphs bash -c "for graphs in '' --no-graphs; do $py benchmarks/bench_gpu.py --device cuda --sections curve \
+    --sizes paper --models 'ctl / ndr,ctl / transformer' --steps 20 --seeds-n 5,20 --compile --bf16 \$graphs; done"
 # bf16 autocast halves what the activations move, which fusion alone cannot, and its casts fuse
 # only when compiled (benchmarks/ops_per_step.py; docs/measurements.md, seventh session).
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \

@@ -74,6 +74,11 @@ def test_cuda_graphs_false_and_the_cpu_step_eagerly():
     assert graphs.graphs_unused_because(tiny("ndr", compile=True), torch.device("cuda")).startswith("compile: ")
     assert graphs.graphs_unused_because(tiny("ndr"), torch.device("cuda")) is None
     assert graphs.graphs_unused_because(tiny("ndr", compile="auto"), torch.device("cuda")) is None  # auto compiles stacks only
+    # A stack's compiled step keeps the graph; torch's own graphing modes keep theirs instead.
+    assert graphs.graphs_unused_because(tiny("ndr", compile=True), torch.device("cuda"), stacked=True) is None
+    assert graphs.graphs_unused_because(tiny("ndr", compile="max-autotune-no-cudagraphs"), torch.device("cuda"), stacked=True) is None
+    for mode in ("reduce-overhead", "max-autotune"):
+        assert graphs.graphs_unused_because(tiny("ndr", compile=mode), torch.device("cuda"), stacked=True) == f"compile: {mode} captures CUDA graphs of its own"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
@@ -94,7 +99,7 @@ def test_a_stack_of_members_trains_graphed_as_it_does_eagerly(monkeypatch):
     cfg = tiny("transformer_rel", length_bucketed=True, **NO_DROPOUT)
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
     eager = batched.train_members(cfg, members, log=None)
-    monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device: None)
+    monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device, stacked: None)
     captured = []
     monkeypatch.setattr(graphs.GraphedStep, "capture", lambda self, batch, real=graphs.GraphedStep.capture: captured.append(1) or real(self, batch))
     graphed = batched.train_members(cfg, members, log=None)
@@ -116,16 +121,15 @@ def test_on_cuda_a_graphed_stack_equals_the_eager_stack():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
-def test_on_cuda_a_compiled_stack_can_be_graphed(monkeypatch):
-    """Whether compile: true may keep its CUDA graphs (graphs_unused_because turns them off under
-    compile until this passes on a GPU): the compiled stack, captured, trains as the eager stack
-    does without dropout; and with dropout and a learning rate of 0, replays of one batch draw
-    fresh masks (the compiled kernels' random numbers advance with each replay)."""
+def test_on_cuda_a_compiled_stack_can_be_graphed():
+    """Why a compiled stack keeps its CUDA graph (passed on an H200, 2026-11-27): the compiled
+    stack, captured, trains as the eager stack does without dropout; and with dropout and a
+    learning rate of 0, replays of one batch draw fresh masks (the compiled kernels' random numbers
+    advance with each replay)."""
     from trainables import batched
 
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
     eager = batched.train_members(tiny("ndr", cuda_graphs=False, length_bucketed=True, **NO_DROPOUT), members, log=None)
-    monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device: None)
     graphed = batched.train_members(tiny("ndr", compile=True, length_bucketed=True, **NO_DROPOUT), members, log=None)
     for a, b in zip(eager, graphed):
         assert b["loss"] == pytest.approx(a["loss"], rel=0.01)

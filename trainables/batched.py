@@ -189,7 +189,7 @@ class Stack:
                     module.per_member = True
         # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
         self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
-        self.graphed = graphs_unused_because(cfg, device) is None
+        self.graphed = graphs_unused_because(cfg, device, stacked=True) is None
         self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device, capturable=self.graphed and device.type == "cuda")
         self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
         self.clips = any(c.grad_clip for c in self.configs)

@@ -32,16 +32,22 @@ N_BUCKETS = 4
 MOST_GRAPHS = 16  # shapes past these (a task whose every batch has a width of its own) step eagerly
 
 
-def graphs_unused_because(cfg, device: torch.device) -> str | None:
-    """Why `cfg` trains eagerly (one launch per kernel), or None where its step is graphed."""
+def graphs_unused_because(cfg, device: torch.device, stacked: bool = False) -> str | None:
+    """Why `cfg` trains eagerly (one launch per kernel), or None where its step is graphed.
+    `stacked`: the step of a stack (batched.Stack), whose compiled kernels keep the graph: on an
+    H200 a compiled stack, captured, trained as the eager one and drew fresh dropout masks each
+    replay (tests/test_graphs.py, 2026-11-27). Without the graph a compiled stack of 5 paper NDRs
+    kept the GPU 40% busy (the host launching its kernels; docs/measurements.md)."""
     cfg = cfg.settled(device.type)  # as a single trial; a stack passes its own, settled for its members
     if cfg.cuda_graphs is False:
         return "cuda_graphs: false"
     if device.type != "cuda":
         return f"CUDA graphs need a CUDA device, not {device.type}"
-    if cfg.compile:
-        return (f"compile: {cfg.compile_mode}: its fused kernels stay out of this step's graph (whether their random numbers "
-                "advance inside a capture is not yet checked on a GPU; mode reduce-overhead graphs them itself)")
+    if cfg.compile_mode in ("reduce-overhead", "max-autotune"):
+        return f"compile: {cfg.compile_mode} captures CUDA graphs of its own"
+    if cfg.compile and not stacked:
+        return (f"compile: {cfg.compile_mode} on a single trial: its compiled kernels under a capture are checked on a GPU for "
+                "stacks only (a single paper NDR's compile did not finish in 150 s there)")
     if cfg.lr_schedule != "constant":
         return f"lr_schedule: {cfg.lr_schedule} sets the learning rate every step; a graph replays the one it captured"
     return batchable({**cfg.flat(), "model": cfg.model})
