@@ -375,3 +375,26 @@ def test_the_progress_lines_best_is_never_a_stack_that_diverged():
     assert "p" not in lines.best
     lines.on_trial_result(0, [], single, {"iteration": 10, "best_ood_valid_acc": 0.9, "status": "running"})
     assert lines.best == {"p": 0.9}
+
+
+def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeypatch, capsys):
+    """A pair's 5 seeds stacked may be a launch's only trial for half an hour: the ETA comes from the
+    pace of the runs' iterations since the first evaluation (after the start-up and the compile),
+    not from trials ended."""
+    from types import SimpleNamespace
+
+    from orchestrator.run import callbacks
+
+    clock = [100.0]
+    monkeypatch.setattr(callbacks, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    lines = callbacks.ProgressLines("best_ood_valid_acc", "max", {"p": 10}, {"p": 1000}, every_s=0, stack_of="mean")
+    stack = SimpleNamespace(trial_id="a", config={"pair": "p", "members": [{"seed": s} for s in range(5)]})
+    clock[0] = 280.0  # three minutes of compiling before the first evaluation
+    lines.on_trial_result(0, [], stack, {"iteration": 100, "best_ood_valid_acc": 0.1})
+    assert "runs ended 0/10, 3.0 min, ETA after the second evaluation" in capsys.readouterr().out
+    clock[0] = 340.0  # 5 runs x 100 of 1,000 iterations in 60 s: half a run a minute, 9 runs left
+    lines.on_trial_result(0, [], stack, {"iteration": 200, "best_ood_valid_acc": 0.2})
+    assert "ETA 18 min" in capsys.readouterr().out
+    clock[0] = 1360.0  # the stack ends: 4.5 runs in 18 min since the first evaluation, 5 left
+    lines.on_trial_complete(0, [], stack)
+    assert "runs ended 5/10, 21.0 min, ETA 20 min" in capsys.readouterr().out

@@ -237,15 +237,16 @@ class ProgressLines(Callback):
         self.counts: dict[str, int] = {}  # pair -> runs seen
         self.ended: dict[str, set] = {pair: set() for pair in budgets}  # runs: "<trial id>/<member>"
         self.best: dict[str, float] = {}
-        self.ended_before = 0  # trials that ended under an earlier driver of the launch: not in this one's pace
+        self.running: dict[str, float] = {}  # trial id -> runs' worth of its iterations done (members x iteration / n_iters)
+        self.pace_from: tuple[float, float] | None = None  # (time, runs' worth done) at this driver's first evaluation
         self.started = time.monotonic()
         self.last_overall = self.started
 
     def __getstate__(self):  # pickled with the tuner as the launch starts: start the clocks afresh on resume
-        return self.__dict__ | {"started": None, "last_overall": None}
+        return self.__dict__ | {"started": None, "last_overall": None, "running": {}, "pace_from": None}
 
     def __setstate__(self, state):
-        self.__dict__.update({"ended_before": 0, **state}, started=time.monotonic(), last_overall=time.monotonic())
+        self.__dict__.update(state, started=time.monotonic(), last_overall=time.monotonic(), running={}, pace_from=None)
 
     # Tune saves this with every experiment snapshot and hands it back on resume: the numbers, the
     # runs ended and the best so far carry over ("trial 2/3" stays trial 2, "best" is not "-").
@@ -255,7 +256,6 @@ class ProgressLines(Callback):
     def set_state(self, state: dict) -> None:
         self.numbers, self.counts, self.best = dict(state["numbers"]), dict(state["counts"]), dict(state["best"])
         self.ended = {pair: set(ids) for pair, ids in state["ended"].items()}
-        self.ended_before = sum(map(len, self.ended.values()))
 
     def number(self, trial) -> str:
         """"<pair> trial 3/8", or for a trial of 4 stacked runs "<pair> runs 5-8/8": budgets count runs."""
@@ -282,10 +282,16 @@ class ProgressLines(Callback):
         if n_members > 1:
             shown += f" ({self.stack_of} of {n_members} stacked members)"
         print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
+        n_iters = trial.config.get("n_iters") or self.n_iters.get(pair)
+        if isinstance(step, (int, float)) and n_iters:
+            self.running[trial.trial_id] = n_members * min(step / n_iters, 1.0)
+        if self.pace_from is None:
+            self.pace_from = (time.monotonic(), self.runs_done())
         self.maybe_overall()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.ended.setdefault(trial.config[PAIR_KEY], set()).update(f"{trial.trial_id}/{m}" for m in trial_members(trial.config))
+        self.running.pop(trial.trial_id, None)
         self.maybe_overall(force=True)
 
     on_trial_error = on_trial_complete
@@ -298,9 +304,20 @@ class ProgressLines(Callback):
         ended, total = sum(len(v) for v in self.ended.values()), sum(self.budgets.values())
         pairs_done = sum(1 for pair, budget in self.budgets.items() if len(self.ended.get(pair, ())) >= budget)
         elapsed = now - self.started
-        # Trials end at an even pace once the cluster is full: a rough but honest estimate.
-        ended_here = ended - self.ended_before
-        eta = f"{(total - ended) * elapsed / ended_here / 60:.0f} min" if ended_here > 0 else "after the first trial"
         best = ", ".join(f"{pair} {value:.4f}" for pair, value in sorted(self.best.items()))
         print(f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, runs ended {ended}/{total}, "
-              f"{elapsed / 60:.1f} min, ETA {eta}; best {self.metric}: {best or '-'}", flush=True)
+              f"{elapsed / 60:.1f} min, ETA {self.eta(now, total)}; best {self.metric}: {best or '-'}", flush=True)
+
+    def runs_done(self) -> float:
+        """Runs ended, and the running trials' runs in proportion to their iterations."""
+        return sum(len(v) for v in self.ended.values()) + sum(self.running.values())
+
+    def eta(self, now: float, total: int) -> str:
+        """The runs left at the pace the runs' iterations went since this driver's first evaluation
+        (after the first trials' start-up and compiles): a rough but honest estimate, also while the
+        first trials run (a stack of a pair's seeds may be the only trial for half an hour)."""
+        done = self.runs_done()
+        if self.pace_from is None or done <= self.pace_from[1] or now <= self.pace_from[0]:
+            return "after the second evaluation"
+        pace = (done - self.pace_from[1]) / (now - self.pace_from[0])
+        return f"{max(total - done, 0) / pace / 60:.0f} min"
