@@ -86,6 +86,7 @@ def test_report_numbers_equal_an_independent_aggregation_in_numeric_order(tmp_pa
     assert f"Table 4, p = {p:.3g} against its 5 runs" in rows[-1], rows[-1]
     page = (state.dir / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 1 and "<table class=\"cells\">" in page
+    assert "&amp;orderByKey=" in page and "&orderByKey=" not in page  # the page escapes what it shows, its links' & too
     assert {p.name for p in paths} >= {"report.md", "report.html", "ctl_backward__ndr.png"}
     artifacts = {a.path for a in MlflowClient(uri).list_artifacts(state.parent_run_id, "report")}
     assert {"report/report.md", "report/report.html", "report/ctl_backward__ndr.png"} <= artifacts
@@ -333,6 +334,22 @@ def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so(
     assert unlike(at_60k, "transformer_rel", "ctl", {**config, "n_iters": 60000}) is None
     assert unlike(at_30k, "transformer_rel", "ctl", config) is None
     assert unlike(at_30k, "transformer_rel", "ctl", {**config, "early_budget": 20000}) == {"key": "early_budget", "ours": 20000, "paper": 30000}
+    # A run shorter than its early budget: its early score is the whole run's best, so it is shorter too.
+    assert unlike(at_30k, "transformer_rel", "ctl", {**config, "n_iters": 7000}) == {"key": "n_iters", "ours": 7000, "paper": 30000}
+
+
+def test_a_spec_that_leaves_a_task_option_at_its_default_meets_the_papers_cell():
+    """SCAN's length cut-off defaults to the papers' 22: a spec that names no task option still
+    meets PANM's SCAN table, as one that writes the default out does."""
+    def met(**task_options):
+        model = {"universal": False, "relative_positions": False}  # PANM's SCAN row (App. D.3)
+        return report.published_for("transformer_enc_dec_panm", "scan", None, "test_seq_acc_final", {}, {**model, "task_options": task_options})
+
+    written = met(length_cutoff=22)
+    assert written is not None and written["setting"]["length_cutoff"] == 22
+    assert met() == written
+    assert met(length_cutoff=24)["setting"]["length_cutoff"] == 24
+    assert report.task_options("a_task_we_do_not_run") == frozenset()
 
 
 def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:

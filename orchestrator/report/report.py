@@ -178,11 +178,21 @@ def table_metrics(score: str, columns) -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def task_options(task: str) -> frozenset[str]:
-    """The options a task's config takes (a length cut-off, a module): what the papers print as columns."""
+def task_fields(task: str) -> tuple[dataclasses.Field, ...]:
+    """A task's config fields; none for a task the registry lacks (a published table's, not ours)."""
     from trainables.tasks import TASKS
 
-    return frozenset(f.name for f in dataclasses.fields(TASKS[task].config))
+    return dataclasses.fields(TASKS[task].config) if task in TASKS else ()
+
+
+def task_options(task: str) -> frozenset[str]:
+    """The options a task's config takes (a length cut-off, a module): what the papers print as columns."""
+    return frozenset(f.name for f in task_fields(task))
+
+
+def task_defaults(task: str) -> dict:
+    """The task options a spec that names none trains with (SCAN's cut-off 22)."""
+    return {f.name: f.default for f in task_fields(task) if f.default is not dataclasses.MISSING}
 
 
 @lru_cache(maxsize=1)
@@ -203,7 +213,7 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     # *_at_best_early, "final" (the paper reports the last model: SCAN) only *_final; none, both
     # *_at_best and *_final.
     allowed = {"at_best_early": ("early",), "at_best": (None,), "final": (None, "final")}[when]
-    known = {"in_distribution": False, **config.get("task_options", {}), **config}
+    known = {**task_defaults(task), **config.get("task_options", {}), **config}
     swept = {k for k in grid if k != "candidate"}
     for cell in published_cells():
         if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score) or cell.get("checkpoint") not in allowed:
@@ -218,7 +228,7 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
     """{key, ours, paper} where a run trained another number of steps than the paper's number beside
     it: the cell's own `n_iters` (a column at another length than the paper's setting: NDR Table
     6's 60k, Table 2's 50K), else its preset's (trainables/presets); ours is the run's n_iters, or
-    its early_budget for a `checkpoint: early` cell. A shorter run (a CPU-scale check, a nightly's
+    for a `checkpoint: early` cell its early_budget where the run lasted that long. A shorter run (a CPU-scale check, a nightly's
     budget) gets no difference, since it says nothing of the model; a longer one gets it, said."""
     from trainables.config import ConfigError, preset
 
@@ -228,8 +238,10 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
             paper = preset(task, model, config.get("task_options")).get("n_iters")
         except ConfigError:
             return None
-    key = "early_budget" if cell.get("checkpoint") == "early" else "n_iters"
-    ours = config.get(key)
+    # An early column's score is the best within early_budget, or within the whole run where that is shorter (train.py).
+    early, n_iters = config.get("early_budget"), config.get("n_iters")
+    early_column = cell.get("checkpoint") == "early" and early is not None and (n_iters is None or early <= n_iters)
+    key, ours = ("early_budget", early) if early_column else ("n_iters", n_iters)
     return {"key": key, "ours": ours, "paper": paper} if None not in (ours, paper) and ours != paper else None
 
 
@@ -642,7 +654,9 @@ def render(context: dict, image_folder: str = "") -> tuple[str, str]:
     """-> (Markdown, HTML) from the templates; the Markdown links its plots in `image_folder`."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=jinja2.select_autoescape(["html"]),
+    # The page escapes what it shows (select_autoescape(["html"]) would not: the template's name ends in .j2);
+    # the macros of cells.j2, shared with the Markdown, are escaped where the page shows them.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=lambda name: (name or "").endswith(".html.j2"),
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["f3"] = stats.fmt
     return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template("report.html.j2").render(**context)
