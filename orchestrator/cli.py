@@ -639,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resume":
             p.add_argument("--address", **ADDRESS)
         if name == "best":
-            p.add_argument("--ablation", help="an ablation file: also write it with each pair's winning values (per_pair) to <launch>/best/")
+            p.add_argument("--ablation", help="an ablation file: also write it with each pair's winning values (per_pair) to <launch>/best/<its stem>_tuned.yaml")
         if name == "report":
             p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last finished launch of the same file")
         if name == "export":

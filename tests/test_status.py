@@ -176,7 +176,7 @@ def test_best_hands_a_searchs_winners_to_an_ablation_file(tmp_path):
     ablation.write_text(yaml.safe_dump({**SPEC, "models": ["ndr", "lstm"], "grid": {"n_layers": [2, 4]}, "seeds": [0, 1],
                                         "fixed": {"lr": 0.5}}))
     out, _ = orchestrator("best", str(state.dir), "--ablation", str(ablation))
-    written = state.dir / "best" / "layers.yaml"
+    written = state.dir / "best" / "layers_tuned.yaml"
     assert out.split("\n")[-2] == str(written)
     assert "  fwd__ndr: lr=0.003 (its grid sweeps n_layers)" in out.splitlines(), out
     assert f"  fwd__lstm: not a pair of search {state.launch_id}; the file's values" in out.splitlines(), out
@@ -186,3 +186,24 @@ def test_best_hands_a_searchs_winners_to_an_ablation_file(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "best", str(state.dir), "--ablation", str(tmp_path / "space.yaml")],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stderr.startswith("orchestrator: error: best: --ablation hands a search's winners to an ablation file")
+    assert yaml.safe_load(written.read_text())["name"] == "status_test_tuned"  # compared with its own launches, not the untuned file's
+
+
+def test_best_hands_no_winner_to_a_pair_of_other_task_options_and_writes_no_password(tmp_path):
+    """A variant name the ablation gives other task options (or another task) keeps the file's
+    values; `fixed: null` is an empty mapping, as the spec reads it; the tracking URI's password
+    stays out of the written file."""
+    from orchestrator.record import best
+
+    search = {**SPEC, "scheduler": {"name": "fifo"}, "space": {"lr": {"loguniform": [1e-4, 1e-2]}}}
+    state = launch(tmp_path, search, {((), k): ("completed", 0.5 + 0.1 * k, 0.4) for k in range(2)}, chose=lambda key: {"lr": 0.001 * (key[1] + 1)})
+    ablation = tmp_path / "other.yaml"
+    tasks = [{**task, "options": {**task.get("options", {}), "direction": "backward"}} for task in SPEC["tasks"]]
+    ablation.write_text(yaml.safe_dump({**SPEC, "tasks": tasks, "grid": {"n_layers": [2, 4]}, "seeds": [0],
+                                        "tracking": {"uri": "postgresql+psycopg://mlflow:hunter2@127.0.0.1/mlflow"}}))
+    path, lines = best.write_ablation(state, ablation)
+    assert lines == [f"fwd__ndr: search {state.launch_id} ran it on ctl {{'direction': 'forward'}}, this file on ctl {{'direction': 'backward'}}; the file's values"]
+    assert "hunter2" not in path.read_text() and yaml.safe_load(path.read_text()).get("per_pair") == {}
+    ablation.write_text(yaml.safe_dump({**SPEC, "grid": {"n_layers": [2, 4]}, "seeds": [0], "per_pair": {"fwd__ndr": {"fixed": None}}}))
+    path, lines = best.write_ablation(state, ablation)
+    assert lines == ["fwd__ndr: lr=0.002"] and yaml.safe_load(path.read_text())["per_pair"] == {"fwd__ndr": {"fixed": {"lr": 0.002}}}

@@ -53,35 +53,45 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
 
 
 def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = None) -> tuple[Path, list[str]]:
-    """`best/<ablation's stem>.yaml`: the ablation file with, per pair the search answered, the
-    values the search chose (its searched keys, but those the ablation's grid sweeps) as
-    `per_pair.<pair>.fixed`, over the file's own; -> (the file, a line per pair saying what it got).
-    ValueError where either file is no such launch's or the result would not load."""
+    """`best/<ablation's stem>_tuned.yaml`: the ablation file, named `<its name>_tuned` (its launches
+    are compared, night after night, with each other, not with the untuned file's), with, per pair
+    the search answered on the same task and options, the values the search chose (its searched
+    keys, but those the ablation's grid sweeps) as `per_pair.<pair>.fixed`, over the file's own; ->
+    (the file, a line per pair saying what it got). ValueError where either file is no such
+    launch's or the result would not load."""
     from ..plan.spec import SpecError, load_study
 
     search, study = state.study(), load_study(ablation)
     if search.is_ablation or not study.is_ablation:
         raise ValueError(f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
                          f", {ablation} {'an ablation' if study.is_ablation else 'a search'}")
-    searched = {pair.name: pair.space for pair in search.pairs}
+    searched = {pair.name: pair for pair in search.pairs}
     winners = best_configs(state, summaries)
     raw = yaml.safe_load(ablation.read_text())
     per_pair, lines = dict(raw.get("per_pair") or {}), []
+    so_far = "" if state.state == "finished" else f" (so far: the search is {state.state})"
     for pair in study.pairs:
+        ran = searched.get(pair.name)
         if pair.name not in winners:
-            lines.append(f"{pair.name}: {'no result in' if pair.name in searched else 'not a pair of'} search {state.launch_id}; the file's values")
+            lines.append(f"{pair.name}: {'no result in' if ran else 'not a pair of'} search {state.launch_id}; the file's values")
+            continue
+        if (ran.task.task, ran.task.options) != (pair.task.task, pair.task.options):  # a variant name shared by other task options
+            lines.append(f"{pair.name}: search {state.launch_id} ran it on {ran.task.task} {ran.task.options}, this file on "
+                         f"{pair.task.task} {pair.task.options}; the file's values")
             continue
         config = winners[pair.name][0]
-        values = {k: config[k] for k in searched[pair.name] if k in config and k not in pair.grid}
-        per_pair[pair.name] = {"fixed": {**(per_pair.get(pair.name) or {}).get("fixed", {}), **values}}
-        swept = sorted(k for k in searched[pair.name] if k in pair.grid)
-        lines.append(f"{pair.name}: " + ", ".join(f"{k}={v}" for k, v in values.items())
-                     + (f" (its grid sweeps {', '.join(swept)})" if swept else ""))
-    path = state.dir / "best" / f"{ablation.stem}.yaml"
+        values = {k: config[k] for k in ran.space if k in config and k not in pair.grid}
+        per_pair[pair.name] = {"fixed": {**((per_pair.get(pair.name) or {}).get("fixed") or {}), **values}}
+        swept = sorted(k for k in ran.space if k in pair.grid)
+        got = ", ".join(f"{k}={v}" for k, v in values.items()) or "nothing searched to hand on"
+        lines.append(f"{pair.name}: {got}" + (f" (its grid sweeps {', '.join(swept)})" if swept else "") + (so_far if values else ""))
+    path = state.dir / "best" / f"{ablation.stem}_tuned.yaml"
     path.parent.mkdir(exist_ok=True)
-    header = (f"# {ablation} with the winners of search {state.launch_id} ({search.metric}) as per_pair.<pair>.fixed, over the\n"
-              f"# file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n")
-    text = header + yaml.safe_dump({**raw, "per_pair": per_pair}, sort_keys=False, default_flow_style=None, width=120)
+    header = (f"# {ablation} with the winners of search {state.launch_id} ({search.metric}){so_far} as per_pair.<pair>.fixed,\n"
+              f"# over the file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n")
+    # Passwords stay out of the launch folder, as everywhere: a launch reads them from MLFLOW_TRACKING_URI.
+    tuned = {**raw, "name": f"{raw.get('name', ablation.stem)}_tuned", "per_pair": per_pair}
+    text = header + tracking.redact_secrets(yaml.safe_dump(tuned, sort_keys=False, default_flow_style=None, width=120))
     try:
         load_study(path, text=text)
     except SpecError as e:
