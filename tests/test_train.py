@@ -1,4 +1,5 @@
 """The training protocol, the model registry and `orchestrator train`."""
+import copy
 import json
 import subprocess
 import sys
@@ -119,6 +120,26 @@ def test_resume_from_snapshot_continues_exactly(bucketed):
     resumed = train(tiny(length_bucketed=bucketed), resume_state=states[6], log=None)
     assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-5)
     assert resumed["test_acc_at_best"] == full["test_acc_at_best"]
+
+
+def test_a_graphed_runs_checkpoint_resumes_as_this_run_steps():
+    """A checkpoint keeps its optimizer's `capturable` (a graphed CUDA run's True; a compiled
+    stack's False before its step was graphed): resumed where the step runs otherwise (here: eagerly
+    on the CPU), it trains on as the run it came from, alone and stacked."""
+    from trainables.batched import train_members
+
+    states = {}
+    full = train(tiny(), report=lambda m, state: states.setdefault(m["iteration"], state()), log=None)
+    graphed = copy.deepcopy(states[6])
+    for group in graphed["optimizer"]["param_groups"]:
+        group["capturable"] = True
+    assert train(tiny(), resume_state=graphed, log=None)["loss"] == pytest.approx(full["loss"], rel=1e-5)
+    members, stacked = [{"seed": 0}, {"seed": 1}], {}
+    whole = train_members(tiny(), members, report=lambda ms, state: stacked.setdefault(ms[0]["iteration"], state()), log=None)
+    for group in stacked[6]["optimizer"]["param_groups"]:
+        group["capturable"] = True
+    resumed = train_members(tiny(), members, resume_state=stacked[6], log=None)
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in whole], rel=1e-5)
 
 
 def test_equal_ood_scores_select_the_latest_checkpoint_and_final_scores_are_reported():

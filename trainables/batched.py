@@ -38,8 +38,8 @@ from .graphs import GraphedStep, graphs_unused_because
 from .models import batchable
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
-from .train import (Selection, add_sums, batch_source, batch_tensors, loss_of, lr_factor, make_model, make_optimizer, predict, ratios, score_sums,
-                    set_lr, setup_device, synchronize, where)
+from .train import (Selection, add_sums, batch_source, batch_tensors, load_optimizer_state, loss_of, lr_factor, make_model, make_optimizer, predict,
+                    ratios, score_sums, set_lr, setup_device, synchronize, where)
 
 # What may differ between the members of one stack: the rest of their configs is one. The rates
 # live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
@@ -139,7 +139,7 @@ class MemberOptimizer:
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state)
+        load_optimizer_state(self.optimizer, state)
 
 
 def member_state_dict(snapshot: dict, k: int) -> dict[str, torch.Tensor]:

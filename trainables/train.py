@@ -233,6 +233,15 @@ def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, 
     return {**ratios(sums), **{f"depth{d}_acc": float(np.mean(v)) for d, v in sorted(correct_by_depth.items())}}
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+    """`saved` into `optimizer`, as this run steps: a checkpoint keeps the `capturable` its run had
+    (torch's load_state_dict restores it with the rest of each group), and a step graphed with a
+    checkpoint's False, or eager on a CPU with a graphed run's True, fails at its first update."""
+    groups = [{**group, "capturable": now["capturable"]} if "capturable" in now else group
+              for group, now in zip(saved["param_groups"], optimizer.param_groups)]
+    optimizer.load_state_dict({**saved, "param_groups": groups})
+
+
 def make_model(cfg: TrainConfig, task: Task) -> torch.nn.Module:
     return build_model(cfg.model, cfg.model_options, task)
 
@@ -440,7 +449,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     start = 0
     if resume_state:
         model.load_state_dict(resume_state["model"])
-        optimizer.load_state_dict(resume_state["optimizer"])
+        load_optimizer_state(optimizer, resume_state["optimizer"])
         batch_rng.bit_generator.state = resume_state["batch_rng"]
         torch.set_rng_state(resume_state["torch_rng"])
         selection.restore(resume_state)
