@@ -225,7 +225,9 @@ class Stack:
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as e:  # noqa: BLE001 - compile: auto must not cost a trial the compiler's own bug
-            if not self.falls_back or self.forward is self.uncompiled:
+            # Inside a capture an error is the capture's (the compile ran in its warm-up): going on uncompiled there would hide it.
+            capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+            if not self.falls_back or self.forward is self.uncompiled or capturing:
                 raise
             why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
         # Out of the except block: the failed attempt's activations, which its traceback holds, are freed first.

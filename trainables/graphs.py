@@ -84,7 +84,9 @@ class GraphedStep:
     """`step(batch)` -> what `run(batch)` returns (tensors), from a replay of its capture for the
     batch's shapes. `run` trains one step of `weights` (every tensor it updates but the optimizer's
     state): it must leave nothing but tensors behind and read no value on the host.
-    `eager_replay`: call `run` on the static inputs instead of replaying (CPU)."""
+    `eager_replay`: call `run` on the static inputs instead of replaying (CPU). The graphs of every
+    width share one memory pool, so a step's outputs (and the gradients) hold until the next step
+    only: callers read them at once, as train and batched.Stack add them to their sums."""
 
     def __init__(self, run: Callable[[dict], tuple], weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
                  eager_replay: bool = False):
