@@ -21,7 +21,7 @@
 #   report.txt   `orchestrator report`'s console; report.md and report.html (its plots inside): the
 #                cells over seeds beside Table 1
 #   runs.csv     `orchestrator export`: a row per trial run, its config and last metrics
-#   gpu.csv      nvidia-smi every 2 s during the launch: utilisation and memory
+#   gpu.csv      nvidia-smi every 2 s during the launch: utilisation and memory (launch.txt ends with its busy samples' mean)
 #   dry_run.txt  with DRY_RUN_LIMIT_S=S: the whole Table 1's plan and GPU-hours on this machine
 #                (`launch --dry-run`, calibrated here), after the launch, cut off after S seconds
 set -u
@@ -61,7 +61,18 @@ cli=("$py" -m orchestrator.cli)
 start=$SECONDS
 timeout "${LAUNCH_LIMIT_S:-480}" "${cli[@]}" launch ${LAUNCH_ARGS:-} "$file" 2>&1 | tee "$out/launch.txt"
 echo "== launch: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$out/launch.txt"
-[ -n "${sampler:-}" ] && kill "$sampler"
+if [ -n "${sampler:-}" ]; then
+    kill "$sampler"
+    # The start and the compiles leave the GPU idle (0-5%): how busy the trials kept it is in the other samples.
+    "$py" - "$out/gpu.csv" <<'PY' | tee -a "$out/launch.txt"
+import csv, statistics, sys
+busy = [float(row[1].strip().rstrip("%")) for row in list(csv.reader(open(sys.argv[1])))[1:] if len(row) > 1]
+s = [u for u in busy if u > 10]
+if s:
+    print(f"== GPU busy (nvidia-smi every 2 s, the {len(s)} of {len(busy)} samples over 10%): mean {statistics.mean(s):.1f}%, "
+          f"median {statistics.median(s):.0f}%, {sum(u >= 80 for u in s) / len(s):.0%} of them at 80% or more")
+PY
+fi
 "${cli[@]}" status > "$out/status.txt" 2>&1
 "${cli[@]}" report > "$out/report.txt" 2>&1
 report=$(ls -t runs/*/report/report.html 2> /dev/null | head -1)
