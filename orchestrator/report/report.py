@@ -228,8 +228,9 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
     """{key, ours, paper} where a run trained another number of steps than the paper's number beside
     it: the cell's own `n_iters` (a column at another length than the paper's setting: NDR Table
     6's 60k, Table 2's 50K), else its preset's (trainables/presets); ours is the run's n_iters, or
-    for a `checkpoint: early` cell its early_budget where the run lasted that long. A shorter run (a CPU-scale check, a nightly's
-    budget) gets no difference, since it says nothing of the model; a longer one gets it, said."""
+    for a `checkpoint: early` cell its early_budget where the run lasted that long. A shorter run
+    (a CPU-scale check, a nightly's budget) gets no difference, since it says nothing of the model;
+    a longer one gets it, said."""
     from trainables.config import ConfigError, preset
 
     paper = cell.get("n_iters")
