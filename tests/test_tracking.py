@@ -381,6 +381,7 @@ def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeyp
     """A pair's 5 seeds stacked may be a launch's only trial for half an hour: the ETA comes from the
     pace of the runs' iterations since the first evaluation (after the start-up and the compile),
     not from trials ended."""
+    import pickle
     from types import SimpleNamespace
 
     from orchestrator.run import callbacks
@@ -398,3 +399,13 @@ def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeyp
     clock[0] = 1360.0  # the stack ends: 4.5 runs in 18 min since the first evaluation, 5 left
     lines.on_trial_complete(0, [], stack)
     assert "runs ended 5/10, 21.0 min, ETA 20 min" in capsys.readouterr().out
+    # Resumed: two trials restored half-way report their first evaluations here; what they did before
+    # is no pace of this driver's (each does a tenth of a run a minute: 2.6 runs left, 13 min).
+    clock[0] = 0.0
+    resumed = pickle.loads(pickle.dumps(callbacks.ProgressLines("best_ood_valid_acc", "max", {"p": 4}, {"p": 1000}, every_s=0)))
+    trials = [SimpleNamespace(trial_id=name, config={"pair": "p", "seed": seed}) for seed, name in enumerate("cd")]
+    for step, start in ((600, 0.0), (700, 60.0)):
+        for k, trial in enumerate(trials):
+            clock[0] = start + k
+            resumed.on_trial_result(0, [], trial, {"iteration": step, "best_ood_valid_acc": 0.5})
+    assert capsys.readouterr().out.rstrip().endswith("ETA 13 min; best best_ood_valid_acc: p 0.5000")

@@ -284,7 +284,12 @@ class ProgressLines(Callback):
         print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
         n_iters = trial.config.get("n_iters") or self.n_iters.get(pair)
         if isinstance(step, (int, float)) and n_iters:
-            self.running[trial.trial_id] = n_members * min(step / n_iters, 1.0)
+            done = n_members * min(step / n_iters, 1.0)
+            if trial.trial_id not in self.running and self.pace_from is not None:
+                # What a trial did before its first evaluation here (under an earlier driver, or before
+                # the pace's start) is no pace of this driver's.
+                self.pace_from = (self.pace_from[0], self.pace_from[1] + done)
+            self.running[trial.trial_id] = done
         if self.pace_from is None:
             self.pace_from = (time.monotonic(), self.runs_done())
         self.maybe_overall()
