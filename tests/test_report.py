@@ -304,6 +304,24 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
     assert report.published_for(pair.model, pair.task.task, pair.task.variant, not_reported, setting, config) is None
 
 
+def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_searched_one_the_headline():
+    forward = {"task_options": {"direction": "forward"}, "n_iters": 30000}
+    # NDR fixed at 8 layers (seeds only, no grid): Table 4's 8-layer cell, not Table 1's 14 layers.
+    fixed_8 = report.published_for("ndr", "ctl", "ctl_forward", "test_acc_final", {}, {**forward, "n_layers": 8})
+    assert (fixed_8["table"], fixed_8["setting"], fixed_8["mean"]) == ("Table 4", {"n_layers": 8}, 0.23)
+    # Table 4 prints no 9 layers and Table 1 is not NDR at 9 layers: nothing beside the row.
+    assert report.published_for("ndr", "ctl", "ctl_forward", "test_acc_final", {}, {**forward, "n_layers": 9}) is None
+    # At the paper's 14 layers, whether the file names them or not, the headline.
+    for config in (forward, {**forward, "n_layers": 14}):
+        assert report.published_for("ndr", "ctl", "ctl_forward", "test_acc_at_best", {}, config)["table"] == "Table 1"
+    # A search (or a tuning) that chose 8 layers reports the model under its best values: Table 1's.
+    searched = report.published_for("ndr", "ctl", "ctl_forward", "test_acc_at_best", {}, {**forward, "n_layers": 8}, frozenset({"n_layers"}))
+    assert (searched["table"], searched["mean"]) == ("Table 1", 1.00)
+    # ACT fixed on the relative Transformer meets Table 6's ACT row, not Table 1's plain one.
+    act = report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, {**forward, "act": "graves"})
+    assert (act["table"], act["setting"]) == ("Table 6", {"act": "graves"})
+
+
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():
     import jinja2
 

@@ -200,11 +200,29 @@ def published_cells() -> tuple[dict, ...]:
     return tuple(yaml.safe_load(PUBLISHED.read_text()) or ()) if PUBLISHED.exists() else ()
 
 
-def published_for(model: str, task: str, variant: str | None, metric: str, grid: dict, config: dict) -> dict | None:
+def paper_setting(model: str, task: str, config: dict) -> dict:
+    """The values the papers' tables hold fixed where a cell does not name them, for the keys some
+    cell of the model and task varies (NDR's layers in Table 4, ACT in Table 6): the preset's, else
+    the model's and the task's defaults. Empty where we have no preset for the pair."""
+    from trainables.config import ConfigError, defaults, preset
+
+    varied = {k for cell in published_cells() if (cell.get("model"), cell.get("task")) == (model, task) for k in cell.get("setting") or {}}
+    try:
+        paper = preset(task, model, config.get("task_options"))
+    except ConfigError:
+        return {}
+    known = {**defaults(model), **task_defaults(task), **paper.get("task_options", {}), **paper}
+    return {k: known[k] for k in varied if k in known}
+
+
+def published_for(model: str, task: str, variant: str | None, metric: str, grid: dict, config: dict,
+                  chosen: frozenset[str] = frozenset()) -> dict | None:
     """The paper's number for a row of ours: same model, task (and variant where the paper has one),
     the split and score of `metric`; a paper cell that names every key the row sweeps (a layer
-    ablation's rows match Table 4, not Table 1's one setting), and whose setting the trial's config
-    and task options agree with."""
+    ablation's rows match Table 4, not Table 1's one setting) and every key the file fixed away
+    from the paper's setting (NDR with 8 layers meets Table 4's 8-layer cell or none, not Table 1's
+    14), and whose setting the trial's config and task options agree with. `chosen`: keys a search
+    or a tuning (per_pair) picked, whose row is the model under its best values: the headline's."""
     split_score = re.match(r"^(test(?:_L|_x\d+|_\d+|_interpolate|_extrapolate)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$", metric)
     if not split_score:
         return None
@@ -215,6 +233,7 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     allowed = {"at_best_early": ("early",), "at_best": (None,), "final": (None, "final")}[when]
     known = {**task_defaults(task), **config.get("task_options", {}), **config}
     swept = {k for k in grid if k != "candidate"}
+    swept |= {k for k, v in paper_setting(model, task, config).items() if k not in chosen and k in known and known[k] != v}
     for cell in published_cells():
         if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score) or cell.get("checkpoint") not in allowed:
             continue
@@ -246,7 +265,8 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
     return {"key": key, "ours": ours, "paper": paper} if None not in (ours, paper) and ours != paper else None
 
 
-def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str) -> list[dict]:
+def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str,
+              chosen: frozenset[str] = frozenset()) -> list[dict]:
     """Per grid cell (in numeric order): the seeds and, per metric, its summary, the paper's number,
     and the test against its baseline cell: the cell with the baseline's values and the row's own
     values of the keys the baseline does not name (a pair whose model lacks a baseline key, as an
@@ -269,7 +289,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
                 continue
             low = lower_is_better(metric)
             summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
-            cell = published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"])
+            cell = published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"], chosen)
             entry = {"summary": summary, "values": values, "published": cell,
                      "unlike": cell and training_unlike_the_paper(cell, first["model"], first["task"], first["config"])}
             shorter = entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"]
@@ -544,7 +564,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         metrics = table_metrics(study.score, runs.columns)
         lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
-        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score)
+        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score,
+                         frozenset(pair.space) | frozenset(pair.own_values))
         for r in rows:  # the cell's runs that ended without a result: its seeds column says so
             cell_ended = ended.get(setting_key(r["setting"]), Counter())
             r["unfinished"] = unfinished(cell_ended)
