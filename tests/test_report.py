@@ -317,9 +317,12 @@ def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_sea
     # A search (or a tuning) that chose 8 layers reports the model under its best values: Table 1's.
     searched = report.published_for("ndr", "ctl", "ctl_forward", "test_acc_at_best", {}, {**forward, "n_layers": 8}, frozenset({"n_layers"}))
     assert (searched["table"], searched["mean"]) == ("Table 1", 1.00)
-    # ACT fixed on the relative Transformer meets Table 6's ACT row, not Table 1's plain one.
-    act = report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, {**forward, "act": "graves"})
-    assert (act["table"], act["setting"]) == ("Table 6", {"act": "graves"})
+    # ACT fixed on the relative Transformer meets Table 6's ACT row, not Table 1's plain one; the
+    # paper ran ACT 14 steps deep (App. A, against the baseline's 11), so an 11-layer ACT run meets none.
+    act = {**forward, "act": "graves", "n_layers": 14}
+    cell = report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, act)
+    assert (cell["table"], cell["setting"]) == ("Table 6", {"act": "graves", "n_layers": 14})
+    assert report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, {**act, "n_layers": 11}) is None
 
 
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():
@@ -344,7 +347,7 @@ def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so(
     assert macro.render(entry=longer) == "1.000 (-0.380; Table 7; trained longer: n_iters 100000, the paper's 50000)"
     # A column at another length than the paper's setting (NDR Table 6: ACT trained 60k, the preset
     # 30k) is measured against its own; an early column against the run's early budget.
-    config = {"n_iters": 30000, "early_budget": 30000, "act": "graves", "task_options": {"direction": "forward"}}
+    config = {"n_iters": 30000, "early_budget": 30000, "act": "graves", "n_layers": 14, "task_options": {"direction": "forward"}}
     at_60k = report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {"act": "graves"}, config)
     at_30k = report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best_early", {"act": "graves"}, config)
     assert (at_60k["mean"], at_30k["mean"]) == (0.99, 0.84)
