@@ -325,6 +325,32 @@ def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_sea
     assert report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, {**act, "n_layers": 11}) is None
 
 
+def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_each_model(tmp_path):
+    from orchestrator.plan.spec import load_study
+    from orchestrator.run.launch import answer_lines
+
+    def answer(study, scores):
+        summaries = {p.name: {"best_metrics": {f"{study.report.headline}_{study.score}_at_best": score}, "best_config": {**p.base, **config}}
+                     for p, (score, config) in zip(study.pairs, scores)}
+        return answer_lines(study, summaries)
+
+    smoke = load_study("search_spaces/smoke.yaml")
+    assert answer(smoke, [(0.857, {"lr": 0.003}), (0.36, {"lr": 0.01})]) == [
+        "[launch] answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.857 (+0.757 from chance, 0.100) vs lstm_seq2seq 0.360; "
+        "each pair's best trial, at this launch's scale",
+        "[launch]   at full scale the papers report: panm 0.84 (PANM Table 7), lstm_seq2seq 0.11 (PANM Table 7)"]
+    # NDR fixed at 8 layers is not Table 1's NDR (14), and Table 4 prints final scores, not the best
+    # checkpoint's: no paper number. Searched over layers, its best is the NDR at its best: Table 1's.
+    for layers, paper in (({"fixed": {"n_layers": 8}}, []), ({"space": {"n_layers": {"choice": [8, 14]}}}, ["ndr 1.00 (NDR Table 1)"])):
+        file = tmp_path / "ndr.yaml"
+        file.write_text(yaml.safe_dump({"name": "ndr", "metric": "best_ood_valid_acc", "models": ["ndr"],
+                                        "tasks": [{"task": "ctl", "variant": "ctl_forward", "options": {"direction": "forward"}}],
+                                        "space": {"lr": {"loguniform": [1.0e-4, 1.0e-3]}, **layers.get("space", {})},
+                                        "fixed": layers.get("fixed", {}), "budget": {"trials": 2}}))
+        lines = answer(load_study(file), [(0.5, {"lr": 3.0e-4, "n_layers": 8})])
+        assert lines[1:] == [f"[launch]   at full scale the papers report: {', '.join(paper)}"] * bool(paper), lines
+
+
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():
     import jinja2
 

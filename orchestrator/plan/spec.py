@@ -173,6 +173,12 @@ class Pair:
     def name(self) -> str:
         return f"{self.task.variant}__{self.model}"
 
+    @property
+    def chosen(self) -> frozenset[str]:
+        """Keys whose values a search picks (its space) or picked (per_pair's tuned values): a row
+        of them is the model at its best, which the papers' headline tables report."""
+        return frozenset(self.space) | frozenset(self.own_values)
+
     def chance(self, score: str) -> str:
         """What guessing scores on the pair's task, by `score`, in words."""
         return TASKS[self.task.task].probe(task_config(self.task.task, self.task.options)).chance(score)

@@ -564,8 +564,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         metrics = table_metrics(study.score, runs.columns)
         lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
                          key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
-        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score,
-                         frozenset(pair.space) | frozenset(pair.own_values))
+        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score, pair.chosen)
         for r in rows:  # the cell's runs that ended without a result: its seeds column says so
             cell_ended = ended.get(setting_key(r["setting"]), Counter())
             r["unfinished"] = unfinished(cell_ended)

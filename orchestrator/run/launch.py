@@ -710,7 +710,7 @@ def answer_lines(study: Study, summaries: dict) -> list[str]:
             s = summaries.get(pair.name, {})
             value = (s.get("best_metrics") or {}).get(metric)
             if value is not None:
-                paper = published_for(pair.model, pair.task.task, variant, metric, {}, s.get("best_config") or {})
+                paper = published_for(pair.model, pair.task.task, variant, metric, {}, s.get("best_config") or {}, pair.chosen)
                 scored.append((pair, value, paper))
         if not scored:
             continue
