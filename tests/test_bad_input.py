@@ -117,6 +117,19 @@ SPEC_CASES = {
     "a confirmation seed a trial refuses": ({**GOOD, "confirm": {"top_k": 1, "seeds": [2**40]}}, "confirm.seeds: seed: must be at least 0"),
     "a store that is a folder": ({**GOOD, "tracking": {"uri": "sqlite:///folder"}}, "tracking.uri: "),
     "a store that is not SQLite": ({**GOOD, "tracking": {"uri": "sqlite:///notes.txt"}}, "tracking.uri: "),
+    # found by a review: tracebacks, and values that only a trial would have refused
+    "task options that are not a mapping": ({**GOOD, "fixed": {"task_options": 5}}, "fixed (fwd__ndr): task_options: expected a mapping"),
+    "a trial length in a grid": ({**ABLATION, "grid": {"n_iters": [5, 10]}}, "grid.n_iters: a trial's length is not a grid key"),
+    "a grid value twice": ({**ABLATION, "grid": {"lr": [1e-3, 1e-3]}}, "grid.lr: repeated values"),
+    "a model twice": ({**GOOD, "models": ["ndr", "ndr"]}, "models[1]: ndr appears twice"),
+    "a float range over a whole number": ({**GOOD, "space": {"batch_size": {"uniform": [1, 4]}}}, "space.batch_size=1.5 (fwd__ndr): batch_size: expected an integer"),
+    "head counts inside a range that do not divide d_model": (
+        {**GOOD, "models": ["transformer"], "fixed": {"d_model": 128}, "space": {"n_heads": {"int": [1, 8]}}},
+        "space.n_heads=3 (fwd__transformer): d_model=128 is not divisible by n_heads=3"),
+    "a bad low end of a range is not blamed on fixed": ({**GOOD, "space": {"dropout": {"uniform": [-0.5, 0.5]}}}, "space.dropout=-0.5 (fwd__ndr): dropout: must be"),
+    "a bad first grid cell is not blamed on fixed": ({**ABLATION, "grid": {"dropout": [1.5, 0.1]}}, "grid.dropout=1.5 (fwd__lstm): dropout: must be"),
+    "a warm start that is not a switch": ({**GOOD, "warm_start": "no"}, "warm_start: expected true or false, got 'no'"),
+    "a name that is not text": ({**GOOD, "name": None}, "name: expected a name, got None"),
 }
 
 
@@ -206,3 +219,14 @@ def test_a_range_over_a_key_whose_paper_setting_is_null_plans(tmp_path):
     path.write_text(yaml.safe_dump({**GOOD, "space": {"threads": {"int": [1, 2]}}}))
     code, out, err = run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
     assert code == 0 and err.getvalue() == "", err.getvalue()
+
+
+def test_a_pair_without_a_paper_setting_plans_at_the_trials_default_length(tmp_path):
+    """No preset and no budget.n_iters (CTL with compositional attention): the dry run crashed on
+    the missing length; the pair trains the trial's default, which the plan and the cost now use."""
+    path = tmp_path / "space.yaml"
+    budget = {k: v for k, v in GOOD["budget"].items() if k != "n_iters"}
+    path.write_text(yaml.safe_dump({**GOOD, "models": ["transformer_compositional"], "budget": budget}))
+    code, out, err = run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert code == 0 and err.getvalue() == "", err.getvalue()
+    assert "30,000" in out.getvalue() or "30000" in out.getvalue(), out.getvalue()

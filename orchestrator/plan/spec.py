@@ -675,12 +675,26 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     _check_detectable(path, report, pairs, seeds)
 
     return Study(
-        path=path, name=safe_name(raw.get("name", path.stem), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
+        path=path, name=safe_name(_text(raw, "name", path.stem, path), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
-        warm_start=bool(raw.get("warm_start", True)), storage_path=storage_path,
+        warm_start=_switch(raw, "warm_start", True, path), storage_path=storage_path,
         storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
         batch_seeds=batch_seeds, batch_seeds_given=batch_seeds,
     )
+
+
+def _text(raw: dict, key: str, default: str, path) -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str):
+        raise SpecError(path, key, f"expected a name, got {value!r}")
+    return value
+
+
+def _switch(raw: dict, key: str, default: bool, path) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(path, key, f"expected true or false, got {value!r}")
+    return value
 
 
 def _parse_storage(raw, storage_path: str, path) -> TrialStorage:
@@ -721,6 +735,11 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SpecError(path, f"{where}.{key}", "expected a non-empty list of values")
+        if len(set(map(repr, values))) != len(values):
+            raise SpecError(path, f"{where}.{key}", f"repeated values in {values}: each would run the same cell again")
+        if key == "n_iters":  # a pair's trial length is the horizon of ASHA and of the cost estimate
+            raise SpecError(path, f"{where}.n_iters", "a trial's length is not a grid key: set it in budget (or fixed, per_model.<model>.fixed), "
+                            "and early_budget for a column at an earlier length")
     seeds = raw.get("seeds", [0] if grid else [])
     if "seeds" in raw:
         _seed_list(path, "seeds", seeds)
@@ -780,6 +799,8 @@ def _parse_models(raw, path) -> list[str]:
     for k, name in enumerate(raw):
         if not isinstance(name, str) or name not in MODELS:
             raise SpecError(path, f"models[{k}]", f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}")
+        if name in raw[:k]:
+            raise SpecError(path, f"models[{k}]", f"{name} appears twice: its pairs would share one name, study and runs")
     return list(raw)
 
 
@@ -791,8 +812,19 @@ def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
 
 
-def _extremes(d: Distribution) -> list:
-    return list(d.values) if d.kind == "choice" else [d.nearest(d.values[0]), d.nearest(d.values[1])]
+WHOLE_INT_RANGE = 64  # an int range this short is built at every value: 3 heads of d_model 128 sit inside [1, 8]
+
+
+def _probe_values(d: Distribution) -> list:
+    """The values of a searched key a build check tries, low end first: every value of a choice or
+    of a short int range, else both ends and, for a float range, a fraction TPE may draw (2.5 of
+    uniform [1, 4], which a whole-number key such as batch_size refuses)."""
+    if d.kind == "choice":
+        return list(d.values)
+    low, high = d.values
+    if d.kind == "int":
+        return list(range(int(low), int(high) + 1)) if high - low < WHOLE_INT_RANGE else [int(low), int(high)]
+    return [float(low), low + 0.5 if high - low > 1 else (low + high) / 2, float(high)]
 
 
 def _check_detectable(path, report: Report, pairs: list[Pair], seeds: list) -> None:
@@ -812,20 +844,22 @@ def _check_detectable(path, report: Report, pairs: list[Pair], seeds: list) -> N
 def _check_builds(path, pair: Pair) -> None:
     """Build what a trial would build (its config, its task's config, its model, on the meta device:
     no data, no weights) in every grid cell, each with the space at its first values, and at every
-    extreme of the space, one key at a time, in the first cell: so that a cell or a value a trial
-    would reject is rejected before launch (a grid's keys combine: d_model 12 builds, 8 heads build,
-    the two together do not)."""
-    extremes = {k: _extremes(d) for k, d in pair.space.items()}
-    first_values = {k: values[0] for k, values in extremes.items()}
+    value _probe_values tries, one key at a time, in the first cell: so that a cell or a value a
+    trial would reject is rejected before launch (a grid's keys combine: d_model 12 builds, 8 heads
+    build, the two together do not). The line names the grid and space values the reason names."""
+    tried = {k: _probe_values(d) for k, d in pair.space.items()}
+    first_values = {k: values[0] for k, values in tried.items()}
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
-    probes = [("fixed" if k == 0 else "grid." + ", grid.".join(f"{key}={v!r}" for key, v in cell.items()), {**first_values, **cell})
-              for k, cell in enumerate(cells)]
-    probes += [(f"space.{key}={v!r}", {**first_values, **cells[0], key: v}) for key, values in extremes.items() for v in values[1:]]
-    for where, values in probes:
+    probes = [(cell, first_values) for cell in cells]
+    probes += [(cells[0], {**first_values, key: v}) for key, values in tried.items() for v in values[1:]]
+    for cell, searched in probes:
         try:
-            check_builds(parse_trial_config({**pair.base, **values}))
+            check_builds(parse_trial_config({**pair.base, **searched, **cell}))
         except ConfigError as e:
-            raise SpecError(path, f"{where} ({pair.name})", str(e)) from None
+            # the grid and space values the reason names, else the file's fixed values (with the paper's)
+            named = [f"grid.{k}={v!r}" for k, v in cell.items()] + [f"space.{k}={v!r}" for k, v in searched.items()]
+            at_fault = [n for n in named if re.search(rf"\b{re.escape(n.split('.', 1)[1].split('=')[0])}\b", str(e))]
+            raise SpecError(path, f"{', '.join(at_fault) or 'fixed'} ({pair.name})", str(e)) from None
 
 
 def _parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dict[str, dict]:
@@ -862,15 +896,20 @@ def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dic
     paper_setting = {k: base.get(k, model_defaults.get(k)) for k in own_space}
     base.update({k: v for k, v in fixed.items() if k in valid})
     base.update(model_fixed)
+    if not isinstance(base.get("task_options", {}), dict):
+        raise SpecError(path, f"fixed ({task.variant}__{model})", f"task_options: expected a mapping of task options, got {base['task_options']!r}")
     base.update(task_options={**base.get("task_options", {}), **task.options}, seed=seed)
     if budget.n_iters:
         base["n_iters"] = budget.n_iters
     if budget.eval_every:
         base["eval_every"] = budget.eval_every
     try:  # every value of `fixed` passes a trial's checks, one the pair's space replaces too
-        parse_trial_config(base)
+        trial = parse_trial_config(base)
     except ConfigError as e:
         raise SpecError(path, f"fixed ({task.variant}__{model})", str(e)) from None
+    # A pair without a paper setting (no preset) trains the trial's default length: ASHA's horizon,
+    # the cost and the report need it said.
+    base.setdefault("n_iters", trial.n_iters)
     for key in list(own_space):
         base.pop(key, None)
     warm = {k: own_space[k].nearest(v) for k, v in paper_setting.items()}
