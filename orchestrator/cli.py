@@ -52,6 +52,26 @@ def load_trial_source(source: str) -> dict:
         raise UsageError(str(e)) from None
 
 
+def port_number(text: str) -> int:
+    """argparse's type for a TCP port: its error is the one line argparse prints."""
+    port = int(text)  # argparse turns a ValueError into "invalid port_number value"
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535)")
+    return port
+
+
+def missing_device(device: str) -> str | None:
+    """Why torch here cannot train on `device` (a GPU launch's best config re-run on a laptop), or None."""
+    import torch
+
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        return None if index < torch.cuda.device_count() else f"torch finds {torch.cuda.device_count()} CUDA device(s) here"
+    if device == "mps" and not torch.backends.mps.is_available():
+        return "torch finds no MPS device here"
+    return None
+
+
 def cmd_train(args) -> int:
     from trainables.config import ConfigError, check_builds, parse_trial_config, set_override
 
@@ -66,6 +86,9 @@ def cmd_train(args) -> int:
         check_builds(cfg)  # the same check a launch's space gets
     except ConfigError as e:
         raise UsageError(f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}") from None
+    missing = missing_device(cfg.device)
+    if missing:
+        raise UsageError(f"{args.source}: device: {cfg.device}, but {missing} (device=auto trains on what there is)")
     from trainables.train import train
 
     metrics = train(cfg)
@@ -158,7 +181,7 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .plan.spec import Report, SpecError, parse_yaml, read_spec
+    from .plan.spec import Report, SpecError, parse_budget, parse_yaml, read_spec
 
     try:
         raw = parse_yaml(read_spec(path))
@@ -174,11 +197,17 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         raise UsageError(f"{path}: ablations: expected a list of ablation files, got {files!r}")
     if not isinstance(budget, dict):
         raise UsageError(f"{path}: budget: expected a mapping (n_iters, eval_every, max_concurrent, ...), got {budget!r}")
+    try:  # here, or the first listed file would be blamed for it
+        parse_budget(budget, path)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
     out = []
-    for name in files:
+    for k, name in enumerate(files):
         listed = Path(os.path.normpath(Path(path).parent / name))
         if not listed.exists():
             raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
+        if str(listed) in (file for file, _ in out):  # its night would run twice, on the same seeds
+            raise UsageError(f"{path}: ablations[{k}]: {name} is listed twice")
         data = read_yaml(listed)
         if isinstance(data, dict) and budget and isinstance(data.get("budget") or {}, dict):  # else load_study names the bad budget
             data["budget"] = {**(data.get("budget") or {}), **budget}
@@ -209,6 +238,9 @@ def cmd_launch(args) -> int:
         if nightly and not study.is_ablation:
             raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
         check_writable(Path(study.storage_path), f"{file}: storage_path")
+        if args.launch_id and (Path(study.storage_path) / args.launch_id / "launch.json").exists():
+            raise UsageError(f"--launch-id: launch {args.launch_id} exists in {study.storage_path}; "
+                             f"`orchestrator resume {args.launch_id}` goes on with it, another id starts a new one")
         night = nights_so_far(Path(study.storage_path), study.experiment, file) if nightly else None
         plans.append((study, text, night))
     if nightly and args.launch_id and len(plans) > 1:
@@ -386,12 +418,17 @@ def cmd_accept(args) -> int:
 
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
-    from .record.best import summaries_of, write_ablation, write_best
+    from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
 
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
         raise UsageError(f"best: launch {state.launch_id} is an ablation, whose answer is per cell over seeds: "
                          f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}")
+    if args.ablation:  # refused before anything is written
+        try:
+            searched_and_ablation(state, Path(args.ablation))
+        except ValueError as e:
+            raise UsageError(f"best: {e}") from None
     summaries = summaries_of(state)  # the store read once, for both files
     for path in write_best(state, summaries):
         print(path)
@@ -647,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--format", help="csv or parquet (default: --output's extension, else csv)")
             p.add_argument("--output", help="the file to write (default: <launch>/export/runs.<format>)")
         if name == "dashboard":
-            p.add_argument("--port", type=int, default=8080, help="default: 8080")
+            p.add_argument("--port", type=port_number, default=8080, help="default: 8080")
             p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine only)")
         p.set_defaults(func=func)
     return parser

@@ -194,7 +194,7 @@ def test_yaml_that_pyyaml_lets_through_as_other_errors_is_one_line(tmp_path):
 
 def test_bad_arguments_are_one_line_too(tmp_path):
     """argparse printed its usage before the error: several lines."""
-    for argv in (["list", "zz"], ["launch"], ["frob"], ["train", "ctl/ndr", "--set"], ["status", "--bogus"]):
+    for argv in (["list", "zz"], ["launch"], ["frob"], ["train", "ctl/ndr", "--set"], ["status", "--bogus"], ["dashboard", "--port", "99999"]):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
             cli.main(argv)
@@ -230,3 +230,19 @@ def test_a_pair_without_a_paper_setting_plans_at_the_trials_default_length(tmp_p
     code, out, err = run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
     assert code == 0 and err.getvalue() == "", err.getvalue()
     assert "30,000" in out.getvalue() or "30000" in out.getvalue(), out.getvalue()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has the GPU the case asks for")
+def test_training_on_a_gpu_this_machine_lacks_is_one_line(tmp_path):
+    """A GPU launch's best config re-run here (`orchestrator train runs/<launch>/best/<pair>.yaml`) crashed in torch."""
+    line = refused(tmp_path, ["train", "ctl/lstm", "--set", "n_iters=2", "--set", "device=cuda"])
+    assert line.startswith("orchestrator: error: ctl/lstm: device: cuda, but torch finds 0 CUDA device(s) here"), line
+
+
+def test_a_launch_id_in_use_is_refused_not_overwritten(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    (tmp_path / "runs" / "taken" / "launch.json").write_text("{}")
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate", "--launch-id", "taken"])
+    assert line.startswith("orchestrator: error: --launch-id: launch taken exists in runs; `orchestrator resume taken`"), line

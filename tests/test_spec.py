@@ -172,6 +172,13 @@ def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_p
     assert [t["report"]["alpha"] for t in texts] == [0.025, 0.05] and all(t["budget"]["n_iters"] == 20 for t in texts)
     alone = write(tmp_path, {"ablations": ["a.yaml"]}, "alone.yaml")
     assert nightly_files(str(alone))[0][1] is not None and "alpha" not in yaml.safe_load(nightly_files(str(alone))[0][1])["report"]
+    # A file listed twice would run its night twice on the same seeds (and halve the alpha); a bad
+    # budget of the nightly file is its own, not the first listed file's.
+    twice = write(tmp_path, {"ablations": ["a.yaml", "./a.yaml"]}, "twice.yaml")
+    bad_budget = write(tmp_path, {"ablations": ["a.yaml"], "budget": {"n_iters": "many"}}, "bad_budget.yaml")
+    for file, reason in ((twice, "ablations[1]: ./a.yaml is listed twice"), (bad_budget, "budget.n_iters: expected int")):
+        out = run_cli("nightly", str(file), "--dry-run", "--no-calibrate", cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {file}: {reason}"), out.stderr
 
 
 def run_cli(*args, cwd, env_extra=None):

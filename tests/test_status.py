@@ -183,9 +183,13 @@ def test_best_hands_a_searchs_winners_to_an_ablation_file(tmp_path):
     assert yaml.safe_load(written.read_text())["per_pair"] == {"fwd__ndr": {"fixed": {"lr": 0.003}}}
     pairs = {p.name: p for p in load_study(written).pairs}
     assert pairs["fwd__ndr"].base["lr"] == 0.003 and pairs["fwd__lstm"].base["lr"] == 0.5 and pairs["fwd__ndr"].grid == {"n_layers": [2, 4]}
-    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "best", str(state.dir), "--ablation", str(tmp_path / "space.yaml")],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and refused.stderr.startswith("orchestrator: error: best: --ablation hands a search's winners to an ablation file")
+    (state.dir / "best").rename(tmp_path / "written_before")
+    for file, reason in (("space.yaml", "--ablation hands a search's winners to an ablation file"), ("missing.yaml", "")):
+        refused = subprocess.run([sys.executable, "-m", "orchestrator.cli", "best", str(state.dir), "--ablation", str(tmp_path / file)],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and refused.stderr.startswith(f"orchestrator: error: best: {reason}"), refused.stderr
+        assert not (state.dir / "best").exists(), "a refused --ablation wrote the best configs first"
+    (tmp_path / "written_before").rename(state.dir / "best")
     assert yaml.safe_load(written.read_text())["name"] == "status_test_tuned"  # compared with its own launches, not the untuned file's
 
 

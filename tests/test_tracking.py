@@ -409,3 +409,32 @@ def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeyp
             clock[0] = start + k
             resumed.on_trial_result(0, [], trial, {"iteration": step, "best_ood_valid_acc": 0.5})
     assert capsys.readouterr().out.rstrip().endswith("ETA 13 min; best best_ood_valid_acc: p 0.5000")
+
+
+def test_a_servers_user_and_password_in_the_uri_are_sent_as_mlflows_client_sends_them():
+    """http://user:password@host:port: urllib took `user:password@host` for the host name and the
+    check said the server could not be reached while it answered."""
+    import base64
+    import http.server
+    import threading
+
+    from orchestrator.record.tracking import check_store
+
+    seen = []
+
+    class NoSuchExperiment(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NoSuchExperiment)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        check_store(f"http://alice:s%40cret@127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert seen == [("/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", "Basic " + base64.b64encode(b"alice:s@cret").decode())]

@@ -548,7 +548,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     if not isinstance(seed, int):
         raise SpecError(path, "seed", f"must be an integer, got {seed!r}")
 
-    budget = _section(Budget, raw.get("budget"), "budget", path)
+    budget = parse_budget(raw.get("budget"), path)
     _positive(path, "budget.trials", budget.trials)
     _positive(path, "budget.max_concurrent", budget.max_concurrent)
     for key in ("n_iters", "eval_every", "cluster_concurrent"):
@@ -681,6 +681,11 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
         batch_seeds=batch_seeds, batch_seeds_given=batch_seeds,
     )
+
+
+def parse_budget(raw, path) -> Budget:
+    """A file's `budget` (or a nightly file's, which the files it lists take over their own)."""
+    return _section(Budget, raw, "budget", path)
 
 
 def _text(raw: dict, key: str, default: str, path) -> str:

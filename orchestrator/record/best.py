@@ -52,6 +52,18 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     return out
 
 
+def searched_and_ablation(state: LaunchState, ablation: Path):
+    """(the launch's search, the ablation file's study): ValueError (a SpecError naming the file's
+    key) where the file does not load, or the two are not a search and an ablation."""
+    from ..plan.spec import load_study
+
+    search, study = state.study(), load_study(ablation)
+    if search.is_ablation or not study.is_ablation:
+        raise ValueError(f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
+                         f", {ablation} {'an ablation' if study.is_ablation else 'a search'}")
+    return search, study
+
+
 def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = None) -> tuple[Path, list[str]]:
     """`best/<ablation's stem>_tuned.yaml`: the ablation file, named `<its name>_tuned` (its launches
     are compared, night after night, with each other, not with the untuned file's), with, per pair
@@ -61,10 +73,7 @@ def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = 
     launch's or the result would not load."""
     from ..plan.spec import SpecError, load_study
 
-    search, study = state.study(), load_study(ablation)
-    if search.is_ablation or not study.is_ablation:
-        raise ValueError(f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
-                         f", {ablation} {'an ablation' if study.is_ablation else 'a search'}")
+    search, study = searched_and_ablation(state, ablation)
     searched = {pair.name: pair for pair in search.pairs}
     winners = best_configs(state, summaries)
     raw = yaml.safe_load(ablation.read_text())

@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -367,9 +368,11 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
         import urllib.error
 
         # Not /health, which MLflow exempts from its host check and its authentication: an API
-        # call, with the credentials MLflow's client sends (from the environment), answers as a launch's will.
-        request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
-                                         headers=auth_headers())
+        # call, with the credentials MLflow's client sends (from the environment, else the URL's
+        # user:password@, which urllib would take for part of the host name), answers as a launch's will.
+        bare, headers = without_userinfo(uri), auth_headers()
+        request = urllib.request.Request(bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+                                         headers=headers or url_auth_headers(uri))
         try:
             urllib.request.urlopen(request, timeout=timeout_s).read()
         except urllib.error.HTTPError as e:
@@ -392,6 +395,22 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
     except Exception as e:  # driver errors differ per database; all mean "unreachable"
         first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
         raise TrackingError(f"cannot reach {redact(uri)}: {first_line}") from None
+
+
+def without_userinfo(uri: str) -> str:
+    parts = urllib.parse.urlsplit(uri)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def url_auth_headers(uri: str) -> dict[str, str]:
+    """Basic auth from an http(s) URI's user:password@, as MLflow's client (requests) sends it."""
+    import base64
+
+    parts = urllib.parse.urlsplit(uri)
+    if parts.username is None:
+        return {}
+    user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def auth_headers() -> dict[str, str]:
