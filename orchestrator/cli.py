@@ -238,6 +238,12 @@ def cmd_launch(args) -> int:
         if nightly and not study.is_ablation:
             raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
         check_writable(Path(study.storage_path), f"{file}: storage_path")
+        if not study.storage.is_object_store:  # a dry run checks it here; a launch also on every node (launch.check_storage)
+            from .record.tracking import unwritable
+
+            problem = unwritable(Path(study.storage.uri))
+            if problem:
+                raise UsageError(f"{'--storage' if args.storage else f'{file}: storage'}: cannot write trial storage in {study.storage.uri} ({problem})")
         if args.launch_id and (Path(study.storage_path) / args.launch_id / "launch.json").exists():
             raise UsageError(f"--launch-id: launch {args.launch_id} exists in {study.storage_path}; "
                              f"`orchestrator resume {args.launch_id}` goes on with it, another id starts a new one")

@@ -130,6 +130,11 @@ SPEC_CASES = {
     "a bad first grid cell is not blamed on fixed": ({**ABLATION, "grid": {"dropout": [1.5, 0.1]}}, "grid.dropout=1.5 (fwd__lstm): dropout: must be"),
     "a warm start that is not a switch": ({**GOOD, "warm_start": "no"}, "warm_start: expected true or false, got 'no'"),
     "a name that is not text": ({**GOOD, "name": None}, "name: expected a name, got None"),
+    "a GPU in a grid no trial gets": ({**ABLATION, "grid": {"device": ["cpu", "cuda"]}}, "grid.device: cuda needs a GPU, and resources.gpu gives its trials none"),
+    "a GPU in a space no trial gets": ({**GOOD, "space": {"device": {"choice": ["cuda", "cpu"]}}}, "space.device: cuda needs a GPU"),
+    "an exponent YAML reads as text": ({**GOOD, "space": {"lr": {"loguniform": ["1e-4", 1.0e-3]}}}, "space.lr.loguniform: expected [low, high] finite numbers, "
+                                       "got ['1e-4', 0.001] (YAML reads 1e-4 as text: write 1.0e-04)"),
+    "trial storage under a file": ({**GOOD, "storage": "notes.txt/trials"}, "storage: cannot write trial storage in"),
 }
 
 

@@ -97,7 +97,9 @@ class Distribution:
                 raise SpecError(path, f"{where}.choice", f"repeated values in {values}")
             return cls(kind, tuple(values))
         if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-            raise SpecError(path, f"{where}.{kind}", f"expected [low, high] finite numbers, got {values}")
+            texts = [v for v in values if isinstance(v, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", v)]
+            hint = f" (YAML reads {texts[0]} as text: write {float(texts[0]):.1e})" if texts else ""
+            raise SpecError(path, f"{where}.{kind}", f"expected [low, high] finite numbers, got {values}{hint}")
         low, high = values
         if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
             raise SpecError(path, f"{where}.int", f"bounds must be integers, got {values}")
@@ -165,9 +167,17 @@ class Pair:
     own_values: dict = field(default_factory=dict)  # per_pair's fixed values the pair trains (not those its space or grid vary)
 
     @property
+    def cuda_device(self) -> tuple[str, str] | None:
+        """(the file's key, the value) where it names CUDA as a trial's device (fixed, or a value of
+        the grid or the space); auto takes a GPU only where there is one."""
+        space = self.space.get("device")
+        named = [(self.device_key, self.base.get("device", "auto")), *(("grid.device", d) for d in self.grid.get("device", [])),
+                 *(("space.device", d) for d in (space.values if space and space.kind == "choice" else []))]
+        return next(((key, str(d)) for key, d in named if str(d).startswith("cuda")), None)
+
+    @property
     def needs_gpu(self) -> bool:
-        """The file names CUDA as the trials' device (auto takes a GPU only where there is one)."""
-        return str(self.base.get("device", "auto")).startswith("cuda")
+        return self.cuda_device is not None
 
     @property
     def name(self) -> str:
@@ -326,7 +336,7 @@ class Study:
             if self.holds(pair, use_gpu, nodes):
                 continue
             if pair.needs_gpu and not use_gpu:
-                problems.append(f"{pair.device_key}: {pair.base['device']} needs a GPU, and the cluster has none")
+                problems.append("{}: {} needs a GPU, and the cluster has none".format(*pair.cuda_device))
                 continue
             asks = pair.resources.asks(use_gpu)
             most = {name: max((node.get(name, 0) for node in nodes), default=0) for name in asks}
@@ -642,10 +652,6 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             pair.resources = _parse_resources(overrides.get("resources"), resources, f"per_model.{model}.resources", path)
             if "device" in (overrides.get("fixed") or {}):
                 pair.device_key = f"per_model.{model}.fixed.device"
-            if pair.needs_gpu and pair.resources.gpu == 0:
-                asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
-                raise SpecError(path, pair.device_key, f"{pair.base['device']} needs a GPU, and {asked}.gpu gives its trials none "
-                                "(Ray hides the GPUs from a trial that asks for none)")
             # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
             # (Table 6's head counts for multi-head attention only) adds to the file's.
             own_grid = _parse_grid({"grid": overrides.get("grid")}, path, f"per_model.{model}.grid")[0]
@@ -656,6 +662,10 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             pair.grid = {k: v for k, v in model_grid.items() if k in TRAIN_KEYS | model_fields(model)}
             for key in pair.grid:
                 pair.base.pop(key, None)
+            if pair.needs_gpu and pair.resources.gpu == 0:
+                asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
+                raise SpecError(path, pair.cuda_device[0], f"{pair.cuda_device[1]} needs a GPU, and {asked}.gpu gives its trials none "
+                                "(Ray hides the GPUs from a trial that asks for none)")
             pair.own_values = {k: v for k, v in per_pair.get(pair.name, {}).items() if k in pair.base}
             _check_builds(path, pair)
             pairs.append(pair)
