@@ -339,6 +339,10 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
         "[launch] answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.857 (+0.757 from chance, 0.100) vs lstm_seq2seq 0.360; "
         "each pair's best trial, at this launch's scale",
         "[launch]   at full scale the papers report: panm 0.84 (PANM Table 7), lstm_seq2seq 0.11 (PANM Table 7)"]
+    # A headline split the task does not have (test_x99) said nothing at all.
+    reported = {p.name: {"best_metrics": {"test_x2_token_acc_at_best": 0.5}, "best_config": p.base} for p in smoke.pairs}
+    smoke.report = dataclasses.replace(smoke.report, headline="test_x99")
+    assert answer_lines(smoke, reported) == ["[launch] no answer on copy: no pair's best trial reported test_x99_token_acc_at_best"]
     # NDR fixed at 8 layers is not Table 1's NDR (14), and Table 4 prints final scores, not the best
     # checkpoint's: no paper number. Searched over layers, its best is the NDR at its best: Table 1's.
     for layers, paper in (({"fixed": {"n_layers": 8}}, []), ({"space": {"n_layers": {"choice": [8, 14]}}}, ["ndr 1.00 (NDR Table 1)"])):

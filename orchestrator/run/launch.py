@@ -712,7 +712,8 @@ def answer_lines(study: Study, summaries: dict) -> list[str]:
             if value is not None:
                 paper = published_for(pair.model, pair.task.task, variant, metric, {}, s.get("best_config") or {}, pair.chosen)
                 scored.append((pair, value, paper))
-        if not scored:
+        if not scored:  # no trial ended with a score, or the file's report.headline names a split the task lacks
+            lines.append(f"[launch] no answer on {variant}: no pair's best trial reported {metric}")
             continue
         scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
         (winner, value, _), chance = scored[0], chance_level(scored[0][0].chance(study.score))
