@@ -3,7 +3,7 @@ per step, counted on any device, so that a machine without a GPU can see a chang
 the bytes they read and write, which bound a step of small elementwise kernels on a GPU (its
 memory moves them at a few TB/s).
 
-  python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...]
+  python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...] [--kernels TEXT]
 
 With `--bf16-activations`, what the step would move were its activations bf16 throughout (the
 parameters cast inside the step), not only its matrix products' as autocast does. With
@@ -72,11 +72,32 @@ def model_line(node) -> str:
     return lines.most_common(1)[0][0] if lines else "(no model line)"
 
 
+def watch_buffers() -> list[tuple[str, str, str, dict]]:
+    """(kind, model line, kernel, bytes per buffer) of every kernel Inductor counts from now on: what
+    a kernel of our own would have to keep out of memory (the saved activations its backward
+    reads again, masks kept apart)."""
+    from torch._inductor.graph import GraphLowering
+
+    seen, count_bytes = [], GraphLowering.count_bytes
+
+    def counting(graph):
+        out = count_bytes(graph)
+        for node in graph.scheduler.nodes:
+            accesses = node.get_read_write_buffer_accesses(include_reads=True, include_writes=True)
+            if accesses:
+                kind = "matrix product" if type(node).__name__ == "ExternKernelSchedulerNode" else "fused kernel"
+                seen.append((kind, model_line(node), node.get_name(), dict(accesses)))
+        return out
+
+    GraphLowering.count_bytes = counting
+    return seen
+
+
 def in_bf16(tensors: dict) -> dict:
     return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
 
 
-def count(cfg, n: int, rows: int, bf16_activations: bool = False) -> None:
+def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
     if bf16_activations:  # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
@@ -96,6 +117,7 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False) -> None:
         compile_fx.inductor_metrics_log.setLevel(logging.INFO)
         compile_fx.inductor_metrics_log.propagate = False
         metrics.reset()
+        buffers = watch_buffers() if kernels else []
     for _ in range(WARMUP_STEPS):
         stack.run(batch)
     if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
@@ -108,6 +130,12 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False) -> None:
         print(f"{'GB':>7}  {'kind':14s}  model line most of their operators come from")
         for line, moved in by_line.most_common(rows):
             print(f"{moved / 1e9:7.3f}  {line}")
+        if kernels:
+            print(f"\nkernels whose model line holds {kernels!r}: MB moved, then each buffer read or written (MB)")
+            for kind, line, name, accesses in buffers:
+                if kernels in line:
+                    print(f"{sum(accesses.values()) / 1e6:8.2f}  {kind:14s} {name[:40]:40s} "
+                          + ", ".join(f"{buffer} {size / 1e6:.2f}" for buffer, size in accesses.items()))
         return
     with CountOperators() as mode:
         stack.run(batch)
@@ -127,6 +155,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
     parser.add_argument("--bf16-activations", action="store_true",
                         help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
+    parser.add_argument("--kernels", metavar="TEXT", help="with compile=true: each kernel whose model line holds TEXT "
+                        "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes")
     args = parser.parse_args()
     task, model = args.preset.split("/")
     flat = preset(task, model)
@@ -135,7 +165,7 @@ def main() -> None:
         set_override(flat, assignment)
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):
-        count(cfg, n, args.rows, args.bf16_activations)
+        count(cfg, n, args.rows, args.bf16_activations, args.kernels)
 
 
 if __name__ == "__main__":
