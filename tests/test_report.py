@@ -340,6 +340,17 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
         "each pair's best trial, at this launch's scale",
         "[launch]   at full scale the papers report: panm 0.84 (PANM Table 7), lstm_seq2seq 0.11 (PANM Table 7)"]
     # A headline split the task does not have (test_x99) said nothing at all.
+    # Confirmed over seeds: the means of each pair's confirmed candidate, and the test of the winner
+    # against the runner-up; a single best trial (0.99 here) does not decide it.
+    panm, lstm = [0.80, 0.84, 0.88], [0.30, 0.36, 0.42]
+    confirmed = {p.name: {"best_metrics": {"test_x2_token_acc_at_best": best}, "best_config": p.base,
+                          "confirmed": {"splits": {"test_x2_token_acc_at_best": seeds}, "config": {**p.base, "lr": 0.003}}}
+                 for p, best, seeds in zip(smoke.pairs, (0.5, 0.99), (panm, lstm))}
+    p_value = stats.two_sided_p(panm, lstm, "welch")
+    assert answer_lines(smoke, confirmed)[0] == (
+        "[launch] answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.840 (+0.740 from chance, 0.100) vs lstm_seq2seq 0.360; "
+        f"each pair's confirmed candidate, the mean over its seeds (panm 3, lstm_seq2seq 3); panm against lstm_seq2seq: p = {p_value:.3g} "
+        "(welch, two-sided), at this launch's scale")
     reported = {p.name: {"best_metrics": {"test_x2_token_acc_at_best": 0.5}, "best_config": p.base} for p in smoke.pairs}
     smoke.report = dataclasses.replace(smoke.report, headline="test_x99")
     assert answer_lines(smoke, reported) == ["[launch] no answer on copy: no pair's best trial reported test_x99_token_acc_at_best"]

@@ -562,6 +562,8 @@ def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
     tests = [r.data.metrics["test_acc_at_best"] for r in confirm if r.data.tags["candidate"] == str(chosen)]
     assert parents[0].data.metrics["tiny__lstm/confirmed_test_acc"] == pytest.approx(np.mean(tests))
     assert f"confirmed {np.mean(tests):.3f} ± {np.std(tests, ddof=1):.3f} over 2 seeds (candidate {chosen + 1})" in out.stdout
+    assert (f"[launch] answer on tiny: lstm generalizes best, test_acc_at_best {np.mean(tests):.3f}" in out.stdout
+            and "; each pair's confirmed candidate, the mean over its seeds (lstm 2), at this launch's scale" in out.stdout), out.stdout[-3000:]
     best = next((tmp_path / "runs").glob("*/best/tiny__lstm.yaml")).read_text()
     assert f"confirmed candidate {chosen + 1} of 2" in best
     assert yaml.safe_load(best)["config"]["lr"] == json.loads(ranked[chosen].data.tags["trial_config"])["lr"]

@@ -324,6 +324,7 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     assert (summary["best_run"], summary["done"], summary["failed"], summary["stopped"]) == ("done", 1, 1, 1)
     confirmed = summary["confirmed"]
     assert (confirmed["candidate"], confirmed["n"], confirmed["seeds"]) == (0, 3, 3) and confirmed["test"] == pytest.approx(0.9)
+    assert confirmed["splits"] == {"test_acc_at_best": [0.9, 0.92, 0.88]}  # each seed's, for the launch's answer over seeds
     runs[3:6] = [run("c0-0", "completed", 0.9, "confirm", 0), run("c0-1", "diverged", 0.1, "confirm", 0), run("c0-2", "completed", 0.92, "confirm", 0)]
     confirmed = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
     assert confirmed["candidate"] == 0 and tracking.confirmed_text(confirmed) == "confirmed 0.910 ± 0.014 over 2 of 3 seeds (candidate 1)"

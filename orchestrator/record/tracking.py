@@ -794,9 +794,12 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
         chosen = min(done, key=lambda k: (-len(done[k]), sign * mean_metric(k)))
         tests = [r.data.metrics[f"test_{score}_at_best"] for r in done[chosen] if f"test_{score}_at_best" in r.data.metrics]
         config = {k: v for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
+        # every test split's score of each seed: the launch's answer compares the pairs on its headline split
+        splits = {name: [r.data.metrics[name] for r in done[chosen] if name in r.data.metrics]
+                  for name in sorted({m for r in done[chosen] for m in r.data.metrics if m.startswith("test") and m.endswith("_at_best")})}
         out[pair] = {"candidate": int(chosen), "n": len(done[chosen]), "seeds": len(candidates[chosen]), "metric": mean_metric(chosen),
                      "config": config, "test": statistics.fmean(tests) if tests else None,
-                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None, "running": running.get(pair, 0)}
+                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None, "running": running.get(pair, 0), "splits": splits}
     return out
 
 
