@@ -327,7 +327,7 @@ def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_sea
 
 def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_each_model(tmp_path):
     from orchestrator.plan.spec import load_study
-    from orchestrator.run.launch import answer_lines
+    from orchestrator.report.report import answer_lines
 
     def answer(study, scores):
         summaries = {p.name: {"best_metrics": {f"{study.report.headline}_{study.score}_at_best": score}, "best_config": {**p.base, **config}}
@@ -336,9 +336,9 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
 
     smoke = load_study("search_spaces/smoke.yaml")
     assert answer(smoke, [(0.857, {"lr": 0.003}), (0.36, {"lr": 0.01})]) == [
-        "[launch] answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.857 (+0.757 from chance, 0.100) vs lstm_seq2seq 0.360; "
+        "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.857 (+0.757 from chance, 0.100) vs lstm_seq2seq 0.360; "
         "each pair's best trial, at this launch's scale",
-        "[launch]   at full scale the papers report: panm 0.84 (PANM Table 7), lstm_seq2seq 0.11 (PANM Table 7)"]
+        "  at full scale the papers report: panm 0.84 (PANM Table 7), lstm_seq2seq 0.11 (PANM Table 7)"]
     # A headline split the task does not have (test_x99) said nothing at all.
     # Confirmed over seeds: the means of each pair's confirmed candidate, and the test of the winner
     # against the runner-up; a single best trial (0.99 here) does not decide it.
@@ -348,12 +348,12 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
                  for p, best, seeds in zip(smoke.pairs, (0.5, 0.99), (panm, lstm))}
     p_value = stats.two_sided_p(panm, lstm, "welch")
     assert answer_lines(smoke, confirmed)[0] == (
-        "[launch] answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.840 (+0.740 from chance, 0.100) vs lstm_seq2seq 0.360; "
+        "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.840 (+0.740 from chance, 0.100) vs lstm_seq2seq 0.360; "
         f"each pair's confirmed candidate, the mean over its seeds (panm 3, lstm_seq2seq 3); panm against lstm_seq2seq: p = {p_value:.3g} "
         "(welch, two-sided), at this launch's scale")
     reported = {p.name: {"best_metrics": {"test_x2_token_acc_at_best": 0.5}, "best_config": p.base} for p in smoke.pairs}
     smoke.report = dataclasses.replace(smoke.report, headline="test_x99")
-    assert answer_lines(smoke, reported) == ["[launch] no answer on copy: no pair's best trial reported test_x99_token_acc_at_best"]
+    assert answer_lines(smoke, reported) == ["no answer on copy: no pair's best trial reported test_x99_token_acc_at_best"]
     # NDR fixed at 8 layers is not Table 1's NDR (14), and Table 4 prints final scores, not the best
     # checkpoint's: no paper number. Searched over layers, its best is the NDR at its best: Table 1's.
     for layers, paper in (({"fixed": {"n_layers": 8}}, []), ({"space": {"n_layers": {"choice": [8, 14]}}}, ["ndr 1.00 (NDR Table 1)"])):
@@ -363,7 +363,7 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
                                         "space": {"lr": {"loguniform": [1.0e-4, 1.0e-3]}, **layers.get("space", {})},
                                         "fixed": layers.get("fixed", {}), "budget": {"trials": 2}}))
         lines = answer(load_study(file), [(0.5, {"lr": 3.0e-4, "n_layers": 8})])
-        assert lines[1:] == [f"[launch]   at full scale the papers report: {', '.join(paper)}"] * bool(paper), lines
+        assert lines[1:] == [f"  at full scale the papers report: {', '.join(paper)}"] * bool(paper), lines
 
 
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():
@@ -495,12 +495,15 @@ def test_a_search_report_shows_every_trial_the_winner_and_the_curves(tmp_path, u
         assert cells == [f"**{number}**" if number == 3 else str(number), f"{lr:.3g}", str(layers), status, str(10 * len(curve)),
                          f"{max(curve):.3f}", f"{max(curve) - 0.1:.3f}"], row
     assert "Winning config (trial #3" in markdown and "`lr` = 0.0003 (of loguniform [0.0001, 0.001])" in markdown
+    # The answer opens the report, as it closes the launch: the winner's test score (trial 3's).
+    assert f"## The answer\n\n- answer on tiny: ndr generalizes best, test_acc_at_best {max(SEARCH_TRIALS[2][3]) - 0.1:.3f}" in markdown, markdown[:1500]
     assert "Hyperparameter importances" in markdown
     assert "compare-runs?runs=" in markdown and "mlflow ui --backend-store-uri" in markdown
     figures = {p.name for p in (state.dir / "report").glob("*.png")}
     assert {"tiny__ndr_curves.png", "tiny__ndr_slices.png"} <= figures
     dom = rendered(chromium, with_image_probe((state.dir / "report" / "report.html").read_text(), tmp_path / "checked.html"))
     assert dom.count('<tr class="best">') == 1 and dom.count("<tr") >= len(SEARCH_TRIALS) + 1
+    assert "<h2>The answer</h2>\n<ul><li>answer on tiny: ndr generalizes best" in dom
     assert re.search(r'data-images="[2-9]:true"', dom), dom[-500:]
     assert 'alt="tiny__ndr_curves.png"' in dom and 'alt="tiny__ndr_slices.png"' in dom
 

@@ -19,6 +19,7 @@ import re
 import warnings
 from collections import Counter
 from functools import lru_cache
+from statistics import fmean
 from pathlib import Path
 
 import pandas as pd
@@ -310,6 +311,49 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
 
 
 PAPERS = {"ndr": "NDR (Csordás et al., ICLR 2022)", "panm": "PANM (Le et al.)", "compositional_attention": "Compositional Attention (Mittal et al.)"}
+PAPER_NAMES = {"ndr": "NDR", "panm": "PANM", "compositional_attention": "Compositional Attention"}  # in a line, PAPERS without the authors
+
+
+def answer_lines(study, summaries: dict) -> list[str]:
+    """What a search's summary means, per task: which model generalizes best on the file's headline
+    test split (report.headline), how far each is from chance, and what the papers report for the
+    same split at full scale (a line of its own, indented). Where every pair's search was confirmed,
+    by its confirmed candidate's mean over seeds, with the file's test (report.test) of the winner
+    against the runner-up; else by each pair's best trial. The launch's closing lines and the
+    report's first section."""
+
+    metric = f"{study.report.headline}_{study.score}_at_best"
+    lines = []
+    for variant in dict.fromkeys(p.task.variant for p in study.pairs):
+        pairs = [p for p in study.pairs if p.task.variant == variant]
+        seeds = {p.name: ((summaries.get(p.name, {}).get("confirmed") or {}).get("splits") or {}).get(metric) for p in pairs}
+        confirmed = all(seeds.values())
+        scored = []
+        for pair in pairs:
+            s = summaries.get(pair.name, {})
+            value = fmean(seeds[pair.name]) if confirmed else (s.get("best_metrics") or {}).get(metric)
+            if value is not None:
+                config = s["confirmed"]["config"] if confirmed else s.get("best_config") or {}
+                scored.append((pair, value, published_for(pair.model, pair.task.task, variant, metric, {}, config, pair.chosen)))
+        if not scored:  # no trial ended with a score, or the file's report.headline names a split the task lacks
+            lines.append(f"no answer on {variant}: no pair's best trial reported {metric}")
+            continue
+        scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
+        (winner, value, _), chance = scored[0], plots.chance_level(scored[0][0].chance(study.score))
+        versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
+        basis = "each pair's best trial"
+        if confirmed:
+            basis = "each pair's confirmed candidate, the mean over its seeds (" + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored) + ")"
+            if len(scored) > 1 and min(len(seeds[winner.name]), len(seeds[scored[1][0].name])) > 1:
+                p_value = stats.two_sided_p(seeds[winner.name], seeds[scored[1][0].name], study.report.test)
+                basis += f"; {winner.model} against {scored[1][0].model}: p = {p_value:.3g} ({study.report.test}, two-sided)"
+        lines.append(f"answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
+                     + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
+                     + (f" vs {versus}" if versus else "") + f"; {basis}, at this launch's scale")
+        papers = [f"{pair.model} {paper['mean']:.2f} ({PAPER_NAMES.get(paper['paper'], paper['paper'])} {paper['table']})" for pair, _, paper in scored if paper]
+        if papers:
+            lines.append(f"  at full scale the papers report: {', '.join(papers)}")
+    return lines
 
 
 def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
@@ -618,6 +662,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     return {
         "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
         "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
+        "answer": [] if study.is_ablation else answer_lines(study, tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id,
+                                                                                           study.metric, study.score, trial_runs)),
         "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
         "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,

@@ -692,53 +692,6 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     return state
 
 
-PAPERS = {"ndr": "NDR", "panm": "PANM", "compositional_attention": "Compositional Attention"}  # published.yaml's paper keys
-
-
-def answer_lines(study: Study, summaries: dict) -> list[str]:
-    """What a search's summary means, per task: which model generalizes best on the file's headline
-    test split (report.headline), how far each is from chance, and what the papers report for the
-    same split at full scale. Where every pair's search was confirmed, by its confirmed candidate's
-    mean over seeds, with the file's test (report.test) of the winner against the runner-up; else by
-    each pair's best trial."""
-    from statistics import fmean
-
-    from ..report.plots import chance_level
-    from ..report.report import lower_is_better, published_for
-    from ..report.stats import two_sided_p
-
-    metric = f"{study.report.headline}_{study.score}_at_best"
-    lines = []
-    for variant in dict.fromkeys(p.task.variant for p in study.pairs):
-        pairs = [p for p in study.pairs if p.task.variant == variant]
-        seeds = {p.name: ((summaries.get(p.name, {}).get("confirmed") or {}).get("splits") or {}).get(metric) for p in pairs}
-        confirmed = all(seeds.values())
-        scored = []
-        for pair in pairs:
-            s = summaries.get(pair.name, {})
-            value = fmean(seeds[pair.name]) if confirmed else (s.get("best_metrics") or {}).get(metric)
-            if value is not None:
-                config = s["confirmed"]["config"] if confirmed else s.get("best_config") or {}
-                scored.append((pair, value, published_for(pair.model, pair.task.task, variant, metric, {}, config, pair.chosen)))
-        if not scored:  # no trial ended with a score, or the file's report.headline names a split the task lacks
-            lines.append(f"[launch] no answer on {variant}: no pair's best trial reported {metric}")
-            continue
-        scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
-        (winner, value, _), chance = scored[0], chance_level(scored[0][0].chance(study.score))
-        versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
-        basis = "each pair's best trial"
-        if confirmed:
-            basis = "each pair's confirmed candidate, the mean over its seeds (" + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored) + ")"
-            if len(scored) > 1 and min(len(seeds[winner.name]), len(seeds[scored[1][0].name])) > 1:
-                p_value = two_sided_p(seeds[winner.name], seeds[scored[1][0].name], study.report.test)
-                basis += f"; {winner.model} against {scored[1][0].model}: p = {p_value:.3g} ({study.report.test}, two-sided)"
-        lines.append(f"[launch] answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
-                     + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
-                     + (f" vs {versus}" if versus else "") + f"; {basis}, at this launch's scale")
-        papers = [f"{pair.model} {paper['mean']:.2f} ({PAPERS.get(paper['paper'], paper['paper'])} {paper['table']})" for pair, _, paper in scored if paper]
-        if papers:
-            lines.append(f"[launch]   at full scale the papers report: {', '.join(papers)}")
-    return lines
 
 
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
@@ -754,8 +707,10 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
               f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
     if not study.is_ablation:
+        from ..report.report import answer_lines
+
         for line in answer_lines(study, summaries):
-            print(line, flush=True)
+            print(f"[launch] {line}", flush=True)
     later = f"{state.dir / 'report' / 'report.html'}" + ("" if study.is_ablation else f"; orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}")
     print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
           f"{state.tracking_uri}", flush=True)
