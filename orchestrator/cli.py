@@ -317,9 +317,10 @@ def cmd_resume(args) -> int:
     return launch.execute(state, args.address)
 
 
-def load_state(args, reads_store: bool = True):
+def load_state(args, reads_store: bool = True, uses_store: bool = True):
     """The launch `args` name, its tracking store checked where the command reads it (`resume`
-    checks its own, writable; `accept` only writes launch.json)."""
+    checks its own, writable); with `uses_store` False (`accept`, which only writes launch.json)
+    neither checked nor its password asked for."""
     from .record.state import LaunchState, find_launch
     from .record.tracking import TrackingError, check_store, missing_sqlite_file, reveal
 
@@ -327,6 +328,8 @@ def load_state(args, reads_store: bool = True):
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
+    if not uses_store:
+        return state
     database = missing_sqlite_file(state.tracking_uri)
     if database:  # opening it would make an empty store and show no trials
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
@@ -411,7 +414,7 @@ def cell_status(state, plan: dict) -> None:
 def cmd_accept(args) -> int:
     """A night's regression was intended (a new protocol, a fixed bug that inflated scores): later
     nights compare with this night instead of the last one before it."""
-    state = load_state(args, reads_store=False)
+    state = load_state(args, uses_store=False)
     if state.night is None:
         raise UsageError(f"accept: launch {state.launch_id} is no night of the nightly job; nights compare with nights")
     if not state.regressed:

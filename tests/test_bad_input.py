@@ -251,3 +251,17 @@ def test_a_launch_id_in_use_is_refused_not_overwritten(tmp_path):
     (tmp_path / "runs" / "taken" / "launch.json").write_text("{}")
     line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate", "--launch-id", "taken"])
     assert line.startswith("orchestrator: error: --launch-id: launch taken exists in runs; `orchestrator resume taken`"), line
+
+
+def test_accept_writes_launch_json_without_the_stores_password(tmp_path, monkeypatch):
+    """`accept` only marks launch.json; it asked for the password of a store it never opens."""
+    from orchestrator.record.state import LaunchState
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    night = LaunchState("night-2", tmp_path / "runs" / "night-2", "nightly", "n.yaml", "", "postgresql+psycopg://u:***@127.0.0.1/x", "r",
+                        state="finished", night=1, regressed=True)
+    night.dir.mkdir(parents=True)
+    night.save()
+    code, out, err = run_in(tmp_path, ["accept", "--storage-path", "runs", "night-2"])
+    assert code == 0 and "accepted night night-2's regression" in out.getvalue(), err.getvalue()
+    assert LaunchState.load(night.dir).accepted
