@@ -19,8 +19,8 @@ import re
 import warnings
 from collections import Counter
 from functools import lru_cache
-from statistics import fmean
 from pathlib import Path
+from statistics import fmean
 
 import pandas as pd
 import yaml
@@ -321,7 +321,6 @@ def answer_lines(study, summaries: dict) -> list[str]:
     by its confirmed candidate's mean over seeds, with the file's test (report.test) of the winner
     against the runner-up; else by each pair's best trial. The launch's closing lines and the
     report's first section."""
-
     metric = f"{study.report.headline}_{study.score}_at_best"
     lines = []
     for variant in dict.fromkeys(p.task.variant for p in study.pairs):

@@ -692,8 +692,6 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     return state
 
 
-
-
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
     """The launch's answer per pair (`summaries`, else read from the store), beside what chance
     scores, and what to run next."""
