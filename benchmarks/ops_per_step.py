@@ -25,6 +25,7 @@ import argparse
 import logging
 import re
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -72,10 +73,10 @@ def model_line(node) -> str:
     return lines.most_common(1)[0][0] if lines else "(no model line)"
 
 
-def watch_buffers() -> list[tuple[str, str, str, dict]]:
-    """(kind, model line, kernel, bytes per buffer) of every kernel Inductor counts from now on: what
-    a kernel of our own would have to keep out of memory (the saved activations its backward
-    reads again, masks kept apart)."""
+def watch_buffers() -> tuple[list[tuple[str, str, str, dict]], Callable[[], None]]:
+    """(kind, model line, kernel, bytes per buffer) of every kernel Inductor counts until the
+    returned function is called: what a kernel of our own would have to keep out of memory (the
+    saved activations its backward reads again, masks kept apart)."""
     from torch._inductor.graph import GraphLowering
 
     seen, count_bytes = [], GraphLowering.count_bytes
@@ -90,7 +91,7 @@ def watch_buffers() -> list[tuple[str, str, str, dict]]:
         return out
 
     GraphLowering.count_bytes = counting
-    return seen
+    return seen, lambda: setattr(GraphLowering, "count_bytes", count_bytes)
 
 
 def in_bf16(tensors: dict) -> dict:
@@ -104,6 +105,8 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str |
         forward = stack.forward
         stack.forward = lambda params, buffers, batch: forward(in_bf16(params), in_bf16(buffers), batch).float()
     cfg = stack.cfg  # compile and bf16 as the stack runs them (auto decided for this device)
+    if kernels and not cfg.compile:
+        raise SystemExit("ops_per_step.py: --kernels lists compiled kernels: add --set compile=true")
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
     batch = stack.next_batch()
     width = f" x {batch['tokens'].shape[-1]} tokens" if "tokens" in batch else ""
@@ -117,10 +120,11 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str |
         compile_fx.inductor_metrics_log.setLevel(logging.INFO)
         compile_fx.inductor_metrics_log.propagate = False
         metrics.reset()
-        buffers = watch_buffers() if kernels else []
+        buffers, stop_watching = watch_buffers() if kernels else ([], lambda: None)
     for _ in range(WARMUP_STEPS):
         stack.run(batch)
     if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
+        stop_watching()
         print(f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
               f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products")
         by_line = Counter()

@@ -241,7 +241,7 @@ def cmd_launch(args) -> int:
         if not study.storage.is_object_store:  # a dry run checks it here; a launch also on every node (launch.check_storage)
             from .record.tracking import unwritable
 
-            problem = unwritable(Path(study.storage.uri))
+            problem = unwritable(Path(study.storage.uri).expanduser())
             if problem:
                 raise UsageError(f"{'--storage' if args.storage else f'{file}: storage'}: cannot write trial storage in {study.storage.uri} ({problem})")
         if args.launch_id and (Path(study.storage_path) / args.launch_id / "launch.json").exists():

@@ -132,8 +132,12 @@ SPEC_CASES = {
     "a name that is not text": ({**GOOD, "name": None}, "name: expected a name, got None"),
     "a GPU in a grid no trial gets": ({**ABLATION, "grid": {"device": ["cpu", "cuda"]}}, "grid.device: cuda needs a GPU, and resources.gpu gives its trials none"),
     "a GPU in a space no trial gets": ({**GOOD, "space": {"device": {"choice": ["cuda", "cpu"]}}}, "space.device: cuda needs a GPU"),
-    "an exponent YAML reads as text": ({**GOOD, "space": {"lr": {"loguniform": ["1e-4", 1.0e-3]}}}, "space.lr.loguniform: expected [low, high] finite numbers, "
-                                       "got ['1e-4', 0.001] (YAML reads 1e-4 as text: write 1.0e-04)"),
+    "an exponent YAML reads as text": ({**GOOD, "space": {"lr": {"loguniform": ["125e-6", 1.0e-3]}}}, "space.lr.loguniform: expected [low, high] finite numbers, "
+                                       "got ['125e-6', 0.001] (YAML reads 125e-6 as text: write 1.25e-04)"),
+    # a reason that names no key of the file (torch's "embed_dim must be divisible by num_heads") points at the value probed
+    "a later grid cell whose reason names no key": ({**ABLATION, "models": ["transformer_seq2seq"], "tasks": [{"task": "copy", "variant": "fwd"}],
+                                                    "metric": "best_ood_valid_token_acc", "grid": {"d_model": [64, 60]}},
+                                                   "grid.d_model=60 (fwd__transformer_seq2seq): "),
     "trial storage under a file": ({**GOOD, "storage": "notes.txt/trials"}, "storage: cannot write trial storage in"),
 }
 
@@ -265,3 +269,21 @@ def test_accept_writes_launch_json_without_the_stores_password(tmp_path, monkeyp
     code, out, err = run_in(tmp_path, ["accept", "--storage-path", "runs", "night-2"])
     assert code == 0 and "accepted night night-2's regression" in out.getvalue(), err.getvalue()
     assert LaunchState.load(night.dir).accepted
+
+
+def test_a_year_as_a_name_and_an_empty_warm_start_still_plan(tmp_path):
+    """What files said before the types were checked: a whole-number name, warm_start null (false)."""
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "name": 2024, "warm_start": None}))
+    code, out, err = run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert code == 0 and err.getvalue() == "", err.getvalue()
+
+
+def test_trial_storage_under_home_is_checked_where_the_launch_puts_it(tmp_path, monkeypatch):
+    """`storage: ~/trials` was checked as ./~/trials: a home that cannot hold it passed the dry run."""
+    (tmp_path / "home_is_a_file").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "home_is_a_file"))
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "storage": "~/trials"}))
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert line.startswith(f"orchestrator: error: {path}: storage: cannot write trial storage in ~/trials ({tmp_path / 'home_is_a_file'} is not"), line

@@ -432,10 +432,20 @@ def test_a_servers_user_and_password_in_the_uri_are_sent_as_mlflows_client_sends
         def log_message(self, *args):
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), NoSuchExperiment)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    class Refused(NoSuchExperiment):
+        def do_GET(self):
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b"bad credentials")
+
+    servers = [http.server.HTTPServer(("127.0.0.1", 0), handler) for handler in (NoSuchExperiment, Refused)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        check_store(f"http://alice:s%40cret@127.0.0.1:{server.server_port}")
+        check_store(f"http://alice:s%40cret@127.0.0.1:{servers[0].server_port}")
+        with pytest.raises(tracking.TrackingError, match=r"401 bad credentials \(the URI's user and password were refused\)"):
+            check_store(f"http://alice:wrong@127.0.0.1:{servers[1].server_port}")
     finally:
-        server.shutdown()
+        for server in servers:
+            server.shutdown()
     assert seen == [("/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", "Basic " + base64.b64encode(b"alice:s@cret").decode())]

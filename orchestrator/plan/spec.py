@@ -66,6 +66,13 @@ def name_problem(text: str) -> str | None:
     return f"{text!r} must be 1-100 letters, digits, '_', '-' or '.' (not '..'), starting with a letter or digit"
 
 
+def yaml_number(value: float) -> str:
+    """`value` as YAML 1.1 reads a float (a dot in the mantissa, a signed exponent): 1.25e-04, not 125e-6."""
+    mantissa, exponent = f"{value:e}".split("e")
+    mantissa = mantissa.rstrip("0")
+    return f"{mantissa}0e{exponent}" if mantissa.endswith(".") else f"{mantissa}e{exponent}"
+
+
 def safe_name(value, path, key: str) -> str:
     """`value` if it can go into a filter string or a path unquoted; else SpecError."""
     problem = name_problem(str(value))
@@ -98,7 +105,7 @@ class Distribution:
             return cls(kind, tuple(values))
         if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
             texts = [v for v in values if isinstance(v, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", v)]
-            hint = f" (YAML reads {texts[0]} as text: write {float(texts[0]):.1e})" if texts else ""
+            hint = f" (YAML reads {texts[0]} as text: write {yaml_number(float(texts[0]))})" if texts else ""
             raise SpecError(path, f"{where}.{kind}", f"expected [low, high] finite numbers, got {values}{hint}")
         low, high = values
         if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
@@ -700,16 +707,16 @@ def parse_budget(raw, path) -> Budget:
 
 def _text(raw: dict, key: str, default: str, path) -> str:
     value = raw.get(key, default)
-    if not isinstance(value, str):
+    if not isinstance(value, (str, int)) or isinstance(value, bool):  # a year is a name
         raise SpecError(path, key, f"expected a name, got {value!r}")
-    return value
+    return str(value)
 
 
 def _switch(raw: dict, key: str, default: bool, path) -> bool:
     value = raw.get(key, default)
-    if not isinstance(value, bool):
+    if value is not None and not isinstance(value, bool):  # an empty value (null) has always meant false
         raise SpecError(path, key, f"expected true or false, got {value!r}")
-    return value
+    return bool(value)
 
 
 def _parse_storage(raw, storage_path: str, path) -> TrialStorage:
@@ -865,16 +872,17 @@ def _check_builds(path, pair: Pair) -> None:
     tried = {k: _probe_values(d) for k, d in pair.space.items()}
     first_values = {k: values[0] for k, values in tried.items()}
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
-    probes = [(cell, first_values) for cell in cells]
-    probes += [(cells[0], {**first_values, key: v}) for key, values in tried.items() for v in values[1:]]
-    for cell, searched in probes:
+    # (what the probe varies, where a reason that names no key points: the cell, the space's value, or fixed first)
+    probes = [(cell, first_values, "fixed" if k == 0 else ", ".join(f"grid.{key}={v!r}" for key, v in cell.items())) for k, cell in enumerate(cells)]
+    probes += [(cells[0], {**first_values, key: v}, f"space.{key}={v!r}") for key, values in tried.items() for v in values[1:]]
+    for cell, searched, where in probes:
         try:
             check_builds(parse_trial_config({**pair.base, **searched, **cell}))
         except ConfigError as e:
-            # the grid and space values the reason names, else the file's fixed values (with the paper's)
+            # the grid and space values the reason names (a bad low end of a range, a bad first cell), else `where`
             named = [f"grid.{k}={v!r}" for k, v in cell.items()] + [f"space.{k}={v!r}" for k, v in searched.items()]
             at_fault = [n for n in named if re.search(rf"\b{re.escape(n.split('.', 1)[1].split('=')[0])}\b", str(e))]
-            raise SpecError(path, f"{', '.join(at_fault) or 'fixed'} ({pair.name})", str(e)) from None
+            raise SpecError(path, f"{', '.join(at_fault) or where} ({pair.name})", str(e)) from None
 
 
 def _parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dict[str, dict]:

@@ -370,16 +370,17 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
         # Not /health, which MLflow exempts from its host check and its authentication: an API
         # call, with the credentials MLflow's client sends (from the environment, else the URL's
         # user:password@, which urllib would take for part of the host name), answers as a launch's will.
-        bare, headers = without_userinfo(uri), auth_headers()
+        bare, from_environment = without_userinfo(uri), auth_headers()
         request = urllib.request.Request(bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
-                                         headers=headers or url_auth_headers(uri))
+                                         headers=from_environment or url_auth_headers(uri))
         try:
             urllib.request.urlopen(request, timeout=timeout_s).read()
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: no such experiment, but the server answered
                 answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
                 if e.code == 401:
-                    answer += (" (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)" if auth_headers() else
+                    answer += (" (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)" if from_environment else
+                               " (the URI's user and password were refused)" if url_auth_headers(uri) else
                                " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
                 raise TrackingError(f"tracking server {redact(uri)} refuses requests: {e.code} {answer}") from None
         except OSError as e:
@@ -410,7 +411,15 @@ def url_auth_headers(uri: str) -> dict[str, str]:
     if parts.username is None:
         return {}
     user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {"Authorization": "Basic " + base64.b64encode(basic_credentials(user, password)).decode()}
+
+
+def basic_credentials(user: str, password: str) -> bytes:
+    """user:password as requests (MLflow's client) encodes it for basic auth: latin-1 where it can."""
+    try:
+        return f"{user}:{password}".encode("latin-1")
+    except UnicodeEncodeError:
+        return f"{user}:{password}".encode()
 
 
 def auth_headers() -> dict[str, str]:
@@ -422,7 +431,7 @@ def auth_headers() -> dict[str, str]:
         return {"Authorization": f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"}
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
     if user and password:
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+        return {"Authorization": "Basic " + base64.b64encode(basic_credentials(user, password)).decode()}
     return {}
 
 
