@@ -60,18 +60,6 @@ def port_number(text: str) -> int:
     return port
 
 
-def missing_device(device: str) -> str | None:
-    """Why torch here cannot train on `device` (a GPU launch's best config re-run on a laptop), or None."""
-    import torch
-
-    if device.startswith("cuda"):
-        index = int(device.partition(":")[2] or 0)
-        return None if index < torch.cuda.device_count() else f"torch finds {torch.cuda.device_count()} CUDA device(s) here"
-    if device == "mps" and not torch.backends.mps.is_available():
-        return "torch finds no MPS device here"
-    return None
-
-
 def cmd_train(args) -> int:
     from trainables.config import ConfigError, check_builds, parse_trial_config, set_override
 
@@ -86,10 +74,12 @@ def cmd_train(args) -> int:
         check_builds(cfg)  # the same check a launch's space gets
     except ConfigError as e:
         raise UsageError(f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}") from None
-    missing = missing_device(cfg.device)
-    if missing:
-        raise UsageError(f"{args.source}: device: {cfg.device}, but {missing} (device=auto trains on what there is)")
-    from trainables.train import train
+    from trainables.train import pick_device, train
+
+    try:
+        pick_device(cfg.device)
+    except ConfigError as e:
+        raise UsageError(f"{args.source}: {e}") from None
 
     metrics = train(cfg)
     # The final metrics as JSON (other tools read it), rounded to what a reader compares.
@@ -435,7 +425,7 @@ def cmd_best(args) -> int:
                          f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}")
     if args.ablation:  # refused before anything is written
         try:
-            searched_and_ablation(state, Path(args.ablation))
+            studies = searched_and_ablation(state, Path(args.ablation))
         except ValueError as e:
             raise UsageError(f"best: {e}") from None
     summaries = summaries_of(state)  # the store read once, for both files
@@ -443,7 +433,7 @@ def cmd_best(args) -> int:
         print(path)
     if args.ablation:
         try:
-            path, lines = write_ablation(state, Path(args.ablation), summaries)
+            path, lines = write_ablation(state, Path(args.ablation), summaries, studies)
         except ValueError as e:
             raise UsageError(f"best: {e}") from None
         for line in lines:

@@ -37,9 +37,16 @@ Reporter = Callable[[dict[str, Any], Callable[[], dict]], None]
 
 
 def pick_device(name: str) -> torch.device:
+    """`name`'s device; ConfigError where torch here has none such (a GPU launch's best config re-run
+    on a laptop, a trial on a node without CUDA), before torch fails somewhere inside the trial."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"device: {name}, but torch finds {torch.cuda.device_count()} CUDA device(s) here (device=auto trains on what there is)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device: {name}, but torch finds no MPS device here (device=auto trains on what there is)")
+    return device
 
 
 def where(cfg: TrainConfig, device: torch.device) -> str:

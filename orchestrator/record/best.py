@@ -64,16 +64,16 @@ def searched_and_ablation(state: LaunchState, ablation: Path):
     return search, study
 
 
-def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = None) -> tuple[Path, list[str]]:
+def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = None, studies: tuple | None = None) -> tuple[Path, list[str]]:
     """`best/<ablation's stem>_tuned.yaml`: the ablation file, named `<its name>_tuned` (its launches
     are compared, night after night, with each other, not with the untuned file's), with, per pair
     the search answered on the same task and options, the values the search chose (its searched
     keys, but those the ablation's grid sweeps) as `per_pair.<pair>.fixed`, over the file's own; ->
     (the file, a line per pair saying what it got). ValueError where either file is no such
-    launch's or the result would not load."""
+    launch's or the result would not load. `studies`: searched_and_ablation's, where already read."""
     from ..plan.spec import SpecError, load_study
 
-    search, study = searched_and_ablation(state, ablation)
+    search, study = studies or searched_and_ablation(state, ablation)
     searched = {pair.name: pair for pair in search.pairs}
     winners = best_configs(state, summaries)
     raw = yaml.safe_load(ablation.read_text())

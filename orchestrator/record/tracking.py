@@ -801,11 +801,11 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
             return statistics.fmean(r.data.metrics.get(metric, math.nan) for r in done[k])
 
         chosen = min(done, key=lambda k: (-len(done[k]), sign * mean_metric(k)))
-        tests = [r.data.metrics[f"test_{score}_at_best"] for r in done[chosen] if f"test_{score}_at_best" in r.data.metrics]
         config = {k: v for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
         # every test split's score of each seed: the launch's answer compares the pairs on its headline split
         splits = {name: [r.data.metrics[name] for r in done[chosen] if name in r.data.metrics]
                   for name in sorted({m for r in done[chosen] for m in r.data.metrics if m.startswith("test") and m.endswith("_at_best")})}
+        tests = splits.get(f"test_{score}_at_best", [])
         out[pair] = {"candidate": int(chosen), "n": len(done[chosen]), "seeds": len(candidates[chosen]), "metric": mean_metric(chosen),
                      "config": config, "test": statistics.fmean(tests) if tests else None,
                      "test_std": statistics.stdev(tests) if len(tests) > 1 else None, "running": running.get(pair, 0), "splits": splits}

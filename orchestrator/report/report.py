@@ -201,13 +201,22 @@ def published_cells() -> tuple[dict, ...]:
     return tuple(yaml.safe_load(PUBLISHED.read_text()) or ()) if PUBLISHED.exists() else ()
 
 
+@lru_cache(maxsize=1)
+def varied_keys() -> dict[tuple[str, str], frozenset[str]]:
+    """(model, task) -> the keys some published cell of theirs names in its setting."""
+    out: dict[tuple[str, str], set] = {}
+    for cell in published_cells():
+        out.setdefault((cell.get("model"), cell.get("task")), set()).update(cell.get("setting") or {})
+    return {pair: frozenset(keys) for pair, keys in out.items()}
+
+
 def paper_setting(model: str, task: str, config: dict) -> dict:
     """The values the papers' tables hold fixed where a cell does not name them, for the keys some
     cell of the model and task varies (NDR's layers in Table 4, ACT in Table 6): the preset's, else
     the model's and the task's defaults. Empty where we have no preset for the pair."""
     from trainables.config import ConfigError, defaults, preset
 
-    varied = {k for cell in published_cells() if (cell.get("model"), cell.get("task")) == (model, task) for k in cell.get("setting") or {}}
+    varied = varied_keys().get((model, task), frozenset())
     try:
         paper = preset(task, model, config.get("task_options"))
     except ConfigError:
