@@ -594,6 +594,15 @@ def own_values(pair) -> str:
     return "; its own values (per_pair): " + ", ".join(f"{k}={v}" for k, v in pair.own_values.items()) if pair.own_values else ""
 
 
+def unstopped(study, pair) -> str:
+    """Where ASHA could stop none of a search pair's trials (they end by its first rung), in words
+    for the plan ("" otherwise): the file asks for early stopping that would never happen."""
+    n_iters = int(pair.base["n_iters"])
+    if not study.uses_asha or n_iters > study.scheduler.grace_period:
+        return ""
+    return f"; ASHA stops none of its trials: they end at {n_iters} iterations, within scheduler.grace_period {study.scheduler.grace_period}"
+
+
 def describe_study(study) -> str:
     from .record.tracking import redact
 
@@ -606,7 +615,7 @@ def describe_study(study) -> str:
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}{own_resources(study, p)}{own_values(p)}" for p in study.pairs]
+        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}" for p in study.pairs]
         if study.confirm.top_k:
             lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
                          "the pair's answer is the best candidate's mean")

@@ -441,6 +441,19 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
                         "1 pair(s) without an estimate left out")
 
 
+def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
+    """ASHA's first rung is at grace_period: a pair whose trials end by then is searched without
+    early stopping, which the file asked for; the plan says so for that pair only."""
+    from orchestrator.cli import describe_study
+
+    spec = with_(budget={"trials": 2}, scheduler={"name": "asha", "grace_period": 600}, per_model={"ndr": {"fixed": {"n_iters": 600}}, "lstm": {"fixed": {"n_iters": 1500}}})
+    plan = describe_study(load_study(write(tmp_path, spec))).splitlines()
+    assert plan[1].endswith("; ASHA stops none of its trials: they end at 600 iterations, within scheduler.grace_period 600")
+    assert "ASHA" not in plan[2]
+    for quiet in ({**spec, "scheduler": {"name": "fifo"}}, {**spec, "grid": {"dropout": [0.1, 0.2]}, "space": {}}):
+        assert "ASHA" not in describe_study(load_study(write(tmp_path, quiet)))
+
+
 def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatch):
     """per_model.<model>.resources: its keys over the file's. Each trial asks Ray for its pair's
     (Tune's resource request of the trial's config), the cluster runs as many at once as the
@@ -460,8 +473,10 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     assert pairs["lstm"].resources.asks(True) == {"CPU": 2, "GPU": 0.25, "slot": 1}
     assert pairs["lstm"].resources.asks(False) == {"CPU": 2, "slot": 1}  # no GPU where trials get none
     plan = describe_study(study).splitlines()
+    unstopped = "; ASHA stops none of its trials: they end at 10 iterations, within scheduler.grace_period 5000"
     assert plan[1] == ("  pair fwd__ndr: searching lr, n_heads; one TPE suggestion per trial: stacked suggestions would share n_heads, "
-                       "one value a stack (budget.stack_size K stacks them anyway)") and plan[2] == "  pair fwd__lstm: searching lr; each trial 2 CPU, 0.25 GPU, 1 slot"
+                       f"one value a stack (budget.stack_size K stacks them anyway){unstopped}")
+    assert plan[2] == f"  pair fwd__lstm: searching lr{unstopped}; each trial 2 CPU, 0.25 GPU, 1 slot"
     trainable = make_trainable(study, use_gpu=True, phase=SEARCH)
     assert trainable.default_resource_request({PAIR_KEY: "fwd__lstm"}).bundles == [{"CPU": 2, "GPU": 0.25, "slot": 1}]
     assert trainable.default_resource_request({PAIR_KEY: "fwd__ndr"}).bundles == [{"CPU": 4, "GPU": 1, "slot": 1}]
