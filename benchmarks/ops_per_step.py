@@ -61,6 +61,15 @@ class CountOperators(TorchDispatchMode):
         return out
 
 
+def kind_of(node) -> str:
+    """A scheduler node's kind: one of fused_layer.py's ops (by name), a matrix product (any other
+    call Inductor leaves whole), or a kernel Inductor generated."""
+    if type(node).__name__ != "ExternKernelSchedulerNode":
+        return "fused kernel"
+    op = str(getattr(node.node, "op_overload", ""))
+    return f"ours: {op.split('.')[1]}" if op.startswith("sysgen_whatif.") else "matrix product"
+
+
 def model_line(node) -> str:
     """The line of trainables/models that most of a compiled kernel's operators were traced from."""
     lines = Counter()
@@ -86,7 +95,7 @@ def watch_buffers() -> tuple[list[tuple[str, str, str, dict]], Callable[[], None
         for node in graph.scheduler.nodes:
             accesses = node.get_read_write_buffer_accesses(include_reads=True, include_writes=True)
             if accesses:
-                kind = "matrix product" if type(node).__name__ == "ExternKernelSchedulerNode" else "fused kernel"
+                kind = kind_of(node)
                 seen.append((kind, model_line(node), node.get_name(), dict(accesses)))
         return out
 
@@ -98,8 +107,12 @@ def in_bf16(tensors: dict) -> dict:
     return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
 
 
-def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None) -> None:
+def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None, fused: str | None = None) -> None:
     device = setup_device(cfg)
+    if fused:  # a what-if: parts of NDR's layer as kernels of our own (fused_layer.py)
+        from fused_layer import install
+
+        install(fused)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
     if bf16_activations:  # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
         forward = stack.forward
@@ -129,16 +142,15 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str |
               f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products")
         by_line = Counter()
         for node, words in metrics.nodes_num_elem:  # (scheduler node, its bytes / 4)
-            kind = "matrix product" if type(node).__name__ == "ExternKernelSchedulerNode" else "fused kernels"
-            by_line[f"{kind:14s}  {model_line(node)}"] += 4 * words
-        print(f"{'GB':>7}  {'kind':14s}  model line most of their operators come from")
+            by_line[f"{kind_of(node):28s}  {model_line(node)}"] += 4 * words
+        print(f"{'GB':>7}  {'kind':28s}  model line most of their operators come from")
         for line, moved in by_line.most_common(rows):
             print(f"{moved / 1e9:7.3f}  {line}")
         if kernels:
             print(f"\nkernels whose model line holds {kernels!r}: MB moved, then each buffer read or written (MB)")
             for kind, line, name, accesses in buffers:
                 if kernels in line:
-                    print(f"{sum(accesses.values()) / 1e6:8.2f}  {kind:14s} {name[:40]:40s} "
+                    print(f"{sum(accesses.values()) / 1e6:8.2f}  {kind:28s} {name[:40]:40s} "
                           + ", ".join(f"{buffer} {size / 1e6:.2f}" for buffer, size in accesses.items()))
         return
     with CountOperators() as mode:
@@ -159,6 +171,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
     parser.add_argument("--bf16-activations", action="store_true",
                         help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
+    parser.add_argument("--fused", metavar="CUT", choices=("elementwise", "sublayers"),
+                        help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)")
     parser.add_argument("--kernels", metavar="TEXT", help="with compile=true: each kernel whose model line holds TEXT "
                         "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes")
     args = parser.parse_args()
@@ -169,7 +183,7 @@ def main() -> None:
         set_override(flat, assignment)
     cfg = parse_trial_config(flat)
     for n in (int(n) for n in args.members.split(",")):
-        count(cfg, n, args.rows, args.bf16_activations, args.kernels)
+        count(cfg, n, args.rows, args.bf16_activations, args.kernels, args.fused)
 
 
 if __name__ == "__main__":

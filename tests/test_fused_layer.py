@@ -1,0 +1,46 @@
+"""benchmarks/fused_layer.py's what-if (ops_per_step.py --fused): NDR's layer with parts as opaque
+ops must compute what the layer does, or its byte count would be of another step. Each op
+recomputes its part in its backward, its dropout redrawn from the generator state it saved."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainables.batched import Stack
+from trainables.tasks import load_task
+
+from test_train import tiny
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import fused_layer  # noqa: E402
+
+
+def step(cfg, members):
+    """Every member's loss and every stacked parameter's gradient after one forward and backward."""
+    torch.manual_seed(0)
+    stack = Stack(cfg, members, load_task(cfg.task, cfg.task_options), torch.device("cpu"))
+    _, losses = stack.forward_backward(stack.next_batch())
+    return losses.detach(), {name: p.grad.clone() for name, p in stack.params.items()}
+
+
+@pytest.mark.parametrize("cut", fused_layer.CUTS)
+def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, monkeypatch):
+    """A stack of two members (their own learning rates), dropout and gate-drop on: the same masks are
+    drawn in the same order, so losses and gradients agree to float32 rounding."""
+    cfg = tiny("ndr", dropout=0.3, query_dropout=0.1, gate_drop=0.2)
+    members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
+    losses, grads = step(cfg, members)
+    fused_layer.install(cut, monkeypatch.setattr)
+    parts = len(fused_layer.PARTS)
+    fused_losses, fused_grads = step(cfg, members)
+    assert len(fused_layer.PARTS) > parts  # the stack's layer ran as parts
+    torch.testing.assert_close(fused_losses, losses)
+    assert fused_grads.keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_unknown_cut_is_refused():
+    with pytest.raises(ValueError, match="elementwise, sublayers"):
+        fused_layer.install("whole")
