@@ -9,8 +9,8 @@ counts like a matrix product: its inputs read once, its outputs written once. It
 second op that reads the part's inputs and output gradients and writes the input gradients,
 recomputing the part inside (its dropout masks redrawn from the saved generator state, as a
 Triton kernel redraws them from a seed); so nothing inside a part is kept for the backward. The
-op bodies run the model's own code (`torch.func.functional_call` on the layer's modules, vmapped
-over a stack's members), so the what-if computes what the model does.
+op bodies run the model's own code (the layer's modules with the op's tensors as their
+parameters, member by member in a stack), so the what-if computes what the model does.
 
 Cuts (`--fused CUT`):
 - `elementwise`: the layer's elementwise work around its products, in three kernels: the first
@@ -20,6 +20,8 @@ Cuts (`--fused CUT`):
 - `sublayers`: the attention (Eq. 9-10, with its products), and each feed-forward with both its
   products, as kernels of their own beside the elementwise ones: what a kernel that keeps a
   sublayer's intermediate results on chip would move.
+- `layer`: the whole layer step as one kernel, the floor: it reads h and the weights and writes
+  the next h.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from torch import Tensor
 
 from trainables.models.transformer import Layer, geometric_attention_weights
 
-CUTS = ("elementwise", "sublayers")
+CUTS = ("elementwise", "sublayers", "layer")
 # op key -> (function of (module, *tensors), module, its parameter and buffer names, whether a
 # product reads its output: written in the products' dtype under autocast, else in its first tensor's)
 PARTS: dict[str, tuple] = {}
@@ -194,7 +196,10 @@ def install(cut: str, set_attribute=setattr) -> None:
     would not be there for the trace's own fake calls."""
     if cut not in CUTS:
         raise ValueError(f"--fused: one of {', '.join(CUTS)}, got {cut!r}")
-    build = Layer.__init__
+    build, whole = Layer.__init__, Layer.forward
+
+    def _layer(layer, h, key_padding):  # the layer as the model has it; its attention weights and gate are for plots
+        return whole(layer, h, key_padding)[0]
 
     def init(layer: Layer, *args, **kwargs):
         build(layer, *args, **kwargs)
@@ -203,12 +208,14 @@ def install(cut: str, set_attribute=setattr) -> None:
             ("residual_norm", _residual_norm, "", ("attention.out.bias", "norm_attention", "dropout"), True),
             ("gated_update", _gated_update, "", ("ff.3.bias", "gate.3.bias", "norm_update", "update_dropout", "gate_drop"), False),
             ("attention", _attention, "attention", ("",), True), ("ff", _feed_forward, "ff", ("",), True),
-            ("gate", _feed_forward, "gate", ("",), True)]} if layer.gated else {}
+            ("gate", _feed_forward, "gate", ("",), True), ("layer", _layer, "", ("",), False)]} if layer.gated else {}
 
     def forward(layer: Layer, h: Tensor, key_padding: Tensor):
         def run(name, *tensors):
             return layer.parts[name](layer, *tensors)
 
+        if cut == "layer":
+            return run("layer", h, key_padding), None, None
         if cut == "sublayers" and not layer.mask_self:
             attended = run("attention", h, key_padding)
         else:

@@ -67,7 +67,10 @@ def kind_of(node) -> str:
     if type(node).__name__ != "ExternKernelSchedulerNode":
         return "fused kernel"
     op = str(getattr(node.node, "op_overload", ""))
-    return f"ours: {op.split('.')[1]}" if op.startswith("sysgen_whatif.") else "matrix product"
+    if not op.startswith("sysgen_whatif."):
+        return "matrix product"
+    part = next((a for a in getattr(node.node, "constant_args", ()) if isinstance(a, str) and "#" in a), "?")
+    return f"ours: {part.split('#')[0].lstrip('_')}" + (" backward" if "backward" in op else "")
 
 
 def model_line(node) -> str:
@@ -171,7 +174,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
     parser.add_argument("--bf16-activations", action="store_true",
                         help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
-    parser.add_argument("--fused", metavar="CUT", choices=("elementwise", "sublayers"),
+    parser.add_argument("--fused", metavar="CUT", choices=("elementwise", "sublayers", "layer"),
                         help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)")
     parser.add_argument("--kernels", metavar="TEXT", help="with compile=true: each kernel whose model line holds TEXT "
                         "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes")

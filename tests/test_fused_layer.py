@@ -24,11 +24,13 @@ def step(cfg, members):
     return losses.detach(), {name: p.grad.clone() for name, p in stack.params.items()}
 
 
-@pytest.mark.parametrize("cut", fused_layer.CUTS)
-def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, monkeypatch):
-    """A stack of two members (their own learning rates), dropout and gate-drop on: the same masks are
-    drawn in the same order, so losses and gradients agree to float32 rounding."""
-    cfg = tiny("ndr", dropout=0.3, query_dropout=0.1, gate_drop=0.2)
+@pytest.mark.parametrize("cut, dropout", [("elementwise", 0.3), ("sublayers", 0.3), ("layer", 0.0)])
+def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, dropout, monkeypatch):
+    """A stack of two members (their own learning rates), with dropout and gate-drop where each
+    part draws its masks after the one before it, so in the order the stacked layer draws them
+    for all members at once: losses and gradients agree to float32 rounding. The layer in one
+    part draws each member's masks together, so it is compared without dropout."""
+    cfg = tiny("ndr", dropout=dropout, query_dropout=dropout / 3, gate_drop=2 * dropout / 3)
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
     losses, grads = step(cfg, members)
     fused_layer.install(cut, monkeypatch.setattr)
@@ -42,5 +44,5 @@ def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, monkeypat
 
 
 def test_an_unknown_cut_is_refused():
-    with pytest.raises(ValueError, match="elementwise, sublayers"):
+    with pytest.raises(ValueError, match="elementwise, sublayers, layer"):
         fused_layer.install("whole")
