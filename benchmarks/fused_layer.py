@@ -20,6 +20,8 @@ Cuts (`--fused CUT`):
 - `sublayers`: the attention (Eq. 9-10, with its products), and each feed-forward with both its
   products, as kernels of their own beside the elementwise ones: what a kernel that keeps a
   sublayer's intermediate results on chip would move.
+- `feed_forwards`: `sublayers` with the attention left to Inductor (the kernels written so far
+  cover the feed-forwards: ff_kernel.py).
 - `layer`: the whole layer step as one kernel, the floor: it reads h and the weights and writes
   the next h.
 """
@@ -35,7 +37,7 @@ from torch import Tensor
 
 from trainables.models.transformer import Layer, geometric_attention_weights
 
-CUTS = ("elementwise", "sublayers", "layer")
+CUTS = ("elementwise", "feed_forwards", "sublayers", "layer")
 # op key -> (function of (module, *tensors), module, its parameter and buffer names, whether a
 # product reads its output: written in the products' dtype under autocast, else in its first tensor's)
 PARTS: dict[str, tuple] = {}
@@ -221,7 +223,7 @@ def install(cut: str, set_attribute=setattr) -> None:
         else:
             attended = _attention(layer.attention, h, key_padding, layer.mask_self)
         a = run("residual_norm", h, attended)
-        if cut == "sublayers":
+        if cut in ("sublayers", "feed_forwards"):
             f, g = run("ff", a), run("gate", a)
         else:
             f = F.linear(run("ff_first", F.linear(a, layer.ff[0].weight)), layer.ff[3].weight)

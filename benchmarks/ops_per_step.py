@@ -62,11 +62,13 @@ class CountOperators(TorchDispatchMode):
 
 
 def kind_of(node) -> str:
-    """A scheduler node's kind: one of fused_layer.py's ops (by name), a matrix product (any other
-    call Inductor leaves whole), or a kernel Inductor generated."""
+    """A scheduler node's kind: one of our kernels (trainables' sysgen ops, fused_layer.py's parts;
+    by name), a matrix product (any other call Inductor leaves whole), or a kernel Inductor generated."""
     if type(node).__name__ != "ExternKernelSchedulerNode":
         return "fused kernel"
     op = str(getattr(node.node, "op_overload", ""))
+    if op.startswith("sysgen."):
+        return f"ours: {op.split('.')[1].replace('_backward', ' backward')}"
     if not op.startswith("sysgen_whatif."):
         return "matrix product"
     part = next((a for a in getattr(node.node, "constant_args", ()) if isinstance(a, str) and "#" in a), "?")
@@ -174,7 +176,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
     parser.add_argument("--bf16-activations", action="store_true",
                         help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
-    parser.add_argument("--fused", metavar="CUT", choices=("elementwise", "sublayers", "layer"),
+    parser.add_argument("--fused", metavar="CUT", choices=("elementwise", "feed_forwards", "sublayers", "layer"),
                         help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)")
     parser.add_argument("--kernels", metavar="TEXT", help="with compile=true: each kernel whose model line holds TEXT "
                         "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes")

@@ -24,7 +24,7 @@ def step(cfg, members):
     return losses.detach(), {name: p.grad.clone() for name, p in stack.params.items()}
 
 
-@pytest.mark.parametrize("cut, dropout", [("elementwise", 0.3), ("sublayers", 0.3), ("layer", 0.0)])
+@pytest.mark.parametrize("cut, dropout", [("elementwise", 0.3), ("feed_forwards", 0.3), ("sublayers", 0.3), ("layer", 0.0)])
 def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, dropout, monkeypatch):
     """A stack of two members (their own learning rates), with dropout and gate-drop where each
     part draws its masks after the one before it, so in the order the stacked layer draws them
@@ -44,5 +44,5 @@ def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, dropout, 
 
 
 def test_an_unknown_cut_is_refused():
-    with pytest.raises(ValueError, match="elementwise, sublayers, layer"):
+    with pytest.raises(ValueError, match="elementwise, feed_forwards, sublayers, layer"):
         fused_layer.install("whole")

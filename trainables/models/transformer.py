@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import feed_forward_op
 from .dropout import Dropout, GateDrop
 
 ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
@@ -64,6 +65,10 @@ class TransformerConfig:
     act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
     act_threshold: float = 0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
     act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
+    # Issue 21: each of a layer's feed-forwards as one op, on CUDA Triton kernels of our own
+    # (feed_forward_op.py). Off until a GPU has timed it (benchmarks/ff_kernel.py) and its
+    # learning curves match; its dropout masks are drawn otherwise than torch's.
+    fused_feed_forward: bool = False
 
 
 def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -258,10 +263,16 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Sequential):
-    """Eq. 5: W2 max(W1 x + b1, 0) + b2."""
+    """Eq. 5: W2 max(W1 x + b1, 0) + b2; `fused`: as one op (feed_forward_op.py)."""
 
-    def __init__(self, d_in: int, d_hidden: int, dropout: float):
+    def __init__(self, d_in: int, d_hidden: int, dropout: float, fused: bool = False):
         super().__init__(nn.Linear(d_in, d_hidden), nn.ReLU(), Dropout(dropout), nn.Linear(d_hidden, d_in))
+        if fused:
+            feed_forward_op.check_sizes(d_in, d_hidden)
+        self.fused = fused
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return feed_forward_op.apply(self, x) if self.fused else super().forward(x)
 
 
 def attention_of(cfg: TransformerConfig, attention: str) -> Attention:
@@ -277,12 +288,12 @@ class Layer(nn.Module):
         self.attention = attention_of(cfg, attention)
         self.mask_self = cfg.mask_self
         self.norm_attention = nn.LayerNorm(cfg.d_model)
-        self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, d_ff, cfg.dropout, cfg.fused_feed_forward)
         self.dropout = Dropout(cfg.dropout)
         if gated:
             self.gate_drop = GateDrop(cfg.gate_drop)
             self.update_dropout = Dropout(cfg.dropout if cfg.update_dropout else 0.0)
-            self.gate = FeedForward(cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0)
+            self.gate = FeedForward(cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0, cfg.fused_feed_forward)
             nn.init.constant_(self.gate[-1].bias, cfg.gate_bias_init)
             # App. C.3: gated models without geometric attention squash the update with tanh
             # instead of LayerNorm (Eq. 2).

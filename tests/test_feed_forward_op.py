@@ -1,0 +1,104 @@
+"""The feed-forward sublayer as one op (trainables/models/feed_forward_op.py, `fused_feed_forward`):
+its Triton kernels in Triton's interpreter (no GPU here), its CPU path, and a model built with it
+against the same model without."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trainables.batched import Stack
+from trainables.config import parse_trial_config
+from trainables.models.feed_forward_op import feed_forward, keep_on_cpu, reference
+from trainables.tasks import load_task
+
+from test_train import tiny
+
+NO_DROPOUT = {"dropout": 0.0, "query_dropout": 0.0}
+SIZES = {"d_model": 64, "ff_multiplier": 2}  # the kernels' smallest: a gate's hidden layer of 64
+
+
+def sublayer(members=2, rows=100, d=32, hidden=128, seed=0):
+    torch.manual_seed(seed)
+    return (torch.randn(members, rows, d, requires_grad=True), (torch.randn(members, hidden, d) / d ** 0.5).requires_grad_(),
+            (0.1 * torch.randn(members, hidden)).requires_grad_(), (torch.randn(members, d, hidden) / hidden ** 0.5).requires_grad_())
+
+
+def in_the_interpreter() -> None:
+    """Triton's kernels, each member its own rate and seed, rows that do not fill the last block: the
+    output and every gradient equal PyTorch's with the kernels' own mask. Run in a process of its
+    own: the interpreter must be on before triton is first imported (its library's functions are
+    built then), and torch imports triton early. In float32: the interpreter's tl.dot multiplies
+    bf16 tiles wrongly (a 16 x 16 product of its own is off by 1e10); bf16 is checked on a GPU
+    by benchmarks/ff_kernel.py."""
+    from trainables.models import feed_forward_triton as kernels
+
+    a, w1, b1, w2 = sublayer()
+    rate, seed = torch.tensor([0.0, 0.4]), torch.tensor([7, 8])
+    grad = torch.randn_like(a)
+    y = kernels.forward(a.detach(), w1.detach(), b1.detach(), w2.detach(), rate, seed)
+    keep = kernels.kept(a.shape[1], w1.shape[1], rate, seed)
+    expected = reference(a, w1, b1, w2, rate, keep)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    got = kernels.backward(grad, a.detach(), w1.detach(), b1.detach(), w2.detach(), rate, seed)
+    for g, want in zip(got, torch.autograd.grad(expected, [a, w1, b1, w2], grad)):
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=2e-5)
+    assert keep[0].all() and abs(keep[1].float().mean().item() - 0.6) < 0.02
+
+
+def test_the_triton_kernels_compute_the_sublayer_and_its_gradients():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_cpu_path_redraws_each_members_mask_in_its_backward():
+    """Off CUDA the op draws member m's mask from a generator seeded with its seed, at its own rate;
+    the backward draws the same mask, so its gradients are those of the forward it ran."""
+    a, w1, b1, w2 = sublayer()
+    rate, seed = torch.tensor([0.1, 0.5]), torch.tensor([3, 4])
+    grad = torch.randn_like(a)
+    y = feed_forward(a, w1, b1, w2, rate, seed)
+    keep = keep_on_cpu(a.shape[1], w1.shape[1], rate, seed)
+    expected = reference(a, w1, b1, w2, rate, keep)
+    torch.testing.assert_close(y, expected)
+    for got, want in zip(torch.autograd.grad(y, [a, w1, b1, w2], grad), torch.autograd.grad(expected, [a, w1, b1, w2], grad)):
+        torch.testing.assert_close(got, want)
+    assert [round(m.float().mean().item(), 1) for m in keep] == [0.9, 0.5]
+    assert not torch.equal(feed_forward(a, w1, b1, w2, rate, torch.tensor([5, 6])), y)  # other seeds, other masks
+
+
+def step(cfg, members):
+    """Every member's loss and every stacked parameter's gradient after one forward and backward."""
+    torch.manual_seed(0)
+    stack = Stack(cfg, members, load_task(cfg.task, cfg.task_options), torch.device("cpu"))
+    _, losses = stack.forward_backward(stack.next_batch())
+    return losses.detach(), {name: p.grad.clone() for name, p in stack.params.items()}
+
+
+@pytest.mark.parametrize("model", ["ndr", "transformer"])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.long)])
+def test_a_stack_with_fused_feed_forwards_trains_as_the_stack_without(model, compiled):
+    """Two members of their own learning rates, without dropout (the op draws its masks otherwise
+    than torch): the same losses and gradients, vmapped and, compiled, with the op left whole."""
+    members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
+    cfg = dict(compile=compiled, **NO_DROPOUT, **SIZES)
+    losses, grads = step(tiny(model, **cfg), members)
+    fused_losses, fused_grads = step(tiny(model, fused_feed_forward=True, **cfg), members)
+    torch.testing.assert_close(fused_losses, losses)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_sizes_the_kernels_cannot_tile_are_refused_in_one_line():
+    """A trial config is checked by building its model (on the meta device) before it trains."""
+    from trainables.config import ConfigError, check_builds
+
+    with pytest.raises(ConfigError, match="multiple of 64, got d_model=32, hidden=32"):
+        check_builds(tiny("ndr", fused_feed_forward=True, d_model=32))
+
+
+if __name__ == "__main__":
+    in_the_interpreter()
