@@ -45,14 +45,17 @@ from profile_step import WARMUP_STEPS
 from trainables.batched import Stack, knee, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
-from trainables.config import COMPILE_MODES, parse_trial_config
+from trainables.config import COMPILE_MODES, parse_trial_config, set_override
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
 
 
 def trial_config(flat: dict, args, **more) -> dict:
-    return {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile,
-            **({"cuda_graphs": False} if args.no_graphs else {}), **more}
+    out = {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile,
+           **({"cuda_graphs": False} if args.no_graphs else {}), **more}
+    for assignment in args.set:
+        set_override(out, assignment)
+    return out
 
 
 def peak_mib(device: torch.device) -> float | None:
@@ -283,6 +286,8 @@ def main() -> None:
                         help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): the models "
                              "section's compiled column; the curve section's stacks compiled (captured as one CUDA graph unless --no-graphs or the mode graphs them itself)")
     parser.add_argument("--no-graphs", action="store_true", help="cuda_graphs: false (a stack's compiled kernels launched one by one)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="over every row's config, e.g. fused_feed_forward=true (a key the row's model lacks is refused)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")
@@ -306,7 +311,8 @@ def main() -> None:
         return [row for row in rows if keep is None or row[0] in [k.strip() for k in keep]]
 
     print(f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}")
+          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}"
+          + "".join(f", {assignment}" for assignment in args.set))
     if "models" in sections:
         models(args, chosen(None))
     # Every model on a GPU; on a CPU (minutes per paper-size row) the NDR alone unless --models says.

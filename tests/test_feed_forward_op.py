@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from trainables.batched import Stack
-from trainables.config import parse_trial_config
 from trainables.models.feed_forward_op import feed_forward, keep_on_cpu, reference
 from trainables.tasks import load_task
 
@@ -52,6 +51,26 @@ def test_the_triton_kernels_compute_the_sublayer_and_its_gradients():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compiled for a GPU (benchmarks/gpu_session.sh runs this there)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_cuda_the_op_computes_the_sublayer_and_its_gradients(dtype):
+    """The op on CUDA, through autograd: what the interpreter checks, compiled for the GPU, in bf16
+    too. tl.dot rounds float32 to TF32, so within TF32's (or bf16's) rounding."""
+    from trainables.models import feed_forward_triton as kernels
+
+    a, w1, b1, w2 = (t.detach().cuda().requires_grad_() for t in sublayer(members=3, rows=1000, d=256, hidden=512))
+    a_in = a.to(dtype)
+    rate, seed = torch.tensor([0.0, 0.1, 0.5], device="cuda"), torch.tensor([1, 2, 3], device="cuda")
+    y = feed_forward(a_in, w1, b1, w2, rate, seed)
+    expected = reference(a_in, w1, b1, w2, rate, kernels.kept(a.shape[1], w1.shape[1], rate, seed))
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 5e-3, "atol": 5e-3}
+    torch.testing.assert_close(y.float(), expected.float(), **tolerance)
+    grad = torch.randn_like(y)
+    for got, want in zip(torch.autograd.grad(y, [a, w1, b1, w2], grad), torch.autograd.grad(expected, [a, w1, b1, w2], grad)):
+        scale = want.abs().max().item()
+        torch.testing.assert_close(got.float() / scale, want.float() / scale, **tolerance)
 
 
 def test_the_cpu_path_redraws_each_members_mask_in_its_backward():
