@@ -58,12 +58,12 @@ def main() -> None:
             torch.cuda.synchronize()
             return (time.perf_counter() - start) / args.steps * 1e3
 
-        ours = timed(lambda: feed_forward(a, w1, b1, w2, rate, seed))
-        plain = timed(lambda: reference(a, w1, b1, w2, rate, keep))
-        fast = timed(lambda: compiled(a, w1, b1, w2, rate, keep))
+        ours_ms = timed(lambda: feed_forward(a, w1, b1, w2, rate, seed))
+        eager_ms = timed(lambda: reference(a, w1, b1, w2, rate, keep))
+        compiled_ms = timed(lambda: compiled(a, w1, b1, w2, rate, keep))
         # what ours must move: a, y, grad y, grad a (bf16), the weights read three times and their gradients written (fp32)
         moved = members * (4 * args.rows * args.d_model * 2 + 4 * 2 * args.hidden * args.d_model * 4)
-        print(f"{members:7d}  {ours:8.3f}  {plain:8.3f}  {fast:11.3f}  {moved / ours / 1e6:9.1f}  {errors}")
+        print(f"{members:7d}  {ours_ms:8.3f}  {eager_ms:8.3f}  {compiled_ms:11.3f}  {moved / ours_ms / 1e6:9.1f}  {errors}")
 
 
 if __name__ == "__main__":
