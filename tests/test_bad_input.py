@@ -1,6 +1,7 @@
 """Bad input never gets through: mutated shipped files are launchable or refused with one line."""
 import contextlib
 import io
+import json
 import os
 from pathlib import Path
 
@@ -212,14 +213,23 @@ def test_bad_arguments_are_one_line_too(tmp_path):
 
 
 def test_a_damaged_launch_record_is_one_line_and_does_not_hide_the_others(tmp_path):
+    """Its plan too: `status` and `best` read it without parsing the spec, and gave tracebacks."""
     storage = tmp_path / "runs"
-    for launch_id, text in {"not_json": "{", "a_list": "[]", "fields_missing": "{}"}.items():
+    record = {"launch_id": "x", "experiment": "e", "spec_file": "s.yaml", "spec_text": "", "tracking_uri": "sqlite:///m.db",
+              "parent_run_id": "r"}
+    plans = {"plan_a_list": [], "plan_keys_missing": {"metric": "m"},
+             "plan_pairs_wrong": {"metric": "m", "score": "max", "ablation": False, "pairs": [{"trials": 3}]}}
+    damaged = {"not_json": "{", "a_list": "[]", "fields_missing": "{}", **{k: json.dumps({**record, "plan": v}) for k, v in plans.items()}}
+    for launch_id, text in damaged.items():
         (storage / launch_id).mkdir(parents=True)
         (storage / launch_id / "launch.json").write_text(text)
         line = refused(tmp_path, ["status", "--storage-path", str(storage), launch_id])
         assert line.startswith(f"orchestrator: error: {storage / launch_id}/launch.json: not a launch record"), line
+        if launch_id.startswith("plan"):
+            assert "plan" in line.split("not a launch record", 1)[1], line
+            assert refused(tmp_path, ["best", "--storage-path", str(storage), launch_id]) == line
     code, out, _ = run_in(tmp_path, ["list", "launches", "--storage-path", str(storage)])
-    assert code == 0 and out.getvalue().count(" damaged ") == 3, out.getvalue()
+    assert code == 0 and out.getvalue().count(" damaged ") == 6, out.getvalue()
 
 
 def test_a_range_over_a_key_whose_paper_setting_is_null_plans(tmp_path):

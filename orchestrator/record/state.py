@@ -60,8 +60,9 @@ class LaunchState:
             data = json.loads((launch_dir / "launch.json").read_text())
             # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
             data["dir"] = Path(launch_dir).resolve()
+            check_plan(data.get("plan", {}))
             return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-        except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, not an object, fields missing
+        except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, not an object, fields missing, a plan no reader can read
             raise DamagedLaunch(f"{launch_dir}/launch.json: not a launch record this version can read ({e})") from None
 
     def study(self):
@@ -89,6 +90,19 @@ class LaunchState:
     def optuna_study_name(self, pair: str) -> str:
         """The Optuna study of a search's pair, in tracking.search_storage."""
         return f"{self.experiment}/{self.launch_id}/{pair}"
+
+
+def check_plan(plan) -> None:
+    """A saved plan `status` and `best` can read: none (a launch from before plans were saved), or one
+    with every key they read without a default."""
+    if not isinstance(plan, dict):
+        raise TypeError(f"plan: not an object, got {type(plan).__name__}")
+    if missing := [key for key in ("metric", "score", "ablation", "pairs") if plan and key not in plan]:
+        raise ValueError(f"plan: lacks {', '.join(missing)}")
+    pairs = plan.get("pairs", [])
+    if not isinstance(pairs, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("trials"), int)
+                                              for p in pairs):
+        raise ValueError("plan.pairs: not a list of pairs, each with a name and a trial count")
 
 
 def plan_of(study) -> dict:
