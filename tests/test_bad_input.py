@@ -122,6 +122,8 @@ SPEC_CASES = {
     "task options that are not a mapping": ({**GOOD, "fixed": {"task_options": 5}}, "fixed (fwd__ndr): task_options: expected a mapping"),
     "a trial length in a grid": ({**ABLATION, "grid": {"n_iters": [5, 10]}}, "grid.n_iters: a trial's length is not a grid key"),
     "a grid value twice": ({**ABLATION, "grid": {"lr": [1e-3, 1e-3]}}, "grid.lr: repeated values"),
+    "a grid value twice, as an integer and a float": ({**ABLATION, "grid": {"dropout": [0, 0.0]}}, "grid.dropout: repeated values"),
+    "a choice twice, as an integer and a float": ({**GOOD, "space": {"n_layers": {"choice": [2, 2.0]}}}, "space.n_layers.choice: repeated values"),
     "a model twice": ({**GOOD, "models": ["ndr", "ndr"]}, "models[1]: ndr appears twice"),
     "a float range over a whole number": ({**GOOD, "space": {"batch_size": {"uniform": [1, 4]}}}, "space.batch_size=1.5 (fwd__ndr): batch_size: expected an integer"),
     "head counts inside a range that do not divide d_model": (

@@ -100,7 +100,7 @@ class Distribution:
         if not isinstance(values, list) or not values:
             raise SpecError(path, f"{where}.{kind}", "expected a non-empty list")
         if kind == "choice":
-            if len(set(map(repr, values))) != len(values):
+            if repeats(values):
                 raise SpecError(path, f"{where}.choice", f"repeated values in {values}")
             return cls(kind, tuple(values))
         if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
@@ -750,6 +750,14 @@ def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:
     return score
 
 
+def repeats(values: list) -> bool:
+    """Whether a list of a file's values holds one value twice: 1 and 1.0 alike (a trial takes them
+    as one), true and 1 not; values that do not hash (task_options) by their text."""
+    def key(v):
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+    return len(set(map(key, values))) != len(values)
+
+
 def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], list[int]]:
     grid = raw.get("grid") or {}
     if not isinstance(grid, dict):
@@ -757,7 +765,7 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SpecError(path, f"{where}.{key}", "expected a non-empty list of values")
-        if len(set(map(repr, values))) != len(values):
+        if repeats(values):
             raise SpecError(path, f"{where}.{key}", f"repeated values in {values}: each would run the same cell again")
         if key == "n_iters":  # a pair's trial length is the horizon of ASHA and of the cost estimate
             raise SpecError(path, f"{where}.n_iters", "a trial's length is not a grid key: set it in budget (or fixed, per_model.<model>.fixed), "
