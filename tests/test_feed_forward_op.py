@@ -111,6 +111,16 @@ def test_a_stack_with_fused_feed_forwards_trains_as_the_stack_without(model, com
         torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_each_member_of_a_stack_drops_at_its_own_rate_through_the_op():
+    """Members of their own dropout: the one at 0 trains as it does without the op (nothing of it is
+    drawn), the one at 0.5 does not (the op draws its own masks)."""
+    members = [{"seed": 0, "dropout": 0.0}, {"seed": 1, "dropout": 0.5}]
+    losses, _ = step(tiny("ndr", query_dropout=0.0, **SIZES), members)
+    fused_losses, _ = step(tiny("ndr", query_dropout=0.0, fused_feed_forward=True, **SIZES), members)
+    torch.testing.assert_close(fused_losses[0], losses[0])
+    assert fused_losses[1] != losses[1]
+
+
 def test_sizes_the_kernels_cannot_tile_are_refused_in_one_line():
     """A trial config is checked by building its model (on the meta device) before it trains."""
     from trainables.config import ConfigError, check_builds

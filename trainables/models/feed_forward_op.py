@@ -123,9 +123,8 @@ def apply(module, x: Tensor) -> Tensor:
     device = x.device.type
     if torch.is_autocast_enabled(device):  # as Linear takes its input under autocast
         x = x.to(torch.get_autocast_dtype(device))
+    # the rate buffer: each member's own in a stack (dropout.py), the module's p otherwise
     rate = dropout.rate.float() if module.training else torch.zeros_like(dropout.rate, dtype=torch.float32)
-    if module.training and not dropout.per_member:
-        rate = torch.full_like(rate, dropout.p)
     seed = torch.randint(0, 2 ** 31 - 1, (1,), device=x.device)
     rows = x.reshape(1, -1, x.shape[-1])
     y = feed_forward(rows, first.weight[None], first.bias[None], second.weight[None], rate.reshape(1), seed)
