@@ -121,6 +121,29 @@ def test_each_member_of_a_stack_drops_at_its_own_rate_through_the_op():
     assert fused_losses[1] != losses[1]
 
 
+def test_every_model_that_takes_the_key_runs_its_feed_forwards_through_the_op():
+    """A key accepted and then ignored would train what the file did not ask for: where a model has
+    no feed-forward of ours (the paper's set layer), the key is refused."""
+    from trainables.config import parse_trial_config
+    from trainables.models import MODELS, build_model
+    from trainables.models.transformer import FeedForward, TransformerConfig
+
+    from test_train import TINY_BY_KIND
+
+    for name, spec in MODELS.items():
+        # the task kinds with a small task here; the image tasks' models are built of VQA's layers and Layer
+        for kind in [k for k in spec.task_kinds if k in TINY_BY_KIND] if spec.config is TransformerConfig else ():
+            task, options = TINY_BY_KIND[kind]
+            cfg = parse_trial_config({"task": task, "model": name, "task_options": options, "fused_feed_forward": True, **SIZES})
+            if kind == "set_regression" and cfg.model_options.get("set_layer", "paper") == "paper":
+                with pytest.raises(ValueError, match="no feed-forward of ours"):
+                    build_model(name, cfg.model_options, load_task(task, options))
+                continue
+            model = build_model(name, cfg.model_options, load_task(task, options))
+            feed_forwards = [m for m in model.modules() if isinstance(m, FeedForward)]
+            assert feed_forwards and all(m.fused for m in feed_forwards), (name, kind)
+
+
 def test_sizes_the_kernels_cannot_tile_are_refused_in_one_line():
     """A trial config is checked by building its model (on the meta device) before it trains."""
     from trainables.config import ConfigError, check_builds

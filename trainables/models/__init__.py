@@ -51,6 +51,8 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
         if cfg.set_layer not in ("paper", "transformer"):
             raise ValueError(f"set_layer must be 'paper' or 'transformer', got {cfg.set_layer!r}")
         if task.kind == "set_regression" and cfg.set_layer == "paper":
+            if cfg.fused_feed_forward:  # accepted and ignored, it would train what the file did not ask for
+                raise ValueError("fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward of ours to fuse")
             return SetAttentionRegressor(cfg.d_model, cfg.n_heads, cfg.n_retrievals if attention == "compositional" else None, task.n_features)
         if task.kind == "set_regression":
             return UniversalTransformerSetRegressor(cfg, attention, task.n_features)

@@ -434,7 +434,7 @@ class PreNormLayer(nn.Module):
         super().__init__()
         self.attention = attention_of(cfg, attention)
         self.norm_attention, self.norm_ff = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.ff = FeedForward(cfg.d_model, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, cfg.fused_feed_forward)
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, h: torch.Tensor, key_padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
