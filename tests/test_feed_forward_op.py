@@ -40,9 +40,12 @@ def in_the_interpreter() -> None:
     keep = kernels.kept(a.shape[1], w1.shape[1], rate, seed)
     expected = reference(a, w1, b1, w2, rate, keep)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
-    got = kernels.backward(grad, a.detach(), w1.detach(), b1.detach(), w2.detach(), rate, seed)
-    for g, want in zip(got, torch.autograd.grad(expected, [a, w1, b1, w2], grad)):
-        torch.testing.assert_close(g, want, rtol=1e-5, atol=2e-5)
+    wanted = torch.autograd.grad(expected, [a, w1, b1, w2], grad)
+    assert kernels.row_shares(2, 128, 100) == 2  # the weight gradients summed by two programs a block, atomically
+    for split in (None, 1):
+        got = kernels.backward(grad, a.detach(), w1.detach(), b1.detach(), w2.detach(), rate, seed, split)
+        for g, want in zip(got, wanted):
+            torch.testing.assert_close(g, want, rtol=1e-5, atol=2e-5)
     assert keep[0].all() and abs(keep[1].float().mean().item() - 0.6) < 0.02
 
 

@@ -16,6 +16,7 @@ import triton.language as tl
 # Rows and hidden units a block. The weight gradients' block holds two fp32 accumulators of
 # [D, BF_WEIGHTS]; narrower, so that at D 256 they stay in registers. Not tuned on a GPU yet.
 BM, BF, BF_WEIGHTS, WARPS = 64, 64, 32, 8  # BF: feed_forward_op.HIDDEN_BLOCK, which the op checks
+PROGRAMS_WANTED = 256  # about two a streaming multiprocessor of an H100 (132) or H200
 
 
 @triton.jit
@@ -73,11 +74,12 @@ def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_
 
 
 @triton.jit
-def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, gw1_ptr, gb1_ptr, gw2_ptr, T, F,
-                      D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr):
-    """The gradients in W1, b1 and W2 for a block of hidden units a program, summed over every row
-    (no atomics: each program owns its block)."""
-    member, chunk = tl.program_id(1), tl.program_id(0)
+def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, gw1_ptr, gb1_ptr, gw2_ptr, T, F, rows_each,
+                      D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, SHARED: tl.constexpr):
+    """The gradients in W1, b1 and W2 for a block of hidden units a program, summed over its share
+    of the rows: all of them, stored; or, SHARED, one of several shares added into zeroed
+    gradients (a small stack, whose blocks alone would leave most of the GPU idle)."""
+    chunk, share, member = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
     f0 = chunk * BF
     cols = f0 + tl.arange(0, BF)
@@ -86,7 +88,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
     grad_w1 = tl.zeros((BF, D), dtype=tl.float32)
     grad_w2 = tl.zeros((D, BF), dtype=tl.float32)
     grad_b1 = tl.zeros((BF,), dtype=tl.float32)
-    for r0 in range(0, T, BM):
+    for r0 in range(share * rows_each, tl.minimum((share + 1) * rows_each, T), BM):
         rows = r0 + tl.arange(0, BM)
         row_mask = rows < T
         at = member * T * D + rows[:, None] * D + d[None, :]
@@ -97,9 +99,15 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
         grad_w2 += tl.dot(tl.trans(g), hidden.to(g.dtype))
         grad_w1 += tl.dot(tl.trans(grad_pre.to(a.dtype)), a)
         grad_b1 += tl.sum(grad_pre, axis=0)
-    tl.store(gw1_ptr + member * F * D + cols[:, None] * D + d[None, :], grad_w1)
-    tl.store(gw2_ptr + member * D * F + d[:, None] * F + cols[None, :], grad_w2)
-    tl.store(gb1_ptr + member * F + cols, grad_b1)
+    at_w1, at_w2, at_b1 = member * F * D + cols[:, None] * D + d[None, :], member * D * F + d[:, None] * F + cols[None, :], member * F + cols
+    if not SHARED:
+        tl.store(gw1_ptr + at_w1, grad_w1)
+        tl.store(gw2_ptr + at_w2, grad_w2)
+        tl.store(gb1_ptr + at_b1, grad_b1)
+    else:
+        tl.atomic_add(gw1_ptr + at_w1, grad_w1)
+        tl.atomic_add(gw2_ptr + at_w2, grad_w2)
+        tl.atomic_add(gb1_ptr + at_b1, grad_b1)
 
 
 @triton.jit
@@ -118,15 +126,26 @@ def forward(a, w1, b1, w2, rate, seed):
     return y
 
 
-def backward(grad, a, w1, b1, w2, rate, seed):
-    """-> the gradients in a (a's dtype) and in w1, b1, w2 (fp32)."""
+def row_shares(members: int, hidden: int, rows: int) -> int:
+    """How many programs share a weight block's rows: enough blocks to give each of about
+    PROGRAMS_WANTED a program, in shares of whole row blocks."""
+    blocks = members * (hidden // BF_WEIGHTS)
+    return max(1, min(PROGRAMS_WANTED // blocks, triton.cdiv(rows, BM)))
+
+
+def backward(grad, a, w1, b1, w2, rate, seed, split: int | None = None):
+    """-> the gradients in a (a's dtype) and in w1, b1, w2 (fp32). `split`: row shares of the
+    weight gradients (default row_shares)."""
     (members, rows, d), f = a.shape, w1.shape[1]
+    split = split or row_shares(members, f, rows)
     grad_a = torch.empty_like(a)
-    grad_w1, grad_b1, grad_w2 = (torch.empty(t.shape, dtype=torch.float32, device=a.device) for t in (w1, b1, w2))
+    grad_w1, grad_b1, grad_w2 = ((torch.zeros if split > 1 else torch.empty)(t.shape, dtype=torch.float32, device=a.device)
+                                 for t in (w1, b1, w2))
     _backward_rows[(triton.cdiv(rows, BM), members)](grad, a, w1, b1, w2, rate, seed, grad_a, rows, f,
                                                      D=d, BM=BM, BF=BF, num_warps=WARPS)
-    _backward_weights[(f // BF_WEIGHTS, members)](grad, a, w1, b1, w2, rate, seed, grad_w1, grad_b1, grad_w2, rows, f,
-                                                  D=d, BM=BM, BF=BF_WEIGHTS, num_warps=WARPS)
+    rows_each = triton.cdiv(triton.cdiv(rows, BM), split) * BM
+    _backward_weights[(f // BF_WEIGHTS, split, members)](grad, a, w1, b1, w2, rate, seed, grad_w1, grad_b1, grad_w2, rows, f,
+                                                         rows_each, D=d, BM=BM, BF=BF_WEIGHTS, SHARED=split > 1, num_warps=WARPS)
     return grad_a, grad_w1, grad_b1, grad_w2
 
 
