@@ -1,6 +1,6 @@
 """What NDR's training step would move were parts of its layer each one kernel of our own, reading
-its inputs once and writing its outputs once: a what-if for ops_per_step.py --fused (the kernels
-themselves are not written).
+its inputs once and writing its outputs once: a what-if for ops_per_step.py --fused (of these
+kernels only the feed-forward's is written: trainables/models/feed_forward_op.py).
 
 Issue 21 asks 1,000 NDR member-steps/s of one H100: at most about 3.35 GB a member-step at full
 bandwidth, 1.9 at the 58% of it the compiled stack of 20 reached. Inductor's compiled bf16 step
@@ -20,8 +20,7 @@ Cuts (`--fused CUT`):
 - `sublayers`: the attention (Eq. 9-10, with its products), and each feed-forward with both its
   products, as kernels of their own beside the elementwise ones: what a kernel that keeps a
   sublayer's intermediate results on chip would move.
-- `feed_forwards`: `sublayers` with the attention left to Inductor (the kernels written so far
-  cover the feed-forwards: ff_kernel.py).
+- `feed_forwards`: `sublayers` with the attention left to Inductor.
 - `layer`: the whole layer step as one kernel, the floor: it reads h and the weights and writes
   the next h.
 """
@@ -192,10 +191,14 @@ def _feed_forward(ff, a):  # both products, the second without its bias
     return F.linear(_ff_first(ff, F.linear(a, ff[0].weight)), ff[3].weight)
 
 
+def ndr(layer: Layer) -> bool:
+    return layer.gated and layer.attention.kind == "geometric"
+
+
 def install(cut: str, set_attribute=setattr) -> None:
-    """Layer.forward for gated layers with LayerNorm updates (NDR), its parts as kernels by `cut`.
-    Each layer registers its parts as it is built: a part registered while torch.compile traces
-    would not be there for the trace's own fake calls."""
+    """Layer.forward for NDR's layers (gated, geometric attention), its parts as kernels by `cut`;
+    other layers as they are. Each layer registers its parts as it is built: a part registered
+    while torch.compile traces would not be there for the trace's own fake calls."""
     if cut not in CUTS:
         raise ValueError(f"--fused: one of {', '.join(CUTS)}, got {cut!r}")
     build, whole = Layer.__init__, Layer.forward
@@ -210,12 +213,14 @@ def install(cut: str, set_attribute=setattr) -> None:
             ("residual_norm", _residual_norm, "", ("attention.out.bias", "norm_attention", "dropout"), True),
             ("gated_update", _gated_update, "", ("ff.3.bias", "gate.3.bias", "norm_update", "update_dropout", "gate_drop"), False),
             ("attention", _attention, "attention", ("",), True), ("ff", _feed_forward, "ff", ("",), True),
-            ("gate", _feed_forward, "gate", ("",), True), ("layer", _layer, "", ("",), False)]} if layer.gated else {}
+            ("gate", _feed_forward, "gate", ("",), True), ("layer", _layer, "", ("",), False)]} if ndr(layer) else {}
 
     def forward(layer: Layer, h: Tensor, key_padding: Tensor):
         def run(name, *tensors):
             return layer.parts[name](layer, *tensors)
 
+        if not layer.parts:
+            return whole(layer, h, key_padding)
         if cut == "layer":
             return run("layer", h, key_padding), None, None
         if cut == "sublayers" and not layer.mask_self:

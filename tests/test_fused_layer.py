@@ -46,3 +46,15 @@ def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, dropout, 
 def test_an_unknown_cut_is_refused():
     with pytest.raises(ValueError, match="elementwise, feed_forwards, sublayers, layer"):
         fused_layer.install("whole")
+
+
+def test_layers_other_than_ndrs_run_as_they_are(monkeypatch):
+    """The parts are NDR's (geometric attention, the copy gate): another model's layer is left whole."""
+    cfg = tiny("transformer_rel_gate", dropout=0.0, query_dropout=0.0)
+    members = [{"seed": 0}]
+    losses, grads = step(cfg, members)
+    fused_layer.install("sublayers", monkeypatch.setattr)
+    fused_losses, fused_grads = step(cfg, members)
+    torch.testing.assert_close(fused_losses, losses)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, msg=name)
