@@ -3,7 +3,7 @@ per step, counted on any device, so that a machine without a GPU can see a chang
 the bytes they read and write, which bound a step of small elementwise kernels on a GPU (its
 memory moves them at a few TB/s).
 
-  python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...] [--kernels TEXT]
+  python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...] [--kernels TEXT] [--fused CUT]
 
 With `--bf16-activations`, what the step would move were its activations bf16 throughout (the
 parameters cast inside the step), not only its matrix products' as autocast does. With
@@ -11,7 +11,10 @@ parameters cast inside the step), not only its matrix products' as autocast does
 write: the traffic compiling would leave, as the CPU backend fuses (the GPU's may fuse
 differently); the loss, clipping and optimizer, which run eagerly, are not in it. Its rows put
 each fused kernel's bytes on the line of the model most of its operators come from (matrix
-products apart), forward and backward together: where hand-fused kernels would have to cut.
+products apart), forward and backward together: where hand-fused kernels would have to cut. With
+`--fused CUT` too, what NDR's step would move were parts of its layer kernels of our own
+(fused_layer.py); our ops (trainables' `fused_feed_forward`, the what-if's parts) have rows of
+their own.
 
 A stack of N members (trainables.batched.Stack, as a launch trains seeds) is warmed up, then one
 step runs under a counting TorchDispatchMode: every aten operator below autograd and vmap, the
@@ -31,6 +34,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fused_layer import CUTS, install
 from trainables.batched import Stack
 from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
@@ -112,19 +116,15 @@ def in_bf16(tensors: dict) -> dict:
     return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
 
 
-def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None, fused: str | None = None) -> None:
+def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None, fused: bool = False) -> None:
     device = setup_device(cfg)
-    if fused:  # a what-if: parts of NDR's layer as kernels of our own (fused_layer.py)
-        from fused_layer import install
-
-        install(fused)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
     if bf16_activations:  # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
         forward = stack.forward
         stack.forward = lambda params, buffers, batch: forward(in_bf16(params), in_bf16(buffers), batch).float()
     cfg = stack.cfg  # compile and bf16 as the stack runs them (auto decided for this device)
-    if kernels and not cfg.compile:
-        raise SystemExit("ops_per_step.py: --kernels lists compiled kernels: add --set compile=true")
+    if (kernels or fused) and not cfg.compile:  # our ops count as one kernel each only in a compiled graph
+        raise SystemExit(f"ops_per_step.py: {'--kernels' if kernels else '--fused'} counts compiled kernels: add --set compile=true")
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
     batch = stack.next_batch()
     width = f" x {batch['tokens'].shape[-1]} tokens" if "tokens" in batch else ""
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
     parser.add_argument("--bf16-activations", action="store_true",
                         help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
-    parser.add_argument("--fused", metavar="CUT", choices=("elementwise", "feed_forwards", "sublayers", "layer"),
+    parser.add_argument("--fused", metavar="CUT", choices=CUTS,
                         help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)")
     parser.add_argument("--kernels", metavar="TEXT", help="with compile=true: each kernel whose model line holds TEXT "
                         "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes")
@@ -187,8 +187,10 @@ def main() -> None:
     for assignment in args.set:
         set_override(flat, assignment)
     cfg = parse_trial_config(flat)
+    if args.fused:  # a what-if: parts of NDR's layer as kernels of our own (fused_layer.py), for every count below
+        install(args.fused)
     for n in (int(n) for n in args.members.split(",")):
-        count(cfg, n, args.rows, args.bf16_activations, args.kernels, args.fused)
+        count(cfg, n, args.rows, args.bf16_activations, args.kernels, bool(args.fused))
 
 
 if __name__ == "__main__":
