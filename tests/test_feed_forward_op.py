@@ -29,8 +29,8 @@ def in_the_interpreter() -> None:
     output and every gradient equal PyTorch's with the kernels' own mask. Run in a process of its
     own: the interpreter must be on before triton is first imported (its library's functions are
     built then), and torch imports triton early. In float32: the interpreter's tl.dot multiplies
-    bf16 tiles wrongly (a 16 x 16 product of its own is off by 1e10); bf16 is checked on a GPU
-    by benchmarks/ff_kernel.py."""
+    bf16 tiles wrongly (a 16 x 16 product of its own was off by 2e10); bf16 is checked on a GPU,
+    by the CUDA test below and benchmarks/ff_kernel.py."""
     from trainables.models import feed_forward_triton as kernels
 
     a, w1, b1, w2 = sublayer()

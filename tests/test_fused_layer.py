@@ -7,21 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainables.batched import Stack
-from trainables.tasks import load_task
-
+from test_feed_forward_op import step
 from test_train import tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import fused_layer  # noqa: E402
-
-
-def step(cfg, members):
-    """Every member's loss and every stacked parameter's gradient after one forward and backward."""
-    torch.manual_seed(0)
-    stack = Stack(cfg, members, load_task(cfg.task, cfg.task_options), torch.device("cpu"))
-    _, losses = stack.forward_backward(stack.next_batch())
-    return losses.detach(), {name: p.grad.clone() for name, p in stack.params.items()}
 
 
 @pytest.mark.parametrize("cut, dropout", [("elementwise", 0.3), ("feed_forwards", 0.3), ("sublayers", 0.3), ("layer", 0.0)])
