@@ -35,7 +35,7 @@ def _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, T,
 @triton.jit
 def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, T, F,
              D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr):
-    member, block = tl.program_id(1), tl.program_id(0)
+    member, block = tl.program_id(1).to(tl.int64), tl.program_id(0)  # int64: a large stack's offsets may pass 2**31
     seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
     rows = block * BM + tl.arange(0, BM)
     row_mask = rows < T
@@ -54,7 +54,7 @@ def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, T, F,
 def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_ptr, T, F,
                    D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr):
     """The gradient in a, a block of rows a program."""
-    member, block = tl.program_id(1), tl.program_id(0)
+    member, block = tl.program_id(1).to(tl.int64), tl.program_id(0)  # int64: a large stack's offsets may pass 2**31
     seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
     rows = block * BM + tl.arange(0, BM)
     row_mask = rows < T
@@ -79,7 +79,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
     """The gradients in W1, b1 and W2 for a block of hidden units a program, summed over its share
     of the rows: all of them, stored; or, SHARED, one of several shares added into zeroed
     gradients (a small stack, whose blocks alone would leave most of the GPU idle)."""
-    chunk, share, member = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    chunk, share, member = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
     f0 = chunk * BF
     cols = f0 + tl.arange(0, BF)
@@ -113,7 +113,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
 @triton.jit
 def _keep(keep_ptr, seed_ptr, rate_ptr, T, F, BF: tl.constexpr):
     """The dropout mask the kernels draw, written out: for tests against PyTorch."""
-    member, row, chunk = tl.program_id(2), tl.program_id(0), tl.program_id(1)
+    member, row, chunk = tl.program_id(2).to(tl.int64), tl.program_id(0), tl.program_id(1)
     cols = chunk * BF + tl.arange(0, BF)
     keep = tl.rand(tl.load(seed_ptr + member), row * F + cols) >= tl.load(rate_ptr + member)
     tl.store(keep_ptr + member * T * F + row * F + cols, keep.to(tl.int8))
