@@ -621,6 +621,7 @@ def describe_study(study) -> str:
                          "the pair's answer is the best candidate's mean")
     lines.append(f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one")
     lines += [f"  skipped (incompatible): {s}" for s in study.skipped]
+    lines += [f"  unused: {u}" for u in study.unused]
     return "\n".join(lines)
 
 

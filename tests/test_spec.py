@@ -454,6 +454,20 @@ def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
         assert "ASHA" not in describe_study(load_study(write(tmp_path, quiet)))
 
 
+def test_the_plan_says_which_of_a_files_keys_an_ablation_does_not_use(tmp_path):
+    """A search turned into an ablation (a grid or seeds added) keeps its budget.trials and its
+    scheduler, which an ablation ignores: said in the plan, not refused."""
+    from orchestrator.cli import describe_study
+
+    spec = with_(scheduler={"name": "asha", "grace_period": 5}, seeds=[0, 1], space={})
+    plan = describe_study(load_study(write(tmp_path, spec))).splitlines()
+    assert plan[-2:] == ["  unused: budget.trials: a search's count of trials; an ablation trains every grid cell with every seed",
+                         "  unused: scheduler: a search's early stopping; an ablation trains every trial to its end"]
+    search = {k: v for k, v in spec.items() if k != "seeds"} | {"space": GOOD["space"]}
+    assert "unused" not in describe_study(load_study(write(tmp_path, search)))
+    assert "unused" not in describe_study(load_study(write(tmp_path, {k: v for k, v in spec.items() if k not in ("budget", "scheduler")})))
+
+
 def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatch):
     """per_model.<model>.resources: its keys over the file's. Each trial asks Ray for its pair's
     (Tune's resource request of the trial's config), the cluster runs as many at once as the

@@ -282,6 +282,7 @@ class Study:
     batch_seeds_given: bool | str = "auto"  # the file's value: auto stacks no pair whose own trials get no GPU
     # budget.stack_size per pair where it is auto and was measured at launch (kept in launch.json).
     stack_sizes: dict[str, int] = field(default_factory=dict)
+    unused: list[str] = field(default_factory=list)  # keys the file gives that this kind of study does not use, for the plan
 
     @property
     def experiment(self) -> str:
@@ -691,12 +692,18 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         raise SpecError(path, "models", "no model in this file can run any of its tasks: " + "; ".join(skipped))
     _check_detectable(path, report, pairs, seeds)
 
+    # Said, not refused: a search turned into an ablation by adding a grid keeps its file's other keys.
+    searchs = {"budget.trials": "a search's count of trials; an ablation trains every grid cell with every seed",
+               "scheduler": "a search's early stopping; an ablation trains every trial to its end"}
+    given = {*(f"budget.{key}" for key in raw.get("budget") or {}), *(["scheduler"] if "scheduler" in raw else [])}
+    unused = [f"{key}: {why}" for key, why in searchs.items() if key in given and (grid or seeds)]
+
     return Study(
         path=path, name=safe_name(_text(raw, "name", path.stem, path), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
         skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
         warm_start=_switch(raw, "warm_start", True, path), storage_path=storage_path,
         storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
-        batch_seeds=batch_seeds, batch_seeds_given=batch_seeds,
+        batch_seeds=batch_seeds, batch_seeds_given=batch_seeds, unused=unused,
     )
 
 
