@@ -19,7 +19,8 @@ Cuts (`--fused CUT`):
   and the mix. The products stay aten's.
 - `sublayers`: the attention (Eq. 9-10, with its products), and each feed-forward with both its
   products, as kernels of their own beside the elementwise ones: what a kernel that keeps a
-  sublayer's intermediate results on chip would move.
+  sublayer's intermediate results on chip would move. (A layer with `mask_self`, which NDR's
+  tasks do not set, keeps its attention Inductor's.)
 - `feed_forwards`: `sublayers` with the attention left to Inductor.
 - `layer`: the whole layer step as one kernel, the floor: it reads h and the weights and writes
   the next h.

@@ -41,7 +41,8 @@ def in_the_interpreter() -> None:
     expected = reference(a, w1, b1, w2, rate, keep)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     wanted = torch.autograd.grad(expected, [a, w1, b1, w2], grad)
-    assert kernels.row_shares(2, 128, 100) == 2  # the weight gradients summed by two programs a block, atomically
+    # the weight gradients summed by two programs a block, atomically, and by one
+    assert kernels.row_shares(2, 128, 100, *kernels.blocks("backward_weights", a)[:2]) == 2
     for split in (None, 1):
         got = kernels.backward(grad, a.detach(), w1.detach(), b1.detach(), w2.detach(), rate, seed, split)
         for g, want in zip(got, wanted):
@@ -74,6 +75,36 @@ def test_on_cuda_the_op_computes_the_sublayer_and_its_gradients(dtype):
     for got, want in zip(torch.autograd.grad(y, [a, w1, b1, w2], grad), torch.autograd.grad(expected, [a, w1, b1, w2], grad)):
         scale = want.abs().max().item()
         torch.testing.assert_close(got.float() / scale, want.float() / scale, **tolerance)
+
+
+def test_every_kernel_fits_a_gpus_shared_memory_at_every_width():
+    """Each kernel's blocks, compiled for an H100 (sm_90; Triton compiles without a GPU), fit its
+    shared memory at every D the op takes, in bf16 and float32: a block that did not would fail at
+    a trial's first step. Found by a review: blocks of 64 rows x all of D in float32 needed up to
+    463 KB."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as compile_kernel
+
+    from trainables.models import feed_forward_triton as kernels
+    from trainables.models.feed_forward_op import HIDDEN_BLOCK, WIDEST
+
+    pointers = {"rate_ptr": "*fp32", "seed_ptr": "*i64"}
+    for name, sizes in kernels.BLOCKS.items():
+        for width, by_d in sizes.items():
+            element = {2: "*bf16", 4: "*fp32"}[width]
+            assert sorted(by_d) == [64, 128, 256, 512] and max(by_d) == WIDEST
+            for d, (bm, bf, stages) in by_d.items():
+                assert HIDDEN_BLOCK % bf == 0
+                kernel = getattr(kernels, f"_{name}")
+                signature = {arg: element if arg.endswith("_ptr") else "i32" for arg in kernel.arg_names}
+                signature.update(pointers, **{arg: "*fp32" for arg in ("gw1_ptr", "gb1_ptr", "gw2_ptr") if arg in signature})
+                constants = {"D": d, "BM": bm, "BF": bf, "PRECISION": "ieee" if width == 4 else "tf32", "SHARED": True}
+                constants = {k: v for k, v in constants.items() if k in signature}
+                signature.update({k: "constexpr" for k in constants})
+                compiled = compile_kernel(ASTSource(kernel, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
+                                          options={"num_warps": kernels.WARPS, "num_stages": stages})
+                assert compiled.metadata.shared <= kernels.SHARED_MEMORY_LIMIT, (name, width, d, compiled.metadata.shared)
 
 
 def test_the_cpu_path_redraws_each_members_mask_in_its_backward():
@@ -114,14 +145,23 @@ def test_a_stack_with_fused_feed_forwards_trains_as_the_stack_without(model, com
         torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_each_member_of_a_stack_drops_at_its_own_rate_through_the_op():
-    """Members of their own dropout: the one at 0 trains as it does without the op (nothing of it is
-    drawn), the one at 0.5 does not (the op draws its own masks)."""
+def test_each_member_of_a_stack_drops_at_its_own_rate_through_the_op(monkeypatch):
+    """Members of their own dropout: the op is handed each member's rate (and a seed of its own),
+    forward and backward; the member at 0 trains as it does without the op, the one at 0.5 does not
+    (the op draws its own masks)."""
+    from trainables.models import feed_forward_op
+
     members = [{"seed": 0, "dropout": 0.0}, {"seed": 1, "dropout": 0.5}]
     losses, _ = step(tiny("ndr", query_dropout=0.0, **SIZES), members)
+    drawn = []
+    monkeypatch.setattr(feed_forward_op, "keep_on_cpu",
+                        lambda rows, hidden, rate, seed: drawn.append((rate.tolist(), seed.tolist())) or keep_on_cpu(rows, hidden, rate, seed))
     fused_losses, _ = step(tiny("ndr", query_dropout=0.0, fused_feed_forward=True, **SIZES), members)
     torch.testing.assert_close(fused_losses[0], losses[0])
     assert fused_losses[1] != losses[1]
+    # two feed-forwards a layer step, each drawn in the forward and again in the backward
+    assert len(drawn) == 2 * 2 * 2 and all(rate == [0.0, 0.5] for rate, _ in drawn)
+    assert all(len(set(seed)) == 2 for _, seed in drawn) and len({tuple(seed) for _, seed in drawn}) == len(drawn) // 2
 
 
 def test_every_model_that_takes_the_key_runs_its_feed_forwards_through_the_op():
@@ -153,6 +193,8 @@ def test_sizes_the_kernels_cannot_tile_are_refused_in_one_line():
 
     with pytest.raises(ConfigError, match="multiple of 64, got d_model=32, hidden=32"):
         check_builds(tiny("ndr", fused_feed_forward=True, d_model=32))
+    with pytest.raises(ConfigError, match="from 16 to 512"):
+        check_builds(tiny("ndr", fused_feed_forward=True, d_model=1024))
 
 
 if __name__ == "__main__":

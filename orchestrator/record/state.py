@@ -97,12 +97,16 @@ def check_plan(plan) -> None:
     with every key they read without a default."""
     if not isinstance(plan, dict):
         raise TypeError(f"plan: not an object, got {type(plan).__name__}")
-    if missing := [key for key in ("metric", "score", "ablation", "pairs") if plan and key not in plan]:
+    if missing := [key for key in ("metric", "mode", "score", "ablation", "pairs") if plan and key not in plan]:
         raise ValueError(f"plan: lacks {', '.join(missing)}")
     pairs = plan.get("pairs", [])
-    if not isinstance(pairs, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("trials"), int)
-                                              for p in pairs):
-        raise ValueError("plan.pairs: not a list of pairs, each with a name and a trial count")
+
+    def readable(pair) -> bool:
+        return (isinstance(pair, dict) and isinstance(pair.get("name"), str) and isinstance(pair.get("trials"), int)
+                and "chance" in pair and isinstance(pair.get("grid") or {}, dict))
+
+    if not isinstance(pairs, list) or not all(map(readable, pairs)):
+        raise ValueError("plan.pairs: not a list of pairs, each with a name, a trial count, a chance level and its grid")
 
 
 def plan_of(study) -> dict:

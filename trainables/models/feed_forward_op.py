@@ -1,6 +1,7 @@
-"""The feed-forward sublayer, y = dropout(relu(x W1^T + b1)) W2^T + b2, as one op (`fused_feed_forward`,
-a layer's key): on CUDA Triton kernels of our own that keep the hidden layer on chip and redraw
-its dropout mask in the backward (feed_forward_triton.py), elsewhere the same in PyTorch.
+"""The feed-forward sublayer, y = dropout(relu(x W1^T + b1)) W2^T (+ b2, added after it), as one op
+(`fused_feed_forward`, a layer's key): on CUDA Triton kernels of our own that keep the hidden
+layer on chip and redraw its dropout mask in the backward (feed_forward_triton.py), elsewhere the
+same in PyTorch.
 
 Issue 21: Inductor's compiled NDR step moves 5.59 GB a member-step, which caps an H100 below the
 issue's 1,000 member-steps/s. `benchmarks/ops_per_step.py --fused` prices kernels of our own: the
@@ -21,14 +22,16 @@ import torch
 from torch import Tensor
 
 
-HIDDEN_BLOCK = 64  # hidden units a kernel block (feed_forward_triton.BF)
+HIDDEN_BLOCK = 64  # a multiple of every kernel block's hidden units (feed_forward_triton.BLOCKS)
+WIDEST = 512  # the widest D whose blocks fit a GPU's shared memory (feed_forward_triton.BLOCKS)
 
 
 def check_sizes(d: int, hidden: int) -> None:
-    """The kernels tile D whole and the hidden layer in blocks."""
-    if d & (d - 1) or hidden % HIDDEN_BLOCK:
-        raise ValueError(f"fused_feed_forward: d_model must be a power of two and the hidden width a multiple of "
-                         f"{HIDDEN_BLOCK}, got d_model={d}, hidden={hidden}")
+    """The kernels hold all of D in a block (a power of two, at least tl.dot's 16) and tile the
+    hidden layer in blocks."""
+    if d & (d - 1) or not 16 <= d <= WIDEST or hidden % HIDDEN_BLOCK:
+        raise ValueError(f"fused_feed_forward: d_model must be a power of two from 16 to {WIDEST} and the hidden width a "
+                         f"multiple of {HIDDEN_BLOCK}, got d_model={d}, hidden={hidden}")
 
 
 def keep_on_cpu(rows: int, hidden: int, rate: Tensor, seed: Tensor) -> Tensor:
