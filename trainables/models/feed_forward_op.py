@@ -6,8 +6,8 @@ same in PyTorch.
 Issue 21: Inductor's compiled NDR step moves 5.59 GB a member-step, which caps an H100 below the
 issue's 1,000 member-steps/s. `benchmarks/ops_per_step.py --fused` prices kernels of our own: the
 feed-forwards as such kernels (with the layer's elementwise work fused) bring it to 3.33 GB, every
-sublayer to 1.81 (`benchmarks/fused_layer.py`). This is the first of them; its speed on a GPU is
-`benchmarks/ff_kernel.py`'s to measure.
+sublayer to 1.81 (`benchmarks/fused_layer.py`). This is the first of them (3.86 GB with it); its
+speed on a GPU is `benchmarks/ff_kernel.py`'s to measure.
 
 The op takes a stack's members at once (leading dim M; a single model is a stack of one): its
 vmap rule hands it every member's rows, weights, dropout rate and seed, so a vmapped stack runs
