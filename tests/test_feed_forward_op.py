@@ -1,6 +1,7 @@
 """The feed-forward sublayer as one op (trainables/models/feed_forward_op.py, `fused_feed_forward`):
 its Triton kernels in Triton's interpreter (no GPU here), its CPU path, and a model built with it
 against the same model without."""
+import itertools
 import os
 import subprocess
 import sys
@@ -79,9 +80,9 @@ def test_on_cuda_the_op_computes_the_sublayer_and_its_gradients(dtype):
 
 def test_every_kernel_fits_a_gpus_shared_memory_at_every_width():
     """Each kernel's blocks, compiled for an H100 (sm_90; Triton compiles without a GPU), fit its
-    shared memory at every D the op takes, in bf16 and float32: a block that did not would fail at
-    a trial's first step. Found by a review: blocks of 64 rows x all of D in float32 needed up to
-    463 KB."""
+    shared memory at every D the op takes, in bf16 and in float32 (TF32 or IEEE products): a block
+    that did not would fail at a trial's first step. Found by a review: blocks of 64 rows x all of
+    D in float32 needed up to 463 KB."""
     pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile as compile_kernel
@@ -94,17 +95,17 @@ def test_every_kernel_fits_a_gpus_shared_memory_at_every_width():
         for width, by_d in sizes.items():
             element = {2: "*bf16", 4: "*fp32"}[width]
             assert sorted(by_d) == [64, 128, 256, 512] and max(by_d) == WIDEST
-            for d, (bm, bf, stages) in by_d.items():
+            for (d, (bm, bf, stages)), precision in itertools.product(by_d.items(), ["tf32", "ieee"] if width == 4 else ["tf32"]):
                 assert HIDDEN_BLOCK % bf == 0
                 kernel = getattr(kernels, f"_{name}")
                 signature = {arg: element if arg.endswith("_ptr") else "i32" for arg in kernel.arg_names}
                 signature.update(pointers, **{arg: "*fp32" for arg in ("gw1_ptr", "gb1_ptr", "gw2_ptr") if arg in signature})
-                constants = {"D": d, "BM": bm, "BF": bf, "PRECISION": "ieee" if width == 4 else "tf32", "SHARED": True}
+                constants = {"D": d, "BM": bm, "BF": bf, "PRECISION": precision, "SHARED": True}
                 constants = {k: v for k, v in constants.items() if k in signature}
                 signature.update({k: "constexpr" for k in constants})
                 compiled = compile_kernel(ASTSource(kernel, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
                                           options={"num_warps": kernels.WARPS, "num_stages": stages})
-                assert compiled.metadata.shared <= kernels.SHARED_MEMORY_LIMIT, (name, width, d, compiled.metadata.shared)
+                assert compiled.metadata.shared <= kernels.SHARED_MEMORY_LIMIT, (name, width, precision, d, compiled.metadata.shared)
 
 
 def test_the_cpu_path_redraws_each_members_mask_in_its_backward():
