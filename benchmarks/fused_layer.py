@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainables.models.transformer import Layer, geometric_attention_weights
+from trainables.models.transformer import Layer
 
 CUTS = ("elementwise", "feed_forwards", "sublayers", "layer")
 # op key -> (function of (module, *tensors), module, its parameter and buffer names, whether a
@@ -179,13 +179,8 @@ def _gated_update(layer, h, f, g):  # Eq. 2-4, the feed-forwards' second biases 
     return torch.lerp(h, u.to(h.dtype), gate.to(h.dtype))
 
 
-def _attention(attention, h, key_padding, mask_self=False):  # Attention.forward (geometric), its output product without bias
-    logits = attention.scores(h).masked_fill(key_padding[:, None, None, :], float("-inf"))
-    if mask_self:
-        logits = logits.masked_fill(torch.eye(h.shape[1], dtype=torch.bool, device=h.device), float("-inf"))
-    weights = geometric_attention_weights(logits, attention.normalize_geometric)
-    mixed = attention.attention_dropout(weights) @ attention.split_heads(attention.value(h))
-    return F.linear(mixed.transpose(1, 2).reshape(h.shape), attention.out.weight)
+def _attention(attention, h, key_padding, mask_self=False):  # the attention, its output product without bias
+    return F.linear(attention.mix(h, key_padding, mask_self)[0], attention.out.weight)
 
 
 def _feed_forward(ff, a):  # both products, the second without its bias

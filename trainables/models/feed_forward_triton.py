@@ -55,34 +55,37 @@ def _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F,
 
 
 @triton.jit
-def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, T, F,
-             D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
+def _row_block(a_ptr, rate_ptr, seed_ptr, T, D: tl.constexpr, BM: tl.constexpr):
+    """A program's member and block of rows (grid: row blocks, members): (member, its seed and rate,
+    the rows, which of them exist, the offsets of their [BM, D] elements, a there)."""
     member, block = tl.program_id(1).to(tl.int64), tl.program_id(0)  # int64: a large stack's offsets may pass 2**31
-    seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
     rows = block * BM + tl.arange(0, BM)
     row_mask = rows < T
+    at = member * T * D + rows[:, None] * D + tl.arange(0, D)[None, :]
+    a = tl.load(a_ptr + at, mask=row_mask[:, None], other=0.0)
+    return member, tl.load(seed_ptr + member), tl.load(rate_ptr + member), rows, row_mask, at, a
+
+
+@triton.jit
+def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, T, F,
+             D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
+    member, seed, p, rows, row_mask, at, a = _row_block(a_ptr, rate_ptr, seed_ptr, T, D, BM)
     d = tl.arange(0, D)
-    a = tl.load(a_ptr + member * T * D + rows[:, None] * D + d[None, :], mask=row_mask[:, None], other=0.0)
     y = tl.zeros((BM, D), dtype=tl.float32)
     for f0 in range(0, F, BF):
         _, hidden = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BF, PRECISION)
         cols = f0 + tl.arange(0, BF)
         w2 = tl.load(w2_ptr + member * D * F + d[:, None] * F + cols[None, :])  # [D, BF]
         y += tl.dot(hidden.to(w2.dtype), tl.trans(w2), input_precision=PRECISION)
-    tl.store(y_ptr + member * T * D + rows[:, None] * D + d[None, :], y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None])
+    tl.store(y_ptr + at, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None])
 
 
 @triton.jit
 def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_ptr, T, F,
                    D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
     """The gradient in a, a block of rows a program."""
-    member, block = tl.program_id(1).to(tl.int64), tl.program_id(0)  # int64: a large stack's offsets may pass 2**31
-    seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
-    rows = block * BM + tl.arange(0, BM)
-    row_mask = rows < T
+    member, seed, p, rows, row_mask, at, a = _row_block(a_ptr, rate_ptr, seed_ptr, T, D, BM)
     d = tl.arange(0, D)
-    at = member * T * D + rows[:, None] * D + d[None, :]
-    a = tl.load(a_ptr + at, mask=row_mask[:, None], other=0.0)
     g = tl.load(g_ptr + at, mask=row_mask[:, None], other=0.0)
     grad_a = tl.zeros((BM, D), dtype=tl.float32)
     for f0 in range(0, F, BF):

@@ -228,6 +228,12 @@ class Attention(nn.Module):
         """h (B, N, D), key_padding (B, M) True at padding -> (output (B, N, D), weights (B, H, N, M)).
         Keys and values come from `source` (B, M, D) where given, else from h (M = N); `causal`:
         position i sees positions up to i only (a decoder's own outputs)."""
+        mixed, weights = self.mix(h, key_padding, mask_self, source, causal)
+        return self.out(mixed), weights
+
+    def mix(self, h: torch.Tensor, key_padding: torch.Tensor, mask_self: bool = False, source: torch.Tensor | None = None,
+            causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward's heads' outputs side by side (B, N, D), before the output projection, and the weights."""
         source_ = h if source is None else source
         logits = self.scores(h, source).masked_fill(key_padding[:, None, None, :], float("-inf"))
         if mask_self:
@@ -242,7 +248,7 @@ class Attention(nn.Module):
             mixed = self.compose(h, self.attention_dropout(weights), source_)
         else:
             mixed = self.attention_dropout(weights) @ self.split_heads(self.value(source_))
-        return self.out(mixed.transpose(1, 2).reshape(h.shape)), weights
+        return mixed.transpose(1, 2).reshape(h.shape), weights
 
     def compose(self, h: torch.Tensor, search: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """Eq. 9-13: every search applied to every retrieval, then each search picks its retrievals.
