@@ -2,10 +2,12 @@
 `fused_feed_forward`) against the same sublayer in PyTorch, eager and compiled: forward and
 backward, bf16, NDR's paper size (D 256, F 512, 512 x 8 tokens a member), a stack's members at once.
 
-  python benchmarks/ff_kernel.py [--members 1,20] [--rows 4096] [--steps 50]
+  python benchmarks/ff_kernel.py [--members 1,20] [--rows 4096] [--steps 50] [--sweep]
 
 Needs CUDA. Prints each one's milliseconds per forward and backward, the bytes ours must move
-over its time, and how far ours is from PyTorch's without dropout.
+over its time, and how far ours is from PyTorch's without dropout. --sweep instead prints how the
+autotuner timed each of our three kernels' candidate blocks (feed_forward_triton.FORWARD, ...),
+fastest first.
 """
 from __future__ import annotations
 
@@ -25,9 +27,14 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--sweep", action="store_true", help="the autotuner's timing of each kernel's blocks")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("ff_kernel.py: needs CUDA (tests/test_feed_forward_op.py runs the kernels in Triton's interpreter)")
+    if args.sweep:
+        for members in (int(m) for m in args.members.split(",")):
+            sweep(members, args.rows, args.d_model, args.hidden, args.dropout)
+        return
     device = torch.device("cuda")
     compiled = torch.compile(reference)
     print(f"feed-forward D {args.d_model}, F {args.hidden}, {args.rows} rows a member, dropout {args.dropout}, bf16, "
@@ -64,6 +71,24 @@ def main() -> None:
         # what ours must move: a, y, grad y, grad a (bf16), the weights read three times and their gradients written (fp32)
         moved = members * (4 * args.rows * args.d_model * 2 + 4 * 2 * args.hidden * args.d_model * 4)
         print(f"{members:7d}  {ours_ms:8.3f}  {eager_ms:8.3f}  {compiled_ms:11.3f}  {moved / ours_ms / 1e6:9.1f}  {errors}")
+
+
+def sweep(members: int, rows: int, d: int, hidden: int, dropout: float) -> None:
+    """One forward and backward of the op, then the autotuner's timing of each candidate block."""
+    from trainables.models import feed_forward_triton as kernels
+
+    device = torch.device("cuda")
+    a = torch.randn(members, rows, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w1 = (torch.randn(members, hidden, d, device=device) / d ** 0.5).requires_grad_()
+    b1 = torch.zeros(members, hidden, device=device, requires_grad=True)
+    w2 = (torch.randn(members, d, hidden, device=device) / hidden ** 0.5).requires_grad_()
+    rate, seed = torch.full((members,), dropout, device=device), torch.arange(members, device=device)
+    feed_forward(a, w1, b1, w2, rate, seed).float().sum().backward()
+    for name in ("forward", "backward_rows", "backward_weights"):
+        tuned = getattr(kernels, "_" + name)
+        timings = sorted((ms[0], str(config)) for config, ms in tuned.configs_timings.items())
+        print(f"{members} members, {name} ({len(timings)} blocks, {sum(ms == float('inf') for ms, _ in timings)} too large): "
+              + "; ".join(f"{ms:.3f} ms {config}" for ms, config in timings), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@
 # each printing into OUT_DIR (default ./gpu-out) as well as the terminal:
 #   env.txt      the GPU, driver, torch
 #   graphs.txt   the CUDA-graph equality tests (tests/test_graphs.py; their on_cuda tests run here only)
-#   fused_ff.txt our Triton feed-forward kernels (fused_feed_forward): their tests on CUDA, their time against
-#                PyTorch's eager and compiled sublayer, and NDR's compiled bf16 stack of 5 and 20 with and without them
+#   fused_ff.txt our Triton feed-forward kernels (fused_feed_forward): their tests on CUDA, the autotuner's
+#                timing of their blocks, their time against PyTorch's eager and compiled sublayer, and NDR's
+#                compiled bf16 stack of 20 with and without them
 #   compiled.txt NDR stacked 20 high with compile: true (fused kernels; one CUDA graph since 2026-11-27), and its compile seconds
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
@@ -51,12 +52,14 @@ run() {  # run LIMIT_S NAME COMMAND...: the command's output into $out/NAME.txt,
 run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
     $py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())'"
 run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
-# fused_feed_forward (seventeenth session, written without a GPU): the CPU's byte count puts NDR's
-# compiled bf16 step at 3.86 GB a member-step with it, 5.59 without. First whether the kernels are
-# right on a GPU, then what they gain, alone and in the stack.
-run 420 fused_ff bash -c "$py -m pytest -q -p no:cacheprovider tests/test_feed_forward_op.py -k 'cuda or triton' \
-    && $py benchmarks/ff_kernel.py --members 1,5,20 && for fused in false true; do $py benchmarks/bench_gpu.py --device cuda \
-    --sections curve --sizes paper --models 'ctl / ndr' --steps 20 --seeds-n 5,20 --compile --bf16 --set fused_feed_forward=\$fused; done"
+# fused_feed_forward (seventeenth session, written without a GPU). On an H200 (2026-11-27) its
+# kernels computed PyTorch's sublayer but made NDR's compiled bf16 stack of 20 slower (257.8
+# member-steps/s against 441.2), with fixed blocks; they are autotuned since. First whether they
+# are right, then how the autotuner timed each block, then the stack with and without them.
+run 480 fused_ff bash -c "$py -m pytest -q -p no:cacheprovider tests/test_feed_forward_op.py -k cuda \
+    && $py benchmarks/ff_kernel.py --members 1,20 --sweep && $py benchmarks/ff_kernel.py --members 1,20 \
+    && for fused in true false; do $py benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
+    --models 'ctl / ndr' --steps 20 --seeds-n 20 --compile --bf16 --set fused_feed_forward=\$fused; done"
 # Compiled stacks (fused kernels; the default for stacks on CUDA since the ninth session).
 run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile

@@ -6,8 +6,10 @@ same in PyTorch.
 Issue 21: Inductor's compiled NDR step moves 5.59 GB a member-step, which caps an H100 below the
 issue's 1,000 member-steps/s. `benchmarks/ops_per_step.py --fused` prices kernels of our own: the
 feed-forwards as such kernels (with the layer's elementwise work fused) bring it to 3.33 GB, every
-sublayer to 1.81 (`benchmarks/fused_layer.py`). This is the first of them (3.86 GB with it); its
-speed on a GPU is `benchmarks/ff_kernel.py`'s to measure.
+sublayer to 1.81 (`benchmarks/fused_layer.py`). This is the first of them (3.86 GB with it). On
+an H200 (2026-11-27) it computed what PyTorch does, but slower: NDR's compiled bf16 stack of 20
+ran 257.8 member-steps/s with it against 441.2 without, its blocks then fixed and untimed (now
+autotuned; `benchmarks/ff_kernel.py` times it against PyTorch's).
 
 The op takes a stack's members at once (leading dim M; a single model is a stack of one): its
 vmap rule hands it every member's rows, weights, dropout rate and seed, so a vmapped stack runs
@@ -22,8 +24,8 @@ import torch
 from torch import Tensor
 
 
-HIDDEN_BLOCK = 64  # a multiple of every kernel block's hidden units (feed_forward_triton.BLOCKS)
-WIDEST = 512  # the widest D whose blocks fit a GPU's shared memory (feed_forward_triton.BLOCKS)
+HIDDEN_BLOCK = 64  # a multiple of every kernel block's hidden units (feed_forward_triton's candidates)
+WIDEST = 512  # the widest D whose smallest blocks fit a GPU's shared memory (feed_forward_triton)
 
 
 def check_sizes(d: int, hidden: int) -> None:

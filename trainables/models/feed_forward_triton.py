@@ -14,26 +14,28 @@ import torch
 import triton
 import triton.language as tl
 
-# (rows, hidden units, pipeline stages) a block of each kernel, by the width of a's dtype and D.
-# Each block holds all of D, so wider D and float32 take smaller blocks: every one fits an H100's
-# or H200's 227 KiB of shared memory a block, which tests/test_feed_forward_op.py checks by
-# compiling each for sm_90 (no GPU needed). The largest that fit, not yet timed on a GPU.
-BLOCKS = {
-    "forward": {2: {64: (64, 64, 3), 128: (64, 64, 3), 256: (64, 64, 3), 512: (64, 64, 3)},
-                4: {64: (64, 64, 3), 128: (64, 64, 2), 256: (64, 32, 2), 512: (32, 32, 2)}},
-    "backward_rows": {2: {64: (64, 64, 3), 128: (64, 64, 3), 256: (64, 64, 3), 512: (64, 32, 2)},
-                      4: {64: (64, 64, 3), 128: (64, 64, 3), 256: (32, 32, 2), 512: (16, 32, 1)}},
-    "backward_weights": {2: {64: (64, 32, 3), 128: (64, 32, 3), 256: (64, 32, 3), 512: (32, 32, 2)},
-                         4: {64: (64, 32, 3), 128: (64, 32, 3), 256: (32, 32, 2), 512: (16, 16, 1)}},
-}
-SHARED_MEMORY_LIMIT = 232_448  # bytes a block may use on sm_90
-WARPS = 8
-PROGRAMS_WANTED = 256  # about two a streaming multiprocessor of an H100 (132) or H200
+# The blocks each kernel may take, (rows BM, hidden units BF, pipeline stages, warps[, row shares
+# SPLIT]): Triton's autotuner times them at a stack's first call (per member count, D, F and dtype)
+# and keeps the fastest; those that do not fit the GPU's shared memory are passed over (a block
+# holds all of D, so float32 and D 512 need the small ones; and the same block took 262,144 bytes
+# under triton 3.6 against 3.9's fit under 232,448). The forward's and backward_rows' first two
+# were the fastest at NDR's size (20 members of 4,096 rows, D 256, F 512, bf16) on an H200
+# (benchmarks/ff_kernel.py --sweep, 2026-11-27; backward_weights was not reached); the others
+# cover float32, D 512 (each list's last fits them all) and small stacks. Every BF divides 64
+# (feed_forward_op.HIDDEN_BLOCK).
+FORWARD = [(64, 32, 2, 4), (128, 64, 2, 8), (128, 32, 3, 8), (64, 64, 3, 8), (32, 32, 2, 4), (32, 32, 2, 8), (16, 32, 1, 4)]
+BACKWARD_ROWS = [(128, 32, 3, 8), (128, 32, 2, 8), (64, 64, 2, 4), (64, 32, 3, 4), (64, 64, 3, 8), (32, 32, 2, 4), (16, 32, 1, 8)]
+# SPLIT > 1: several programs share a block's rows, adding into zeroed gradients, so that a small
+# stack (whose hidden blocks alone are a few dozen programs) does not leave most of the GPU idle.
+BACKWARD_WEIGHTS = [(64, 32, 3, 8, 1), (64, 32, 2, 4, 1), (128, 32, 2, 8, 1), (64, 64, 2, 8, 1), (64, 32, 3, 8, 2),
+                    (64, 32, 3, 8, 4), (64, 32, 3, 8, 16), (32, 32, 2, 4, 4), (16, 16, 1, 4, 1), (16, 16, 1, 4, 16)]
+SHARED_MEMORY_LIMIT = 232_448  # bytes a block may use on sm_90 (an H100's or H200's)
+TUNED_BY = ["M", "D", "F"]  # not T: a batch's rows vary a little, and each new key is timed again
 
 
-def blocks(kernel: str, a: torch.Tensor) -> tuple[int, int, int]:
-    """(BM, BF, stages) of `kernel` for rows like a (D 16 and 32 take D 64's)."""
-    return BLOCKS[kernel][a.element_size()][max(64, a.shape[-1])]
+def configs(blocks: list[tuple]) -> list[triton.Config]:
+    return [triton.Config(dict(zip(("BM", "BF", "SPLIT"), (bm, bf, *split))), num_stages=stages, num_warps=warps)
+            for bm, bf, stages, warps, *split in blocks]
 
 
 def precision(a: torch.Tensor) -> str:
@@ -66,8 +68,9 @@ def _row_block(a_ptr, rate_ptr, seed_ptr, T, D: tl.constexpr, BM: tl.constexpr):
     return member, tl.load(seed_ptr + member), tl.load(rate_ptr + member), rows, row_mask, at, a
 
 
+@triton.autotune(configs(FORWARD), key=TUNED_BY)
 @triton.jit
-def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, T, F,
+def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, M, T, F,
              D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
     member, seed, p, rows, row_mask, at, a = _row_block(a_ptr, rate_ptr, seed_ptr, T, D, BM)
     d = tl.arange(0, D)
@@ -80,8 +83,9 @@ def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, T, F,
     tl.store(y_ptr + at, y.to(y_ptr.dtype.element_ty), mask=row_mask[:, None])
 
 
+@triton.autotune(configs(BACKWARD_ROWS), key=TUNED_BY)
 @triton.jit
-def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_ptr, T, F,
+def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_ptr, M, T, F,
                    D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
     """The gradient in a, a block of rows a program."""
     member, seed, p, rows, row_mask, at, a = _row_block(a_ptr, rate_ptr, seed_ptr, T, D, BM)
@@ -98,13 +102,14 @@ def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_
     tl.store(ga_ptr + at, grad_a.to(ga_ptr.dtype.element_ty), mask=row_mask[:, None])
 
 
+@triton.autotune(configs(BACKWARD_WEIGHTS), key=TUNED_BY, reset_to_zero=["gw1_ptr", "gb1_ptr", "gw2_ptr"])
 @triton.jit
-def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, gw1_ptr, gb1_ptr, gw2_ptr, T, F, rows_each,
-                      D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, SHARED: tl.constexpr,
+def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, gw1_ptr, gb1_ptr, gw2_ptr, M, T, F,
+                      D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, SPLIT: tl.constexpr,
                       PRECISION: tl.constexpr):
     """The gradients in W1, b1 and W2 for a block of hidden units a program, summed over its share
-    of the rows: all of them, stored; or, SHARED, one of several shares added into zeroed
-    gradients (a small stack, whose blocks alone would leave most of the GPU idle)."""
+    of the rows: all of them, stored; or, SPLIT > 1, one of SPLIT shares added into zeroed
+    gradients."""
     chunk, share, member = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     seed, p = tl.load(seed_ptr + member), tl.load(rate_ptr + member)
     f0 = chunk * BF
@@ -114,6 +119,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
     grad_w1 = tl.zeros((BF, D), dtype=tl.float32)
     grad_w2 = tl.zeros((D, BF), dtype=tl.float32)
     grad_b1 = tl.zeros((BF,), dtype=tl.float32)
+    rows_each = tl.cdiv(tl.cdiv(T, BM), SPLIT) * BM
     for r0 in range(share * rows_each, tl.minimum((share + 1) * rows_each, T), BM):
         rows = r0 + tl.arange(0, BM)
         row_mask = rows < T
@@ -126,7 +132,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
         grad_w1 += tl.dot(tl.trans(grad_pre.to(a.dtype)), a, input_precision=PRECISION)
         grad_b1 += tl.sum(grad_pre, axis=0)
     at_w1, at_w2, at_b1 = member * F * D + cols[:, None] * D + d[None, :], member * D * F + d[:, None] * F + cols[None, :], member * F + cols
-    if not SHARED:
+    if SPLIT == 1:
         tl.store(gw1_ptr + at_w1, grad_w1)
         tl.store(gw2_ptr + at_w2, grad_w2)
         tl.store(gb1_ptr + at_b1, grad_b1)
@@ -147,35 +153,21 @@ def _keep(keep_ptr, seed_ptr, rate_ptr, T, F, BF: tl.constexpr):
 
 def forward(a, w1, b1, w2, rate, seed):
     (members, rows, d), f = a.shape, w1.shape[1]
-    bm, bf, stages = blocks("forward", a)
     y = torch.empty_like(a)
-    _forward[(triton.cdiv(rows, bm), members)](a, w1, b1, w2, rate, seed, y, rows, f, D=d, BM=bm, BF=bf, PRECISION=precision(a),
-                                               num_warps=WARPS, num_stages=stages)
+    _forward[lambda meta: (triton.cdiv(rows, meta["BM"]), members)](a, w1, b1, w2, rate, seed, y, members, rows, f, D=d,
+                                                                     PRECISION=precision(a))
     return y
 
 
-def row_shares(members: int, hidden: int, rows: int, bm: int, bf: int) -> int:
-    """How many programs share a weight block's rows: enough blocks to give each of about
-    PROGRAMS_WANTED a program, in shares of whole row blocks."""
-    return max(1, min(PROGRAMS_WANTED // (members * (hidden // bf)), triton.cdiv(rows, bm)))
-
-
-def backward(grad, a, w1, b1, w2, rate, seed, split: int | None = None):
-    """-> the gradients in a (a's dtype) and in w1, b1, w2 (fp32). `split`: row shares of the
-    weight gradients (default row_shares)."""
+def backward(grad, a, w1, b1, w2, rate, seed):
+    """-> the gradients in a (a's dtype) and in w1, b1, w2 (fp32)."""
     (members, rows, d), f = a.shape, w1.shape[1]
     grad_a = torch.empty_like(a)
-    bm, bf, stages = blocks("backward_rows", a)
-    _backward_rows[(triton.cdiv(rows, bm), members)](grad, a, w1, b1, w2, rate, seed, grad_a, rows, f, D=d, BM=bm, BF=bf,
-                                                     PRECISION=precision(a), num_warps=WARPS, num_stages=stages)
-    bm, bf, stages = blocks("backward_weights", a)
-    split = split or row_shares(members, f, rows, bm, bf)
-    grad_w1, grad_b1, grad_w2 = ((torch.zeros if split > 1 else torch.empty)(t.shape, dtype=torch.float32, device=a.device)
-                                 for t in (w1, b1, w2))
-    rows_each = triton.cdiv(triton.cdiv(rows, bm), split) * bm
-    _backward_weights[(f // bf, split, members)](grad, a, w1, b1, w2, rate, seed, grad_w1, grad_b1, grad_w2, rows, f, rows_each,
-                                                 D=d, BM=bm, BF=bf, SHARED=split > 1, PRECISION=precision(a),
-                                                 num_warps=WARPS, num_stages=stages)
+    _backward_rows[lambda meta: (triton.cdiv(rows, meta["BM"]), members)](grad, a, w1, b1, w2, rate, seed, grad_a, members,
+                                                                          rows, f, D=d, PRECISION=precision(a))
+    grad_w1, grad_b1, grad_w2 = (torch.zeros(t.shape, dtype=torch.float32, device=a.device) for t in (w1, b1, w2))
+    _backward_weights[lambda meta: (f // meta["BF"], meta["SPLIT"], members)](
+        grad, a, w1, b1, w2, rate, seed, grad_w1, grad_b1, grad_w2, members, rows, f, D=d, PRECISION=precision(a))
     return grad_a, grad_w1, grad_b1, grad_w2
 
 

@@ -66,8 +66,8 @@ class TransformerConfig:
     act_threshold: float = 0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
     act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
     # Issue 21: each of a layer's feed-forwards as one op, on CUDA Triton kernels of our own
-    # (feed_forward_op.py). Off until a GPU has timed it (benchmarks/ff_kernel.py) and its
-    # learning curves match; its dropout masks are drawn otherwise than torch's.
+    # (feed_forward_op.py). Off: on an H200 it made NDR's stack slower (257.8 member-steps/s against
+    # 441.2), and its dropout masks are drawn otherwise than torch's (learning curves not compared).
     fused_feed_forward: bool = False
 
 
