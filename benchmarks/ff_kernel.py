@@ -28,9 +28,12 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--sweep", action="store_true", help="the autotuner's timing of each kernel's blocks")
+    parser.add_argument("--ptx", action="store_true", help="each kernel's instructions, compiled for sm_90 (no GPU needed)")
     args = parser.parse_args()
+    if args.ptx:
+        return instructions(args.d_model)
     if not torch.cuda.is_available():
-        raise SystemExit("ff_kernel.py: needs CUDA (tests/test_feed_forward_op.py runs the kernels in Triton's interpreter)")
+        raise SystemExit("ff_kernel.py: needs CUDA but for --ptx (tests/test_feed_forward_op.py runs the kernels in Triton's interpreter)")
     if args.sweep:
         for members in (int(m) for m in args.members.split(",")):
             sweep(members, args.rows, args.d_model, args.hidden, args.dropout)
@@ -71,6 +74,26 @@ def main() -> None:
         # what ours must move: a, y, grad y, grad a (bf16), the weights read three times and their gradients written (fp32)
         moved = members * (4 * args.rows * args.d_model * 2 + 4 * 2 * args.hidden * args.d_model * 4)
         print(f"{members:7d}  {ours_ms:8.3f}  {eager_ms:8.3f}  {compiled_ms:11.3f}  {moved / ours_ms / 1e6:9.1f}  {errors}")
+
+
+def instructions(d: int) -> None:
+    """PTX instructions of each kernel's first (fastest measured) block, bf16: all, the dropout
+    draw's (Philox: mul.hi, mul.lo, xor) and the matrix products' (wgmma)."""
+    import collections
+    import re
+
+    from trainables.models import feed_forward_triton as kernels
+
+    print(f"PTX of each kernel's loop as compiled for sm_90, bf16, D {d} (a static count: the loop body once)")
+    print(f"{'kernel':<17} {'block':<26} {'all':>6} {'philox':>7} {'wgmma':>6}")
+    for tuned in (kernels._forward, kernels._backward_rows, kernels._backward_weights):
+        config = tuned.configs[0]
+        ptx = kernels.compile_for_sm90(tuned, config, "bf16", d).asm["ptx"]
+        ops = collections.Counter(m.group(1) for m in re.finditer(r"^\s+(?:@!?%p\d+\s+)?([a-z][\w.]*)", ptx, re.M))
+        philox = sum(n for op, n in ops.items() if op.startswith(("mul.hi", "mul.lo", "xor")))
+        products = sum(n for op, n in ops.items() if op.startswith("wgmma.mma_async"))
+        block = " ".join(f"{k} {v}" for k, v in config.kwargs.items()) + f" w{config.num_warps} s{config.num_stages}"
+        print(f"{tuned.fn.__name__:<17} {block:<26} {sum(ops.values()):6d} {philox:7d} {products:6d}")
 
 
 def sweep(members: int, rows: int, d: int, hidden: int, dropout: float) -> None:

@@ -3,7 +3,7 @@ of a stack at once (feed_forward_op.py is the op around them; imported only wher
 
 The hidden layer [rows, F] never reaches memory: the forward keeps a block of rows on chip
 through both products; the backward recomputes it, its dropout mask redrawn from the member's
-seed (Triton's counter-based tl.rand of the unit's index), so nothing is kept but the inputs.
+seed (_kept: Philox of the unit's index), so nothing is kept but the inputs.
 Shapes: a [M, T, D] (the products' dtype), w1 [M, F, D], b1 [M, F], w2 [M, D, F] (cast to a's
 dtype), rate and seed [M]; D a power of two from 16 to 512, F a multiple of 64; within a member,
 offsets are 32-bit (T x F below 2**31: four million rows at F 512).
@@ -44,15 +44,25 @@ def precision(a: torch.Tensor) -> str:
 
 
 @triton.jit
+def _kept(seed, p, rows, f0, F, BM: tl.constexpr, BF: tl.constexpr):
+    """[BM, BF] True where hidden units f0.. of `rows` are kept. One Philox draw (10 rounds of
+    32-bit products, as costly as the block's matrix products when drawn a unit at a time, as
+    tl.rand does) gives four numbers: four neighbouring units' (the unit's index // 4 the draw's
+    counter, % 4 which of its numbers), whatever a kernel's BF."""
+    r0, r1, r2, r3 = tl.randint4x(seed, rows[:, None] * (F // 4) + (f0 // 4 + tl.arange(0, BF // 4))[None, :])
+    numbers = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), (BM, BF))  # [.., j, k, h] = r_{2k+h}: unit 4j + 2k + h
+    return tl.uint_to_uniform_float(numbers) >= p
+
+
+@triton.jit
 def _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F,
-            D: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
+            D: tl.constexpr, BM: tl.constexpr, BF: tl.constexpr, PRECISION: tl.constexpr):
     """One block of hidden units for a block of rows: (kept and active, dropout(relu(pre)) in fp32)."""
     cols = f0 + tl.arange(0, BF)
     d = tl.arange(0, D)
     w1 = tl.load(w1_ptr + member * F * D + cols[:, None] * D + d[None, :])  # [BF, D]
     pre = tl.dot(a, tl.trans(w1), input_precision=PRECISION) + tl.load(b1_ptr + member * F + cols)[None, :].to(tl.float32)
-    keep = tl.rand(seed, rows[:, None] * F + cols[None, :]) >= p
-    live = keep & (pre > 0) & row_mask[:, None]
+    live = _kept(seed, p, rows, f0, F, BM, BF) & (pre > 0) & row_mask[:, None]
     return live, tl.where(live, pre / (1 - p), 0.0)
 
 
@@ -76,7 +86,7 @@ def _forward(a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, y_ptr, M, T, F,
     d = tl.arange(0, D)
     y = tl.zeros((BM, D), dtype=tl.float32)
     for f0 in range(0, F, BF):
-        _, hidden = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BF, PRECISION)
+        _, hidden = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BM, BF, PRECISION)
         cols = f0 + tl.arange(0, BF)
         w2 = tl.load(w2_ptr + member * D * F + d[:, None] * F + cols[None, :])  # [D, BF]
         y += tl.dot(hidden.to(w2.dtype), tl.trans(w2), input_precision=PRECISION)
@@ -93,7 +103,7 @@ def _backward_rows(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, ga_
     g = tl.load(g_ptr + at, mask=row_mask[:, None], other=0.0)
     grad_a = tl.zeros((BM, D), dtype=tl.float32)
     for f0 in range(0, F, BF):
-        live, _ = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BF, PRECISION)
+        live, _ = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BM, BF, PRECISION)
         cols = f0 + tl.arange(0, BF)
         w2 = tl.load(w2_ptr + member * D * F + d[:, None] * F + cols[None, :])  # [D, BF]
         grad_pre = tl.where(live, tl.dot(g, w2, input_precision=PRECISION) / (1 - p), 0.0)  # [BM, BF]
@@ -126,7 +136,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
         at = member * T * D + rows[:, None] * D + d[None, :]
         a = tl.load(a_ptr + at, mask=row_mask[:, None], other=0.0)
         g = tl.load(g_ptr + at, mask=row_mask[:, None], other=0.0)
-        live, hidden = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BF, PRECISION)
+        live, hidden = _hidden(a, w1_ptr, b1_ptr, member, f0, seed, p, rows, row_mask, F, D, BM, BF, PRECISION)
         grad_pre = tl.where(live, tl.dot(g, w2, input_precision=PRECISION) / (1 - p), 0.0)  # [BM, BF]
         grad_w2 += tl.dot(tl.trans(g), hidden.to(g.dtype), input_precision=PRECISION)
         grad_w1 += tl.dot(tl.trans(grad_pre.to(a.dtype)), a, input_precision=PRECISION)
@@ -143,12 +153,13 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
 
 
 @triton.jit
-def _keep(keep_ptr, seed_ptr, rate_ptr, T, F, BF: tl.constexpr):
+def _keep(keep_ptr, seed_ptr, rate_ptr, T, F, BM: tl.constexpr, BF: tl.constexpr):
     """The dropout mask the kernels draw, written out: for tests against PyTorch."""
-    member, row, chunk = tl.program_id(2).to(tl.int64), tl.program_id(0), tl.program_id(1)
-    cols = chunk * BF + tl.arange(0, BF)
-    keep = tl.rand(tl.load(seed_ptr + member), row * F + cols) >= tl.load(rate_ptr + member)
-    tl.store(keep_ptr + member * T * F + row * F + cols, keep.to(tl.int8))
+    member, f0 = tl.program_id(2).to(tl.int64), tl.program_id(1) * BF
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    keep = _kept(tl.load(seed_ptr + member), tl.load(rate_ptr + member), rows, f0, F, BM, BF)
+    at = member * T * F + rows[:, None] * F + (f0 + tl.arange(0, BF))[None, :]
+    tl.store(keep_ptr + at, keep.to(tl.int8), mask=(rows < T)[:, None])
 
 
 def forward(a, w1, b1, w2, rate, seed):
@@ -171,8 +182,25 @@ def backward(grad, a, w1, b1, w2, rate, seed):
     return grad_a, grad_w1, grad_b1, grad_w2
 
 
+def compile_for_sm90(tuned, config: triton.Config, dtype: str, d: int, precision: str = "tf32"):
+    """`tuned` (one of the autotuned kernels) in block `config`, compiled for an H100 or H200
+    without one (dtype "bf16" or "fp32"), as a launch would specialize it: pointers and the row
+    and hidden counts divisible by 16. Its .metadata.shared and .asm["ptx"] are what it would run."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = tuned.fn
+    signature = {arg: f"*{dtype}" if arg.endswith("_ptr") else "i32" for arg in kernel.arg_names}
+    signature.update({"rate_ptr": "*fp32", "seed_ptr": "*i64"}, **{g: "*fp32" for g in ("gw1_ptr", "gb1_ptr", "gw2_ptr") if g in signature})
+    constants = {k: v for k, v in {"D": d, "PRECISION": precision, **config.kwargs}.items() if k in signature}
+    signature.update({k: "constexpr" for k in constants})
+    divisible = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(kernel.arg_names) if arg.endswith("_ptr") or arg in ("T", "F")}
+    return triton.compile(ASTSource(kernel, signature, constexprs=constants, attrs=divisible), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+
+
 def kept(rows: int, hidden: int, rate, seed) -> torch.Tensor:
     """[M, T, F] True where the kernels keep a hidden unit of member m's rows."""
     out = torch.empty(len(seed), rows, hidden, dtype=torch.int8, device=seed.device)
-    _keep[(rows, hidden // 64, len(seed))](out, seed, rate, rows, hidden, BF=64)
+    _keep[(triton.cdiv(rows, 16), hidden // 64, len(seed))](out, seed, rate, rows, hidden, BM=16, BF=64)
     return out.bool()
