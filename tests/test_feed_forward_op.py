@@ -168,6 +168,21 @@ def test_each_member_of_a_stack_drops_at_its_own_rate_through_the_op(monkeypatch
     assert all(len(set(seed)) == 2 for _, seed in drawn) and len({tuple(seed) for _, seed in drawn}) == len(drawn) // 2
 
 
+def test_evaluating_through_the_op_leaves_torchs_generator_where_it_was():
+    """Dropout is off in evaluation, so the op needs no seed there; a drawn one would shift every
+    later training step's masks by how often the trial was evaluated."""
+    from trainables.models import feed_forward_op
+    from trainables.models.transformer import FeedForward
+
+    module, x = FeedForward(32, 64, 0.5, fused=True).eval(), torch.randn(3, 5, 32)
+    before = torch.random.get_rng_state()
+    feed_forward_op.apply(module, x)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    module.train()
+    feed_forward_op.apply(module, x)
+    assert not torch.equal(torch.random.get_rng_state(), before)
+
+
 def test_every_model_that_takes_the_key_runs_its_feed_forwards_through_the_op():
     """A key accepted and then ignored would train what the file did not ask for: where a model has
     no feed-forward of ours (the paper's set layer), the key is refused."""

@@ -130,7 +130,10 @@ def apply(module, x: Tensor) -> Tensor:
         x = x.to(torch.get_autocast_dtype(device))
     # the rate buffer: each member's own in a stack (dropout.py), the module's p otherwise
     rate = dropout.rate.float() if module.training else torch.zeros_like(dropout.rate, dtype=torch.float32)
-    seed = torch.randint(0, 2 ** 31 - 1, (1,), device=x.device)
+    # drawn only in training: an evaluation that drew from torch's generator would move every later
+    # training step's masks, so a trial's curve would depend on how often it is evaluated
+    seed = (torch.randint(0, 2 ** 31 - 1, (1,), device=x.device) if module.training
+            else torch.zeros(1, dtype=torch.int64, device=x.device))
     rows = x.reshape(1, -1, x.shape[-1])
     y = feed_forward(rows, first.weight[None], first.bias[None], second.weight[None], rate.reshape(1), seed)
     return y.reshape(x.shape) + second.bias.to(y.dtype)
