@@ -109,7 +109,8 @@ def sweep(members: int, rows: int, d: int, hidden: int, dropout: float) -> None:
     feed_forward(a, w1, b1, w2, rate, seed).float().sum().backward()
     for name in ("forward", "backward_rows", "backward_weights"):
         tuned = getattr(kernels, "_" + name)
-        timings = sorted((ms[0], str(config)) for config, ms in tuned.configs_timings.items())
+        # configs_timings: [median, 20th, 80th percentile] ms a block, inf where it did not fit
+        timings = sorted((ms[0], str(config)) for config, ms in getattr(tuned, "configs_timings", {}).items())
         print(f"{members} members, {name} ({len(timings)} blocks, {sum(ms == float('inf') for ms, _ in timings)} too large): "
               + "; ".join(f"{ms:.3f} ms {config}" for ms, config in timings), flush=True)
 
