@@ -45,10 +45,7 @@ def main() -> None:
     print(f"{'members':>7}  {'ours ms':>8}  {'eager ms':>8}  {'compiled ms':>11}  {'ours GB/s':>9}  "
           "max |ours - eager| / max |eager| (no dropout): y, then the gradients in a, w1, b1, w2")
     for members in (int(m) for m in args.members.split(",")):
-        a = torch.randn(members, args.rows, args.d_model, device=device, dtype=torch.bfloat16, requires_grad=True)
-        w1 = (torch.randn(members, args.hidden, args.d_model, device=device) / args.d_model ** 0.5).requires_grad_()
-        b1 = torch.zeros(members, args.hidden, device=device, requires_grad=True)
-        w2 = (torch.randn(members, args.d_model, args.hidden, device=device) / args.hidden ** 0.5).requires_grad_()
+        a, w1, b1, w2 = sublayer(members, args.rows, args.d_model, args.hidden)
         seed = torch.randint(0, 2 ** 31 - 1, (members,), device=device)
         off, rate = torch.zeros(members, device=device), torch.full((members,), args.dropout, device=device)
         keep = torch.rand(members, args.rows, args.hidden, device=device) >= args.dropout
@@ -76,6 +73,16 @@ def main() -> None:
         print(f"{members:7d}  {ours_ms:8.3f}  {eager_ms:8.3f}  {compiled_ms:11.3f}  {moved / ours_ms / 1e6:9.1f}  {errors}")
 
 
+def sublayer(members: int, rows: int, d: int, hidden: int) -> tuple[torch.Tensor, ...]:
+    """A stack's rows (bf16) and feed-forward weights (float32, as a stack's parameters) on CUDA."""
+    device = torch.device("cuda")
+    a = torch.randn(members, rows, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w1 = (torch.randn(members, hidden, d, device=device) / d ** 0.5).requires_grad_()
+    b1 = torch.zeros(members, hidden, device=device, requires_grad=True)
+    w2 = (torch.randn(members, d, hidden, device=device) / hidden ** 0.5).requires_grad_()
+    return a, w1, b1, w2
+
+
 def instructions(d: int) -> None:
     """PTX instructions of each kernel's first (fastest measured) block, bf16: all, the dropout
     draw's (Philox: mul.hi, mul.lo, xor) and the matrix products' (wgmma)."""
@@ -101,10 +108,7 @@ def sweep(members: int, rows: int, d: int, hidden: int, dropout: float) -> None:
     from trainables.models import feed_forward_triton as kernels
 
     device = torch.device("cuda")
-    a = torch.randn(members, rows, d, device=device, dtype=torch.bfloat16, requires_grad=True)
-    w1 = (torch.randn(members, hidden, d, device=device) / d ** 0.5).requires_grad_()
-    b1 = torch.zeros(members, hidden, device=device, requires_grad=True)
-    w2 = (torch.randn(members, d, hidden, device=device) / hidden ** 0.5).requires_grad_()
+    a, w1, b1, w2 = sublayer(members, rows, d, hidden)
     rate, seed = torch.full((members,), dropout, device=device), torch.arange(members, device=device)
     feed_forward(a, w1, b1, w2, rate, seed).float().sum().backward()
     for name in ("forward", "backward_rows", "backward_weights"):

@@ -693,10 +693,10 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     _check_detectable(path, report, pairs, seeds)
 
     # Said, not refused: a search turned into an ablation by adding a grid keeps its file's other keys.
-    searchs = {"budget.trials": "a search's count of trials; an ablation trains every grid cell with every seed",
+    search_only = {"budget.trials": "a search's count of trials; an ablation trains every grid cell with every seed",
                "scheduler": "a search's early stopping; an ablation trains every trial to its end"}
     given = {*(f"budget.{key}" for key in raw.get("budget") or {}), *(["scheduler"] if "scheduler" in raw else [])}
-    unused = [f"{key}: {why}" for key, why in searchs.items() if key in given and (grid or seeds)]
+    unused = [f"{key}: {why}" for key, why in search_only.items() if key in given and (grid or seeds)]
 
     return Study(
         path=path, name=safe_name(_text(raw, "name", path.stem, path), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,

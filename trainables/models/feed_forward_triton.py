@@ -30,7 +30,9 @@ BACKWARD_ROWS = [(128, 32, 3, 8), (128, 32, 2, 8), (64, 64, 2, 4), (64, 32, 3, 4
 BACKWARD_WEIGHTS = [(64, 32, 3, 8, 1), (64, 32, 2, 4, 1), (128, 32, 2, 8, 1), (64, 64, 2, 8, 1), (64, 32, 3, 8, 2),
                     (64, 32, 3, 8, 4), (64, 32, 3, 8, 16), (32, 32, 2, 4, 4), (16, 16, 1, 4, 1), (16, 16, 1, 4, 16)]
 SHARED_MEMORY_LIMIT = 232_448  # bytes a block may use on sm_90 (an H100's or H200's)
-TUNED_BY = ["M", "D", "F"]  # not T: a batch's rows vary a little, and each new key is timed again
+# The kernels take the member count M only for this key. Not T: a batch's rows vary a little, and
+# each new key is timed again.
+TUNED_BY = ["M", "D", "F"]
 
 
 def configs(blocks: list[tuple]) -> list[triton.Config]:
@@ -153,7 +155,7 @@ def _backward_weights(g_ptr, a_ptr, w1_ptr, b1_ptr, w2_ptr, rate_ptr, seed_ptr, 
 
 
 @triton.jit
-def _keep(keep_ptr, seed_ptr, rate_ptr, T, F, BM: tl.constexpr, BF: tl.constexpr):
+def _write_kept(keep_ptr, seed_ptr, rate_ptr, T, F, BM: tl.constexpr, BF: tl.constexpr):
     """The dropout mask the kernels draw, written out: for tests against PyTorch."""
     member, f0 = tl.program_id(2).to(tl.int64), tl.program_id(1) * BF
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -202,5 +204,5 @@ def compile_for_sm90(tuned, config: triton.Config, dtype: str, d: int, precision
 def kept(rows: int, hidden: int, rate, seed) -> torch.Tensor:
     """[M, T, F] True where the kernels keep a hidden unit of member m's rows."""
     out = torch.empty(len(seed), rows, hidden, dtype=torch.int8, device=seed.device)
-    _keep[(triton.cdiv(rows, 16), hidden // 64, len(seed))](out, seed, rate, rows, hidden, BM=16, BF=64)
+    _write_kept[(triton.cdiv(rows, 16), hidden // 64, len(seed))](out, seed, rate, rows, hidden, BM=16, BF=64)
     return out.bool()
