@@ -25,7 +25,7 @@ from trainables.train import batch_source, batch_tensors, forward_loss, make_mod
 
 def step_gflop(task_model: str, batches: int) -> tuple[int, list[int], list[float]]:
     task_name, model_name = task_model.split("/")
-    cfg = parse_trial_config({**preset(task_name, model_name), "device": "cpu"})
+    cfg = parse_trial_config({**preset(task_name, model_name), "device": "cpu"}).settled("cpu")
     task = load_task(cfg.task, cfg.task_options)
     model = make_model(cfg, task)
     next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
