@@ -14,7 +14,7 @@ import statistics
 import torch
 from torch import nn
 
-from bench_trainables import model_rows
+from bench_trainables import chosen_rows, model_rows
 from trainables.config import parse_trial_config
 from trainables.models.dropout import Dropout
 from trainables.train import seconds_per_step
@@ -31,10 +31,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    wanted, sizes = [m.strip() for m in args.models.split(",")], args.sizes.split(",")
+    sizes, rows = args.sizes.split(","), chosen_rows(model_rows(), args.models)
     print(f"{'task / model':32s} {'size':6s} {'torch s/step':>13s} {'ours s/step':>12s} {'ours/torch':>11s}")
-    for label, _, _, size, flat in model_rows():
-        if label not in wanted or size not in sizes:
+    for label, _, _, size, flat in rows:
+        if size not in sizes:
             continue
         cfg = parse_trial_config({**flat, "device": "cpu", "threads": args.threads})
         times = {"torch": [], "ours": []}

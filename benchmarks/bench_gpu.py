@@ -40,7 +40,7 @@ import time
 
 import torch
 
-from bench_trainables import LAYER_SHAPES, layer_ratio, model_rows
+from bench_trainables import LAYER_SHAPES, chosen_rows, layer_ratio, model_rows
 from profile_step import WARMUP_STEPS
 from trainables.batched import Stack, knee, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
@@ -307,8 +307,9 @@ def main() -> None:
     rows = [row for row in model_rows() if row[3] in sizes]
 
     def chosen(default: list[str] | None):
-        keep = args.models.split(",") if args.models else default
-        return [row for row in rows if keep is None or row[0] in [k.strip() for k in keep]]
+        return chosen_rows(rows, args.models, default)
+
+    chosen(None)  # a name no row has stops the run here, before its header
 
     print(f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}"

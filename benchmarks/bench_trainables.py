@@ -12,6 +12,7 @@ CPU); and the time to generate ListOps' 1M-sample training set (uncached).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -53,6 +54,22 @@ def model_rows() -> list[tuple[str, str, dict, str, dict]]:
         paper = {**preset(task_name, name), "task_options": options}
         rows += [(f"{task_name} / {name}", task_name, options, "paper", paper), (f"{task_name} / {name}", task_name, options, "small", {**paper, **small})]
     return rows
+
+
+def chosen_rows(rows: list[tuple], models: str | None, default: list[str] | None = None) -> list[tuple]:
+    """The rows of `rows` whose label is among `models` (comma-separated, "ctl / ndr" or "ctl/ndr"),
+    or of `default` where `models` is None (None: every row). A name no row has stops the run with
+    one line and status 2: a benchmark that printed its header and nothing else looked like a result."""
+    def label(name: str) -> str:
+        return " / ".join(part.strip() for part in name.split("/"))
+    wanted = [label(name) for name in models.split(",")] if models else default
+    if wanted is None:
+        return rows
+    unknown = sorted(set(wanted) - {row[0] for row in rows})
+    if unknown:
+        print(f"--models: no row named {', '.join(map(repr, unknown))}; the rows: {', '.join(sorted({row[0] for row in rows}))}", file=sys.stderr)
+        raise SystemExit(2)
+    return [row for row in rows if row[0] in wanted]
 
 
 def time_steps(model, task, batch_size: int, steps: int, device, bf16: bool) -> tuple[float, float]:
