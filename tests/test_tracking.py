@@ -306,6 +306,24 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, m
         reopen.cancel()
 
 
+def test_of_trials_tied_on_the_metric_the_first_started_answers(tmp_path, monkeypatch):
+    """The store returns runs newest first, so the last of three trials tied at the best value used
+    to answer (make run's three PANM trials all reach OOD 1.000): its config, its test score,
+    while Optuna's study.best_trial, the first of them, named another."""
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    trials = [trial(trial_id) for trial_id in "cab"]  # ids out of start order
+    for t in trials:
+        tracker.on_trial_start(0, [], t)
+        time.sleep(0.01)  # start times a few milliseconds apart, as Tune's trials start
+    for t in reversed(trials):
+        tracker.on_trial_result(0, [], t, result(10, 0.1))
+        t.status = "TERMINATED"
+        tracker.on_trial_complete(0, [], t)
+    started = [tracker.runs[trial_id] for trial_id in "cab"]
+    assert [run.info.run_id for run in tracking.launch_trial_runs(uri, "exp", "launch-1")] == started
+    assert tracking.pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")["tiny__ndr"]["best_run"] == started[0]
+
+
 def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(monkeypatch):
     """The best search trial is one that completed (or still runs), not one that scored well and then
     diverged or was stopped early; the confirmed candidate is the one with the most seeds completed,

@@ -42,7 +42,7 @@ def launch_frame(state) -> pd.DataFrame:
     nested options flattened: `params.task_options.direction`) and the last value of each metric as
     `metrics.<name>`, as mlflow.search_runs names its columns."""
     rows = []
-    for run in sorted(tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id), key=lambda r: r.info.start_time):
+    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
         tags = run.data.tags
         rows.append({"run_id": run.info.run_id, "run_name": run.info.run_name,
                      "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),

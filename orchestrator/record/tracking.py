@@ -623,14 +623,17 @@ def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
 
 
 def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
-    """Every trial run of a launch, all pages."""
+    """Every trial run of a launch, all pages, in the order they started: where trials tie on the
+    selection metric, the first best in this order answers (the earliest, as Optuna's
+    study.best_trial takes the first of its tied trials), whatever order the store returns."""
     mlflow = client(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return []
     runs, token = [], None
     while True:
-        page = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial'", max_results=1000, page_token=token)
+        page = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial'", max_results=1000,
+                                  order_by=["attributes.start_time ASC", "attributes.run_id ASC"], page_token=token)
         runs += list(page)
         token = page.token
         if not token:

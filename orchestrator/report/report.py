@@ -533,7 +533,7 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
         trials.append({"run_id": run.info.run_id, "name": run.info.run_name or "", "status": status, "last_step": max(steps, default=0),
                        "params": {k: config[k] for k in pair.space if k in config}, "metric": run.data.metrics.get(metric),
                        "test": run.data.metrics.get(test), "curves": curves, "start": run.info.start_time})
-    # The first best in the store's order of those that may answer, as tracking.pair_summaries and answer_runs take it.
+    # The first best, in the order the trials started, of those that may answer: as tracking.pair_summaries and answer_runs take it.
     scored = [t for t in trials if t["metric"] is not None and tracking.may_answer(t["status"])]
     best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
     trials.sort(key=lambda t: t["start"])
@@ -629,7 +629,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                    + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir))
         if nights is not None:
             figures += plot_history(pair.name, nights, own_keys, study.score, chance, out_dir)
-        ranked = runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min") if study.metric in runs else runs[:0]
+        ranked = (runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min", kind="stable")
+                  if study.metric in runs else runs[:0])  # stable: of tied trials, the first started, as answer_runs picks
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
         if before is not None and len(before):
