@@ -18,7 +18,7 @@ from orchestrator.run.callbacks import TrialTracker
 
 def tracker_with_parent(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
+    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
     return uri, TrialTracker(uri, parent, "launch-1", {"tiny__ndr": {"model": "ndr", "n_iters": 20}}, {"tiny__ndr": {"model": "ndr"}})
 
 
@@ -188,9 +188,22 @@ def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_folder(tmp_path
     monkeypatch.chdir(elsewhere)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     (tmp_path / "store").mkdir()
-    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n")
+    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
     assert (tmp_path / "store" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
     assert MlflowClient(uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
+
+
+def test_artifacts_of_a_postgresql_store_live_beside_the_launch_folders(tmp_path, monkeypatch, postgres_database):
+    """MLflow's default for a database it reaches directly is ./mlruns of the folder the
+    experiment's first launch ran in (a repository checkout, a home folder), which every later
+    launch of it then writes into, on whatever machine it runs."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    parent = tracking.open_launch(postgres_database.uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    assert (tmp_path / "runs" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
+    assert MlflowClient(postgres_database.uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
+    assert tracking.artifact_root("https://mlflow.example:5000", tmp_path) is None  # the server's --artifacts-destination
 
 
 def test_a_retried_store_fault_is_one_line_of_ours(monkeypatch, capsys):

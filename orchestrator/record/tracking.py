@@ -488,22 +488,26 @@ def warm_up(uri: str) -> None:
         client(uri).search_experiments(max_results=1)
 
 
-def artifact_root(uri: str) -> str | None:
-    """Where a new experiment keeps its artifacts: beside a SQLite store (`<folder>/mlartifacts`),
-    not in ./mlruns of whatever folder the command ran in; a SQL server's or tracking server's own
-    default elsewhere."""
+def artifact_root(uri: str, records: Path) -> str | None:
+    """Where a new experiment keeps its artifacts (each launch's report): beside a SQLite store
+    (`<folder>/mlartifacts`); for a database reached directly (PostgreSQL) beside the launch folders
+    (`<records>/mlartifacts`), where MLflow's own default is ./mlruns of whatever folder the
+    experiment's first launch ran in; a tracking server's own (`--artifacts-destination`)."""
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
-    return None
+    if urllib.parse.urlsplit(uri).scheme in ("http", "https"):
+        return None
+    return (records.resolve() / "mlartifacts").as_uri()
 
 
-def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str) -> str:
-    """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its id."""
+def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str, records: Path) -> str:
+    """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its
+    id. `records`: the folder of the launch folders (the file's storage_path; see artifact_root)."""
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     mlflow = client(uri)
     exp = mlflow.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment, artifact_location=artifact_root(uri))
+    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment, artifact_location=artifact_root(uri, records))
     found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'launch'")
     if found:
         mlflow.update_run(found[0].info.run_id, status="RUNNING")
