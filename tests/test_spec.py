@@ -140,6 +140,16 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(per_pair={"fwd__lstm": {"lr": 0.1}}), "per_pair.fwd__lstm: expected {fixed: {key: value, ...}}, got {'lr': 0.1}"),
         (with_(per_pair={"fwd__lstm": {"fixed": {"lr": "fast"}}}), "fixed (fwd__lstm): "),
         ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
+        # Keys the file sets with keys of its own: they changed what a pair trained, or were overwritten.
+        (with_(fixed={"task": "listops"}), "fixed.task: the file's tasks set it"),
+        (with_(per_model={"ndr": {"fixed": {"model": "transformer"}}}), "per_model.ndr.fixed.model: the file's models set it"),
+        (with_(fixed={"seed": "abc"}), "fixed.seed: the file's seed (a search's trials) and seeds (an ablation's) set it"),
+        (with_(space={"lr": {"loguniform": [1e-4, 1e-3]}, "seed": {"choice": [0, 1]}}), "space.seed: the file's seed"),
+        (with_(per_model={"ndr": {"space": {"task": {"choice": ["ctl", "listops"]}}}}), "per_model.ndr.space.task: the file's tasks set it"),
+        (with_(space={}, grid={"task": ["ctl", "listops"]}), "grid.task: the file's tasks set it"),
+        (with_(per_pair={"fwd__lstm": {"fixed": {"task": "listops"}}}), "per_pair.fwd__lstm.fixed.task: the file's tasks set it"),
+        # A key of the file's space may be one some of its models lack (heads of an LSTM); a model's own space may not.
+        (with_(per_model={"lstm": {"space": {"n_heads": {"choice": [1, 2]}}}}), "per_model.lstm.space.n_heads: not a parameter of lstm"),
         # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
         (with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2], report={"test": "mannwhitney"}),
          "report.test: mannwhitney with 3 seeds a side can flag no regression among 4 cell(s) at alpha 0.05: its smallest p, 1/20, "

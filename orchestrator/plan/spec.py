@@ -596,6 +596,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         raise SpecError(path, "mode", f"{metric} measures {score}, so mode must be {'min' if score in LOWER_IS_BETTER else 'max'}, got {mode!r}")
     models = _parse_models(raw.get("models"), path)
     space = _parse_space(raw.get("space") or {}, "space", path)
+    _refuse_set_elsewhere(space, "space", path)
     per_model = raw.get("per_model") or {}
     if not isinstance(per_model, dict):
         raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed, grid, resources}")
@@ -607,9 +608,12 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
                 raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, resources, space")
             if not isinstance(value or {}, dict):
                 raise SpecError(path, f"per_model.{model}.{k}", f"expected a mapping, got {value!r}")
+            if k != "resources":
+                _refuse_set_elsewhere(value or {}, f"per_model.{model}.{k}", path)
     fixed = raw.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise SpecError(path, "fixed", "expected a mapping of trial config keys")
+    _refuse_set_elsewhere(fixed, "fixed", path)
     per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
     grid, seeds = _parse_grid(raw, path)
     if (grid or seeds) and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
@@ -649,7 +653,11 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     for model in models:
         overrides = per_model.get(model) or {}
         model_space = dict(space)
-        model_space.update(_parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path))
+        own_space = _parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path)
+        for key in own_space:  # the file's space may hold keys one of its models lacks; a model's own may not
+            if key not in TRAIN_KEYS | model_fields(model):
+                raise SpecError(path, f"per_model.{model}.space.{key}", f"not a parameter of {model}{closest(key, model_fields(model))}")
+        model_space.update(own_space)
         for task in tasks:
             kind = TASKS[task.task].kind
             if kind not in MODELS[model].task_kinds:
@@ -769,6 +777,7 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
     grid = raw.get("grid") or {}
     if not isinstance(grid, dict):
         raise SpecError(path, where, "expected a mapping of parameter -> list of values")
+    _refuse_set_elsewhere(grid, where, path)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SpecError(path, f"{where}.{key}", "expected a non-empty list of values")
@@ -849,6 +858,19 @@ def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
 
 
+# Trial keys a file sets with keys of its own: in fixed, a space or a grid they would change what a pair trains
+# (`fixed: {task: reverse}` trained every copy pair on reverse) or be overwritten (`fixed: {seed: abc}` was ignored).
+SET_ELSEWHERE = {"task": "the file's tasks set it (a task entry's options for its settings)",
+                 "model": "the file's models set it (per_model.<model> for a model's own values)",
+                 "seed": "the file's seed (a search's trials) and seeds (an ablation's) set it"}
+
+
+def _refuse_set_elsewhere(keys, where: str, path) -> None:
+    for key in keys:
+        if key in SET_ELSEWHERE:
+            raise SpecError(path, f"{where}.{key}", SET_ELSEWHERE[key])
+
+
 WHOLE_INT_RANGE = 64  # an int range this short is built at every value: 3 heads of d_model 128 sit inside [1, 8]
 
 
@@ -916,6 +938,7 @@ def _parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dic
         if not isinstance(entry, dict) or set(entry) - {"fixed"} or not isinstance(entry.get("fixed") or {}, dict):
             raise SpecError(path, f"per_pair.{name}", f"expected {{fixed: {{key: value, ...}}}}, got {entry!r}")
         model = name.rsplit("__", 1)[1]
+        _refuse_set_elsewhere(entry.get("fixed") or {}, f"per_pair.{name}.fixed", path)
         for key in entry.get("fixed") or {}:
             if key not in TRAIN_KEYS | model_fields(model):
                 raise SpecError(path, f"per_pair.{name}.fixed.{key}", f"not a parameter of {model}{closest(str(key), model_fields(model))}")
