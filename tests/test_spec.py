@@ -723,7 +723,10 @@ def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
     """A refusal quotes the value it refuses: a URI with a scheme we do not take, a tracking section
     written as a bare URI, a storage mapping holding a key, an endpoint holding credentials."""
     secret = "planted-Pa55word"
-    cases = {"tracking.uri": {**GOOD, "tracking": {"uri": f"postgres://alice:{secret}@127.0.0.1/test"}},
+    cases = {"tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got a postgres:// URI":
+             {**GOOD, "tracking": {"uri": f"postgres://alice:{secret}@127.0.0.1/test"}},
+             "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got no scheme://":
+             {**GOOD, "tracking": {"uri": f"alice:{secret}@127.0.0.1/test"}},  # no scheme: no pattern finds the password
              "tracking: expected a mapping": {**GOOD, "tracking": f"postgresql://alice:{secret}@127.0.0.1/test"},
              "storage: expected": {**GOOD, "storage": {"endpoint": "http://minio:9000", "aws_secret_access_key": secret}},
              "storage: endpoint: credentials": {**GOOD, "storage": {"uri": "s3://bucket/runs", "endpoint": f"http://minio:{secret}@minio:9000"}}}
@@ -731,7 +734,7 @@ def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
         path = write(tmp_path, data)
         out = run_cli("launch", str(path), "--dry-run", "--no-calibrate", cwd=tmp_path)
         assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: {reason}"), out.stderr
-        assert secret not in out.stdout + out.stderr and ("***" in out.stderr or "endpoint" in reason), out.stderr
+        assert secret not in out.stdout + out.stderr and ("***" in out.stderr or "endpoint" in reason or "tracking.uri" in reason), out.stderr
 
 
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):

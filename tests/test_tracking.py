@@ -206,6 +206,19 @@ def test_artifacts_of_a_postgresql_store_live_beside_the_launch_folders(tmp_path
     assert tracking.artifact_root("https://mlflow.example:5000", tmp_path) is None  # the server's --artifacts-destination
 
 
+@pytest.mark.parametrize("uri", ["postgresql+psycopg://alice:Hunter2@Secret@127.0.0.1:1/db", "https://bob:Hunter2@Secret@127.0.0.1:1"])
+def test_a_password_holding_an_at_sign_is_refused_unseen(uri):
+    """The driver read the password to its first @ and printed the rest as the host it could not
+    resolve ('Secret@127.0.0.1'), past our redaction; a user name holding @ (Azure's) is fine."""
+    with pytest.raises(tracking.TrackingError) as refused:
+        tracking.check_store(uri, timeout_s=1)
+    assert "Hunter2" not in str(refused.value) and "Secret" not in str(refused.value)
+    assert str(refused.value).endswith("its password holds an @, which ends it where a driver reads it: write the @ as %40")
+    with pytest.raises(tracking.TrackingError) as unreachable:
+        tracking.check_store("postgresql+psycopg://mlflow@corp:Hunter2@127.0.0.1:1/db", timeout_s=1)
+    assert "cannot reach" in str(unreachable.value) and "Hunter2" not in str(unreachable.value)
+
+
 def test_a_retried_store_fault_is_one_line_of_ours(monkeypatch, capsys):
     """Three calls, each failing twice as a dropped connection does, then answering: one notice
     (the next would come only after `every_s`), counting in the one after it what it stood for."""

@@ -587,7 +587,10 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     if tracking.experiment is not None:
         safe_name(tracking.experiment, path, "tracking.experiment")
     if not any(tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")):
-        raise SpecError(path, "tracking.uri", f"expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got {tracking.uri!r}")
+        # Named by its scheme alone: the rest may hold a password that no pattern finds in a URI it cannot parse.
+        scheme = re.match(r"([a-zA-Z][\w+.-]*)://", tracking.uri)
+        raise SpecError(path, "tracking.uri", "expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got "
+                        + (f"a {scheme[1]}:// URI" if scheme else "no scheme://"))
 
     tasks = _parse_tasks(raw.get("tasks"), path)
     score = _metric_score(metric, tasks, path)

@@ -346,6 +346,11 @@ def unwritable(folder: Path) -> str | None:
 def check_store(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast, before anything launches, if the tracking store cannot be reached."""
     uri = reveal(uri)
+    found = _CREDENTIALS.match(uri)
+    if found and "@" in uri[found.end():].split("/", 1)[0]:
+        # A driver ends the password at its first @ and takes the rest for the host, which its
+        # errors then print; redact (and so what is stored) would leave that rest in view too.
+        raise TrackingError(f"{redact_secrets(uri)}: its password holds an @, which ends it where a driver reads it: write the @ as %40")
     if uri.startswith("sqlite:///"):
         file = Path(uri[len("sqlite:///"):]).resolve()
         if file.exists():
