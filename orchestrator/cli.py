@@ -22,15 +22,13 @@ class UsageError(Exception):
 
 
 def read_yaml(path: Path):
-    """A YAML file the user named, or a UsageError in one line naming it."""
-    from .plan.spec import SpecError, parse_yaml, read_spec
+    """A YAML file the user named, or a UsageError in one line naming it (and the line at fault)."""
+    from .plan import spec
 
     try:
-        return parse_yaml(read_spec(path))
-    except SpecError as e:
+        return spec.read_yaml(path)
+    except spec.SpecError as e:
         raise UsageError(str(e)) from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: malformed YAML: {str(e).splitlines()[0]}") from None
 
 
 def load_trial_source(source: str) -> dict:
@@ -171,11 +169,12 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .plan.spec import Report, SpecError, parse_budget, parse_yaml, read_spec
+    from .plan import spec
+    from .plan.spec import Report, SpecError, parse_budget
 
     try:
-        raw = parse_yaml(read_spec(path))
-    except (yaml.YAMLError, SpecError):
+        raw = spec.read_yaml(path)
+    except SpecError:
         raw = None  # load_study reports it, with its line or reason
     if not isinstance(raw, dict) or "ablations" not in raw:
         return [(path, None)]

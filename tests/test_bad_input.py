@@ -204,6 +204,14 @@ def test_yaml_that_pyyaml_lets_through_as_other_errors_is_one_line(tmp_path):
             assert line.startswith(f"orchestrator: error: {path}") and "malformed YAML" in line, (name, argv, line)
 
 
+def test_a_trial_files_yaml_error_names_its_line_as_a_launch_files_does(tmp_path):
+    """`train` gave the parser's context alone ("malformed YAML: while parsing a flow sequence")."""
+    path = tmp_path / "trial.yaml"
+    path.write_text("task: ctl\nmodel: [lstm\n")
+    for argv in (["launch", str(path), "--dry-run", "--no-calibrate"], ["train", str(path)]):
+        assert refused(tmp_path, argv) == f"orchestrator: error: {path}: line 3: malformed YAML: expected ',' or ']', but got '<stream end>'"
+
+
 def test_bad_arguments_are_one_line_too(tmp_path):
     """argparse printed its usage before the error: several lines."""
     for argv in (["list", "zz"], ["launch"], ["frob"], ["train", "ctl/ndr", "--set"], ["status", "--bogus"], ["dashboard", "--port", "99999"]):

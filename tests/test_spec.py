@@ -183,12 +183,18 @@ def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_p
     alone = write(tmp_path, {"ablations": ["a.yaml"]}, "alone.yaml")
     assert nightly_files(str(alone))[0][1] is not None and "alpha" not in yaml.safe_load(nightly_files(str(alone))[0][1])["report"]
     # A file listed twice would run its night twice on the same seeds (and halve the alpha); a bad
-    # budget of the nightly file is its own, not the first listed file's.
+    # budget of the nightly file (its type or its value) is its own, not the first listed file's.
     twice = write(tmp_path, {"ablations": ["a.yaml", "./a.yaml"]}, "twice.yaml")
     bad_budget = write(tmp_path, {"ablations": ["a.yaml"], "budget": {"n_iters": "many"}}, "bad_budget.yaml")
-    for file, reason in ((twice, "ablations[1]: ./a.yaml is listed twice"), (bad_budget, "budget.n_iters: expected int")):
+    negative = write(tmp_path, {"ablations": ["a.yaml"], "budget": {"n_iters": -1}}, "negative.yaml")
+    # A listed file's YAML error names its line and the parser's reason, as a launch of it does.
+    write(tmp_path, "tasks: [ctl\nmodels: [", "broken.yaml")
+    lists_broken = write(tmp_path, {"ablations": ["broken.yaml"]}, "lists_broken.yaml")
+    for file, at_fault, reason in ((twice, twice, "ablations[1]: ./a.yaml is listed twice"), (bad_budget, bad_budget, "budget.n_iters: expected int"),
+                                   (negative, negative, "budget.n_iters: must be a finite positive number, got -1"),
+                                   (lists_broken, tmp_path / "broken.yaml", "line 2: malformed YAML: expected ',' or ']', but got ':'")):
         out = run_cli("nightly", str(file), "--dry-run", "--no-calibrate", cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {file}: {reason}"), out.stderr
+        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {at_fault}: {reason}"), out.stderr
 
 
 def run_cli(*args, cwd, env_extra=None):

@@ -543,16 +543,20 @@ def read_spec(path: str | Path) -> str:
         raise SpecError(path, "file", e.strerror or str(e)) from None
 
 
-def load_study(path: str | Path, text: str | None = None) -> Study:
-    path = Path(path)
-    if text is None:
-        text = read_spec(path)
+def read_yaml(path: str | Path, text: str | None = None):
+    """A YAML file's data (of `text`, read as that file), or a SpecError naming the file, the line and
+    the parser's reason."""
     try:
-        raw = parse_yaml(text)
+        return parse_yaml(read_spec(Path(path)) if text is None else text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "file"
         raise SpecError(path, where, f"malformed YAML: {getattr(e, 'problem', None) or e}") from None
+
+
+def load_study(path: str | Path, text: str | None = None) -> Study:
+    path = Path(path)
+    raw = read_yaml(path, text)
     if not isinstance(raw, dict):
         raise SpecError(path, "file", "expected a mapping at the top level")
     for key in raw:
@@ -567,15 +571,6 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         raise SpecError(path, "seed", f"must be an integer, got {seed!r}")
 
     budget = parse_budget(raw.get("budget"), path)
-    _positive(path, "budget.trials", budget.trials)
-    _positive(path, "budget.max_concurrent", budget.max_concurrent)
-    for key in ("n_iters", "eval_every", "cluster_concurrent"):
-        if getattr(budget, key) is not None:
-            _positive(path, f"budget.{key}", getattr(budget, key))
-    if not isinstance(budget.max_failures, int) or isinstance(budget.max_failures, bool) or budget.max_failures < 0:
-        raise SpecError(path, "budget.max_failures", f"must be a non-negative integer, got {budget.max_failures!r}")
-    if budget.stack_size != "auto" and (not isinstance(budget.stack_size, int) or isinstance(budget.stack_size, bool) or budget.stack_size < 1):
-        raise SpecError(path, "budget.stack_size", f"must be a positive integer or auto, got {budget.stack_size!r}")
     scheduler = _section(Scheduler, raw.get("scheduler"), "scheduler", path)
     if scheduler.name not in ("asha", "fifo"):
         raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{closest(str(scheduler.name), ['asha', 'fifo'])}; valid: asha, fifo")
@@ -719,8 +714,19 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
 
 
 def parse_budget(raw, path) -> Budget:
-    """A file's `budget` (or a nightly file's, which the files it lists take over their own)."""
-    return _section(Budget, raw, "budget", path)
+    """A file's `budget` (or a nightly file's, which the files it lists take over their own: checked
+    here, or a listed file would be blamed for its values)."""
+    budget = _section(Budget, raw, "budget", path)
+    _positive(path, "budget.trials", budget.trials)
+    _positive(path, "budget.max_concurrent", budget.max_concurrent)
+    for key in ("n_iters", "eval_every", "cluster_concurrent"):
+        if getattr(budget, key) is not None:
+            _positive(path, f"budget.{key}", getattr(budget, key))
+    if not isinstance(budget.max_failures, int) or isinstance(budget.max_failures, bool) or budget.max_failures < 0:
+        raise SpecError(path, "budget.max_failures", f"must be a non-negative integer, got {budget.max_failures!r}")
+    if budget.stack_size != "auto" and (not isinstance(budget.stack_size, int) or isinstance(budget.stack_size, bool) or budget.stack_size < 1):
+        raise SpecError(path, "budget.stack_size", f"must be a positive integer or auto, got {budget.stack_size!r}")
+    return budget
 
 
 def _text(raw: dict, key: str, default: str, path) -> str:
