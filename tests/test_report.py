@@ -451,20 +451,20 @@ SEARCH_TRIALS = [  # (lr, n_layers, status, OOD accuracy per evaluation at 10, 2
 ]
 
 
-def fake_search(tmp_path, uri: str, launch_id: str = "search-1") -> LaunchState:
+def fake_search(tmp_path, uri: str, launch_id: str = "search-1", trials: list = SEARCH_TRIALS) -> LaunchState:
     """A finished search launch in the store, its trial runs nested under their pair's run as the
-    tracker writes them: SEARCH_TRIALS, each with its learning curves."""
+    tracker writes them: `trials` (as SEARCH_TRIALS), each with its learning curves."""
     from orchestrator.record import tracking
 
     text = yaml.safe_dump({"name": "search_test", "tasks": [{"task": "ctl", "variant": "tiny", "options": {"direction": "forward"}}],
-                           "models": ["ndr"], "metric": "best_ood_valid_acc", "budget": {"trials": len(SEARCH_TRIALS)},
+                           "models": ["ndr"], "metric": "best_ood_valid_acc", "budget": {"trials": len(trials)},
                            "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "n_layers": {"int": [1, 2]}}})
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("search_test")
     exp_id = exp.experiment_id if exp else client.create_experiment("search_test")
     parent = client.create_run(exp_id, run_name=launch_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
     pair_run = tracking.pair_run(tracking.client(uri), exp_id, parent.info.run_id, launch_id, "tiny__ndr")
-    for number, (lr, layers, status, curve) in enumerate(SEARCH_TRIALS, 1):
+    for number, (lr, layers, status, curve) in enumerate(trials, 1):
         config = {"task": "ctl", "model": "ndr", "lr": lr, "n_layers": layers, "seed": 0, "n_iters": 20}
         run = client.create_run(exp_id, run_name=f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr", start_time=1000 * number, tags={
             "mlflow.parentRunId": pair_run, "launch_id": launch_id, "kind": "trial", "trial_id": uuid.uuid4().hex[:8], "pair": "tiny__ndr",
@@ -506,6 +506,20 @@ def test_a_search_report_shows_every_trial_the_winner_and_the_curves(tmp_path, u
     assert "<h2>The answer</h2>\n<ul><li>answer on tiny: ndr generalizes best" in dom
     assert re.search(r'data-images="[2-9]:true"', dom), dom[-500:]
     assert 'alt="tiny__ndr_curves.png"' in dom and 'alt="tiny__ndr_slices.png"' in dom
+
+
+def test_of_trials_tied_at_the_best_the_first_answers_and_the_report_says_so(tmp_path, uri):
+    """make run's three PANM trials all reach OOD 1.000; the store lists runs newest first, so the
+    last of them answered while Optuna's study named the first. The first started answers now, and
+    the report says which trials tie and how far apart their test scores are."""
+    tied = [(1e-4, 1, "completed", [0.30, 0.90]), (5e-4, 2, "completed", [0.90]), (3e-4, 2, "completed", [0.60, 0.70])]
+    state = fake_search(tmp_path, uri, trials=tied)
+    report.write_report(state)
+    markdown = (state.dir / "report" / "report.md").read_text()
+    assert "Winning config (trial #1," in markdown
+    assert ("2 trials tie at 0.900 (#1, #2; their `test_acc_at_best` 0.800 to 0.800): the first started answers, "
+            "as Optuna's `study.best_trial` does.") in markdown
+    assert [line for line in markdown.splitlines() if line.startswith("| **")] == ["| **1** | 0.0001 | 1 | completed | 20 | 0.900 | 0.800 |"]
 
 
 @pytest.mark.slow
