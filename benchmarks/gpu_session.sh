@@ -57,7 +57,7 @@ run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k
 # member-steps/s against 441.2), with fixed blocks; they are autotuned since. First whether they
 # are right, then the stack with and without them (the answer that decides), then how the
 # autotuner timed each block and the op alone against PyTorch's (their kernels compiled by then).
-run 540 fused_ff bash -c "$py -m pytest -q -p no:cacheprovider tests/test_feed_forward_op.py -k cuda \
+run 520 fused_ff bash -c "$py -m pytest -q -p no:cacheprovider tests/test_feed_forward_op.py -k cuda \
     && for fused in true false; do $py benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
     --models 'ctl / ndr' --steps 20 --seeds-n 20 --compile --bf16 --set fused_feed_forward=\$fused; done; \
     $py benchmarks/ff_kernel.py --members 1,20 --sweep; $py benchmarks/ff_kernel.py --members 1,20"
