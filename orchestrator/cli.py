@@ -224,6 +224,7 @@ def cmd_launch(args) -> int:
     plans = []  # everything is validated before anything launches
     for file, text in nightly_files(args.file) if nightly else [(args.file, None)]:
         study, text = validated(file, args.tracking_uri, args.storage, text)
+        args.store_uri = study.tracking.uri
         if nightly and not study.is_ablation:
             raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
         check_writable(Path(study.storage_path), f"{file}: storage_path")
@@ -281,10 +282,10 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
     from .record.state import SNAPSHOT_MODULES, driver
-    from .record.tracking import TrackingError, check_store
+    from .record.tracking import TrackingError, check_store, launch_trial_runs
     from .run import launch
 
-    state = load_state(args, reads_store=False)
+    state = load_state(args)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
         raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
                          "snapshot of the launch names the modules of the service that began it (1: before the split into "
@@ -297,21 +298,24 @@ def cmd_resume(args) -> int:
     alive, where = driver(state.dir)
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
+    storage = state.trial_storage()
+    state.study()  # the file as launched still loads (DamagedLaunch), before Ray starts
+    launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)  # and its store's records read (a damaged database says so)
     check_address(args.address)
     launch.start_ray(args.address)
     try:
-        launch.check_storage(state.trial_storage(), "storage")
+        launch.check_storage(storage, "storage")
     except StorageError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: {e}") from None
     return launch.execute(state, args.address)
 
 
-def load_state(args, reads_store: bool = True, uses_store: bool = True):
-    """The launch `args` name, its tracking store checked where the command reads it (`resume`
-    checks its own, writable); with `uses_store` False (`accept`, which only writes launch.json)
-    neither checked nor its password asked for."""
+def load_state(args, uses_store: bool = True):
+    """The launch `args` name, its tracking store checked: it answers and holds MLflow's tables
+    (`resume` also checks it writable); with `uses_store` False (`accept`, which only writes
+    launch.json) neither checked nor its password asked for."""
     from .record.state import LaunchState, find_launch
-    from .record.tracking import TrackingError, check_store, missing_sqlite_file, reveal
+    from .record.tracking import TrackingError, check_store, missing_sqlite_file, redact, reveal, store_exists
 
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
@@ -319,6 +323,7 @@ def load_state(args, reads_store: bool = True, uses_store: bool = True):
         raise UsageError(str(e)) from None
     if not uses_store:
         return state
+    args.store_uri = state.tracking_uri
     database = missing_sqlite_file(state.tracking_uri)
     if database:  # opening it would make an empty store and show no trials
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
@@ -326,10 +331,12 @@ def load_state(args, reads_store: bool = True, uses_store: bool = True):
     try:  # one line where a server or database cannot answer, not its client's traceback (the
         # SQLite file is there: it may be only readable to this user, which check_store refuses);
         # check_store reveals the password as it connects, and a command that does not connect still needs it
-        if reads_store and not state.tracking_uri.startswith("sqlite:"):
+        if not state.tracking_uri.startswith("sqlite:"):
             check_store(state.tracking_uri)
         else:
             reveal(state.tracking_uri)
+        if not store_exists(state.tracking_uri):  # reading it through MLflow would write its tables into it
+            raise TrackingError(f"{redact(state.tracking_uri)} holds no MLflow store (an empty file, or another program's database)")
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     return state
@@ -700,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .record.state import DamagedLaunch
-    from .record.tracking import StoreUnavailable, redact_secrets
+    from .record.tracking import StoreUnavailable, damaged_store, redact_secrets
     from .run.cluster import ClusterUnreachable
 
     args = build_parser().parse_args(argv)
@@ -708,6 +715,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (UsageError, DamagedLaunch, ClusterUnreachable) as e:  # a message may echo a bad value, secrets and all
         print(f"orchestrator: error: {redact_secrets(str(e))}", file=sys.stderr)
+        return 2
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:  # a launch folder's report/ or best/ made a file
+        print(f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the service's to write", file=sys.stderr)
+        return 2
+    except Exception as e:
+        damage = damaged_store(e)
+        if damage is None:
+            raise
+        store = getattr(args, "store_uri", None)  # the store the command opened: load_state and launch say
+        print(f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's database is damaged: {damage}",
+              file=sys.stderr)
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
         print(f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again once the store answers", file=sys.stderr)

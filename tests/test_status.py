@@ -211,3 +211,34 @@ def test_best_hands_no_winner_to_a_pair_of_other_task_options_and_writes_no_pass
     ablation.write_text(yaml.safe_dump({**SPEC, "grid": {"n_layers": [2, 4]}, "seeds": [0], "per_pair": {"fwd__ndr": {"fixed": None}}}))
     path, lines = best.write_ablation(state, ablation)
     assert lines == ["fwd__ndr: lr=0.002"] and yaml.safe_load(path.read_text())["per_pair"] == {"fwd__ndr": {"fixed": {"lr": 0.002}}}
+
+
+def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
+    """A store cut short or overwritten gave SQLAlchemy's 50-line traceback; an emptied one was
+    read as a store of no trials, MLflow writing its tables into it; `best` with its folder made a
+    file gave a traceback; `resume` of a launch whose kept file no longer loads started Ray first."""
+    runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
+    state = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
+    store = tmp_path / "mlflow.db"
+    whole = store.read_bytes()
+
+    def refused(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert "ray" not in done.stdout.lower(), done.stdout
+        return done.stderr
+
+    page = 4096  # SQLite's header page kept, every page after it zeroed: tables the header promises are not there
+    for damaged, said in ((whole[:page] + bytes(len(whole) - page), "the tracking store's database is damaged: database disk image is malformed"),
+                          (b"garbage" * 1000, "the tracking store's database is damaged: file is not a database"),
+                          (b"", "holds no MLflow store (an empty file, or another program's database)")):
+        store.write_bytes(damaged)
+        for command in ("status", "report", "resume"):
+            assert said in refused(command, str(state.dir)), command
+        assert store.read_bytes() == damaged  # nothing written into it
+    store.write_bytes(whole)
+    (state.dir / "best").write_text("not a folder")
+    assert refused("best", str(state.dir)).endswith(f"{state.dir / 'best'}: File exists: a launch's folders and files are the service's to write\n")
+    data = json.loads((state.dir / "launch.json").read_text())
+    (state.dir / "launch.json").write_text(json.dumps({**data, "spec_text": "name: [unclosed\n", "snapshot_modules": 2, "storage": {"uri": str(tmp_path / "runs")}}))
+    assert f"{state.dir}/launch.json: spec_text: " in refused("resume", str(state.dir))

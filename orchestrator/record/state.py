@@ -60,17 +60,23 @@ class LaunchState:
             data = json.loads((launch_dir / "launch.json").read_text())
             # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
             data["dir"] = Path(launch_dir).resolve()
+            check_types(data)
             check_plan(data.get("plan", {}))
             return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-        except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, not an object, fields missing, a plan no reader can read
+        # unreadable, not JSON (or nested past the parser's depth), not an object, fields missing or of
+        # another type, a plan no reader can read
+        except (OSError, ValueError, TypeError, RecursionError) as e:
             raise DamagedLaunch(f"{launch_dir}/launch.json: not a launch record this version can read ({e})") from None
 
     def study(self):
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
         seeds: what a regression test across seeds compares)."""
-        from ..plan.spec import load_study
+        from ..plan.spec import SpecError, load_study
 
-        study = load_study(self.spec_file, text=self.spec_text)
+        try:
+            study = load_study(self.spec_file, text=self.spec_text)
+        except SpecError as e:  # the file as it was launched, kept in launch.json: an edit there broke it
+            raise DamagedLaunch(f"{self.dir}/launch.json: spec_text: {e}") from None
         if self.night:
             study.seeds = [seed + self.night * SEED_STRIDE for seed in study.seeds]
         if self.batch_seeds is not None:
@@ -81,7 +87,10 @@ class LaunchState:
     def trial_storage(self):
         from ..plan.storage import TrialStorage
 
-        return TrialStorage(**self.storage)
+        try:
+            return TrialStorage(**self.storage)
+        except TypeError as e:
+            raise DamagedLaunch(f"{self.dir}/launch.json: storage: {e}") from None
 
     def the_plan(self) -> dict:
         """The plan saved at launch; a launch from before plans were saved parses its spec (slower)."""
@@ -92,6 +101,20 @@ class LaunchState:
         return f"{self.experiment}/{self.launch_id}/{pair}"
 
 
+FIELD_TYPES = {"str": (str,), "dict": (dict,), "float": (int, float), "int": (int,), "bool": (bool,), "None": (type(None),)}
+
+
+def check_types(data: dict) -> None:
+    """Each field of a launch record of its own type: `"launch_id": 5` was read as a launch whose
+    runs the store does not hold, and `report` wrote over the launch's report an empty one."""
+    for f in fields(LaunchState):
+        if f.name == "dir" or f.name not in data:
+            continue
+        value, kinds = data[f.name], [kind.strip() for kind in f.type.split("|")]
+        if not any(isinstance(value, FIELD_TYPES[kind]) and (kind in ("bool", "None") or not isinstance(value, bool)) for kind in kinds):
+            raise TypeError(f"{f.name}: expected {f.type}, got {type(value).__name__}")
+
+
 def check_plan(plan) -> None:
     """A saved plan `status` and `best` can read: none (a launch from before plans were saved), or one
     with every key they read without a default."""
@@ -99,6 +122,8 @@ def check_plan(plan) -> None:
         raise TypeError(f"plan: not an object, got {type(plan).__name__}")
     if missing := [key for key in ("metric", "mode", "score", "ablation", "pairs") if plan and key not in plan]:
         raise ValueError(f"plan: lacks {', '.join(missing)}")
+    if wrong := [key for key in ("metric", "mode", "score") if plan and not isinstance(plan[key], str)]:
+        raise ValueError(f"plan: {', '.join(wrong)} not text")
     pairs = plan.get("pairs", [])
 
     def readable(pair) -> bool:
@@ -135,7 +160,7 @@ def started_at(launch_json: Path) -> float:
     """When a launch began: its `created`, else (a launch from before it, a damaged file) its file's time."""
     try:
         return float(json.loads(launch_json.read_text()).get("created") or launch_json.stat().st_mtime)
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         return launch_json.stat().st_mtime
 
 
@@ -190,6 +215,8 @@ def driver(launch_dir: Path) -> tuple[bool, str]:
     lock = launch_dir / "driver.lock"
     if not lock.exists():
         return False, ""
+    if not lock.is_file():  # no driver made it: none can hold it
+        return False, f"{lock} is not a file"
     with open(lock) as f:
         host = (f.read().split() or [""])[0]
         if host and host != socket.gethostname():

@@ -655,6 +655,20 @@ def missing_sqlite_file(uri: str) -> str | None:
     return path if path is not None and not Path(path).is_file() else None
 
 
+def damaged_store(error: BaseException) -> str | None:
+    """SQLite's own word where `error` comes of a database file that is not one or is cut short
+    ("file is not a database", "database disk image is malformed"), else None. Its subclasses
+    (a locked or unreachable database) are other faults."""
+    import sqlite3
+
+    seen = error
+    while seen is not None:
+        if type(seen) is sqlite3.DatabaseError:
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def store_exists(uri: str) -> bool:
     """Whether the store exists and holds MLflow's tables: opening one that does not would create them."""
     uri = reveal(uri)
