@@ -281,7 +281,7 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
-    from .record.state import SNAPSHOT_MODULES, driver
+    from .record.state import SNAPSHOT_MODULES, driver, misplaced
     from .record.tracking import TrackingError, check_store, launch_trial_runs
     from .run import launch
 
@@ -298,6 +298,8 @@ def cmd_resume(args) -> int:
     alive, where = driver(state.dir)
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
+    if wrong := misplaced(state.dir):
+        raise UsageError(f"{wrong}: a launch's folders and files are the service's to write")
     storage = state.trial_storage()
     state.study()  # the file as launched still loads (DamagedLaunch), before Ray starts
     launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)  # and its store's records read (a damaged database says so)
@@ -503,18 +505,21 @@ def cmd_dashboard(args) -> int:
         import optuna_dashboard
     except ImportError:
         raise UsageError("dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'") from None
-    from .record.tracking import read_only_view, search_storage
+    from .record.tracking import TrackingError, read_only_view, search_storage
 
     state = load_state(args)
     plan = state.the_plan()
     if plan["ablation"]:
         raise UsageError(f"dashboard: launch {state.launch_id} is an ablation, whose grid runs without Optuna; "
                          "`orchestrator report` or `orchestrator export` show its runs")
+    names = {state.optuna_study_name(pair["name"]) for pair in plan["pairs"]}
+    try:
+        storage = read_only_view(search_storage(state.tracking_uri, state.dir, read_only=True), names)
+    except TrackingError as e:
+        raise UsageError(f"dashboard: {e}") from None
     print(f"the Optuna studies of launch {state.launch_id}, one per pair:")
     for pair in plan["pairs"]:
         print(f"  {state.optuna_study_name(pair['name'])}")
-    names = {state.optuna_study_name(pair["name"]) for pair in plan["pairs"]}
-    storage = read_only_view(search_storage(state.tracking_uri, state.dir, read_only=True), names)
     sys.stdout.flush()  # before the dashboard's own lines (where it listens, how to quit) on stderr
     try:
         optuna_dashboard.run_server(storage, host=args.host, port=args.port)

@@ -217,3 +217,14 @@ def test_dashboard_refuses_an_ablation_and_a_taken_port(tmp_path, capsys):
     assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
     assert capsys.readouterr().err.splitlines() == ["orchestrator: error: dashboard: launch search-1 is an ablation, whose grid runs without Optuna; "
                                                     "`orchestrator report` or `orchestrator export` show its runs"]
+
+
+def test_dashboard_of_a_launch_whose_search_store_is_gone_is_one_line(tmp_path, capsys):
+    """Opening the missing SQLite file made an empty one, and the dashboard served no studies."""
+    pytest.importorskip("optuna_dashboard", reason="the `dashboard` extra: pip install -e '.[dashboard]'")
+    bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
+    assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"orchestrator: error: dashboard: no search store (Optuna) at {tmp_path}/mlflow.optuna.db: the launch's studies were kept there"]
+    assert not (tmp_path / "mlflow.optuna.db").exists()

@@ -216,7 +216,8 @@ def test_best_hands_no_winner_to_a_pair_of_other_task_options_and_writes_no_pass
 def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
     """A store cut short or overwritten gave SQLAlchemy's 50-line traceback; an emptied one was
     read as a store of no trials, MLflow writing its tables into it; `best` with its folder made a
-    file gave a traceback; `resume` of a launch whose kept file no longer loads started Ray first."""
+    file gave a traceback; `resume` of such a launch, or of one whose kept file no longer loads,
+    started Ray first."""
     runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
     state = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
     store = tmp_path / "mlflow.db"
@@ -240,5 +241,9 @@ def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
     (state.dir / "best").write_text("not a folder")
     assert refused("best", str(state.dir)).endswith(f"{state.dir / 'best'}: File exists: a launch's folders and files are the service's to write\n")
     data = json.loads((state.dir / "launch.json").read_text())
+    (state.dir / "launch.json").write_text(json.dumps({**data, "snapshot_modules": 2, "storage": {"uri": str(tmp_path / "runs")}}))
+    assert refused("resume", str(state.dir)).endswith(f"{state.dir / 'best'}: a file where a folder belongs: "
+                                                      "a launch's folders and files are the service's to write\n")
+    (state.dir / "best").unlink()
     (state.dir / "launch.json").write_text(json.dumps({**data, "spec_text": "name: [unclosed\n", "snapshot_modules": 2, "storage": {"uri": str(tmp_path / "runs")}}))
     assert f"{state.dir}/launch.json: spec_text: " in refused("resume", str(state.dir))

@@ -209,6 +209,19 @@ def previous_launch(state: LaunchState) -> "LaunchState | None":
     return earlier[-1] if earlier else None
 
 
+# What a launch writes in its folder, and whether each is a folder: `resume` checks them before Ray starts.
+WRITTEN = {"driver.lock": False, "report": True, "best": True, "export": True}
+
+
+def misplaced(launch_dir: Path) -> str | None:
+    """The first of WRITTEN in `launch_dir` that is of the other kind (a file where a folder belongs), said."""
+    for name, folder in WRITTEN.items():
+        path = launch_dir / name
+        if path.exists() and path.is_dir() != folder:
+            return f"{path}: {'a file where a folder' if folder else 'a folder where a file'} belongs"
+    return None
+
+
 def driver(launch_dir: Path) -> tuple[bool, str]:
     """(whether a driver runs the launch now, where it runs). On this machine the lock says (a dead
     driver's lock is released); a driver on another machine is alive while its heartbeat is recent."""

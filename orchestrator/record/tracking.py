@@ -222,6 +222,8 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
     only where they are missing, so none there either)."""
     what = "search store (Optuna)"
     url, engine_kwargs = retried(search_store, what)(reveal(uri), launch_dir, create=not read_only)
+    if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
+        raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
     return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables where missing
 
 
