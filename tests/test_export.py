@@ -204,7 +204,10 @@ def test_dashboard_without_the_extra_says_how_to_install_it(tmp_path, capsys, mo
 
 def test_dashboard_refuses_an_ablation_and_a_taken_port(tmp_path, capsys):
     pytest.importorskip("optuna_dashboard", reason="the `dashboard` extra: pip install -e '.[dashboard]'")
+    import optuna
+
     state = bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
+    optuna.create_study(study_name=state.optuna_study_name("ctl__ndr"), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db")  # its search store
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
