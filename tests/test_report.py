@@ -11,6 +11,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from orchestrator.record import tracking
 from orchestrator.record.state import LaunchState
 from orchestrator.report import report, stats
 
@@ -30,7 +31,7 @@ def fake_launch(tmp_path, uri: str, launch_id: str, scores, text: str, statuses:
     client = MlflowClient(uri)
     experiment = "ndr_layers_test"
     exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment, artifact_location=tracking.artifact_root(uri, tmp_path))
     parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
     for (layers, seed), score in scores.items():
         config = {"task": "ctl", "model": "ndr", "n_layers": layers, "seed": seed, "n_iters": 30000, **trained(layers, seed)}
@@ -454,14 +455,12 @@ SEARCH_TRIALS = [  # (lr, n_layers, status, OOD accuracy per evaluation at 10, 2
 def fake_search(tmp_path, uri: str, launch_id: str = "search-1", trials: list = SEARCH_TRIALS) -> LaunchState:
     """A finished search launch in the store, its trial runs nested under their pair's run as the
     tracker writes them: `trials` (as SEARCH_TRIALS), each with its learning curves."""
-    from orchestrator.record import tracking
-
     text = yaml.safe_dump({"name": "search_test", "tasks": [{"task": "ctl", "variant": "tiny", "options": {"direction": "forward"}}],
                            "models": ["ndr"], "metric": "best_ood_valid_acc", "budget": {"trials": len(trials)},
                            "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "n_layers": {"int": [1, 2]}}})
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("search_test")
-    exp_id = exp.experiment_id if exp else client.create_experiment("search_test")
+    exp_id = exp.experiment_id if exp else client.create_experiment("search_test", artifact_location=tracking.artifact_root(uri, tmp_path))
     parent = client.create_run(exp_id, run_name=launch_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
     pair_run = tracking.pair_run(tracking.client(uri), exp_id, parent.info.run_id, launch_id, "tiny__ndr")
     for number, (lr, layers, status, curve) in enumerate(trials, 1):
@@ -609,7 +608,7 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
     text = yaml.safe_dump({"name": "table1_test", "metric": "best_ood_valid_acc", "seeds": seeds, "models": models,
                            "tasks": [{"task": "ctl", "variant": v, "options": {"direction": v.split("_")[1]}} for v in variants]})
     client = MlflowClient(uri)
-    exp_id = client.create_experiment("table1_test")
+    exp_id = client.create_experiment("table1_test", artifact_location=tracking.artifact_root(uri, tmp_path))
     parent = client.create_run(exp_id, tags={"launch_id": "t1", "kind": "launch", "code_version": "abc1234"})
     rng = np.random.default_rng(0)
     scores = {}
