@@ -169,12 +169,11 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .plan import spec
     from .plan.spec import Report, SpecError, parse_budget
 
     try:
-        raw = spec.read_yaml(path)
-    except SpecError:
+        raw = read_yaml(Path(path))
+    except UsageError:
         raw = None  # load_study reports it, with its line or reason
     if not isinstance(raw, dict) or "ablations" not in raw:
         return [(path, None)]
@@ -282,40 +281,37 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
     from .record.state import SNAPSHOT_MODULES, driver, misplaced
-    from .record.tracking import TrackingError, check_store, launch_trial_runs
+    from .record.tracking import launch_trial_runs
     from .run import launch
 
-    state = load_state(args)
+    state = load_state(args, writes_store=True)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
         raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
                          "snapshot of the launch names the modules of the service that began it (1: before the split into "
                          "plan/run/record/report, commit 1f0f7de); resume it with that service, or launch the file again "
                          "(its MLflow runs stay where they are)")
-    try:
-        check_store(state.tracking_uri)
-    except TrackingError as e:
-        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     alive, where = driver(state.dir)
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
     if wrong := misplaced(state.dir):
         raise UsageError(f"{wrong}: a launch's folders and files are the service's to write")
-    storage = state.trial_storage()
-    state.study()  # the file as launched still loads (DamagedLaunch), before Ray starts
-    launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)  # and its store's records read (a damaged database says so)
+    # Read before Ray starts: the file as launched (DamagedLaunch where it no longer loads), its
+    # storage, and its store's records (a damaged database says so).
+    storage, study = state.trial_storage(), state.study()
+    launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
     check_address(args.address)
     launch.start_ray(args.address)
     try:
         launch.check_storage(storage, "storage")
     except StorageError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: {e}") from None
-    return launch.execute(state, args.address)
+    return launch.execute(state, args.address, study)
 
 
-def load_state(args, uses_store: bool = True):
-    """The launch `args` name, its tracking store checked: it answers and holds MLflow's tables
-    (`resume` also checks it writable); with `uses_store` False (`accept`, which only writes
-    launch.json) neither checked nor its password asked for."""
+def load_state(args, uses_store: bool = True, writes_store: bool = False):
+    """The launch `args` name, its tracking store checked: it answers and holds MLflow's tables,
+    and with `writes_store` (`resume`) a SQLite file is writable too; with `uses_store` False
+    (`accept`, which only writes launch.json) neither checked nor its password asked for."""
     from .record.state import LaunchState, find_launch
     from .record.tracking import TrackingError, check_store, missing_sqlite_file, redact, reveal, store_exists
 
@@ -333,12 +329,15 @@ def load_state(args, uses_store: bool = True):
     try:  # one line where a server or database cannot answer, not its client's traceback (the
         # SQLite file is there: it may be only readable to this user, which check_store refuses);
         # check_store reveals the password as it connects, and a command that does not connect still needs it
-        if not state.tracking_uri.startswith("sqlite:"):
-            check_store(state.tracking_uri)
-        else:
+        sqlite = state.tracking_uri.startswith("sqlite:")
+        if sqlite:
             reveal(state.tracking_uri)
+        else:
+            check_store(state.tracking_uri)
         if not store_exists(state.tracking_uri):  # reading it through MLflow would write its tables into it
             raise TrackingError(f"{redact(state.tracking_uri)} holds no MLflow store (an empty file, or another program's database)")
+        if sqlite and writes_store:  # a read needs the file readable only
+            check_store(state.tracking_uri)
     except TrackingError as e:
         raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: {e}") from None
     return state
@@ -724,14 +723,6 @@ def main(argv: list[str] | None = None) -> int:
     except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:  # a launch folder's report/ or best/ made a file
         print(f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the service's to write", file=sys.stderr)
         return 2
-    except Exception as e:
-        damage = damaged_store(e)
-        if damage is None:
-            raise
-        store = getattr(args, "store_uri", None)  # the store the command opened: load_state and launch say
-        print(f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's database is damaged: {damage}",
-              file=sys.stderr)
-        return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
         print(f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again once the store answers", file=sys.stderr)
         from .run.launch import EXIT_STORE_UNREACHABLE
@@ -740,6 +731,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)
         print("orchestrator: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # last: an error of its own kind above is not re-raised from here
+        damage = damaged_store(e)
+        if damage is None:
+            raise
+        store = getattr(args, "store_uri", None)  # the store the command opened: load_state and launch say
+        print(f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's database is damaged: {damage}",
+              file=sys.stderr)
+        return 2
 
 
 def redeliver_lost_interrupts() -> None:

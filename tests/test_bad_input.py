@@ -317,3 +317,18 @@ def test_trial_storage_under_home_is_checked_where_the_launch_puts_it(tmp_path, 
     path.write_text(yaml.safe_dump({**GOOD, "storage": "~/trials"}))
     line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
     assert line.startswith(f"orchestrator: error: {path}: storage: cannot write trial storage in ~/trials ({tmp_path / 'home_is_a_file'} is not"), line
+
+
+def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_path, monkeypatch, capsys):
+    """The damaged-store handler (any Exception, re-raised unless SQLite calls the file damaged) once
+    stood before this one and re-raised StoreUnavailable past it, as a traceback with status 1."""
+    from orchestrator.record.tracking import StoreUnavailable
+    from orchestrator.run.launch import EXIT_STORE_UNREACHABLE
+
+    def unreachable(args):
+        raise StoreUnavailable("tracking store sqlite:///x.db unreachable for 31 s")
+
+    monkeypatch.setattr(cli, "cmd_status", unreachable)
+    assert cli.main(["status"]) == EXIT_STORE_UNREACHABLE
+    assert capsys.readouterr().err.splitlines() == [
+        "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run the command again once the store answers"]

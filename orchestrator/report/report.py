@@ -544,7 +544,7 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
     sliced = plots.slices(pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, chance, out_dir)
     # Trials that tie the winner on the metric: which of them answers is the tie's rule, not a finding.
-    tied = [t for t in trials if best is not None and t in scored and t["metric"] == best["metric"]]
+    tied = [t for t in scored if t["metric"] == best["metric"]]  # in the order they started, as runs come
     tests = [t["test"] for t in tied if t["test"] is not None]
     tie = {"numbers": [t["number"] for t in tied], "tests": (min(tests), max(tests)) if tests else None} if len(tied) > 1 else None
     return {"trials": trials, "best": best, "tie": tie,

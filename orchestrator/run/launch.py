@@ -474,14 +474,14 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
     return execute(state, address)
 
 
-def execute(state: LaunchState, address: str | None) -> int:
+def execute(state: LaunchState, address: str | None, study: Study | None = None) -> int:
     """Run (or continue) a launch until every trial has ended, its confirmation phase included;
     then write the best configs (or the ablation report). Returns the exit status: 0,
     EXIT_STORE_UNREACHABLE after a store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM,
     EXIT_REGRESSION where a night of the nightly job regressed from the night before, else
     EXIT_TRIALS_FAILED where trials failed for good (a script must not take such a launch's
-    answer for a whole one)."""
-    study = state.study()
+    answer for a whole one). `study`: state.study(), where the caller has read it already."""
+    study = study or state.study()
     use_gpu = start_ray(address)
     slots = cluster_slots(study, use_gpu)
     # A snapshot after every checkpoint is what keeps resume exact; Tune warns about it each time.
