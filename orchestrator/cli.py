@@ -18,7 +18,17 @@ import yaml
 
 
 class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2, nothing launched."""
+    """Bad input: printed as one line, exit status 2, nothing launched. `where` (a file and key)
+    is printed as it is; the message goes through redact_secrets, which would take a key named
+    like a secret and the reason's first word (`fixed.password: no model ...`) for a secret."""
+
+    def __init__(self, message: str, where: str = ""):
+        super().__init__(where + message)
+        self.where, self.message = where, message
+
+    @classmethod
+    def of_spec(cls, e) -> "UsageError":
+        return cls(e.reason, f"{e.path}: {e.key}: ")
 
 
 def read_yaml(path: Path):
@@ -28,7 +38,7 @@ def read_yaml(path: Path):
     try:
         return spec.read_yaml(path)
     except spec.SpecError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError.of_spec(e) from None
 
 
 def load_trial_source(source: str) -> dict:
@@ -95,7 +105,7 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     try:
         study = load_study(spec_file, text=text)
     except SpecError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError.of_spec(e) from None
     if storage:
         # The endpoint of an object store stays the file's: the flag moves the data, not the server.
         flag = TrialStorage(storage)
@@ -188,7 +198,7 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     try:  # here, or the first listed file would be blamed for it
         parse_budget(budget, path)
     except SpecError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError.of_spec(e) from None
     out = []
     for k, name in enumerate(files):
         listed = Path(os.path.normpath(Path(path).parent / name))
@@ -718,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (UsageError, DamagedLaunch, ClusterUnreachable) as e:  # a message may echo a bad value, secrets and all
-        print(f"orchestrator: error: {redact_secrets(str(e))}", file=sys.stderr)
+        where, message = (e.where, e.message) if isinstance(e, UsageError) else ("", str(e))
+        print(f"orchestrator: error: {where}{redact_secrets(message)}", file=sys.stderr)
         return 2
     except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:  # a launch folder's report/ or best/ made a file
         print(f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the service's to write", file=sys.stderr)

@@ -743,6 +743,15 @@ def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
         assert secret not in out.stdout + out.stderr and ("***" in out.stderr or "endpoint" in reason or "tracking.uri" in reason), out.stderr
 
 
+
+def test_a_key_named_like_a_secret_is_refused_in_words_not_masked(tmp_path):
+    """The redaction took `password: no` of the refusal for a secret's value and printed
+    `fixed.password: '***' model in this file ...`; the file and key are printed as they are."""
+    path = write(tmp_path, {**GOOD, "fixed": {"password": "planted-Pa55word"}})
+    out = run_cli("launch", str(path), "--dry-run", "--no-calibrate", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: fixed.password: no model in this file has this parameter"), out.stderr
+    assert "planted-Pa55word" not in out.stdout + out.stderr
+
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):
     out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", "127.0.0.1:1", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1")

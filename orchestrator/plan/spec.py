@@ -30,6 +30,7 @@ MEMBERS_KEY = "members"
 class SpecError(ValueError):
     def __init__(self, path, key: str, reason: str):
         super().__init__(f"{path}: {key}: {reason}")
+        self.path, self.key, self.reason = path, key, reason
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
