@@ -752,6 +752,7 @@ def test_a_key_named_like_a_secret_is_refused_in_words_not_masked(tmp_path):
     assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: fixed.password: no model in this file has this parameter"), out.stderr
     assert "planted-Pa55word" not in out.stdout + out.stderr
 
+
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):
     out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", "127.0.0.1:1", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1")
@@ -766,6 +767,9 @@ def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(
     out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", "--no-calibrate", cwd=tmp_path)
     assert out.returncode == 2 and "storage_path: cannot create launch folders" in out.stderr
     assert not (tmp_path / "runs").exists()
+    # A folder root may write by os.access (this machine's tests run as root) that takes no file.
+    out = run_cli("launch", str(write(tmp_path, with_(storage_path="/proc/runs"))), "--dry-run", "--no-calibrate", cwd=tmp_path)
+    assert out.returncode == 2 and "storage_path: cannot create launch folders in /proc/runs (/proc is not a writable folder" in out.stderr
 
 
 def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):

@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -342,6 +343,11 @@ def unwritable(folder: Path) -> str | None:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} is not a writable folder"
+    try:  # root passes os.access everywhere, /proc and a root-squashed NFS mount included
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        return f"{existing} is not a writable folder ({e.strerror.lower()})"
     return None
 
 
