@@ -291,7 +291,7 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
     from .record.state import SNAPSHOT_MODULES, driver, misplaced
-    from .record.tracking import launch_trial_runs
+    from .record.tracking import launch_trial_runs, search_store
     from .run import launch
 
     state = load_state(args, writes_store=True)
@@ -303,6 +303,11 @@ def cmd_resume(args) -> int:
     alive, where = driver(state.dir)
     if alive:
         raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
+    if state.moved_from and (state.recorded["tracking_uri"], state.recorded["storage"], search_store(state.recorded["tracking_uri"], state.moved_from, create=False)[0]) \
+            != (state.tracking_uri, state.storage, search_store(state.tracking_uri, state.dir, create=False)[0]):
+        # Tune restored the trials of a moved launch with their old storage, and each failed for good
+        raise UsageError(f"{state.dir}: moved here from {state.moved_from} with its store or checkpoints; Tune's snapshot names "
+                         "their old places, so it resumes only there: move it back to resume it (status, report, best and export read it here)")
     if wrong := misplaced(state.dir):
         raise UsageError(f"{wrong}: a launch's folders and files are the service's to write")
     # Read before Ray starts: the file as launched (DamagedLaunch where it no longer loads), its
@@ -334,7 +339,8 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     args.store_uri = state.tracking_uri
     database = missing_sqlite_file(state.tracking_uri)
     if database:  # opening it would make an empty store and show no trials
-        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()} "
+        moved = f", nor at {state.here(Path(database))}, where the launch folder's move from {state.moved_from} puts it" if state.moved_from else ""
+        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()}{moved} "
                          "(run where the launch ran, or copy its database there)")
     try:  # one line where a server or database cannot answer, not its client's traceback (the
         # SQLite file is there: it may be only readable to this user, which check_store refuses);

@@ -12,7 +12,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.record import tracking
-from orchestrator.record.state import LaunchState
+from orchestrator.record.state import SNAPSHOT_MODULES, LaunchState
 from orchestrator.report import report, stats
 
 LAYERS = [4, 6, 8, 10, 12, 14]  # as text, 10 would sort before 4
@@ -519,6 +519,40 @@ def test_of_trials_tied_at_the_best_the_first_answers_and_the_report_says_so(tmp
     assert ("2 trials tie at 0.900 (#1, #2; their `test_acc_at_best` 0.800 to 0.800): the first started answers, "
             "as Optuna's `study.best_trial` does.") in markdown
     assert [line for line in markdown.splitlines() if line.startswith("| **")] == ["| **1** | 0.0001 | 1 | completed | 20 | 0.900 | 0.800 |"]
+
+
+def test_a_results_folder_moved_with_its_store_is_read_and_reported_where_it_is_now(tmp_path):
+    """A folder of launches moved with its SQLite store (off scratch, to a laptop): status, report
+    and best read the store at its new place, and the report's artifacts land there; before, every
+    command named the old path and asked for the database to be copied there. Resume is refused
+    in one line: Tune's snapshot names the old places (a resume tried there failed every trial)."""
+    import shutil
+    import subprocess
+    import sys
+
+    before = tmp_path / "scratch"
+    before.mkdir()
+    state = fake_search(before, f"sqlite:///{before}/mlflow.db")
+    state.snapshot_modules, state.state = SNAPSHOT_MODULES, "interrupted"
+    state.save()
+    recorded = (state.dir / "launch.json").read_text()
+    shutil.move(before, tmp_path / "project")
+    moved = tmp_path / "project" / state.launch_id
+
+    def orchestrator(*args):
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, str(moved)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    assert f"({moved})" in orchestrator("status").stdout
+    written = orchestrator("report")
+    assert written.returncode == 0, written.stderr
+    assert (moved / "report" / "report.md").is_file() and orchestrator("best").returncode == 0
+    logged = list((tmp_path / "project" / "mlartifacts").glob("**/report/report.md"))
+    assert len(logged) == 1 and logged[0].read_text() == (moved / "report" / "report.md").read_text()
+    refused = orchestrator("resume")
+    assert refused.returncode == 2 and refused.stderr == (f"orchestrator: error: {moved}: moved here from {before / state.launch_id} with its store "
+                                                          "or checkpoints; Tune's snapshot names their old places, so it resumes only there: move "
+                                                          "it back to resume it (status, report, best and export read it here)\n")
+    assert not before.exists() and (moved / "launch.json").read_text() == recorded
 
 
 @pytest.mark.slow

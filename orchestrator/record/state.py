@@ -47,9 +47,14 @@ class LaunchState:
     snapshot_modules: int = 1  # SNAPSHOT_MODULES of the code that began it (a launch.json without it: 1)
     regressed: bool | None = None  # a night's verdict: whether it regressed from its baseline night
     accepted: bool = False  # `orchestrator accept`: its regression was intended, so later nights compare with it
+    # A launch folder moved since it began (follow_move): where it was, and its recorded store and
+    # storage, which it keeps saving: Tune's pickles and MLflow's records name places under it.
+    moved_from: Path | None = field(default=None, init=False, repr=False)
+    recorded: dict = field(default_factory=dict, init=False, repr=False)
 
     def save(self) -> None:
-        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+        data = {f.name: (str(v) if isinstance(v, Path) else v) for f in fields(self) if f.init for v in [getattr(self, f.name)]}
+        data.update(self.recorded)
         tmp = self.dir / "launch.json.tmp"
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.dir / "launch.json")
@@ -58,15 +63,38 @@ class LaunchState:
     def load(cls, launch_dir: Path) -> "LaunchState":
         try:
             data = json.loads((launch_dir / "launch.json").read_text())
+            if not isinstance(data, dict):
+                raise TypeError(f"not an object but a {type(data).__name__}")
             # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
-            data["dir"] = Path(launch_dir).resolve()
+            recorded, data["dir"] = data.get("dir"), Path(launch_dir).resolve()
             check_types(data)
             check_plan(data.get("plan", {}))
-            return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+            state = cls(**{f.name: data[f.name] for f in fields(cls) if f.init and f.name in data})
         # unreadable, not JSON (or nested past the parser's depth), not an object, fields missing or of
         # another type, a plan no reader can read
         except (OSError, ValueError, TypeError, RecursionError) as e:
             raise DamagedLaunch(f"{launch_dir}/launch.json: not a launch record this version can read ({e})") from None
+        if isinstance(recorded, str) and Path(recorded) != state.dir:
+            state.follow_move(Path(recorded))
+        return state
+
+    def follow_move(self, recorded: Path) -> None:
+        """Read a launch folder moved, with what lay beside it, from `recorded` (a results folder
+        moved off scratch, or copied to a laptop): its SQLite store and its local trial storage,
+        where they are gone from their recorded places, at the same places relative to the folder."""
+        self.moved_from = recorded
+        self.recorded = {"dir": str(recorded), "tracking_uri": self.tracking_uri, "storage": self.storage}
+        if self.tracking_uri.startswith("sqlite:///") and (store := moved(Path(self.tracking_uri[len("sqlite:///"):]), recorded, self.dir)):
+            self.tracking_uri = f"sqlite:///{store}"
+        uri = self.storage.get("uri")
+        if isinstance(uri, str) and "://" not in uri and (folder := moved(Path(uri), recorded, self.dir)):
+            self.storage = {**self.storage, "uri": str(folder)}
+
+    def here(self, path: Path) -> Path:
+        """`path`, recorded by the launch (an artifact folder), where the launch folder's move puts it."""
+        if self.moved_from is None:
+            return path
+        return moved(path, self.moved_from, self.dir, must_exist=False) or path
 
     def study(self):
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
@@ -101,6 +129,21 @@ class LaunchState:
         return f"{self.experiment}/{self.launch_id}/{pair}"
 
 
+def moved(path: Path, recorded: Path, now: Path, must_exist: bool = True) -> Path | None:
+    """Where `path` went when the launch folder went from `recorded` to `now`, or None: the smallest
+    folder that held both moved with the launch folder (not the filesystem's root), `path` is gone
+    from its old place, and (with `must_exist`) it is at the new one."""
+    if not (path.is_absolute() and recorded.is_absolute()) or path.exists():
+        return None
+    common = Path(os.path.commonpath([path, recorded]))
+    if common == Path(common.anchor):
+        return None
+    there = Path(os.path.normpath(now / os.path.relpath(path, recorded)))
+    if not Path(os.path.normpath(now / os.path.relpath(common, recorded))).is_dir():
+        return None
+    return there if there.exists() or not must_exist else None
+
+
 FIELD_TYPES = {"str": (str,), "dict": (dict,), "float": (int, float), "int": (int,), "bool": (bool,), "None": (type(None),)}
 
 
@@ -108,7 +151,7 @@ def check_types(data: dict) -> None:
     """Each field of a launch record of its own type: `"launch_id": 5` was read as a launch whose
     runs the store does not hold, and `report` wrote over the launch's report an empty one."""
     for f in fields(LaunchState):
-        if f.name == "dir" or f.name not in data:
+        if f.name == "dir" or not f.init or f.name not in data:
             continue
         value, kinds = data[f.name], [kind.strip() for kind in f.type.split("|")]
         if not any(isinstance(value, FIELD_TYPES[kind]) and (kind in ("bool", "None") or not isinstance(value, bool)) for kind in kinds):

@@ -16,6 +16,8 @@ import datetime
 import json
 import os
 import re
+import shutil
+import urllib.parse
 import warnings
 from collections import Counter
 from functools import lru_cache
@@ -743,6 +745,23 @@ def render(context: dict, image_folder: str = "") -> tuple[str, str]:
     return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template("report.html.j2").render(**context)
 
 
+def log_report_files(mlflow, state, paths: list[Path]) -> None:
+    """`paths` as the parent run's artifacts under report/. A launch folder moved with its store
+    (LaunchState.follow_move) has its artifacts where the move put them, not where the store's
+    record still says: they are copied there, as MLflow copies a local artifact."""
+    recorded = mlflow.get_run(state.parent_run_id).info.artifact_uri
+    parts = urllib.parse.urlsplit(recorded)
+    local = Path(urllib.parse.unquote(parts.path)) if parts.scheme in ("", "file") else None
+    if local is None or state.here(local) == local:
+        for path in paths:
+            mlflow.log_artifact(state.parent_run_id, str(path), "report")
+        return
+    folder = state.here(local) / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        shutil.copyfile(path, folder / path.name)
+
+
 def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None,
                  passed_over: list[str] = ()) -> tuple[list[Path], Regressions]:
     """Write the report to `<launch>/report/` (and log it on the parent run), and with `dated_in`
@@ -755,8 +774,7 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
     (out_dir / "report.html").write_text(page)
     paths = [out_dir / "report.md", out_dir / "report.html"] + [path for entry in context["pairs"] for path, _ in entry["figures"]]
     mlflow = tracking.client(state.tracking_uri)
-    for path in paths:
-        mlflow.log_artifact(state.parent_run_id, str(path), "report")
+    log_report_files(mlflow, state, paths)
     log_cell_means(mlflow, state.parent_run_id, context)
     if dated_in is not None:
         dated_in.mkdir(parents=True, exist_ok=True)
