@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 
@@ -266,9 +265,8 @@ def cmd_launch(args) -> int:
             for line in describe_cost(study, args.calibrate, args.address):
                 print(line, flush=True)
             continue
-        launch_id = args.launch_id or (f"{study.name}-night-{time.strftime('%Y%m%d-%H%M%S')}" if nightly else None)
         try:
-            code = launch.start(study, text, launch_id, args.address, night)
+            code = launch.start(study, text, args.launch_id, args.address, night)
         except StorageError as e:
             raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
         except launch.ClusterMismatch as e:

@@ -5,6 +5,7 @@ import json
 import pickle
 import re
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -493,3 +494,48 @@ def test_a_servers_user_and_password_in_the_uri_are_sent_as_mlflows_client_sends
         for server in servers:
             server.shutdown()
     assert seen == [("/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", "Basic " + base64.b64encode(b"alice:s@cret").decode())]
+
+
+def test_launches_that_open_a_new_sqlite_store_at_once_all_get_it_whole(tmp_path):
+    """Two launches that opened a new SQLite store at the same moment both ran MLflow's migrations
+    on it: one failed, the other printed alembic's traceback, and the store refused every later
+    launch ("table _alembic_tmp_latest_metrics already exists"). Four processes here open a new
+    store, MLflow's and Optuna's, at one moment (each waits for a file after its imports)."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
+    (tmp_path / "runs").mkdir()
+    go = tmp_path / "go"
+    code = ("import sys, time, pathlib; from orchestrator.record import tracking\n"
+            "pathlib.Path(sys.argv[2] + sys.argv[3]).touch()\n"
+            "while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+            "client = tracking.client(sys.argv[1]); client.create_experiment('exp-' + sys.argv[3])\n"
+            "tracking.search_storage(sys.argv[1], pathlib.Path(sys.argv[2]).parent)\n")
+    openers = [subprocess.Popen([sys.executable, "-c", code, uri, str(go), str(k)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for k in range(4)]
+    deadline = time.time() + 120
+    while not all(Path(f"{go}{k}").exists() for k in range(4)) and time.time() < deadline:  # their imports done
+        time.sleep(0.05)
+    go.touch()
+    outputs = [opener.communicate(timeout=300)[0] for opener in openers]
+    assert [opener.returncode for opener in openers] == [0] * 4, "\n".join(outputs)[-3000:]
+    assert sorted(e.name for e in MlflowClient(uri).search_experiments()) == ["Default", "exp-0", "exp-1", "exp-2", "exp-3"]
+    assert tracking.open_launch(uri, "exp-0", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+
+
+def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_run_each(tmp_path, monkeypatch):
+    """A launch is named by its file and the second it began; two begun in the same second shared
+    one folder and one MLflow parent run (and so each other's trials)."""
+    from orchestrator.plan.spec import load_study
+    from orchestrator.run import launch
+
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({"name": "same", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
+                                    "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"}, "storage_path": str(tmp_path / "runs")}))
+    monkeypatch.setattr(launch.time, "strftime", lambda fmt: "20261128-000000")
+    states = [launch.new_launch(load_study(path), path.read_text()) for _ in range(3)]
+    assert [s.launch_id for s in states] == ["same-20261128-000000", "same-20261128-000000-2", "same-20261128-000000-3"]
+    assert len({s.dir for s in states}) == len({s.parent_run_id for s in states}) == 3
+    night = launch.new_launch(load_study(path), path.read_text(), night=0)
+    assert night.launch_id == "same-night-20261128-000000"

@@ -6,6 +6,8 @@ that writes the trial runs from the driver is callbacks.TrialTracker.
 from __future__ import annotations
 
 import abc
+import contextlib
+import fcntl
 import functools
 import importlib
 import json
@@ -205,7 +207,8 @@ class RetryingClient:
         logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
         self._uri = redact(uri)
         # Opening the store creates or migrates its tables: as much a store call as any other.
-        self._client = retried(MlflowClient, f"tracking store {self._uri}")(tracking_uri=reveal(uri))
+        with schema_lock(uri):
+            self._client = retried(MlflowClient, f"tracking store {self._uri}")(tracking_uri=reveal(uri))
 
     def __getattr__(self, name):
         return retried(getattr(self._client, name), f"tracking store {redact(self._uri)}")
@@ -225,7 +228,26 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
     url, engine_kwargs = retried(search_store, what)(reveal(uri), launch_dir, create=not read_only)
     if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
         raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
-    return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables where missing
+    with schema_lock(url):  # it creates its tables where missing
+        return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)
+
+
+@contextlib.contextmanager
+def schema_lock(uri: str):
+    """Held while a SQLite store is opened, which creates or migrates its tables: two launches that
+    opened a new store at once both migrated it, and left it refusing every later launch ("table
+    _alembic_tmp_latest_metrics already exists"). The lock is the database folder's own (flock):
+    no file of ours beside the user's. A server or PostgreSQL store passes through."""
+    folder = Path(uri[len("sqlite:///"):]).parent if uri.startswith("sqlite:///") else None
+    if folder is None or not folder.is_dir():  # no folder: MLflow's own error says so
+        yield
+        return
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
 
 
 def fresh_session(storage, *args, **kwargs) -> None:

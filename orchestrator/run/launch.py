@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import fcntl
+import itertools
 import json
 import logging
 import math
@@ -672,12 +673,29 @@ class CalmStop(logging.Filter):
         print("[launch] still saving the launch's state; it stops by itself in a moment", flush=True)
 
 
+def claim_launch_id(storage_path: Path, stamped: str) -> tuple[str, Path]:
+    """`stamped` (the file's name and the second), or `stamped-2`, ...: the first whose folder this
+    launch makes itself. Two launches of one file begun in the same second shared one folder and
+    one MLflow parent run."""
+    storage_path.mkdir(parents=True, exist_ok=True)
+    for k in itertools.count(1):
+        launch_id = stamped if k == 1 else f"{stamped}-{k}"
+        try:
+            (storage_path / launch_id).mkdir()
+        except FileExistsError:
+            continue
+        return launch_id, (storage_path / launch_id).resolve()
+
+
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:
     """Register a launch: its folder and its MLflow parent run. Call only after the spec validated,
     the store answered and the cluster saw the trial storage."""
-    launch_id = launch_id or f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    launch_dir = (Path(study.storage_path) / launch_id).resolve()
-    launch_dir.mkdir(parents=True, exist_ok=True)
+    if launch_id:  # the user's, refused where it exists: made here, or by a launch begun a moment ago
+        launch_dir = (Path(study.storage_path) / launch_id).resolve()
+        launch_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        stamped = f"{study.name}-{'' if night is None else 'night-'}{time.strftime('%Y%m%d-%H%M%S')}"
+        launch_id, launch_dir = claim_launch_id(Path(study.storage_path), stamped)
     uri = tracking.normalize_store(study.tracking.uri)
     # The password stays in this process's memory (tracking.reveal); every record of the launch
     # (launch.json, Tune's pickles, MLflow) holds the redacted URI and the redacted file.
