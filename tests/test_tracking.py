@@ -496,15 +496,17 @@ def test_a_servers_user_and_password_in_the_uri_are_sent_as_mlflows_client_sends
     assert seen == [("/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", "Basic " + base64.b64encode(b"alice:s@cret").decode())]
 
 
-def test_launches_that_open_a_new_sqlite_store_at_once_all_get_it_whole(tmp_path):
-    """Two launches that opened a new SQLite store at the same moment both ran MLflow's migrations
-    on it: one failed, the other printed alembic's traceback, and the store refused every later
-    launch ("table _alembic_tmp_latest_metrics already exists"). Four processes here open a new
-    store, MLflow's and Optuna's, at one moment (each waits for a file after its imports)."""
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_launches_that_open_a_new_store_at_once_all_get_it_whole(tmp_path, request, store):
+    """Two launches that opened a new store at the same moment both ran MLflow's migrations on it:
+    on SQLite one failed, the other printed alembic's traceback, and the store refused every later
+    launch ("table _alembic_tmp_latest_metrics already exists"); on PostgreSQL one failed with a
+    duplicate key. Four processes here open a new store, MLflow's and Optuna's, at one moment
+    (each waits for a file after its imports)."""
     import subprocess
     import sys
 
-    uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
+    uri = f"sqlite:///{tmp_path}/runs/mlflow.db" if store == "sqlite" else request.getfixturevalue("postgres_database").uri
     (tmp_path / "runs").mkdir()
     go = tmp_path / "go"
     code = ("import sys, time, pathlib; from orchestrator.record import tracking\n"

@@ -207,7 +207,7 @@ class RetryingClient:
         logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
         self._uri = redact(uri)
         # Opening the store creates or migrates its tables: as much a store call as any other.
-        with schema_lock(uri):
+        with schema_lock(reveal(uri), "mlflow", f"tracking store {self._uri}"):
             self._client = retried(MlflowClient, f"tracking store {self._uri}")(tracking_uri=reveal(uri))
 
     def __getattr__(self, name):
@@ -224,30 +224,63 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
     `read_only`: for the commands that only read a launch's studies (dashboard, report), which a
     team may give a role that can create nothing: no schema is created (Optuna creates its tables
     only where they are missing, so none there either)."""
-    what = "search store (Optuna)"
-    url, engine_kwargs = retried(search_store, what)(reveal(uri), launch_dir, create=not read_only)
-    if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
-        raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
-    with schema_lock(url):  # it creates its tables where missing
-        return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)
+    what, revealed = "search store (Optuna)", reveal(uri)
+    # PostgreSQL's optuna schema is made in search_store, under the lock too
+    with schema_lock(revealed if revealed.startswith("postgresql") else search_store(revealed, launch_dir, create=False)[0], "optuna", what):
+        url, engine_kwargs = retried(search_store, what)(revealed, launch_dir, create=not read_only)
+        if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
+            raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
+        return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables where missing
+
+
+_OPENED: set[tuple[str, str]] = set()  # (whose tables, store) this process has opened: they exist
 
 
 @contextlib.contextmanager
-def schema_lock(uri: str):
-    """Held while a SQLite store is opened, which creates or migrates its tables: two launches that
-    opened a new store at once both migrated it, and left it refusing every later launch ("table
-    _alembic_tmp_latest_metrics already exists"). The lock is the database folder's own (flock):
-    no file of ours beside the user's. A server or PostgreSQL store passes through."""
-    folder = Path(uri[len("sqlite:///"):]).parent if uri.startswith("sqlite:///") else None
-    if folder is None or not folder.is_dir():  # no folder: MLflow's own error says so
+def schema_lock(uri: str, whose: str, what: str):
+    """Held while a store is first opened, which creates or migrates its tables: two launches that
+    opened a new store at once both migrated it (on SQLite the store then refused every later
+    launch: "table _alembic_tmp_latest_metrics already exists"; on PostgreSQL one launch failed
+    with a duplicate key). SQLite: the database folder's own lock (flock), no file of ours beside
+    the user's; PostgreSQL: an advisory lock, taken as retried as any store call (`what` names the
+    store); a tracking server serializes its own."""
+    if (whose, uri) in _OPENED or not uri.startswith(("sqlite:///", "postgresql")):
         yield
         return
-    handle = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as held:
+        if uri.startswith("sqlite:///"):
+            folder = Path(uri[len("sqlite:///"):]).parent
+            if folder.is_dir():  # none: MLflow's own error says so
+                handle = os.open(folder, os.O_RDONLY)
+                held.callback(os.close, handle)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        else:
+            import sqlalchemy
+
+            engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+            held.callback(engine.dispose)
+
+            def locked():
+                connection = engine.connect()
+                try:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        connection.close()
+                    raise
+                return connection
+
+            connection = retried(locked, what)()
+
+            @held.callback
+            def release() -> None:  # the lock goes with its connection, closed or terminated (the open retries on its own then)
+                with contextlib.suppress(Exception):
+                    connection.close()
         yield
-    finally:
-        os.close(handle)
+        _OPENED.add((whose, uri))
+
+
+SCHEMA_LOCK_KEY = 0x5359_5347  # "SYSG": this service's advisory lock in a PostgreSQL database
 
 
 def fresh_session(storage, *args, **kwargs) -> None:
