@@ -234,6 +234,7 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
 
 
 _OPENED: set[tuple[str, str]] = set()  # (whose tables, store) this process has opened: they exist
+SCHEMA_LOCK_KEY = 0x5359_5347  # "SYSG": this service's advisory lock in a PostgreSQL database
 
 
 @contextlib.contextmanager
@@ -278,9 +279,6 @@ def schema_lock(uri: str, whose: str, what: str):
                     connection.close()
         yield
         _OPENED.add((whose, uri))
-
-
-SCHEMA_LOCK_KEY = 0x5359_5347  # "SYSG": this service's advisory lock in a PostgreSQL database
 
 
 def fresh_session(storage, *args, **kwargs) -> None:

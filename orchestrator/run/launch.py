@@ -690,7 +690,7 @@ def claim_launch_id(storage_path: Path, stamped: str) -> tuple[str, Path]:
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:
     """Register a launch: its folder and its MLflow parent run. Call only after the spec validated,
     the store answered and the cluster saw the trial storage."""
-    if launch_id:  # the user's, refused where it exists: made here, or by a launch begun a moment ago
+    if launch_id:  # --launch-id, which the command refused where it names a launch
         launch_dir = (Path(study.storage_path) / launch_id).resolve()
         launch_dir.mkdir(parents=True, exist_ok=True)
     else:
