@@ -271,6 +271,8 @@ def cmd_launch(args) -> int:
             raise UsageError(f"{'--storage' if args.storage else study.path}: {e}") from None
         except launch.ClusterMismatch as e:
             raise UsageError(f"{study.path}: {e}") from None
+        except launch.LaunchExists as e:
+            raise UsageError(f"--launch-id: {e}") from None
         if code not in (0, launch.EXIT_REGRESSION, launch.EXIT_TRIALS_FAILED):
             return code  # interrupted or failed: the nights after it wait for `resume`
         codes.add(code)
@@ -743,6 +745,9 @@ def main(argv: list[str] | None = None) -> int:
         from .run.launch import EXIT_STORE_UNREACHABLE
 
         return EXIT_STORE_UNREACHABLE
+    except BrokenPipeError:  # `orchestrator status | head -1`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)
         print("orchestrator: interrupted", file=sys.stderr)
         return 130

@@ -247,3 +247,33 @@ def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
     (state.dir / "best").unlink()
     (state.dir / "launch.json").write_text(json.dumps({**data, "spec_text": "name: [unclosed\n", "snapshot_modules": 2, "storage": {"uri": str(tmp_path / "runs")}}))
     assert f"{state.dir}/launch.json: spec_text: " in refused("resume", str(state.dir))
+
+
+def test_a_second_driver_that_passed_the_check_leaves_the_first_ones_lock_whole(tmp_path, monkeypatch, capsys):
+    """Two resumes of one launch at once both passed the command's check; the one that lost the
+    lock emptied driver.lock as it opened it (a reader elsewhere then saw no driver) and died with
+    a BlockingIOError traceback. Now one line, exit 2, and the first driver's line kept."""
+    import fcntl
+
+    from orchestrator.run import launch as launch_module
+
+    state = launch(tmp_path, SPEC, {})
+    monkeypatch.setattr(launch_module, "start_ray", lambda address: False)
+    monkeypatch.setattr(launch_module, "cluster_slots", lambda study, use_gpu, cells=None: 1)
+    with open(state.dir / "driver.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("elsewhere 4242\n")
+        held.flush()
+        assert launch_module.execute(state, None) == 2
+        assert (state.dir / "driver.lock").read_text() == "elsewhere 4242\n"
+    assert capsys.readouterr().err == f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress\n"
+
+
+def test_status_read_by_a_pipe_closed_early_ends_quietly(tmp_path):
+    """`orchestrator status | head -1`: the reader leaves after a line, and the command ended with
+    a BrokenPipeError traceback. Its output now goes nowhere, and it exits as `yes | head` does."""
+    state = launch(tmp_path, SPEC, {((), k): ("completed", 0.5, 0.4) for k in range(3)})
+    reader = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "status", str(state.dir)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader.stdout.close()  # before its imports are done, so before it prints
+    assert reader.wait(timeout=120) == 141 and reader.stderr.read() == ""

@@ -541,3 +541,7 @@ def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_r
     assert len({s.dir for s in states}) == len({s.parent_run_id for s in states}) == 3
     night = launch.new_launch(load_study(path), path.read_text(), night=0)
     assert night.launch_id == "same-night-20261128-000000"
+    # --launch-id: the command's check passed both, and they wrote one folder's launch.json in turn
+    assert launch.new_launch(load_study(path), path.read_text(), "team-x").launch_id == "team-x"
+    with pytest.raises(launch.LaunchExists, match="launch team-x exists in"):
+        launch.new_launch(load_study(path), path.read_text(), "team-x")

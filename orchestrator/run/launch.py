@@ -20,6 +20,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..record.best import write_best
 from ..record.state import SNAPSHOT_MODULES, Heartbeat, LaunchState, plan_of
 
 EXIT_INTERRUPTED = 130
+EXIT_USAGE = 2  # as the command line's: another driver took the launch between its check and this one's lock
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 EXIT_TRIALS_FAILED = 3  # the launch finished and answered, but trials failed after their retries
 EXIT_STORE_UNREACHABLE = 4  # a tracking or search store stayed unreachable through every retry: resumable
@@ -359,6 +361,10 @@ class ClusterMismatch(RuntimeError):
     """The launch asks for what the cluster cannot give; refused before anything is written."""
 
 
+class LaunchExists(RuntimeError):
+    """--launch-id names a launch another command registered after this one's check."""
+
+
 def check_fits(study: Study, use_gpu: bool) -> None:
     """A trial that no node can hold would wait for ever (Ray queues it silently), and one told to
     train on CUDA where the cluster has no GPU would fail at its first step: refused, with the key
@@ -503,22 +509,30 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None)
           f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
     # The lock tells a second driver on this machine that this one runs; the heartbeat tells a
     # reader on another machine (state.driver).
-    with open(state.dir / "driver.lock", "w") as lock, Heartbeat(state.dir / "driver.lock"):
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # Opened without truncating: a driver that holds it keeps its line (two resumes at once).
+    with open(state.dir / "driver.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another driver took it after the command's check
+            print(f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
+                  file=sys.stderr, flush=True)
+            return EXIT_USAGE
+        lock.truncate(0)
         lock.write(f"{socket.gethostname()} {os.getpid()}\n")
         lock.flush()
-        try:
-            return run_launch(state, study, use_gpu)
-        except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
-            return stopped_by_outage(state, str(e))
-        except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
-            if state.state != "finished":  # else only the closing lines were cut short
-                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further one would cut the record short
-                try:
-                    mark_interrupted(state)
-                finally:
-                    signal.signal(signal.SIGINT, previous)
-            return EXIT_INTERRUPTED
+        with Heartbeat(state.dir / "driver.lock"):
+            try:
+                return run_launch(state, study, use_gpu)
+            except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
+                return stopped_by_outage(state, str(e))
+            except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
+                if state.state != "finished":  # else only the closing lines were cut short
+                    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further one would cut the record short
+                    try:
+                        mark_interrupted(state)
+                    finally:
+                        signal.signal(signal.SIGINT, previous)
+                return EXIT_INTERRUPTED
 
 
 def stopped_by_outage(state: LaunchState, reason: str) -> int:
@@ -690,9 +704,13 @@ def claim_launch_id(storage_path: Path, stamped: str) -> tuple[str, Path]:
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:
     """Register a launch: its folder and its MLflow parent run. Call only after the spec validated,
     the store answered and the cluster saw the trial storage."""
-    if launch_id:  # --launch-id, which the command refused where it names a launch
+    if launch_id:  # --launch-id, which the command refused where it named a launch
         launch_dir = (Path(study.storage_path) / launch_id).resolve()
         launch_dir.mkdir(parents=True, exist_ok=True)
+        try:  # claimed by making launch.json (state.save replaces it): two launches of one id both passed the check
+            os.close(os.open(launch_dir / "launch.json", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            raise LaunchExists(f"launch {launch_id} exists in {study.storage_path}, begun a moment ago") from None
     else:
         stamped = f"{study.name}-{'' if night is None else 'night-'}{time.strftime('%Y%m%d-%H%M%S')}"
         launch_id, launch_dir = claim_launch_id(Path(study.storage_path), stamped)
