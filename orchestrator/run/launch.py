@@ -719,7 +719,11 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     # (launch.json, Tune's pickles, MLflow) holds the redacted URI and the redacted file.
     stored_uri = tracking.remember(uri)
     spec_text = tracking.redact_text(spec_text, uri)
-    parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
+    try:
+        parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
+    except BaseException:  # nothing registered: the id's claim goes, so it can be given again
+        (launch_dir / "launch.json").unlink(missing_ok=True)
+        raise
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
                         storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
                         batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes,
