@@ -207,8 +207,9 @@ class RetryingClient:
         logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
         self._uri = redact(uri)
         # Opening the store creates or migrates its tables: as much a store call as any other.
-        with schema_lock(reveal(uri), "mlflow", f"tracking store {self._uri}"):
-            self._client = retried(MlflowClient, f"tracking store {self._uri}")(tracking_uri=reveal(uri))
+        full, what = reveal(uri), f"tracking store {self._uri}"
+        with schema_lock(full, "mlflow", what):
+            self._client = retried(MlflowClient, what)(tracking_uri=full)
 
     def __getattr__(self, name):
         return retried(getattr(self._client, name), f"tracking store {redact(self._uri)}")
