@@ -725,6 +725,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class OutlivesItsReader:
+    """A console stream that a launch outlives: `orchestrator launch FILE | less`, then q, closed
+    the pipe, and the next line's BrokenPipeError (raised in a Tune callback) killed the driver of
+    an hours-long launch with its trials RUNNING. Once the reader is gone, the lines go nowhere."""
+
+    def __init__(self, stream, name: str):
+        self._stream, self._name = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # what the stream still buffers goes there too
+        other = sys.stderr if self._name == "stdout" else sys.stdout
+        other.write("[launch] the console's reader is gone; the launch goes on: `orchestrator status` shows its progress\n")
+        other.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .record.state import DamagedLaunch
     from .record.tracking import StoreUnavailable, damaged_store, redact_secrets
@@ -794,6 +825,8 @@ def console() -> None:
     sleeps) printed a traceback after our last line: so the exit ignores it."""
     redact_tracebacks()
     redeliver_lost_interrupts()
+    if sys.argv[1:2] in (["launch"], ["nightly"], ["resume"]):
+        sys.stdout, sys.stderr = OutlivesItsReader(sys.stdout, "stdout"), OutlivesItsReader(sys.stderr, "stderr")
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)

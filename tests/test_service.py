@@ -244,6 +244,26 @@ def test_a_trial_that_fails_for_good_is_recorded_and_the_exit_status_says_so(tmp
     assert sorted(states) == ["COMPLETE", "COMPLETE", "FAIL"]
 
 
+def test_a_launch_outlives_the_reader_of_its_console(tmp_path):
+    """`orchestrator launch FILE | less`, then q: the pipe closed, and the next progress line's
+    BrokenPipeError killed the driver (exit 1, its trials left RUNNING). The launch now goes on to
+    its end, says once on stderr that its console is gone, and records every trial."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    path = spec(tmp_path, uri, trials=2)
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+    with open(tmp_path / "stderr.log", "w") as stderr:
+        driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], cwd=tmp_path, env=env,
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
+        assert driver.stdout.readline().startswith(f"{path}: ")  # the plan's first line, then the reader leaves
+        driver.stdout.close()
+        code = driver.wait(timeout=600)
+    err = (tmp_path / "stderr.log").read_text()
+    assert code == 0, err[-3000:]
+    assert err.count("[launch] the console's reader is gone; the launch goes on") == 1 and "Traceback" not in err
+    check_store_contents(uri, path, trials=2)
+    assert json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())["state"] == "finished"
+
+
 @pytest.mark.long  # the chaos soak (default run) kills a driver and audits every trial, step and Optuna state
 def test_resume_after_the_driver_is_killed(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
