@@ -14,6 +14,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from orchestrator.record import tracking
+from orchestrator.record.state import LaunchState, driver
 from orchestrator.run.callbacks import TrialTracker
 
 
@@ -536,12 +537,44 @@ def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_r
     path.write_text(yaml.safe_dump({"name": "same", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
                                     "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"}, "storage_path": str(tmp_path / "runs")}))
     monkeypatch.setattr(launch.time, "strftime", lambda fmt: "20261128-000000")
-    states = [launch.new_launch(load_study(path), path.read_text()) for _ in range(3)]
+    states = [launch.new_launch(load_study(path), path.read_text())[0] for _ in range(3)]
     assert [s.launch_id for s in states] == ["same-20261128-000000", "same-20261128-000000-2", "same-20261128-000000-3"]
     assert len({s.dir for s in states}) == len({s.parent_run_id for s in states}) == 3
-    night = launch.new_launch(load_study(path), path.read_text(), night=0)
+    night, _ = launch.new_launch(load_study(path), path.read_text(), night=0)
     assert night.launch_id == "same-night-20261128-000000"
     # --launch-id: the command's check passed both, and they wrote one folder's launch.json in turn
-    assert launch.new_launch(load_study(path), path.read_text(), "team-x").launch_id == "team-x"
+    first, lock = launch.new_launch(load_study(path), path.read_text(), "team-x")
+    assert first.launch_id == "team-x" and driver(first.dir)[0]  # held from its registration on: status sees a driver
     with pytest.raises(launch.LaunchExists, match="launch team-x exists in"):
         launch.new_launch(load_study(path), path.read_text(), "team-x")
+    lock.close()
+    with pytest.raises(launch.LaunchExists, match="launch team-x exists in"):  # its driver gone, the launch stays
+        launch.new_launch(load_study(path), path.read_text(), "team-x")
+
+
+def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_path, monkeypatch):
+    """`--launch-id` claimed its id with an empty launch.json, which a driver killed while it
+    registered left for good: `status` called the launch damaged, and a RayJob's retry (resume
+    where launch.json exists) failed the same way. The claim is now the driver's lock, which dies
+    with it; a registration that fails frees it too."""
+    from orchestrator.plan.spec import load_study
+    from orchestrator.run import launch
+
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({"name": "team", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
+                                    "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"}, "storage_path": str(tmp_path / "runs")}))
+    seen = []
+
+    def store_down(*args):
+        seen.append(((tmp_path / "runs/team-y/launch.json").exists(), driver(tmp_path / "runs/team-y")[0]))
+        raise tracking.StoreUnavailable("the store did not answer")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tracking, "open_launch", store_down)
+        with pytest.raises(tracking.StoreUnavailable):
+            launch.new_launch(load_study(path), path.read_text(), "team-y")
+    assert seen == [(False, True)]  # while it registered: no launch.json for status to misread, a driver alive
+    launch.hold_driver_lock(tmp_path / "runs/team-y").close()  # a driver killed as it registered
+    state, lock = launch.new_launch(load_study(path), path.read_text(), "team-y")
+    assert state.launch_id == "team-y" and LaunchState.load(state.dir).parent_run_id == state.parent_run_id
+    lock.close()

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 from ..record import tracking
 from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
@@ -476,18 +477,19 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
             check_cuda(study)
             study.stack_sizes = measure_stack_sizes(study)
         warming.result()
-    state = new_launch(study, spec_text, launch_id, night)
+    state, lock = new_launch(study, spec_text, launch_id, night)
     print(f"[launch] id {state.launch_id}; resume with: orchestrator resume {state.dir}", flush=True)
-    return execute(state, address)
+    return execute(state, address, lock=lock)
 
 
-def execute(state: LaunchState, address: str | None, study: Study | None = None) -> int:
+def execute(state: LaunchState, address: str | None, study: Study | None = None, lock: IO | None = None) -> int:
     """Run (or continue) a launch until every trial has ended, its confirmation phase included;
     then write the best configs (or the ablation report). Returns the exit status: 0,
     EXIT_STORE_UNREACHABLE after a store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM,
     EXIT_REGRESSION where a night of the nightly job regressed from the night before, else
     EXIT_TRIALS_FAILED where trials failed for good (a script must not take such a launch's
-    answer for a whole one). `study`: state.study(), where the caller has read it already."""
+    answer for a whole one). `study`: state.study(), where the caller has read it already; `lock`:
+    driver.lock as new_launch took it (else taken here)."""
     study = study or state.study()
     use_gpu = start_ray(address)
     slots = cluster_slots(study, use_gpu)
@@ -507,32 +509,24 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None)
     logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
     print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
           f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
-    # The lock tells a second driver on this machine that this one runs; the heartbeat tells a
-    # reader on another machine (state.driver).
-    # Opened without truncating: a driver that holds it keeps its line (two resumes at once).
-    with open(state.dir / "driver.lock", "a+") as lock:
+    lock = lock or hold_driver_lock(state.dir)
+    if lock is None:  # another driver took it after the command's check
+        print(f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
+              file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    with lock, Heartbeat(state.dir / "driver.lock"):
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # another driver took it after the command's check
-            print(f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
-                  file=sys.stderr, flush=True)
-            return EXIT_USAGE
-        lock.truncate(0)
-        lock.write(f"{socket.gethostname()} {os.getpid()}\n")
-        lock.flush()
-        with Heartbeat(state.dir / "driver.lock"):
-            try:
-                return run_launch(state, study, use_gpu)
-            except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
-                return stopped_by_outage(state, str(e))
-            except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
-                if state.state != "finished":  # else only the closing lines were cut short
-                    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further one would cut the record short
-                    try:
-                        mark_interrupted(state)
-                    finally:
-                        signal.signal(signal.SIGINT, previous)
-                return EXIT_INTERRUPTED
+            return run_launch(state, study, use_gpu)
+        except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
+            return stopped_by_outage(state, str(e))
+        except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
+            if state.state != "finished":  # else only the closing lines were cut short
+                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further one would cut the record short
+                try:
+                    mark_interrupted(state)
+                finally:
+                    signal.signal(signal.SIGINT, previous)
+            return EXIT_INTERRUPTED
 
 
 def stopped_by_outage(state: LaunchState, reason: str) -> int:
@@ -687,6 +681,23 @@ class CalmStop(logging.Filter):
         print("[launch] still saving the launch's state; it stops by itself in a moment", flush=True)
 
 
+def hold_driver_lock(launch_dir: Path) -> IO | None:
+    """driver.lock, locked and holding this driver's line, or None where another driver holds it.
+    The lock tells a second driver on this machine that this one runs; the heartbeat tells a
+    reader on another machine (state.driver). Opened without truncating: a driver that holds it
+    keeps its line (two resumes at once)."""
+    lock = open(launch_dir / "driver.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    lock.truncate(0)
+    lock.write(f"{socket.gethostname()} {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
 def claim_launch_id(storage_path: Path, stamped: str) -> tuple[str, Path]:
     """`stamped` (the file's name and the second), or `stamped-2`, ...: the first whose folder this
     launch makes itself. Two launches of one file begun in the same second shared one folder and
@@ -701,19 +712,25 @@ def claim_launch_id(storage_path: Path, stamped: str) -> tuple[str, Path]:
         return launch_id, (storage_path / launch_id).resolve()
 
 
-def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> LaunchState:
-    """Register a launch: its folder and its MLflow parent run. Call only after the spec validated,
-    the store answered and the cluster saw the trial storage."""
+def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> tuple[LaunchState, IO]:
+    """Register a launch: its folder, its driver.lock (held: status sees a driver from the moment
+    launch.json is there) and its MLflow parent run. Call only after the spec validated, the store
+    answered and the cluster saw the trial storage."""
     if launch_id:  # --launch-id, which the command refused where it named a launch
         launch_dir = (Path(study.storage_path) / launch_id).resolve()
         launch_dir.mkdir(parents=True, exist_ok=True)
-        try:  # claimed by making launch.json (state.save replaces it): two launches of one id both passed the check
-            os.close(os.open(launch_dir / "launch.json", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            raise LaunchExists(f"launch {launch_id} exists in {study.storage_path}, begun a moment ago") from None
+        # Claimed by its lock, which a killed driver leaves free (an empty launch.json claiming the
+        # id was left for good, and a RayJob's retry then resumed a "damaged" launch): two launches
+        # of one id both passed the check.
+        lock = hold_driver_lock(launch_dir)
+        if lock is None or (launch_dir / "launch.json").exists():
+            if lock:
+                lock.close()
+            raise LaunchExists(f"launch {launch_id} exists in {study.storage_path}, begun a moment ago")
     else:
         stamped = f"{study.name}-{'' if night is None else 'night-'}{time.strftime('%Y%m%d-%H%M%S')}"
         launch_id, launch_dir = claim_launch_id(Path(study.storage_path), stamped)
+        lock = hold_driver_lock(launch_dir)
     uri = tracking.normalize_store(study.tracking.uri)
     # The password stays in this process's memory (tracking.reveal); every record of the launch
     # (launch.json, Tune's pickles, MLflow) holds the redacted URI and the redacted file.
@@ -722,14 +739,14 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     try:
         parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
     except BaseException:  # nothing registered: the id's claim goes, so it can be given again
-        (launch_dir / "launch.json").unlink(missing_ok=True)
+        lock.close()
         raise
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
                         storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
                         batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes,
                         snapshot_modules=SNAPSHOT_MODULES)
     state.save()
-    return state
+    return state, lock
 
 
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
