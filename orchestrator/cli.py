@@ -361,17 +361,21 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
 
 def cmd_status(args) -> int:
     """From launch.json and the tracking store only: no Ray, no spec parsing, no torch."""
-    from .record.state import describe
+    from .record.state import describe, driver
 
     state = load_state(args)
     plan = state.the_plan()
     print(f"launch {state.launch_id} ({state.dir}): {describe(state)}")
     print(f"{plan['metric']}, {plan['mode']}")
-    (cell_status if plan["ablation"] else trial_status)(state, plan)
+    # Runs the driver left running when it stopped (Ctrl-C, killed) run no more: `resume` continues them.
+    running = "running" if driver(state.dir)[0] else "unfinished"
+    (cell_status if plan["ablation"] else trial_status)(state, plan, running)
+    if running == "unfinished" and state.state != "finished":
+        print(f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues them)")
     return 0
 
 
-def trial_status(state, plan: dict) -> None:
+def trial_status(state, plan: dict, running: str) -> None:
     """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
     from .record.tracking import confirmed_text, pair_summaries
 
@@ -381,19 +385,19 @@ def trial_status(state, plan: dict) -> None:
     def stopped(value) -> str:
         return f" {value:>8}" if asha else ""
 
-    print(f"{'pair':40s} {'done':>5s}{stopped('stopped')} {'running':>8s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
+    print(f"{'pair':40s} {'done':>5s}{stopped('stopped')} {running:>10s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
     for pair in plan["pairs"]:
         s = summaries.get(pair["name"], {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:8d} {s['failed']:7d} {pair['trials']:4d} "
+        print(f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:10d} {s['failed']:7d} {pair['trials']:4d} "
               f"{best:>8s} {test:>10s}  {pair['chance']}")
         if s.get("confirmed"):
             print(f"{'':40s} {confirmed_text(s['confirmed'])}")
     print("(" + ("'stopped': ended early by ASHA; " if asha else "") + "'of': the pair's trials)")
 
 
-def cell_status(state, plan: dict) -> None:
+def cell_status(state, plan: dict, running: str) -> None:
     """An ablation's table: per pair and grid cell, in numeric order, its seeds by how they ended
     and the mean ± std over its done seeds of the metric and the test score."""
     import itertools
@@ -409,7 +413,7 @@ def cell_status(state, plan: dict) -> None:
     summaries = cell_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
     test = f"test_{plan['score']}_at_best"
     width = max(len(plan["metric"]), len(test), len("0.0000 ± 0.0000")) + 2
-    print(f"{'pair / grid cell':40s} {'done':>5s} {'running':>8s} {'failed':>7s} {'of':>4s} {plan['metric']:>{width}s} {test:>{width}s}")
+    print(f"{'pair / grid cell':40s} {'done':>5s} {running:>10s} {'failed':>7s} {'of':>4s} {plan['metric']:>{width}s} {test:>{width}s}")
     for pair in plan["pairs"]:
         cells = summaries.get(pair["name"], {})
         grid = pair.get("grid")  # None in a launch.json from before grids were saved: only the cells its runs name
@@ -419,7 +423,7 @@ def cell_status(state, plan: dict) -> None:
         print(f"{pair['name']} ({pair['chance']})")
         for name in names:
             c = cells.get(name, {"done": 0, "running": 0, "failed": 0, "metric": [], "test": []})
-            print(f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:8d} {c['failed']:7d} {seeds:4d} "
+            print(f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} {c['failed']:7d} {seeds:4d} "
                   f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}")
     print("('of': the cell's seeds; mean ± std over its done seeds)")
 

@@ -2,6 +2,7 @@
 written as callbacks.TrialTracker writes them: an ablation's cells in numeric order with their seeds'
 counts and mean ± std, no ASHA column where nothing stops trials early, and neither command
 importing Ray or torch."""
+import fcntl
 import json
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
     out, imported = orchestrator("status", str(state.dir))
     assert imported == []
     assert "stopped" not in out and "ASHA" not in out
+    assert out.splitlines()[2].split()[4:6] == ["done", "unfinished"]  # no driver runs the run left running
     rows = [line.split() for line in out.splitlines() if line.startswith("  n_layers=")]
     assert [row[0] for row in rows] == ["n_layers=4", "n_layers=8", "n_layers=10", "n_layers=12"]  # as text, 10 sorts before 4
     for row in rows:
@@ -98,6 +100,22 @@ def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
     out, _ = orchestrator("status", str(seeds_only.dir))
     row = next(line for line in out.splitlines() if line.startswith("  (seeds only)"))
     assert " ".join(row.split()[2:]) == f"2 0 0 2 {spread([0.5, 0.7])} {spread([0.4, 0.6])}"
+
+
+def test_status_of_an_interrupted_launch_calls_its_trials_unfinished_not_running(tmp_path):
+    """After Ctrl-C, status said "interrupted" above a table that counted the runs the driver had
+    left as running."""
+    state = launch(tmp_path, SPEC, {((), 0): ("completed", 0.5, 0.4), ((), 1): ("interrupted", 0.3, 0.2)})
+    state.state = "interrupted"
+    state.save()
+    out, _ = orchestrator("status", str(state.dir))
+    header, row = out.splitlines()[2:4]
+    assert header.split()[1:5] == ["done", "stopped", "unfinished", "failed"] and row.split()[1:5] == ["1", "0", "1", "0"]
+    assert f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues them)" in out
+    with open(state.dir / "driver.lock", "w") as lock:  # a driver that runs it again: its trials run
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out, _ = orchestrator("status", str(state.dir))
+    assert out.splitlines()[2].split()[3] == "running" and "'unfinished'" not in out
 
 
 def test_best_of_an_ablation_is_refused(tmp_path):
@@ -253,8 +271,6 @@ def test_a_second_driver_that_passed_the_check_leaves_the_first_ones_lock_whole(
     """Two resumes of one launch at once both passed the command's check; the one that lost the
     lock emptied driver.lock as it opened it (a reader elsewhere then saw no driver) and died with
     a BlockingIOError traceback. Now one line, exit 2, and the first driver's line kept."""
-    import fcntl
-
     from orchestrator.run import launch as launch_module
 
     state = launch(tmp_path, SPEC, {})
