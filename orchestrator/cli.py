@@ -484,6 +484,13 @@ def cmd_report(args) -> int:
                              "nothing to compare with")
     elif args.compare:
         previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))
+        # A search, or a launch of other pairs, shares no cell: its verdict was "no regression in 0 cells", exit 0.
+        theirs = previous.the_plan()
+        if not theirs["ablation"]:
+            raise UsageError(f"--compare: launch {previous.launch_id} is a search; launches compare cell by cell only as ablations")
+        if not {p["name"] for p in theirs["pairs"]} & {p["name"] for p in state.the_plan()["pairs"]}:
+            raise UsageError(f"--compare: launch {previous.launch_id} ({previous.spec_file}) has no model/task pair of {state.launch_id} "
+                             f"({state.spec_file}); nothing to compare")
     paths, regressions = write_report(state, previous)
     for path in paths:
         print(path)

@@ -162,6 +162,26 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
     assert capsys.readouterr().out.splitlines()[-1].endswith("code abc1234 -> abc1234); 2 cell(s) without two completed runs on each side not compared")
 
 
+def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_one_side_are_named(tmp_path, uri, capsys):
+    """`report --compare` with a search, or with an ablation of other pairs, said "no regression in
+    0 cells" and exited 0 (a script's silent pass), counting every cell of both as short of runs."""
+    from orchestrator import cli
+
+    text = ablation_text("ndr_layers_test")
+    fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
+    search = fake_launch(tmp_path, uri, "search-1", {}, yaml.safe_dump({k: v for k, v in yaml.safe_load(text).items() if k not in ("grid", "seeds")}))
+    other = fake_launch(tmp_path, uri, "other-1", {}, yaml.safe_dump({**yaml.safe_load(text), "models": ["transformer"]}))
+    for target, reason in ((search, "is a search; launches compare cell by cell only as ablations"),
+                           (other, f"({other.spec_file}) has no model/task pair of night-1 (ablations/ndr_layers.yaml); nothing to compare")):
+        assert cli.main(["report", "night-1", "--compare", target.launch_id, "--storage-path", str(tmp_path)]) == 2
+        assert capsys.readouterr().err == f"orchestrator: error: --compare: launch {target.launch_id} {reason}\n"
+    # A grid grown since: the new cells are in one launch only, not "without two completed runs".
+    grown = fake_launch(tmp_path, uri, "night-2", {**scores_for(3, rng_seed=2), **{(16, s): 0.99 for s in (3, 4, 5)}},
+                        ablation_text("ndr_layers_test").replace("- 14\n", "- 14\n  - 16\n"))
+    assert cli.main(["report", grown.launch_id, "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("code abc1234 -> abc1234); 1 cell(s) in one of the two launches only")
+
+
 def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named(tmp_path, uri, capsys):
     """Cells are matched by the grid keys of tonight's file. The earlier launch swept lr too (a key
     dropped since): its n_layers=4 runs pool two learning rates, a mean that stands for no config,

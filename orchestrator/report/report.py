@@ -597,7 +597,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
-    pairs, tested, broken, cells_seen = [], [], [], 0
+    pairs, tested, broken, cells_seen, one_sided = [], [], [], 0, 0
     changed, not_comparable = {}, []  # a compared cell's config changes since; cells whose runs pool several configs
     mlflow = tracking.client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
@@ -615,6 +615,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             ended_before = outcomes(before_ended, study, pair)
             broken += broken_cells(pair.name, ended, ended_before).values()
             cells_seen += len(set(ended) | set(ended_before))
+            one_sided += len(set(ended) ^ set(ended_before))
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
                           "chance": chance, "search": searched, "links": links})
@@ -685,8 +686,8 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
         "report": study.report, "previous": previous_state.launch_id if previous_state else None, "code_before": code_before,
         "pairs": pairs, "paper_tables": paper_tables(pairs, study.metric, study.mode), "comparisons": comparisons, "mlflow_ui": ui,
-        # Cells of either launch with fewer than two completed runs on a side: no test could compare them.
-        "uncompared": max(0, cells_seen - len(comparisons) - len(not_comparable)),
+        # Cells of both launches with fewer than two completed runs on a side: no test could compare them.
+        "uncompared": max(0, cells_seen - one_sided - len(comparisons) - len(not_comparable)), "one_sided": one_sided,
         "not_comparable": not_comparable, "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
         "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed] + broken,
     }
@@ -791,6 +792,8 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
                     f"code {context['code_before']} -> {context['code_version']})")
         if context["uncompared"]:
             compared += f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
+        if context["one_sided"]:
+            compared += f"; {context['one_sided']} cell(s) in one of the two launches only"
         if context["not_comparable"]:
             compared += f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared (see the report)"
         if context["changed"]:
