@@ -574,9 +574,9 @@ def cmd_list(args) -> int:
         for task, models in preset_models().items():
             print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
     else:
-        from .record.state import DamagedLaunch, LaunchState, driver
+        from .record.state import DamagedLaunch, LaunchState, driver, started_at
 
-        folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=lambda p: p.stat().st_mtime)
+        folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=started_at)  # as `status` finds the last one
         if not folders:
             print(f"no launches in {args.storage_path}/")
         for path in folders:
@@ -589,6 +589,8 @@ def cmd_list(args) -> int:
             shown = "running" if alive else ("driver gone" if state.state == "running" else state.state)
             # A night's verdict: which night `orchestrator accept` could take.
             verdict = {None: "", False: "  (no regression)", True: "  (regressed, accepted)" if state.accepted else "  (regressed)"}[state.regressed]
+            if state.night is not None and state.state == "finished" and state.regressed is None:
+                verdict = "  (no earlier night to compare with)"
             print(f"{state.launch_id:48s} {shown:12s} {state.experiment:28s} {state.spec_file}{verdict}")
     return 0
 

@@ -621,7 +621,7 @@ def test_nightly_flags_only_the_night_that_got_worse(tmp_path):
     assert len(dated) == 3 and "REGRESSION" in dated[-1].read_text() and "REGRESSION" not in dated[1].read_text()
     assert (runs / sorted(p.name for p in runs.glob("*-night-*"))[-1] / "report" / "tiny__lstm_history.png").exists()
     verdicts = [json.loads((runs / name / "launch.json").read_text())["regressed"] for name in sorted(p.name for p in runs.glob("*-night-*"))]
-    assert verdicts == [False, False, True]  # the third is no baseline for the fourth (report.write_night)
+    assert verdicts == [None, False, True]  # the first compared with none; the third is no baseline for the fourth (report.write_night)
 
 
 def test_a_planted_password_is_in_no_file_record_or_output(tmp_path, postgres_database):

@@ -337,6 +337,9 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     (launch / "launch.json").write_text(json.dumps({**data, "state": "finished", "night": 2, "regressed": True}))
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     assert capsys.readouterr().out.strip().endswith("s.yaml  (regressed)")  # a night's verdict: one `accept` could take
+    (launch / "launch.json").write_text(json.dumps({**data, "state": "finished", "night": 0}))
+    assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
+    assert capsys.readouterr().out.strip().endswith("s.yaml  (no earlier night to compare with)")  # not "(no regression)": none was tested
 
 
 def test_a_driver_on_another_machine_is_alive_while_its_heartbeat_is_recent(tmp_path, monkeypatch):

@@ -571,7 +571,7 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
         written += write_report(state)[0]
     tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
     state.state = "finished"
-    if state.night is not None:
+    if state.night is not None and getattr(regressions, "compared", None):  # a first night compared with none: no verdict
         state.regressed = bool(regressions)
     state.save()
     for path in written:
