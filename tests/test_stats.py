@@ -1,4 +1,5 @@
 """Statistics over seeds against known values and direct implementations."""
+import itertools
 import math
 
 import numpy as np
@@ -46,6 +47,36 @@ def test_mann_whitney_exact_p_for_complete_separation():
     assert stats.worse_p_value([1, 2, 3, 4], [5, 6, 7, 8], test="mannwhitney") == pytest.approx(1 / 70)
 
 
+def direct_mann_whitney_p(now, before, alternative: str) -> float:
+    """Every way to split the pooled seeds into sides of their sizes, each scored by U counted pair
+    by pair (a tie counts a half): the share of splits at least as extreme as the one observed."""
+    def u(xs, ys):
+        return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
+
+    if alternative == "two-sided":  # twice the smaller tail, as scipy's exact tests define it
+        return min(1.0, 2 * min(direct_mann_whitney_p(now, before, "less"), direct_mann_whitney_p(now, before, "greater")))
+    pooled, n = list(now) + list(before), len(now)
+    observed = u(now, before)
+    splits = [u([pooled[i] for i in idx], [pooled[i] for i in range(len(pooled)) if i not in idx])
+              for idx in itertools.combinations(range(len(pooled)), n)]
+    extreme = (lambda v: v <= observed + 1e-9) if alternative == "less" else (lambda v: v >= observed - 1e-9)
+    return sum(map(extreme, splits)) / len(splits)
+
+
+def test_mann_whitney_p_counts_every_split_also_where_seeds_tie():
+    """scipy's default went to a normal approximation when two seeds tied: 0.035 for the first case
+    (one cell flagged at alpha 0.05) against an exact 5 / 70."""
+    assert stats.worse_p_value([0.96, 0.98, 0.99, 1.0], [1.0] * 4, test="mannwhitney") == pytest.approx(5 / 70)
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        n, m = rng.integers(2, 6, size=2)
+        now, before = list(rng.choice([0.9, 0.95, 0.97, 1.0], n)), list(rng.choice([0.9, 0.95, 0.97, 1.0], m))  # saturated scores tie
+        for low in (False, True):
+            assert stats.worse_p_value(now, before, low, "mannwhitney") == pytest.approx(
+                direct_mann_whitney_p(now, before, "greater" if low else "less")), (now, before, low)
+        assert stats.two_sided_p(now, before, "mannwhitney") == pytest.approx(direct_mann_whitney_p(now, before, "two-sided")), (now, before)
+
+
 def test_holm_adjustment():
     assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
 
@@ -78,6 +109,11 @@ def test_tied_seeds_give_exact_answers_without_scipy_warnings(recwarn):
     # Three tied 0.1s have a mean of 0.10000000000000002 and a std of about 1e-17, not 0.
     assert stats.worse_p_value([0.1] * 3, [0.1] * 3) == 1.0 and stats.two_sided_p([0.1] * 3, [0.1] * 3) == 1.0
     assert stats.worse_p_value([0.7] * 3, [0.9] * 3) == 0.0 and stats.worse_p_value([0.9] * 3, [0.7] * 3) == 1.0
+    # Tied seeds, one side a seed short (it diverged): three 0.7s average to 0.6999999999999998, two
+    # to 0.7, and the means' rounding read as a clear fall (p = 0, flagged at min_effect 0).
+    assert stats.worse_p_value([0.7] * 3, [0.7] * 2) == 1.0 and stats.two_sided_p([0.7] * 3, [0.7] * 2) == 1.0
+    assert stats.worse_p_value([0.1] * 2, [0.1] * 3, lower_is_better=True) == 1.0
+    assert not stats.regressions([(("f",), [0.7] * 3, [0.7] * 2, False)], min_effect=0)[0].regressed
     # One side tied: Welch with that side's variance 0, i.e. a one-sample t test of the other side (df n - 1).
     before = [0.9, 0.9, 0.91]
     t = (0.7 - np.mean(before)) / math.sqrt(np.var(before, ddof=1) / 3)
