@@ -1,5 +1,5 @@
 """Reports of a launch: per ablation grid cell (or per confirmed candidate of a search, or a
-search's best trial) over seeds, n, mean ± std, a bootstrap 95% interval,
+search's best trial) over seeds, n, mean ± std, a Student-t 95% interval,
 the solved rate and the best seed (stats.py), beside the papers' numbers (published.yaml), with
 plots (one panel per swept key, and test score per test length where a task has several).
 

@@ -1,7 +1,7 @@
 """Statistics over seeds, for reports and the nightly check.
 
 A cell (one configuration, several seeds) is summarised by n, mean, sample std, a percentile
-bootstrap 95% interval of the mean, the solved rate (fraction of seeds at or past a threshold, as
+Student-t 95% interval of the mean, the solved rate (fraction of seeds at or past a threshold, as
 length-generalization papers report) and the best seed. A regression is decided by a one-sided
 test across seeds (Welch's t or Mann-Whitney U) at a level, Holm-corrected over every cell tested
 in one comparison so that a night of many cells keeps its false-alarm rate at that level (a nightly
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BOOTSTRAP_RESAMPLES = 10_000
 
 
 @dataclass(frozen=True)
@@ -26,17 +25,20 @@ class Summary:
     mean: float
     median: float  # set beside a paper's median over runs (PANM's SCAN table prints medians)
     std: float | None  # sample std (n - 1); None for one seed
-    ci: tuple[float, float] | None  # bootstrap 95% interval of the mean; None for one seed
+    ci: tuple[float, float] | None  # Student-t 95% interval of the mean; None for one seed
     solved: float | None  # fraction of seeds at or past the threshold; None without a threshold
     best: float  # the best seed: max, or min where lower is better
 
 
-def bootstrap_ci(values, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean: resample the seeds with replacement."""
+def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean over seeds. Not a percentile bootstrap, as the reports had:
+    with 2, 3 and 5 seeds (3 is the default) it covered the true mean 52%, 71% and 85% of the time
+    under its "95%" label; wide is what a mean of three seeds is."""
+    from scipy import stats
+
     values = np.asarray(values, dtype=float)
-    means = np.random.default_rng(seed).choice(values, size=(resamples, len(values)), replace=True).mean(axis=1)
-    tail = (1 - level) / 2
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+    half = stats.t.ppf(1 - (1 - level) / 2, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values))
+    return float(values.mean() - half), float(values.mean() + half)
 
 
 def summarize(values, threshold: float | None = None, lower_is_better: bool = False) -> Summary:
@@ -48,7 +50,7 @@ def summarize(values, threshold: float | None = None, lower_is_better: bool = Fa
     if threshold is not None:
         solved = sum((v <= threshold) if lower_is_better else (v >= threshold) for v in values) / n
     return Summary(n=n, mean=mean, median=float(np.median(values)), std=float(np.std(values, ddof=1)) if several else None,
-                   ci=bootstrap_ci(values) if several else None, solved=solved,
+                   ci=mean_ci(values) if several else None, solved=solved,
                    best=min(values) if lower_is_better else max(values))
 
 
