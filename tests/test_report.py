@@ -182,6 +182,19 @@ def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_
     assert capsys.readouterr().out.splitlines()[-1].endswith("code abc1234 -> abc1234); 1 cell(s) in one of the two launches only")
 
 
+def test_a_cell_whose_completed_runs_have_no_test_score_regresses(tmp_path, uri, capsys):
+    """Runs that completed with a test score of NaN (an empty split's ratio): the cell passed as
+    "without two completed runs", exit 0, though all three completed."""
+    from orchestrator import cli
+
+    text = ablation_text("ndr_layers_test")
+    fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
+    fake_launch(tmp_path, uri, "night-2", {**scores_for(3, rng_seed=2), **{(4, s): float("nan") for s in (3, 4, 5)}}, text)
+    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
+        "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (3 completed without a score); 3 of 3 before"]
+
+
 def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named(tmp_path, uri, capsys):
     """Cells are matched by the grid keys of tonight's file. The earlier launch swept lr too (a key
     dropped since): its n_layers=4 runs pool two learning rates, a mean that stands for no config,

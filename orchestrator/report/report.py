@@ -76,20 +76,28 @@ def setting_key(setting: dict) -> str:
     return json.dumps(setting, sort_keys=True, default=str)
 
 
+UNSCORED = "completed without a score"  # a test score of NaN (an empty split's ratio, a perplexity)
+
+
 def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
     """How the runs behind each of the pair's rows ended (`frame`: runs_frame over tracking.ENDED), by
-    setting_key: an ablation's cells, a confirmation's candidates; nothing for a search's best trial."""
+    setting_key: an ablation's cells, a confirmation's candidates; nothing for a search's best trial.
+    A completed run without a test score is UNSCORED: a cell of such runs had passed a comparison,
+    as "without two completed runs"."""
     keys = list(pair.grid) if study.is_ablation else ["candidate"]
     runs = frame[(frame["pair"] == pair.name) & ((frame["phase"] == "confirm") | study.is_ablation)] if len(frame) else frame
     if not len(runs):
         return {}
     settings = runs["config"].map(lambda config: setting_key({k: config.get(k) for k in keys}))
-    return {key: Counter(group["status"]) for key, group in runs.groupby(settings)}
+    score = f"test_{study.score}_at_best"
+    scored = runs[score].notna() if score in runs else pd.Series(False, index=runs.index)
+    status = runs["status"].where(scored | (runs["status"] != "completed"), UNSCORED)
+    return {key: Counter(group) for key, group in status.groupby(settings)}
 
 
 def unfinished(ended: Counter) -> str:
     """The runs of a cell that ended without completing, in words: '1 diverged, 2 failed'."""
-    return ", ".join(f"{ended[status]} {status}" for status in tracking.ENDED if status != "completed" and ended[status])
+    return ", ".join(f"{ended[status]} {status}" for status in (*tracking.ENDED, UNSCORED) if status != "completed" and ended[status])
 
 
 def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter]) -> dict[str, str]:
