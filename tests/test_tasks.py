@@ -464,6 +464,15 @@ def test_chance_is_of_the_score_asked_for():
     assert copy.chance("seq_acc").endswith(": 0.0")
     scan = Task("scan", "autoregressive_seq2seq", {}, vocab=["a"] * 8)
     assert scan.chance() == scan.chance("seq_acc") and scan.chance("token_acc") == "uniform guess: 0.125"
+    # Dyck: a position is right when all 2n bits of its set are; random bits score 2^-2n, as drawn here.
+    from trainables.tasks import dyck
+
+    task = dyck.build(dyck.DyckConfig(train_size=50, eval_size=300))
+    split = task.splits[task.test_splits[0]]
+    rng = np.random.default_rng(0)
+    right = [np.array_equal(rng.integers(0, 2, size=task.n_classes), split.arrays["targets"][k, t])
+             for k, length in enumerate(split.arrays["lengths"]) for t in range(length)]
+    assert task.chance("token_acc") == "random bits: 0.062" and abs(np.mean(right) - chance_level(task.chance("token_acc"))) < 0.01
     retrieval = Task("contextual_retrieval", "set_regression", {})
     # An L1 error's chance depends on the sets' targets: a level for rel_l1, none to draw for l1.
     assert chance_level(retrieval.chance("rel_l1")) == 1.0 and chance_level(retrieval.chance("l1")) is None

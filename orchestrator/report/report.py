@@ -503,7 +503,8 @@ def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[s
             continue
         frame = frame[frame["pair"] == pair]
         for config, value in zip(frame["config"], frame[metric]):
-            points.setdefault(tuple(config.get(key) for key in keys), {}).setdefault(k, []).append(value)
+            if pd.notna(value):  # a seed without a score: the night's mean of the others, as its table shows
+                points.setdefault(tuple(config.get(key) for key in keys), {}).setdefault(k, []).append(value)
     if not points:
         return []
     plt = pyplot()

@@ -196,6 +196,8 @@ class Task:
             return f"a uniform guess over the vocabulary: perplexity {len(self.vocab)}"
         if score == "seq_acc":
             return "a guess matching a whole sequence: 0.0"
+        if self.kind == "next_symbol_sets":  # a position is right when all its n_classes bits are (not 1 of n_classes)
+            return f"random bits: {0.5 ** self.n_classes:.3f}"
         return f"uniform guess: {1 / (self.n_classes or len(self.vocab)):.3f}"
 
     @property
