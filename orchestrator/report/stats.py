@@ -1,7 +1,7 @@
 """Statistics over seeds, for reports and the nightly check.
 
-A cell (one configuration, several seeds) is summarised by n, mean, sample std, a percentile
-Student-t 95% interval of the mean, the solved rate (fraction of seeds at or past a threshold, as
+A cell (one configuration, several seeds) is summarised by n, mean, sample std, a Student-t 95%
+interval of the mean, the solved rate (fraction of seeds at or past a threshold, as
 length-generalization papers report) and the best seed. A regression is decided by a one-sided
 test across seeds (Welch's t or Mann-Whitney U) at a level, Holm-corrected over every cell tested
 in one comparison so that a night of many cells keeps its false-alarm rate at that level (a nightly
@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-
 
 
 @dataclass(frozen=True)
