@@ -28,6 +28,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
     ("ops_per_step.py", ["--members", "1", "--set", "batch_size=8", "--rows", "3"], "add"),
     ("profile_step.py", ["--device", "cpu", "--members", "1", "--steps", "1", "--rows", "3", "--set", "batch_size=8"], "aten::"),
     ("nightly_family.py", ["--nights", "20"], "unchanged nights"),
+    ("check_intervals.py", ["--draws", "20"], "Student-t"),
 ])
 def test_benchmark_runs_on_the_cpu(script, args, printed):
     done = bench(script, *args)
