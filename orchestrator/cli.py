@@ -738,6 +738,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def to_devnull(stream) -> None:
+    """A stream whose reader has gone, pointed at /dev/null: its later writes and flushes succeed."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
 class OutlivesItsReader:
     """A console stream that a launch outlives: `orchestrator launch FILE | less`, then q, closed
     the pipe, and the next line's BrokenPipeError (raised in a Tune callback) killed the driver of
@@ -760,7 +765,7 @@ class OutlivesItsReader:
             self._reader_gone()
 
     def _reader_gone(self) -> None:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # what the stream still buffers goes there too
+        to_devnull(self._stream)  # what the stream still buffers goes there too
         other = sys.stderr if self._name == "stdout" else sys.stdout
         other.write("[launch] the console's reader is gone; the launch goes on: `orchestrator status` shows its progress\n")
         other.flush()
@@ -790,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return EXIT_STORE_UNREACHABLE
     except BrokenPipeError:  # `orchestrator status | head -1`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+        to_devnull(sys.stdout)  # so the exit's flush fails no more
         return 128 + signal.SIGPIPE
     except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)
         print("orchestrator: interrupted", file=sys.stderr)

@@ -606,7 +606,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
-    pairs, tested, broken, cells_seen, one_sided = [], [], [], 0, 0
+    pairs, tested, broken, in_both, one_sided = [], [], [], 0, 0
     changed, not_comparable = {}, []  # a compared cell's config changes since; cells whose runs pool several configs
     mlflow = tracking.client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
@@ -623,7 +623,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         if before_ended is not None:
             ended_before = outcomes(before_ended, study, pair)
             broken += broken_cells(pair.name, ended, ended_before).values()
-            cells_seen += len(set(ended) | set(ended_before))
+            in_both += len(set(ended) & set(ended_before))
             one_sided += len(set(ended) ^ set(ended_before))
         if not len(runs):
             pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
@@ -696,7 +696,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "report": study.report, "previous": previous_state.launch_id if previous_state else None, "code_before": code_before,
         "pairs": pairs, "paper_tables": paper_tables(pairs, study.metric, study.mode), "comparisons": comparisons, "mlflow_ui": ui,
         # Cells of both launches with fewer than two completed runs on a side: no test could compare them.
-        "uncompared": max(0, cells_seen - one_sided - len(comparisons) - len(not_comparable)), "one_sided": one_sided,
+        "uncompared": max(0, in_both - len(comparisons) - len(not_comparable)), "one_sided": one_sided,
         "not_comparable": not_comparable, "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
         "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed] + broken,
     }
