@@ -83,7 +83,9 @@ def test_report_numbers_equal_an_independent_aggregation_in_numeric_order(tmp_pa
     # run's last evaluation, so the final test score meets it, not the best-validation checkpoint's.
     assert report.published_for("ndr", "ctl", "ctl_backward", "test_acc_at_best", {"n_layers": 14}, {"n_layers": 14}) is None
     paper = report.published_for("ndr", "ctl", "ctl_backward", "test_acc_final", {"n_layers": 14}, {"n_layers": 14})
-    p = stats.paper_p([scores[(14, seed)] - 0.002 for seed in (0, 1, 2)], paper["mean"], paper["std"], paper["runs"])
+    # The paper's mean and std as printed, each to its 0.01.
+    assert (paper["mean"].unit, paper["std"].unit) == (0.01, 0.01)
+    p = stats.paper_p([scores[(14, seed)] - 0.002 for seed in (0, 1, 2)], paper["mean"], paper["std"], paper["runs"], 0.01, 0.01)
     assert f"Table 4, p = {p:.3g} against its 5 runs" in rows[-1], rows[-1]
     page = (state.dir / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 1 and "<table class=\"cells\">" in page

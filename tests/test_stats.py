@@ -131,6 +131,39 @@ def test_the_paper_test_is_welchs_from_the_papers_mean_std_and_runs():
     # A printed 0.00 beside seeds that vary is a one-sample t test of ours (the paper's variance 0).
     t = (np.mean(ours) - mean) / math.sqrt(np.var(ours, ddof=1) / len(ours))
     assert stats.paper_p(ours, mean, 0.0, runs) == pytest.approx(2 * (1 - scipy_stats.t.cdf(abs(t), len(ours) - 1)))
-    # What cannot be tested: one seed, a paper without a run count or a std, two sides without spread.
+    # What cannot be tested: one seed, a paper without a run count or a std.
     assert stats.paper_p([0.9], mean, std, runs) is None and stats.paper_p(ours, mean, std, None) is None
-    assert stats.paper_p(ours, mean, None, runs) is None and stats.paper_p([0.5] * 3, 0.5, 0.0, 5) is None
+    assert stats.paper_p(ours, mean, None, runs) is None
+    # Exact numbers without spread on either side: equal (three 0.7s, whose mean rounds to
+    # 0.6999999999999998), or a clear difference.
+    assert stats.paper_p([0.7] * 3, 0.7, 0.0, 5) == 1.0 and stats.paper_p([0.5] * 3, 0.7, 0.0, 5) == 0.0
+
+
+def welch_p(ours, mean, std, runs):
+    """Welch's two-sided p from the t statistic and Welch-Satterthwaite's degrees of freedom."""
+    a, b = np.var(ours, ddof=1) / len(ours), std ** 2 / runs
+    if a + b == 0:
+        return 1.0 if np.ptp([*ours, mean]) == 0 else 0.0
+    t = (np.mean(ours) - mean) / math.sqrt(a + b)
+    df = (a + b) ** 2 / ((a ** 2 / (len(ours) - 1) if a else 0) + (b ** 2 / (runs - 1) if b else 0))
+    return 2 * (1 - scipy_stats.t.cdf(abs(t), df))
+
+
+def test_the_paper_test_allows_for_the_papers_rounding():
+    # 0.996 over three seeds beside a printed 1.00 ± 0.00 (5 runs): read as exact, p = 0.008; the
+    # paper's runs may have scored a mean of 0.996 with a std under 0.005, so nothing can be said.
+    ours = [0.996, 0.997, 0.996]
+    assert welch_p(ours, 1.0, 0.0, 5) < 0.01
+    assert stats.paper_p(ours, 1.0, 0.0, 5, mean_unit=0.01, std_unit=0.01) == pytest.approx(1.0)
+    # Tied seeds beside a tied paper: nothing against them, once its 0.00 may be 0.004.
+    assert stats.paper_p([1.0] * 3, 1.0, 0.0, 5, 0.01, 0.01) == 1.0
+    # A difference that no reading of the printed numbers removes is still found.
+    assert stats.paper_p([0.97, 0.98, 0.97], 1.0, 0.0, 5, 0.01, 0.01) < 0.05
+    # The largest p of any mean and std the printed ones round from, over a grid of them.
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        ours = np.round(rng.uniform(0.5, 1.0, rng.integers(2, 7)), 3).tolist()
+        mean, std, runs = round(rng.uniform(0.5, 1.0), 2), round(abs(rng.normal(0, 0.08)), 2), int(rng.integers(2, 7))
+        means = [*np.linspace(mean - 0.005, mean + 0.005, 21), np.clip(np.mean(ours), mean - 0.005, mean + 0.005)]
+        grid = max(welch_p(ours, m, s, runs) for m in means for s in np.linspace(max(0.0, std - 0.005), std + 0.005, 21))
+        assert stats.paper_p(ours, mean, std, runs, 0.01, 0.01) == pytest.approx(grid, abs=1e-9), (ours, mean, std, runs)

@@ -206,9 +206,33 @@ def task_defaults(task: str) -> dict:
     return {f.name: f.default for f in task_fields(task) if f.default is not dataclasses.MISSING}
 
 
+class Printed(float):
+    """A number as a paper printed it, with the unit it was rounded to: 1.00 is 0.01."""
+    unit = 0.0
+
+
+class PrintedLoader(yaml.SafeLoader):
+    """Reads published.yaml's floats as Printed: the decimals written are the paper's."""
+
+
+def construct_printed(loader: PrintedLoader, node: yaml.ScalarNode) -> Printed:
+    number = Printed(loader.construct_yaml_float(node))
+    number.unit = 10.0 ** -len(node.value.partition(".")[2])
+    return number
+
+
+PrintedLoader.add_constructor("tag:yaml.org,2002:float", construct_printed)
+
+
 @lru_cache(maxsize=1)
 def published_cells() -> tuple[dict, ...]:
-    return tuple(yaml.safe_load(PUBLISHED.read_text()) or ()) if PUBLISHED.exists() else ()
+    return tuple(yaml.load(PUBLISHED.read_text(), Loader=PrintedLoader) or ()) if PUBLISHED.exists() else ()
+
+
+def vs_paper(values, cell: dict) -> float | None:
+    """stats.paper_p of our seeds against a published cell, allowing for its printed rounding."""
+    std = cell.get("std")
+    return stats.paper_p(values, cell["mean"], std, cell.get("runs"), getattr(cell["mean"], "unit", 0.0), getattr(std, "unit", 0.0))
 
 
 @lru_cache(maxsize=1)
@@ -314,7 +338,7 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
                      "unlike": cell and training_unlike_the_paper(cell, first["model"], first["task"], first["config"])}
             shorter = entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"]
             if cell and not shorter and cell.get("statistic") != "median":
-                entry["vs_paper"] = stats.paper_p(values, cell["mean"], cell.get("std"), cell.get("runs"))
+                entry["vs_paper"] = vs_paper(values, cell)
             if base_rows is not None and metric in base_rows:
                 against = base_rows[metric].dropna().tolist()
                 if len(values) > 1 and len(against) > 1:
