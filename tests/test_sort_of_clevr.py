@@ -105,6 +105,28 @@ def test_scenes_keep_their_distances_and_questions_their_mix(split):
     assert {s for _, s, _, _ in decoded} == {0, 1, 2}
 
 
+def test_chance_is_the_likeliest_answer_to_each_question_type():
+    """A model that reads the question and not the image: the answer it learned likeliest for each
+    question's type and subtype on one split, scored on another. Ten classes made chance "uniform
+    guess: 0.100", a fifth of what such a model scores (about 0.50; 0.53 on ternary questions)."""
+    from orchestrator.report.plots import chance_level
+
+    def asked(split) -> list[tuple[int, int]]:  # each question's type and subtype
+        return [decode(q)[:2] for q in split.questions]
+
+    learn, held_out = (soc.make_split(soc.SortOfClevrConfig(), np.random.default_rng(seed), 1500) for seed in (1, 2))
+    seen: dict[tuple[int, int], list[int]] = {}
+    for question, label in zip(asked(learn), learn.labels.tolist()):
+        seen.setdefault(question, []).append(label)
+    likeliest = {question: max(set(labels), key=labels.count) for question, labels in seen.items()}
+    right = np.array([likeliest[q] == label for q, label in zip(asked(held_out), held_out.labels.tolist())])
+    task = soc.probe(soc.SortOfClevrConfig())
+    assert task.chance().startswith("the likeliest answer to each question type: ")
+    assert abs(chance_level(task.chance()) - right.mean()) < 0.01 and chance_level(task.chance()) > 0.45
+    for kind in (1, 2, 3):
+        assert abs(chance_level(task.chance(f"depth{kind}_acc")) - right[held_out.depths == kind].mean()) < 0.02, kind
+
+
 def test_images_show_the_scenes(split):
     """Each object that no later one overlaps shows its whole shape in its colour: 121 pixels for a
     11 x 11 square, 81 for a disk of radius 5; the rest of the image is white."""
