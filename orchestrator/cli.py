@@ -365,10 +365,12 @@ def cmd_status(args) -> int:
 
     state = load_state(args)
     plan = state.the_plan()
-    print(f"launch {state.launch_id} ({state.dir}): {describe(state)}")
+    # Asked once: a driver that stops between two asks made the header and the table disagree.
+    driver_now = driver(state.dir)
+    print(f"launch {state.launch_id} ({state.dir}): {describe(state, driver_now)}")
     print(f"{plan['metric']}, {plan['mode']}")
     # Runs the driver left running when it stopped (Ctrl-C, killed) run no more: `resume` continues them.
-    running = "running" if driver(state.dir)[0] else "unfinished"
+    running = "running" if driver_now[0] else "unfinished"
     (cell_status if plan["ablation"] else trial_status)(state, plan, running)
     if running == "unfinished" and state.state != "finished":
         print(f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues them)")

@@ -288,9 +288,10 @@ def driver(launch_dir: Path) -> tuple[bool, str]:
         return False, "on this machine"
 
 
-def describe(state: LaunchState) -> str:
-    """The launch's state in words, with the command that continues it where one is needed."""
-    alive, where = driver(state.dir)
+def describe(state: LaunchState, driver_now: tuple[bool, str]) -> str:
+    """The launch's state in words, with the command that continues it where one is needed;
+    `driver_now` is driver(state.dir), asked once by the caller for all it prints."""
+    alive, where = driver_now
     if alive:
         return f"running (its driver is alive, {where})"
     if state.state in ("running", "interrupted", "failed"):
