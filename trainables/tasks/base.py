@@ -21,7 +21,7 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 
 # Bump when a generator changes its output, so stale caches are never reused.
-GENERATOR_VERSION = 6
+GENERATOR_VERSION = 7
 CACHE_ENV = "SYSGEN_DATA_CACHE"  # where generated tasks are kept (default ~/.cache/sysgen-data)
 
 

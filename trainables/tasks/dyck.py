@@ -10,8 +10,11 @@ A string is right when every position's set is (each output thresholded at 0.5),
 Training strings (`train_size`, 5,000) are drawn as the authors' generator draws them: the grammar
 expanded top-down with the running length capped at `max_train_length` L (a nested pair that cannot
 fit, or a concatenation that grows too long, becomes empty), lengths 2..L kept. PANM trains on
-L = 10 (Dyck-2) and 20 (Dyck-3). The authors' code keeps only distinct strings, which cannot give
-5,000 at L = 10: Dyck-2 has 1,618 strings of length 2..10; draws repeat here. The validation set
+L = 10 (Dyck-2) and 20 (Dyck-3). The authors' code keeps only distinct strings (marnns
+`generate_list`: `if sample not in arr`), and so does this where the grammar has at least twice as
+many as asked (Dyck-3 at L = 20: 1.1 billion; 1,926 distinct among 5,000 draws, 27% of them of
+length 2, when draws repeated). That cannot give 5,000 for Dyck-2 at L = 10, which has 1,618 strings
+of length 2..10 (the authors' loop would never end): there draws repeat. The validation set
 is more draws of the training distribution (PANM selects the checkpoint on training data). The test
 sets hold strings of exactly L + 2, 2L, 4L and 8L symbols (`test_<length>`), drawn from the grammar
 conditioned on that length: the authors' capped generator hits an exact length 160 once in ~800 draws.
@@ -78,6 +81,16 @@ def draw_capped(rng: np.random.Generator, config: DyckConfig, length: int = 0) -
     else:
         return ""
     return out if len(out) <= config.max_train_length else ""
+
+
+# The training set holds distinct strings where the grammar has this many times as many as asked
+# (the authors' rule); nearer the whole of them, rejection would wait on ever rarer strings.
+DISTINCT_ROOM = 2
+
+
+def strings_up_to(n_pairs: int, longest: int) -> int:
+    """How many strings of lengths 2..longest Dyck-n has: Catalan(k) shapes of k pairs, n^k bracket choices each."""
+    return sum(math.comb(2 * k, k) // (k + 1) * n_pairs**k for k in range(1, longest // 2 + 1))
 
 
 def inside(p: float, q: float, longest: int) -> np.ndarray:
@@ -147,11 +160,13 @@ def build(config: DyckConfig) -> Task:
     rng = np.random.default_rng(config.seed)
 
     def training_strings(count: int) -> list[str]:
-        out = []
+        distinct = strings_up_to(config.n_pairs, config.max_train_length) >= DISTINCT_ROOM * count
+        out, seen = [], set()
         while len(out) < count:
             s = draw_capped(rng, config)
-            if len(s) >= 2:
+            if len(s) >= 2 and not (distinct and s in seen):
                 out.append(s)
+                seen.add(s)
         return out
 
     weights = inside(config.p, config.q, max(config.test_lengths))
