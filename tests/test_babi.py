@@ -76,15 +76,22 @@ def test_every_question_reads_its_own_story_and_no_other(tmp_path):
 
 
 def test_length_sorted_split_per_task(data):
-    task = load_task("babi", {"data_dir": str(data), "tasks": [1, 8], "train_fraction": 0.5})
+    """The paper trains on the whole shorter part (App. D.4: no validation set); the validation
+    questions are some of those, unless held out."""
     everything = babi.read_tasks(data, (1, 8))
-    for number in (1, 8):
-        train = [n for n, d in zip(task.splits["train"].lengths, task.splits["train"].depths) if d == number]
-        valid = [n for n, d in zip(task.splits["iid_valid"].lengths, task.splits["iid_valid"].depths) if d == number]
-        test = [n for n, d in zip(task.splits["test"].lengths, task.splits["test"].depths) if d == number]
-        assert len(train) + len(valid) + len(test) == len(everything[number])
-        assert len(test) == len(everything[number]) - round(0.5 * len(everything[number]))
-        assert max(train + valid) <= min(test)
+    for held_out in (False, True):
+        task = load_task("babi", {"data_dir": str(data), "tasks": [1, 8], "train_fraction": 0.5, "hold_out_validation": held_out})
+
+        def rows(split: str, number: int) -> list[tuple]:
+            s = task.splits[split]
+            return [tuple(t[:n]) for t, n, d in zip(s.tokens, s.lengths, s.depths) if d == number]
+
+        for number in (1, 8):
+            train, valid, test = rows("train", number), rows("iid_valid", number), rows("test", number)
+            assert len(test) == len(everything[number]) - round(0.5 * len(everything[number]))
+            assert len(train) + len(test) + (len(valid) if held_out else 0) == len(everything[number])
+            assert valid and (not set(valid) & set(train) if held_out else set(valid) <= set(train))
+            assert max(len(r) for r in train + valid) <= min(len(r) for r in test)
     decoded = task.decode(task.splits["test"].targets[0][: task.splits["test"].target_lengths[0]])
     assert decoded[-1] == "<eos>" and set(decoded[:-1]) <= set(task.classes)
 
