@@ -14,7 +14,9 @@ authors' `emergent_symbols/` keeps): a sequence of object images, a multiple-cho
 Hold-out m: of the n objects (100), m are kept for the test set and the others for training (m = 0:
 both from all, with disjoint trials). Set sizes follow the authors' combinatorics: at most
 `train_size` and `test_size` (10,000 each) of the distinct trials the objects allow, with trial
-types balanced (a type with too few distinct trials repeats them at random); at m = 0 when the two
+types balanced (a type with too few distinct trials repeats them at random), but for the training
+sets of m >= 85, which the authors' scripts cut from the whole space of trials: there RMTS at m = 85
+trains on 8.3% "same" trials (type_shares; the other cells come out balanced); at m = 0 when the two
 sets together exceed the distinct trials, 95% and 5% of them. E.g. same_different at m = 95 trains
 on 40 trials: the 25 distinct ones that 5 objects make, its 5 "same" pairs repeated to balance.
 
@@ -42,6 +44,9 @@ CLASSES = {"same_different": ["same", "different"], "rmts": ["first pair", "seco
            "distribution_of_3": [f"candidate {k + 1}" for k in range(4)], "identity_rules": [f"candidate {k + 1}" for k in range(4)]}
 TRIAL_TYPES = {"same_different": ("same", "different"), "rmts": ("same", "different"),
                "distribution_of_3": ("permutation",), "identity_rules": ("AAA", "ABA", "ABB")}
+# The hold-outs whose training set the authors' scripts draw from the whole space of trials
+# (`--train_gen_method full_space` at m = 85 and 95; `subsample`, balanced, at 0 and 50).
+FULL_SPACE_FROM = 85
 MIN_OBJECTS = {"same_different": 2, "rmts": 5, "distribution_of_3": 4, "identity_rules": 4}
 
 
@@ -123,14 +128,33 @@ def draw_trial(rng: np.random.Generator, problem: str, trial_type: str, objects:
     return seq, seq, int(np.flatnonzero(candidates == answer)[0])
 
 
-def trial_set(rng: np.random.Generator, problem: str, objects: np.ndarray, sizes: list[int]) -> list[Split]:
-    """Sets of the given sizes over `objects`, disjoint in their trials: each trial type gets an
-    equal share of each set; its distinct trials (all of them where fewer than the shares ask) go
-    to the sets in proportion, and a set with too few repeats its own at random."""
+def type_shares(problem: str, size: int, n_objects: int, full_space: bool) -> list[int]:
+    """How many trials of each type a set of `size` holds: equal shares, but for a training set the
+    authors draw from the whole space of trials (`full_space`, m = 85 and 95): every distinct trial
+    of each type, a type with fewer than its equal share (identity rules: than the largest type)
+    topped up by repeats, all shuffled and cut at `size`. So RMTS at m = 85, whose 15 objects make
+    65,520 "same" and 720,720 "different" trials, trains on 8.3% "same" trials."""
+    types = TRIAL_TYPES[problem]
+    if not full_space:
+        return [size // len(types) + (k < size % len(types)) for k in range(len(types))]
+    distinct = [distinct_trials(problem, t, n_objects) for t in types]
+    floor = max(distinct) if problem == "identity_rules" else size / len(types)
+    pool = np.array([max(d, floor) for d in distinct], dtype=float)
+    exact = size * pool / pool.sum()
+    shares = np.floor(exact).astype(int)
+    shares[np.argsort(shares - exact)[: size - shares.sum()]] += 1  # the largest remainders round up
+    return shares.tolist()
+
+
+def trial_set(rng: np.random.Generator, problem: str, objects: np.ndarray, sizes: list[int], full_space: bool = False) -> list[Split]:
+    """Sets of the given sizes over `objects`, disjoint in their trials: each trial type gets its
+    share of each set (type_shares); its distinct trials (all of them where fewer than the shares
+    ask) go to the sets in proportion, and a set with too few repeats its own at random."""
     types = TRIAL_TYPES[problem]
     rows: list[list[tuple]] = [[] for _ in sizes]
+    per_set = [type_shares(problem, size, len(objects), full_space) for size in sizes]
     for k, trial_type in enumerate(types):
-        shares = [size // len(types) + (k < size % len(types)) for size in sizes]
+        shares = [shares_of_set[k] for shares_of_set in per_set]
         wanted = min(sum(shares), distinct_trials(problem, trial_type, len(objects)))
         seen: dict[tuple, tuple] = {}
         while len(seen) < wanted:
@@ -174,7 +198,7 @@ def build(config: ESBNConfig) -> Task:
     held_out, seen = (order[:config.holdout], order[config.holdout:]) if config.holdout else (order, order)
     train_size, test_size = set_sizes(config)
     if config.holdout:
-        [train] = trial_set(rng, config.problem, seen, [train_size])
+        [train] = trial_set(rng, config.problem, seen, [train_size], full_space=config.holdout >= FULL_SPACE_FROM)
         test, ood_valid = trial_set(rng, config.problem, held_out, [test_size]) + trial_set(rng, config.problem, held_out, [config.eval_size])
     else:
         train, test = trial_set(rng, config.problem, seen, [train_size, test_size])
