@@ -15,8 +15,9 @@ jointly; a sample's depth is its task's number. The paper tests the model after 
 selection: `test_seq_acc_final`, exact match of the whole answer) and trains on its whole training
 part: a random `iid_fraction` of that part fills both validation slots and is trained on too (it
 shows the fit, and selects nothing the paper's number reads). `hold_out_validation: true` leaves it
-out of training, as SCAN's authors do; it cost the model a tenth of Table 3's training data. Parsed once per process (seconds) and
-never cached on disk, so a new process always reads the files as they are.
+out of training, as SCAN's authors do; it cost the model a tenth of Table 3's training data.
+Parsed once per process (seconds) and never cached on disk, so a new process always reads the
+files as they are.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class BabiConfig:
     iid_fraction: float = 0.1  # the validation questions' share of the training part
     hold_out_validation: bool = False  # true: not trained on (the paper trains on the whole training part)
     eval_size: int | None = None  # at most this many questions per evaluation set, drawn at random (None: all)
-    seed: int = 0  # which training questions the IID hold-out takes
+    seed: int = 0  # which training questions the validation set takes
 
     def __post_init__(self):
         check_values(self)
