@@ -578,3 +578,29 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
     state, lock = launch.new_launch(load_study(path), path.read_text(), "team-y")
     assert state.launch_id == "team-y" and LaunchState.load(state.dir).parent_run_id == state.parent_run_id
     lock.close()
+
+
+def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_run(tmp_path):
+    """The parent run is made before launch.json: a write that fails there (here launch.json's
+    temporary name is a folder; a full disk, a kill) left MLflow a launch RUNNING for good, which
+    no `status` or `resume` could reach. It ends KILLED and the id is free again."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.plan.spec import load_study
+    from orchestrator.run import launch
+
+    uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({"name": "team", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
+                                    "tracking": {"uri": uri}, "storage_path": str(tmp_path / "runs")}))
+    (tmp_path / "runs/team-z/launch.json.tmp").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        launch.new_launch(load_study(path), path.read_text(), "team-z")
+    [run] = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("team").experiment_id],
+                                          filter_string="tags.launch_id = 'team-z' and tags.kind = 'launch'")
+    assert run.info.status == "KILLED" and run.data.tags["launch_status"] == "never registered"
+    assert not driver(tmp_path / "runs/team-z")[0] and not (tmp_path / "runs/team-z/launch.json").exists()
+    (tmp_path / "runs/team-z/launch.json.tmp").rmdir()
+    state, lock = launch.new_launch(load_study(path), path.read_text(), "team-z")
+    assert state.parent_run_id == run.info.run_id and MlflowClient(uri).get_run(run.info.run_id).info.status == "RUNNING"
+    lock.close()

@@ -11,6 +11,7 @@ machine) and is a shared folder or an object store on a real cluster.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import fcntl
 import itertools
@@ -745,7 +746,13 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
                         storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
                         batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes,
                         snapshot_modules=SNAPSHOT_MODULES)
-    state.save()
+    try:
+        state.save()
+    except BaseException:  # no launch.json, no launch to resume: its run ends (MLflow showed it RUNNING for good) and the id's claim goes
+        with contextlib.suppress(Exception):
+            tracking.close_launch(stored_uri, parent, status="KILLED", launch_status="never registered")
+        lock.close()
+        raise
     return state, lock
 
 
