@@ -159,9 +159,10 @@ class Task:
     # Tasks trained on fresh data every step (the PANM and Compositional Attention protocols):
     # (rng, batch size) -> one training batch as a Split. Not stored in the cache; loaders attach it.
     draw_train: Callable[[np.random.Generator, int], Split] | None = None
-    # Question-answering tasks whose answers depend much on the question alone: score -> what the
-    # likeliest answer to each kind of question scores (a model that ignores the image), their chance.
-    blind_guess: dict[str, float] = field(default_factory=dict)
+    # Question-answering tasks whose answers depend much on the question alone: () -> {score: what
+    # the likeliest answer to each kind of question scores} (a model that ignores the image), their
+    # chance. A call, not the numbers: counting them takes a second every probe would pay.
+    blind_guess: Callable[[], dict[str, float]] | None = None
 
     @property
     def pad_id(self) -> int:
@@ -191,8 +192,8 @@ class Task:
         """What guessing scores on `score` (the task's first by default), in words ending in the
         number (a status line's and a plot's yardstick)."""
         score = score or self.metric
-        if score in self.blind_guess:
-            return f"the likeliest answer to each question type: {self.blind_guess[score]:.3f}"
+        if self.blind_guess and score in self.blind_guess():
+            return f"the likeliest answer to each question type: {self.blind_guess()[score]:.3f}"
         if score == "rel_l1":
             return "predicting zero: rel_l1 1.0"
         if score == "l1":

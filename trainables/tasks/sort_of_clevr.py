@@ -220,7 +220,7 @@ def blind_guess(authors_closest: bool) -> dict[str, float]:
 def probe(config: SortOfClevrConfig) -> Task:
     """The task without its data: what a model is built from (n_features: the question's width)."""
     return Task(name="sort_of_clevr", kind="visual_question_answering", splits={}, classes=CLASSES, n_features=QUESTION_SIZE,
-                blind_guess=blind_guess(config.authors_closest))
+                blind_guess=functools.partial(blind_guess, config.authors_closest))
 
 
 def build(config: SortOfClevrConfig) -> Task:
