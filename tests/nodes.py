@@ -16,10 +16,18 @@ from pathlib import Path
 RAY = str(Path(sys.executable).parent / "ray")
 
 
+# Ports a Ray node takes whatever `--port` says (its dashboard agent, dashboard, client server and
+# workers): a head given one of them as its port does not start. The system's free ports include 52365.
+RAY_FIXED_PORTS = frozenset({6379, 8265, 10001, 52365, *range(10002, 20000)})
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_FIXED_PORTS:
+            return port
 
 
 class Cluster:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+from nodes import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -338,7 +339,7 @@ def test_two_nodes(tmp_path, request):
     two concurrent trials land on different nodes, and MLflow shows which node ran each. Then, with
     that cluster dead, a launch without --address starts its own local instance instead of waiting
     for the cluster `ray start` left recorded."""
-    port = 6400 + os.getpid() % 500
+    port = free_port()
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
     # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex, "RAY_TMPDIR": ray_tmp}
