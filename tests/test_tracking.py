@@ -604,3 +604,24 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     state, lock = launch.new_launch(load_study(path), path.read_text(), "team-z")
     assert state.parent_run_id == run.info.run_id and MlflowClient(uri).get_run(run.info.run_id).info.status == "RUNNING"
     lock.close()
+
+
+def test_a_launch_whose_search_space_cannot_be_stored_leaves_no_running_mlflow_run(tmp_path):
+    """The parent run is made, then the launch's file is stored beside it: an artifact store that
+    refuses the file (here a plain file where its folder goes; a full disk, a bucket without write
+    access) left a run RUNNING for good, and the retry found it and went on without the file."""
+    from mlflow.entities import ViewType
+
+    uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs/mlartifacts").write_text("not a folder")
+    with pytest.raises(OSError):
+        tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    mlflow = MlflowClient(uri)
+    exp_id = mlflow.get_experiment_by_name("exp").experiment_id
+    assert mlflow.search_runs([exp_id]) == []
+    [failed] = mlflow.search_runs([exp_id], run_view_type=ViewType.DELETED_ONLY)
+    (tmp_path / "runs/mlartifacts").unlink()
+    parent = tracking.open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    assert parent != failed.info.run_id and mlflow.get_run(parent).info.status == "RUNNING"
+    assert [a.path for a in mlflow.list_artifacts(parent)] == ["search_space.yaml"]

@@ -582,7 +582,14 @@ def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_
     run = mlflow.create_run(exp_id, run_name=launch_id, tags={
         "launch_id": launch_id, "kind": "launch", "spec_file": spec_file, **code_tags(), "driver_host": socket.gethostname(),
     })
-    mlflow.log_text(run.info.run_id, spec_text, "search_space.yaml")
+    try:
+        mlflow.log_text(run.info.run_id, spec_text, "search_space.yaml")
+    except BaseException:
+        # An artifact store that cannot be written left a run RUNNING for good, and its retry one
+        # without the file: this one goes to MLflow's deleted runs, and the retry makes a whole one.
+        with contextlib.suppress(Exception):
+            mlflow.delete_run(run.info.run_id)
+        raise
     return run.info.run_id
 
 
