@@ -24,7 +24,7 @@ run: $(VENV)/.run-installed
 	$(VENV)/bin/orchestrator launch search_spaces/smoke.yaml
 
 test: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2
 
 browser:
 	command -v chromium > /dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
