@@ -258,8 +258,10 @@ def test_orchestrator_train_cli(tmp_path):
 @pytest.mark.long
 def test_small_ndr_learns_ctl_in_about_a_minute():
     """A 4-layer, 64-wide NDR on CTL (train depths 1-3), about 80 s on 2 CPU threads; chance is 1/8.
-    Measured IID accuracy: 0.75 after 3000 steps, 0.84 after 3500, 0.92 after 4500 (the plateau's end moves a few
-    hundred steps with tiny numeric changes, hence the margin)."""
+    Measured IID accuracy since the IID set is held out of the training pool (generator 6; before,
+    a third of its problems were training problems and it reached 0.92): 0.69 after 2000 steps, 0.73
+    after 3000, 0.83 after 4000, 0.80 after 4500, train 0.98 (the plateau's end moves a few hundred
+    steps with tiny numeric changes, hence the margin)."""
     cfg = parse_trial_config({
         "task": "ctl", "model": "ndr", "threads": 2, "seed": 0,
         "task_options": {"train_depths": [1, 3], "train_size": 5600, "eval_size": 300, "ood_valid_depths": [4, 5], "test_depths": [6, 6]},
@@ -267,7 +269,7 @@ def test_small_ndr_learns_ctl_in_about_a_minute():
         "lr": 1e-3, "batch_size": 128, "n_iters": 4500, "eval_every": 500,
     })
     metrics = train(cfg, log=print)
-    assert metrics["iid_valid_acc"] >= 0.85, metrics
+    assert metrics["iid_valid_acc"] >= 0.7, metrics
 
 
 @pytest.mark.long
