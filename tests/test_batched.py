@@ -89,6 +89,16 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
 
 
+def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process():
+    """Tune hands a finished trial's process the next trial (reuse_actors), in a search often of
+    another size: its stack, compiled again, was recompiled with symbolic sizes that vmap cannot
+    give, and failed on its first step (fell back uncompiled under compile: auto)."""
+    members = [{"seed": 0}, {"seed": 1}]
+    for d_model in (16, 32):
+        results = train_members(tiny("ndr", compile=True, d_model=d_model, n_iters=2, eval_every=2, **NO_DROPOUT), members, log=None)
+        assert [r["status"] for r in results] == ["completed"] * 2
+
+
 INDUCTOR_ERROR = "expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ..."  # the GPU's, abridged
 
 
