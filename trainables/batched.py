@@ -200,10 +200,10 @@ class Stack:
         # The parameters vary along dim 0; so does the batch in training (a batch per member), while
         # every member is evaluated on the same rows.
         self.forward = self.uncompiled = vmap(forward, in_dims=(0, 0, 0), randomness="different")
-        if cfg.compile:  # the vmapped forward and its backward as fused kernels, compiled once per batch width
-            # Static shapes: once a width changed, torch's automatic dynamic shapes recompiled with
-            # symbolic sizes, which vmap's batched tensors cannot give, and the step failed; a later
-            # stack in the same process (Tune reuses a trial's process) met it on its first step.
+        if cfg.compile:  # the vmapped forward and its backward as fused kernels, compiled once per shape
+            # Static shapes: where a size changed between compiles (a later stack of another d_model
+            # in the same process, as Tune reuses a trial's process), torch's automatic dynamic shapes
+            # recompiled with symbolic sizes, which vmap's batched tensors cannot give: the step failed.
             self.forward = torch.compile(self.forward, mode=cfg.compile_mode, dynamic=False)
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
         self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
