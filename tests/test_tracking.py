@@ -584,8 +584,6 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     """The parent run is made before launch.json: a write that fails there (here launch.json's
     temporary name is a folder; a full disk, a kill) left MLflow a launch RUNNING for good, which
     no `status` or `resume` could reach. It ends KILLED and the id is free again."""
-    from mlflow.tracking import MlflowClient
-
     from orchestrator.plan.spec import load_study
     from orchestrator.run import launch
 

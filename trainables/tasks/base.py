@@ -192,8 +192,9 @@ class Task:
         """What guessing scores on `score` (the task's first by default), in words ending in the
         number (a status line's and a plot's yardstick)."""
         score = score or self.metric
-        if self.blind_guess and score in self.blind_guess():
-            return f"the likeliest answer to each question type: {self.blind_guess()[score]:.3f}"
+        guessed = self.blind_guess() if self.blind_guess else {}
+        if score in guessed:
+            return f"the likeliest answer to each question type: {guessed[score]:.3f}"
         if score == "rel_l1":
             return "predicting zero: rel_l1 1.0"
         if score == "l1":
