@@ -3,15 +3,18 @@ import copy
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.func import functional_call, stack_module_state, vmap
 
-from trainables.batched import clip_per_member, member_state_dict, train_members, train_seeds
+from trainables.batched import Stack, clip_per_member, member_state_dict, train_members, train_seeds
+from trainables.graphs import bucket_widths
 from trainables.models import BATCHABLE_MODELS, batchable
 from trainables.config import parse_trial_config
 from trainables.models import build_model
+from trainables.tasks import load_task
 from trainables.train import train
 
-from test_train import TINY_BY_KIND, TOY, tiny
+from test_train import TINY_BY_KIND, TINY_TASK, TOY, tiny
 
 NO_DROPOUT = {"dropout": 0.0, "query_dropout": 0.0}
 
@@ -89,14 +92,52 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
 
 
-def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process():
+@pytest.fixture
+def fresh_compiles():
+    """No compiled code in this process: -> the number of functions compiled since."""
+    torch._dynamo.reset()
+    start = counters["frames"]["ok"]
+    return lambda: counters["frames"]["ok"] - start
+
+
+def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process(fresh_compiles):
     """Tune hands a finished trial's process the next trial (reuse_actors), in a search often of
     another size: its stack, compiled again, was recompiled with symbolic sizes that vmap cannot
-    give, and failed on its first step (fell back uncompiled under compile: auto)."""
+    give, and failed on its first step (fell back uncompiled under compile: auto). And each stack
+    compiles (here one width each): past torch's recompile limit (8 compiles of one function, here
+    1 as if a process had used them) a stack trained uncompiled, with a log line only."""
     members = [{"seed": 0}, {"seed": 1}]
-    for d_model in (16, 32):
-        results = train_members(tiny("ndr", compile=True, d_model=d_model, n_iters=2, eval_every=2, **NO_DROPOUT), members, log=None)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for compiled, d_model in enumerate((16, 32), start=1):
+            results = train_members(tiny("ndr", compile=True, d_model=d_model, n_iters=2, eval_every=2, **NO_DROPOUT), members, log=None)
+            assert [r["status"] for r in results] == ["completed"] * 2
+            assert fresh_compiles() == compiled
+
+
+def test_compiled_stacks_of_other_rates_share_their_compiled_step(fresh_compiles):
+    """A rate held as a Python number was a constant of the compiled code: each trial of a search (a
+    dropout of its own) compiled its step again, and a process reached torch's recompile limit in
+    two or three trials. Rates live in tensors in every compiled stack."""
+    members = [{"seed": 0}, {"seed": 1}]  # the same batches, so the same widths, in both
+    for rates in ({"dropout": 0.1, "gate_drop": 0.1}, {"dropout": 0.3, "gate_drop": 0.0}):
+        results = train_members(tiny("ndr", compile=True, n_iters=2, eval_every=2, **rates), members, log=None)
         assert [r["status"] for r in results] == ["completed"] * 2
+        assert fresh_compiles() == 1
+
+
+def test_a_compiled_stack_pads_its_batches_to_a_few_widths():
+    """Compiled code is compiled once per shape. A stack compiled without a CUDA graph (on a CPU,
+    under a cosine schedule, with cuda_graphs: false) took each batch at its own width: the
+    authors' length-bucketed batches, one width after another, compiled the step at each."""
+    deeper = {"task_options": {**TINY_TASK, "train_depths": [1, 6], "ood_valid_depths": [7, 7], "test_depths": [8, 8]},
+              "length_bucketed": True, "batch_size": 4}
+    cfg = tiny("ndr", compile=True, **deeper)
+    task = load_task(cfg.task, cfg.task_options)
+    stack = Stack(cfg, [{"seed": 0}, {"seed": 1}], task, torch.device("cpu"), log=None)
+    widths = {stack.next_batch()["tokens"].shape[-1] for _ in range(50)}
+    assert widths <= set(bucket_widths(task.splits["train"].arrays["tokens"].shape[1]))
+    unbucketed = Stack(tiny("ndr", **deeper), [{"seed": 0}, {"seed": 1}], task, torch.device("cpu"), log=None)
+    assert len({unbucketed.next_batch()["tokens"].shape[-1] for _ in range(50)}) > len(widths)  # what it would have compiled
 
 
 INDUCTOR_ERROR = "expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ..."  # the GPU's, abridged

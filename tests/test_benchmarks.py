@@ -29,6 +29,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
     ("profile_step.py", ["--device", "cpu", "--members", "1", "--steps", "1", "--rows", "3", "--set", "batch_size=8"], "aten::"),
     ("nightly_family.py", ["--nights", "20"], "unchanged nights"),
     ("check_intervals.py", ["--draws", "20"], "Student-t"),
+    ("bench_recompiles.py", ["--set", "d_model=16", "--set", "n_layers=1", "--set", "batch_size=8", "--steps", "1", "--trials", "dropout=0.1"], "dropout=0.1"),
 ])
 def test_benchmark_runs_on_the_cpu(script, args, printed):
     done = bench(script, *args)

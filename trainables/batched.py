@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import statistics
 import sys
@@ -34,7 +35,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from tqdm import tqdm
 
 from .config import TrainConfig, parse_trial_config
-from .graphs import GraphedStep, graphs_unused_because
+from .graphs import N_BUCKETS, GraphedStep, graphs_unused_because
 from .models import batchable
 from .models.dropout import Dropout, GateDrop
 from .tasks import load_task
@@ -162,6 +163,22 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], **kwargs) -> dict[int, dict[
     return dict(zip(seeds, train_members(cfg, [{"seed": seed} for seed in seeds], **kwargs)))
 
 
+_compiled_stacks = itertools.count(1)
+
+
+def allow_compiles_of_another_stack() -> None:
+    """Room in torch's recompile limits for one more compiled stack in this process: each compiles
+    its step once per bucket width (N_BUCKETS), and Tune hands a process trial after trial
+    (reuse_actors), in a search each of sizes of its own. Past the limits (8 compiles of one
+    function) torch runs the function uncompiled, with a log line only: on 2026-11-28 a process's
+    third stack of another size did."""
+    from torch._dynamo import config as dynamo_config  # here, not at the top: importing it takes a second
+
+    room = N_BUCKETS * next(_compiled_stacks)
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, room)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, room)
+
+
 class Stack:
     """The members' models stacked, each with its own batch source, and their optimizer: `step()`
     trains every member once. What train_members runs and member_steps_per_second times."""
@@ -183,13 +200,18 @@ class Stack:
             self.models.append(make_model(c, task).to(device))
         self.params, self.buffers = stack_module_state(self.models)
         skeleton = copy.deepcopy(self.models[0]).to("meta")
-        if len({tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}) > 1:
-            for module in skeleton.modules():  # each member drops at its own rate, a stacked buffer
+        # Each member drops at its own rate, a stacked buffer. Compiled, every stack does: a rate
+        # held as a Python number is a constant of the compiled code, so each trial of a search (a
+        # rate of its own) compiled again, up to torch's recompile limit (below).
+        if cfg.compile or len({tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}) > 1:
+            for module in skeleton.modules():
                 if isinstance(module, (Dropout, GateDrop)):
                     module.per_member = True
         # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
         self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
         self.graphed = graphs_unused_because(cfg, device, stacked=True) is None
+        # Compiled code is compiled once per shape: batches padded to a few widths, graphed or not.
+        self.bucketed = self.graphed or bool(cfg.compile)
         self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device, capturable=self.graphed and device.type == "cuda")
         self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
         self.clips = any(c.grad_clip for c in self.configs)
@@ -205,6 +227,7 @@ class Stack:
             # in the same process, as Tune reuses a trial's process), torch's automatic dynamic shapes
             # recompiled with symbolic sizes, which vmap's batched tensors cannot give: the step failed.
             self.forward = torch.compile(self.forward, mode=cfg.compile_mode, dynamic=False)
+            allow_compiles_of_another_stack()
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
         self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
                                eager_replay=device.type != "cuda") if self.graphed else self.train_batch
@@ -252,7 +275,7 @@ class Stack:
 
     def next_batch(self) -> dict[str, torch.Tensor]:
         """Every member's next batch, stacked."""
-        return stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.graphed)
+        return stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.bucketed)
 
     def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""

@@ -41,6 +41,6 @@ class GateDrop(nn.Module):
         self.per_member = False
 
     def forward(self, gate: torch.Tensor) -> torch.Tensor:
-        if not self.training or (self.p == 0 and not self.per_member):
+        if not self.training or (not self.per_member and self.p == 0):  # per member, p is not read: compiled code would hold it
             return gate
         return gate * (torch.rand_like(gate[..., :1]) >= (self.rate if self.per_member else self.p))
