@@ -20,6 +20,17 @@ def chromium() -> str:
 
 
 @pytest.fixture()
+def fresh_compiles():
+    """No compiled code in this process: -> the number of functions compiled since."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    start = counters["frames"]["ok"]
+    return lambda: counters["frames"]["ok"] - start
+
+
+@pytest.fixture()
 def downloaded_data(tmp_path, monkeypatch):
     """bAbI's and Multi30K's files cannot be downloaded here: folders with a line or two of each,
     named by BABI_DATA and MULTI30K_DATA, where the shipped files and presets expect them."""

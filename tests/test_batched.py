@@ -3,7 +3,6 @@ import copy
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 from torch.func import functional_call, stack_module_state, vmap
 
 from trainables.batched import Stack, clip_per_member, member_state_dict, train_members, train_seeds
@@ -90,14 +89,6 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
     for a, b in zip(eager, compiled):
         assert b["loss"] == pytest.approx(a["loss"], rel=0.01)
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
-
-
-@pytest.fixture
-def fresh_compiles():
-    """No compiled code in this process: -> the number of functions compiled since."""
-    torch._dynamo.reset()
-    start = counters["frames"]["ok"]
-    return lambda: counters["frames"]["ok"] - start
 
 
 def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process(fresh_compiles):

@@ -47,7 +47,7 @@ def test_stacked_members_draw_their_own_masks():
 
 
 def test_stacked_members_drop_at_their_own_rates_and_scale_by_them():
-    """A stack whose members' rates differ (trainables.batched sets per_member) keeps the rates as a
+    """A stack whose members' rates differ (trainables.batched sets their rates in tensors) keeps the rates as a
     stacked buffer: each member's mask and scale are the definition's at its own rate, the gate-drop's too."""
     from torch.func import functional_call
 
@@ -55,7 +55,7 @@ def test_stacked_members_drop_at_their_own_rates_and_scale_by_them():
 
     rates, n = torch.tensor([0.0, 0.1, 0.5]), 200_000
     for module, scaled in ((Dropout(0.3), True), (GateDrop(0.3), False)):
-        module.train().per_member = True
+        module.train().rate_in_tensor = True
         out = vmap(lambda rate, x: functional_call(module, {"rate": rate}, (x,)), randomness="different")(rates, torch.ones(3, n, 1))
         for rate, member in zip(rates.tolist(), out[..., 0]):
             kept = member[member != 0]

@@ -68,6 +68,20 @@ def test_compile_trains_to_the_same_results_within_rounding():
         assert compiled["loss"] == pytest.approx(plain["loss"], rel=0.01), model
 
 
+def test_compiled_trials_in_one_process_compile_again_for_sizes_not_for_rates(fresh_compiles):
+    """Tune hands one process trial after trial (reuse_actors). A dropout rate was a constant of the
+    compiled code, so each trial of a search compiled again; and past torch's recompile limit (8
+    compiles of a model's forward, here 1 as if a process had used them) a trial trained
+    uncompiled, with one log line: on 2026-11-28 a process's fifth compiled trial did."""
+    train(tiny("ndr", compile=True, n_iters=2, eval_every=2, dropout=0.1), log=None)
+    first = fresh_compiles()
+    train(tiny("ndr", compile=True, n_iters=2, eval_every=2, dropout=0.3), log=None)
+    assert fresh_compiles() == first
+    with torch._dynamo.config.patch(recompile_limit=1):
+        train(tiny("ndr", compile=True, n_iters=2, eval_every=2, dropout=0.3, d_model=32), log=None)
+    assert fresh_compiles() > first
+
+
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_bf16_autocast_trains_to_the_same_results_within_tolerance(model):
     """bf16 keeps 8 bits of mantissa (a relative rounding of 0.4% per operation); on the CPU, as on

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import math
 import statistics
 import sys
@@ -37,10 +36,10 @@ from tqdm import tqdm
 from .config import TrainConfig, parse_trial_config
 from .graphs import N_BUCKETS, GraphedStep, graphs_unused_because
 from .models import batchable
-from .models.dropout import Dropout, GateDrop
+from .models.dropout import rates_in_tensors
 from .tasks import load_task
 from .train import (Selection, add_sums, batch_source, batch_tensors, load_optimizer_state, loss_of, lr_factor, make_model, make_optimizer, predict,
-                    ratios, score_sums, set_lr, setup_device, synchronize, where)
+                    ratios, room_for_compiles, score_sums, set_lr, setup_device, synchronize, where)
 
 # What may differ between the members of one stack: the rest of their configs is one. The rates
 # live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
@@ -163,22 +162,6 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], **kwargs) -> dict[int, dict[
     return dict(zip(seeds, train_members(cfg, [{"seed": seed} for seed in seeds], **kwargs)))
 
 
-_compiled_stacks = itertools.count(1)
-
-
-def allow_compiles_of_another_stack() -> None:
-    """Room in torch's recompile limits for one more compiled stack in this process: each compiles
-    its step once per bucket width (N_BUCKETS), and Tune hands a process trial after trial
-    (reuse_actors), in a search each of sizes of its own. Past the limits (8 compiles of one
-    function) torch runs the function uncompiled, with a log line only: on 2026-11-28 a process's
-    third stack of another size did."""
-    from torch._dynamo import config as dynamo_config  # here, not at the top: importing it takes a second
-
-    room = N_BUCKETS * next(_compiled_stacks)
-    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, room)
-    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, room)
-
-
 class Stack:
     """The members' models stacked, each with its own batch source, and their optimizer: `step()`
     trains every member once. What train_members runs and member_steps_per_second times."""
@@ -200,13 +183,8 @@ class Stack:
             self.models.append(make_model(c, task).to(device))
         self.params, self.buffers = stack_module_state(self.models)
         skeleton = copy.deepcopy(self.models[0]).to("meta")
-        # Each member drops at its own rate, a stacked buffer. Compiled, every stack does: a rate
-        # held as a Python number is a constant of the compiled code, so each trial of a search (a
-        # rate of its own) compiled again, up to torch's recompile limit (below).
         if cfg.compile or len({tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}) > 1:
-            for module in skeleton.modules():
-                if isinstance(module, (Dropout, GateDrop)):
-                    module.per_member = True
+            rates_in_tensors(skeleton)  # each member at its own rate, a stacked buffer; compiled, none a constant of the code
         # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
         self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
         self.graphed = graphs_unused_because(cfg, device, stacked=True) is None
@@ -227,7 +205,7 @@ class Stack:
             # in the same process, as Tune reuses a trial's process), torch's automatic dynamic shapes
             # recompiled with symbolic sizes, which vmap's batched tensors cannot give: the step failed.
             self.forward = torch.compile(self.forward, mode=cfg.compile_mode, dynamic=False)
-            allow_compiles_of_another_stack()
+            room_for_compiles(N_BUCKETS)  # one per bucket width
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
         self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
                                eager_replay=device.type != "cuda") if self.graphed else self.train_batch

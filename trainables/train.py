@@ -29,6 +29,7 @@ from tqdm import tqdm
 from .config import ConfigError, TrainConfig
 from .graphs import GraphedStep, bucket_widths, graphs_unused_because, module_weights, pick_width
 from .models import build_model
+from .models.dropout import rates_in_tensors
 from .tasks import load_task
 from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, SELECTED_PER_DEPTH_KINDS, SEQUENCE_OUTPUT_KINDS, Split, Task
 
@@ -253,6 +254,30 @@ def make_model(cfg: TrainConfig, task: Task) -> torch.nn.Module:
     return build_model(cfg.model, cfg.model_options, task)
 
 
+_compiles_allowed = 0
+
+
+def room_for_compiles(n: int) -> None:
+    """Room in torch's recompile limits for `n` more compiles in this process. torch counts the
+    compiles of each function (8 at most by default), and every trial of a model compiles the same
+    function again for its own sizes; Tune hands one process trial after trial (reuse_actors). Past
+    the limit torch runs the function uncompiled with one log line: on 2026-11-28 a process's third
+    compiled stack of another size did, and its fifth compiled single trial."""
+    global _compiles_allowed
+    from torch._dynamo import config  # here, not at the top: importing it takes a second
+
+    _compiles_allowed += n
+    config.recompile_limit = max(config.recompile_limit, _compiles_allowed)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, _compiles_allowed)
+
+
+def compile_model(cfg: TrainConfig, model: torch.nn.Module) -> None:
+    """`model` compiled in place (its state dict keeps its keys, so checkpoints load either way)."""
+    rates_in_tensors(model)
+    room_for_compiles(4)  # training and evaluation, each at its first width, then at symbolic widths
+    model.compile(mode=cfg.compile_mode)
+
+
 def make_optimizer(cfg: TrainConfig, parameters, capturable: bool = False) -> torch.optim.Optimizer:
     """`capturable`: its step count on the device, as a CUDA graph's capture needs (graphs.py)."""
     if cfg.optimizer == "rmsprop":  # the PANM authors' choice
@@ -445,7 +470,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
     next_batch, buckets = batch_source(cfg, task, batch_rng)
     model = make_model(cfg, task).to(device)
     if cfg.compile:
-        model.compile(mode=cfg.compile_mode)  # in place: the state dict keeps its keys, so checkpoints load either way
+        compile_model(cfg, model)
     if log:
         log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {where(cfg, device)}; "
             f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
@@ -511,7 +536,7 @@ def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
     next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
     model = make_model(cfg, task).to(device)
     if cfg.compile:
-        model.compile(mode=cfg.compile_mode)
+        compile_model(cfg, model)
     train_step, _, bucketed = step_function(cfg, model, task, device)
 
     def step() -> None:
