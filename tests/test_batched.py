@@ -1,10 +1,13 @@
 """Members stacked with torch.func (trainables/batched.py) against separate runs of each member."""
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
+from trainables import batched
 from trainables.batched import Stack, clip_per_member, member_state_dict, train_members, train_seeds
 from trainables.graphs import bucket_widths
 from trainables.models import BATCHABLE_MODELS, batchable
@@ -114,6 +117,30 @@ def test_compiled_stacks_of_other_rates_share_their_compiled_step(fresh_compiles
         results = train_members(tiny("ndr", compile=True, n_iters=2, eval_every=2, **rates), members, log=None)
         assert [r["status"] for r in results] == ["completed"] * 2
         assert fresh_compiles() == 1
+
+
+def test_a_finished_stack_is_freed_before_the_next_trial_builds_its_own(monkeypatch):
+    """Tune hands a finished trial's process the next trial. A stack is garbage in a reference
+    cycle (its step refers to it), which only Python's occasional full collection frees: on a GPU
+    its weights, optimizer state and CUDA graphs stayed allocated into the next trial and counted
+    in its gpu_memory_mib. Collections are off here, as between two of Python's."""
+    built, alive_at_build = [], []
+
+    def watched(*args, **kwargs):
+        alive_at_build.append([ref() is not None for ref in built])
+        stack = Stack(*args, **kwargs)
+        built.append(weakref.ref(stack))
+        return stack
+
+    monkeypatch.setattr(batched, "Stack", watched)
+    gc.disable()
+    try:
+        for _ in range(2):
+            train_members(tiny("ndr", n_iters=2, eval_every=2), [{"seed": 0}, {"seed": 1}], log=None)
+        assert built[1]() is not None  # the cycle: the last stack outlives train_members
+    finally:
+        gc.enable()
+    assert alive_at_build == [[], [False]]
 
 
 def test_a_compiled_stack_pads_its_batches_to_a_few_widths():

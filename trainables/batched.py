@@ -38,8 +38,8 @@ from .graphs import N_BUCKETS, GraphedStep, graphs_unused_because
 from .models import batchable
 from .models.dropout import rates_in_tensors
 from .tasks import load_task
-from .train import (Selection, add_sums, batch_source, batch_tensors, load_optimizer_state, loss_of, lr_factor, make_model, make_optimizer, predict,
-                    ratios, room_for_compiles, score_sums, set_lr, setup_device, synchronize, where)
+from .train import (Selection, add_sums, batch_source, batch_tensors, free_what_finished_trials_left, load_optimizer_state, loss_of, lr_factor,
+                    make_model, make_optimizer, predict, ratios, room_for_compiles, score_sums, set_lr, setup_device, synchronize, where)
 
 # What may differ between the members of one stack: the rest of their configs is one. The rates
 # live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
@@ -289,8 +289,7 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
             break
         finally:
             stack = None
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            free_what_finished_trials_left(device)  # before the next size: a stack outlives its last reference
         curve.append((n, n / statistics.median(times[1:])))
     return curve
 
@@ -331,8 +330,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
     """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once;
     returns each member's final metrics."""
     device = setup_device(cfg)
-    if device.type == "cuda":  # its members' gpu_memory_mib counts from here
-        torch.cuda.reset_peak_memory_stats(device)
+    free_what_finished_trials_left(device)
     task = load_task(cfg.task, cfg.task_options)
     stack = Stack(cfg, members, task, device, log)
     cfg = stack.cfg

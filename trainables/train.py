@@ -14,6 +14,7 @@ tasks.base.SCORES_OF_KIND; the first selects checkpoints. Ray and MLflow attach 
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import re
 import statistics
@@ -456,11 +457,22 @@ def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, 
     return {f"{prefix}_{s}{suffix}": v for s, v in scores.items()}
 
 
+def free_what_finished_trials_left(device: torch.device) -> None:
+    """Frees what finished trials left in this process (Tune hands one process trial after trial),
+    and on CUDA counts gpu_memory_mib from here. A stack is garbage in a reference cycle (its step
+    refers to it), which only Python's occasional full collection frees: its weights, optimizer
+    state and CUDA graphs stayed allocated into the next trial. And the allocator keeps freed
+    blocks reserved, which the next trial's gpu_memory_mib (peak reserved) counted as its own."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     device = setup_device(cfg)
-    if device.type == "cuda":  # its gpu_memory_mib counts from here
-        torch.cuda.reset_peak_memory_stats(device)
+    free_what_finished_trials_left(device)
     cfg = cfg.settled(device.type)
     torch.manual_seed(cfg.seed)
     batch_rng = np.random.default_rng(cfg.seed)
