@@ -10,6 +10,7 @@
 #   fused_ff.txt our Triton feed-forward kernels (fused_feed_forward): their tests on CUDA, the autotuner's
 #                timing of their blocks, their time against PyTorch's eager and compiled sublayer, and NDR's
 #                compiled bf16 stack of 20 with and without them
+#   recompiles.txt  a search's compiled stacks one after another in one process: what each compiles, and its seconds
 #   compiled.txt NDR stacked 20 high with compile: true (fused kernels; one CUDA graph since 2026-11-27), and its compile seconds
 #   compiled_ro.txt the same compiled in mode reduce-overhead (torch's own CUDA graphs of the compiled step)
 #   compiled_bf16.txt the same compiled (default mode) with bf16 autocast
@@ -61,6 +62,11 @@ run 520 fused_ff bash -c "$py -m pytest -q -p no:cacheprovider tests/test_feed_f
     && for fused in true false; do $py benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper \
     --models 'ctl / ndr' --steps 20 --seeds-n 20 --compile --bf16 --set fused_feed_forward=\$fused; done; \
     $py benchmarks/ff_kernel.py --members 1,20 --sweep; $py benchmarks/ff_kernel.py --members 1,20"
+# A search's trials in one process, as Tune's reused actor runs them: stacks of 5 paper NDRs, two of
+# other dropout rates (since 2026-11-28 the second compiles nothing: rates live in tensors), then one
+# of another depth (compiles again, and under torch's recompile limit). Each compile's seconds on a GPU.
+run 540 recompiles "$py" benchmarks/bench_recompiles.py --device cuda --size paper --members 5 --steps 10 \
+    --trials "dropout=0.1; dropout=0.3; n_layers=10 dropout=0.2"
 # Compiled stacks (fused kernels; the default for stacks on CUDA since the ninth session).
 run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile
