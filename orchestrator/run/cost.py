@@ -173,9 +173,8 @@ class Calibration:
         if device == "cuda" and self.whole_gpu is None:
             self.whole_gpu = one_gpu()  # asked of Ray once, not per measurement
         gpus = max(pair.resources.gpu, self.whole_gpu) if device == "cuda" else 0
-        self.jobs[(pair.name, measure.__name__)] = (task_of_its_own_worker(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus,
-                                                                                resources=pair.resources.custom or None)
-                                                    .remote(device == "cuda", measure, *args))
+        measured = task_of_its_own_worker(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
+        self.jobs[(pair.name, measure.__name__)] = measured.remote(device == "cuda", measure, *args)
 
     def result(self, pair: Pair, device: str, measure, *args) -> tuple:
         """(measure(*args), where it ran in words), or (None, why it did not run)."""
