@@ -116,21 +116,21 @@ def cluster_with_a_blind_node(tmp_path, cluster) -> tuple[Path, str, Path]:
 MEASURED_TWICE = """
 import os, sys
 import ray
-from orchestrator.run.cluster import task_of_its_own_worker
+from orchestrator.run.cluster import measurement
 
 def pid():
     return os.getpid()
 
 ray.init(address=sys.argv[1], log_to_driver=False)
-measured = task_of_its_own_worker(pid).options(num_cpus=1, num_gpus=1)
+measured = measurement(pid, num_cpus=1, num_gpus=1)
 print(ray.get(measured.remote()), ray.get(measured.remote()))
 """
 
 
 def test_a_measurement_given_a_gpu_runs_in_a_worker_process_of_its_own(cluster):
-    """The launch's CUDA check and stack-size curves, and the dry run's timings, get their GPU
-    through .options(); Ray runs a worker once only for tasks declared with GPUs, so a measurement's
-    worker stayed for the next task, holding its CUDA context and memory on the GPU the trials train
+    """The launch's CUDA check and stack-size curves, and the dry run's timings, got their GPU
+    through .options(); Ray runs a worker once only for tasks declared with GPUs in ray.remote, so
+    a measurement's worker stayed for the next task, holding its CUDA context and memory on the GPU the trials train
     on (and the device it started with). A GPU declared to Ray here: none is touched."""
     cluster.start(f"--address={cluster.address}", "--num-cpus=1", "--num-gpus=1")
     done = subprocess.run([sys.executable, "-c", MEASURED_TWICE, cluster.address], env=cluster.env, cwd=Path(__file__).parent.parent,

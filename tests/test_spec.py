@@ -583,7 +583,7 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
         def remote(self, flat, sizes):
             return sizes
 
-    monkeypatch.setattr(launch, "task_of_its_own_worker", lambda function: Timed())
+    monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
     study = load_study(write(tmp_path, with_(models=["ndr"], space={}, seeds=[0, 1, 2], resources={"cpu": 1, "gpu": 0.25})))
     study.resolve_batching(True)
@@ -635,7 +635,7 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
             timed.append(flat)
             return sizes
 
-    monkeypatch.setattr(launch, "task_of_its_own_worker", lambda function: Timed())
+    monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
     ablation = load_study(write(tmp_path, with_(models=["ndr"], space={}, grid={"act": ["graves", "none"]}, seeds=[0, 1, 2],
@@ -672,7 +672,7 @@ def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path
             return "ref"
 
     answer = {"available": False, "torch": "2.13.0+cpu", "cuda": None, "node": "gpu-node-1"}
-    monkeypatch.setattr(launch, "task_of_its_own_worker", lambda function: Asked())
+    monkeypatch.setattr(launch, "measurement", lambda function, **resources: Asked().options(**resources))
     monkeypatch.setattr(ray, "get", lambda ref, timeout: answer)
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 16.0, "GPU": 8.0}}])
     study = load_study(write(tmp_path, with_(resources={"cpu": 4, "gpu": 0.25})))

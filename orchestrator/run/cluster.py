@@ -30,12 +30,13 @@ def one_gpu() -> float:
     return min(1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0))
 
 
-def task_of_its_own_worker(function):
-    """`function` as a Ray task whose worker process runs it once and exits (max_calls=1), as Ray
-    makes every task declared with GPUs: the launch's measurements on a GPU get theirs through
-    `.options(num_gpus=...)`, which does not. A worker that stayed held its CUDA context and its
-    allocator's memory on the GPU that the trials then train on, and kept the device it started
-    with for a later measurement given another GPU (CUDA reads CUDA_VISIBLE_DEVICES once)."""
+
+def measurement(function, **resources):
+    """`function` as a Ray task holding `resources` (num_cpus, num_gpus, resources), declared in
+    ray.remote itself: Ray runs a worker once (max_calls=1) only for a task declared there with
+    GPUs. Given them through .options(), a measurement's worker stayed, holding its CUDA context
+    and its allocator's memory on the GPU that the trials then train on, and kept the device it
+    started with for a later measurement given another GPU (CUDA reads CUDA_VISIBLE_DEVICES once)."""
     import ray
 
-    return ray.remote(max_calls=1)(function)
+    return ray.remote(**resources)(function)

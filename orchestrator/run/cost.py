@@ -13,7 +13,7 @@ from typing import Iterator
 from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
 from ..plan.storage import last_line
 from ..record import tracking
-from .cluster import join, one_gpu, task_of_its_own_worker
+from .cluster import join, measurement, one_gpu
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64
@@ -173,7 +173,7 @@ class Calibration:
         if device == "cuda" and self.whole_gpu is None:
             self.whole_gpu = one_gpu()  # asked of Ray once, not per measurement
         gpus = max(pair.resources.gpu, self.whole_gpu) if device == "cuda" else 0
-        measured = task_of_its_own_worker(on_node).options(num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
+        measured = measurement(on_node, num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
         self.jobs[(pair.name, measure.__name__)] = measured.remote(device == "cuda", measure, *args)
 
     def result(self, pair: Pair, device: str, measure, *args) -> tuple:

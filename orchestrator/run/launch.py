@@ -31,7 +31,7 @@ from ..record import tracking
 from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
                      TruncationAwareOptunaSearch, own_config, run_key, trial_members)
 from .callbacks import ProgressLines, TrialTracker
-from .cluster import join, one_gpu, task_of_its_own_worker
+from .cluster import join, measurement, one_gpu
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
@@ -408,7 +408,7 @@ def check_cuda(study: Study) -> None:
     if not any(p.resources.gpu > 0 for p in study.pairs):
         return
     cpus = min(p.resources.cpu for p in study.pairs if p.resources.gpu > 0)
-    asked = task_of_its_own_worker(torch_cuda).options(num_cpus=cpus, num_gpus=one_gpu()).remote()
+    asked = measurement(torch_cuda, num_cpus=cpus, num_gpus=one_gpu()).remote()
     try:  # a GPU that other work holds for minutes is no reason to wait for the answer
         seen = ray.get(asked, timeout=CUDA_CHECK_S)
     except Exception as e:  # noqa: BLE001 - a check that cannot be made is no reason to refuse the launch
@@ -435,8 +435,8 @@ def measure_stack_sizes(study: Study) -> dict[str, int]:
     pairs = [p for p in study.pairs if p.name in most]
     if not pairs:
         return {}
-    timed, gpu = task_of_its_own_worker(stack_curve), one_gpu()
-    pending = [timed.options(num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, gpu), resources=p.resources.custom or None)
+    gpu = one_gpu()
+    pending = [measurement(stack_curve, num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, gpu), resources=p.resources.custom or None)
                .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
