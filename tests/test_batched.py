@@ -88,7 +88,10 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
     rounding that allows (test_train's single-model check: 1%). Members of their own rates."""
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
     eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
-    compiled = train_members(tiny("ndr", compile=True, **NO_DROPOUT), members, log=None)
+    still_compiled = []
+    compiled = train_members(tiny("ndr", compile=True, **NO_DROPOUT), members, log=None,
+                             report=lambda metrics, state, compiled: still_compiled.append(compiled))
+    assert still_compiled == [True, True]
     for a, b in zip(eager, compiled):
         assert b["loss"] == pytest.approx(a["loss"], rel=0.01)
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
@@ -197,7 +200,10 @@ def test_a_compiled_step_that_fails_leaves_an_auto_compiled_stack_training_uncom
     eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
     monkeypatch.setattr(torch, "compile", compile_that_fails(where))
     lines = []
-    failed_over = train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=lines.append)
+    still_compiled = []  # what each evaluation reports: the launch tags the trial's runs with it
+    failed_over = train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=lines.append,
+                                report=lambda metrics, state, compiled: still_compiled.append(compiled))
+    assert still_compiled == [False, False]
     for a, b in zip(eager, failed_over):
         close(a, b)
     assert any("parameters each on cpu, compiled;" in line for line in lines)  # what compile and bf16 resolved to
@@ -278,7 +284,7 @@ def test_clipping_is_each_members_own(by):
 def test_resume_from_a_batched_snapshot_continues_exactly():
     states = {}
     cfg = tiny("transformer_rel", length_bucketed=True)
-    full = train_seeds(cfg, [0, 1], report=lambda metrics, state: states.setdefault(metrics[0]["iteration"], state()), log=None)
+    full = train_seeds(cfg, [0, 1], report=lambda metrics, state, compiled: states.setdefault(metrics[0]["iteration"], state()), log=None)
     resumed = train_seeds(cfg, [0, 1], resume_state=states[6], log=None)
     for seed in (0, 1):
         assert resumed[seed]["loss"] == pytest.approx(full[seed]["loss"], rel=1e-5)
@@ -289,7 +295,7 @@ def test_a_seeds_weights_load_into_a_model_of_its_own():
     """What the report's attention maps load from a checkpoint of batched seeds (orchestrator/report/maps.py)."""
     states = []
     cfg = tiny("ndr", **NO_DROPOUT)
-    train_seeds(cfg, [4, 9], report=lambda metrics, state: states.append(state()), log=None)
+    train_seeds(cfg, [4, 9], report=lambda metrics, state, compiled: states.append(state()), log=None)
     alone = {}
     train(tiny("ndr", seed=9, **NO_DROPOUT), report=lambda metrics, state: alone.update(state()), log=None)
     mine = member_state_dict(states[-1], 1)
@@ -303,7 +309,7 @@ def test_a_diverged_seed_stops_alone():
     on; a resume from a later snapshot keeps it diverged where it diverged."""
     reports, states = [], {}
 
-    def report(metrics, state):
+    def report(metrics, state, compiled):
         reports.append([dict(m) for m in metrics])
         states[metrics[0]["iteration"]] = state()
 

@@ -54,6 +54,20 @@ def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeyp
     assert [m.step for m in history] == [10, 20, 30]
 
 
+def test_a_runs_tags_say_how_and_where_its_trial_ran_last(tmp_path, monkeypatch):
+    """Tags are written at a run's first evaluation, and again where they change: a stack whose
+    compiled step failed later (a new batch width) goes on uncompiled, a recovered trial lands on
+    another node."""
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    a = trial("a")
+    tracker.on_trial_start(0, [], a)
+    tracker.on_trial_result(0, [], a, {**result(10, 0.1), "compile": "default"})
+    assert MlflowClient(uri).get_run(tracker.runs["a"]).data.tags["compile"] == "default"
+    tracker.on_trial_result(0, [], a, {**result(20, 0.1), "compile": "off (the compiled step failed)", "hostname": "h2"})
+    tags = MlflowClient(uri).get_run(tracker.runs["a"]).data.tags
+    assert (tags["compile"], tags["node"], tags["device"]) == ("off (the compiled step failed)", "h2", "cpu")
+
+
 def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, monkeypatch):
     uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
     forgotten, replacement = trial("a"), trial("b")

@@ -150,7 +150,7 @@ def test_a_graphed_runs_checkpoint_resumes_as_this_run_steps():
         group["capturable"] = True
     assert train(tiny(), resume_state=graphed, log=None)["loss"] == pytest.approx(full["loss"], rel=1e-5)
     members, stacked = [{"seed": 0}, {"seed": 1}], {}
-    whole = train_members(tiny(), members, report=lambda ms, state: stacked.setdefault(ms[0]["iteration"], state()), log=None)
+    whole = train_members(tiny(), members, report=lambda ms, state, compiled: stacked.setdefault(ms[0]["iteration"], state()), log=None)
     for group in stacked[6]["optimizer"]["param_groups"]:
         group["capturable"] = True
     resumed = train_members(tiny(), members, resume_state=stacked[6], log=None)

@@ -47,8 +47,9 @@ from .train import (Selection, add_sums, batch_source, batch_tensors, free_what_
 RATE_KEYS = ("dropout", "attention_dropout", "query_dropout", "input_dropout", "gate_drop")
 MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
 
-# report(metrics per member, state): after every evaluation, as train.Reporter for each member at once.
-MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict]], None]
+# report(metrics per member, state, compiled): after every evaluation, as train.Reporter for each
+# member at once; `compiled`: whether the step still runs compiled (compile: auto falls back).
+MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict], bool], None]
 
 
 def stacked_batch(parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:
@@ -251,6 +252,10 @@ class Stack:
         losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
         return out, losses
 
+    @property
+    def compiled(self) -> bool:
+        return self.forward is not self.uncompiled
+
     def next_batch(self) -> dict[str, torch.Tensor]:
         """Every member's next batch, stacked."""
         return stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.bucketed)
@@ -384,7 +389,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
                 if not selection.diverged:  # a diverged member keeps its last metrics, as its own run would have stopped
                     selection(stack.load_member(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)
             if report:
-                report([selection.metrics for selection in selections], snapshot)
+                report([selection.metrics for selection in selections], snapshot, stack.compiled)
             if all(selection.diverged for selection in selections):
                 break
             loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()

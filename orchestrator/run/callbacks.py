@@ -59,14 +59,14 @@ class TrialTracker(Callback):
         self.base_configs, self.tags = base_configs, tags
         self.runs: dict[str, str] = {}  # trial id (and member) -> its run
         self.pair_runs: dict[str, str] = {}  # pair -> its run, the parent of its trials' runs
-        self.located: set[str] = set()  # runs whose node/device tags this driver has written
+        self.located: dict[str, dict] = {}  # run -> the node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
         self.ended: set[str] = set()  # trials whose end (complete or error) Tune reported to this driver
         self._client = None
         self._experiment_id = None
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
-        return self.__dict__ | {"_client": None, "located": set(), "last_step": {}, "pair_runs": {}}
+        return self.__dict__ | {"_client": None, "located": {}, "last_step": {}, "pair_runs": {}}
 
     def __setstate__(self, state):  # a launch started before `ended` existed resumes too
         self.__dict__.update({"ended": set(), **state})
@@ -158,11 +158,12 @@ class TrialTracker(Callback):
             for record in json.loads(result.get(REPLAY_KEY) or "[]"):
                 self.log_evaluation(run_id, member_result(record, member))
             self.log_evaluation(run_id, member_result(result, member))
-            if run_id not in self.located:  # once per run and driver: a resumed trial may land elsewhere
-                self.located.add(run_id)
-                self.mlflow.log_batch(run_id, tags=[
-                    RunTag("node", str(result.get("hostname", ""))), RunTag("node_ip", str(result.get("node_ip", ""))),
-                    *(RunTag(key, str(result.get(key, ""))) for key in ("device", "node_id", "compile", "bf16"))])
+            # Once per run and driver, and again where they change: a resumed trial may land
+            # elsewhere, a stack whose compiled step failed goes on uncompiled.
+            where = {"node": result.get("hostname", ""), **{key: result.get(key, "") for key in ("node_ip", "device", "node_id", "compile", "bf16")}}
+            if self.located.get(run_id) != where:
+                self.located[run_id] = where
+                self.mlflow.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in where.items()])
 
     def log_evaluation(self, run_id: str, result: dict) -> None:
         from mlflow.entities import Metric
@@ -189,7 +190,6 @@ class TrialTracker(Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
-        self.located.difference_update(self.run_ids(trial).values())  # tag the node it lands on next
         print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)){error_line(trial)}; restarting it "
               f"from its last checkpoint", flush=True)
 

@@ -87,7 +87,9 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
             (Path(d) / "history.json").write_text(json.dumps(history))
             tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    def report_members(per_member: list[dict], state) -> None:
+    def report_members(per_member: list[dict], state, compiled: bool) -> None:
+        if ran_as.compile and not compiled:  # the tag says how the trial ran, from here on
+            where["compile"] = "off (the compiled step failed)"
         statuses = {m["status"] for m in per_member}
         live = [m[metric] for m in per_member if m["status"] != "diverged" and metric in m] or [math.nan]
         overall = sum(live) / len(live) if stack_of == "mean" else (min if mode == "min" else max)(live)
