@@ -82,6 +82,28 @@ def test_cuda_graphs_false_and_the_cpu_step_eagerly():
         assert graphs.graphs_unused_because(tiny("ndr", compile=mode), torch.device("cuda"), stacked=True) == f"compile: {mode} captures CUDA graphs of its own"
 
 
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_graphed_run_with_dropout_resumes_exactly(stacked, monkeypatch):
+    """A resumed run captures its batch widths again, at other steps than the run it resumes: the
+    warm-up before each capture draws no random numbers the run would have, so its dropout goes on
+    as the uninterrupted run's. Graphed (on the CPU, the eager replay; on a GPU, real captures, and
+    the device's generator kept in the checkpoint), alone and stacked, with NDR's dropout and
+    gate-drop, over batches of several widths."""
+    from trainables import batched
+
+    cfg, states = tiny("ndr", length_bucketed=True, dropout=0.3, gate_drop=0.2), {}
+    monkeypatch.setattr(train_module, "graphs_unused_because", lambda cfg, device: None)
+    monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device, stacked: None)
+    if stacked:
+        members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
+        full = batched.train_members(cfg, members, report=lambda ms, state, compiled: states.setdefault(ms[0]["iteration"], state()), log=None)
+        resumed = batched.train_members(cfg, members, resume_state=states[6], log=None)
+    else:
+        full = [train(cfg, report=lambda m, state: states.setdefault(m["iteration"], state()), log=None)]
+        resumed = [train(cfg, resume_state=states[6], log=None)]
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in full], rel=1e-5)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the capture itself")
 @pytest.mark.parametrize("model", ["ndr", "transformer_rel"])
 def test_on_cuda_the_graphed_step_equals_the_eager_step(model):

@@ -39,7 +39,8 @@ from .models import batchable
 from .models.dropout import rates_in_tensors
 from .tasks import load_task
 from .train import (Selection, add_sums, batch_source, batch_tensors, free_what_finished_trials_left, load_optimizer_state, loss_of, lr_factor,
-                    make_model, make_optimizer, predict, ratios, room_for_compiles, score_sums, set_lr, setup_device, synchronize, where)
+                    make_model, make_optimizer, predict, random_states, ratios, restore_random_states, room_for_compiles, score_sums, set_lr,
+                    setup_device, synchronize, where)
 
 # What may differ between the members of one stack: the rest of their configs is one. The rates
 # live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
@@ -353,7 +354,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
             for name, value in resume_state["params"].items():
                 params[name].copy_(value)
         optimizer.load_state_dict(resume_state["optimizer"])
-        torch.set_rng_state(resume_state["torch_rng"])
+        restore_random_states(resume_state, device)
         start = resume_state["iteration"]
         for rng, (_, buckets), selection, saved in zip(rngs, sources, selections, resume_state["member_states"]):
             rng.bit_generator.state = saved["batch_rng"]
@@ -366,7 +367,7 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
         return copy.deepcopy({
             "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": {name: stack.buffers[name] for name in stack.saved_buffers},
             "optimizer": optimizer.state_dict(),
-            "iteration": iteration, "torch_rng": torch.get_rng_state(),
+            "iteration": iteration, **random_states(device),
             "member_states": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
                               for rng, (_, buckets), selection in zip(rngs, sources, selections)],
         })

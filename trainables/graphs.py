@@ -112,14 +112,17 @@ class GraphedStep:
         inputs = {name: t.clone() for name, t in batch.items()}
         # The optimizer's state is keyed by the parameters themselves: copy the values only.
         saved = (copy.deepcopy(self.weights), {p: copy.deepcopy(entry) for p, entry in self.optimizer.state.items()})
+        # The warm-up's random draws are undone as its updates are: a run resumed from a checkpoint
+        # captures its widths at other steps than the run it resumes, and must draw as that run did.
         if self.eager_replay:
-            for _ in range(WARMUP_STEPS):
-                self.run(inputs)
+            with torch.random.fork_rng(devices=[]):
+                for _ in range(WARMUP_STEPS):
+                    self.run(inputs)
             restore_in_place(self.weights, self.optimizer, saved)
             return inputs, None, None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), torch.random.fork_rng(devices=[torch.cuda.current_device()]):
             for _ in range(WARMUP_STEPS):
                 self.run(inputs)
         torch.cuda.current_stream().wait_stream(side)

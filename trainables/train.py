@@ -469,6 +469,20 @@ def free_what_finished_trials_left(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def random_states(device: torch.device) -> dict:
+    """What a checkpoint keeps of torch's generators: the CPU's, and on CUDA the device's, which
+    dropout there draws from (without it a resumed trial drew its first steps' masks again)."""
+    return {"torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def restore_random_states(saved: dict, device: torch.device) -> None:
+    """`saved`'s generators; a checkpoint from another kind of device (or from before the CUDA one
+    was kept) leaves the device's as the trial's seed set it."""
+    torch.set_rng_state(saved["torch_rng"])
+    if device.type == "cuda" and saved.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(saved["cuda_rng"], device)
+
+
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     device = setup_device(cfg)
@@ -495,7 +509,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         model.load_state_dict(resume_state["model"])
         load_optimizer_state(optimizer, resume_state["optimizer"])
         batch_rng.bit_generator.state = resume_state["batch_rng"]
-        torch.set_rng_state(resume_state["torch_rng"])
+        restore_random_states(resume_state, device)
         selection.restore(resume_state)
         start = resume_state["iteration"]
         if buckets:
@@ -506,7 +520,7 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
         # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
         return copy.deepcopy({
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-            "batch_rng": batch_rng.bit_generator.state, "torch_rng": torch.get_rng_state(), **selection.state(),
+            "batch_rng": batch_rng.bit_generator.state, **random_states(device), **selection.state(),
             "buckets": buckets.state() if buckets else None,
         })
 
