@@ -200,10 +200,17 @@ def test_a_compiled_step_that_fails_leaves_an_auto_compiled_stack_training_uncom
     eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
     monkeypatch.setattr(torch, "compile", compile_that_fails(where))
     lines = []
-    still_compiled = []  # what each evaluation reports: the launch tags the trial's runs with it
+    still_compiled, states = [], []  # what each evaluation reports: the launch tags the trial's runs with it
     failed_over = train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=lines.append,
-                                report=lambda metrics, state, compiled: still_compiled.append(compiled))
+                                report=lambda metrics, state, compiled: (still_compiled.append(compiled), states.append(state())))
     assert still_compiled == [False, False]
+    # Restored from a checkpoint, it trains uncompiled from the start, as it did before.
+    restored_lines = []
+    train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=restored_lines.append, resume_state=states[0],
+                  report=lambda metrics, state, compiled: still_compiled.append(compiled))
+    assert [line for line in restored_lines if "compiled step failed" in line] == [
+        "[ctl/ndr] its compiled step failed before the checkpoint; training on uncompiled"]
+    assert still_compiled[2:] == [False]
     for a, b in zip(eager, failed_over):
         close(a, b)
     assert any("parameters each on cpu, compiled;" in line for line in lines)  # what compile and bf16 resolved to

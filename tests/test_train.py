@@ -1,8 +1,10 @@
 """The training protocol, the model registry and `orchestrator train`."""
 import copy
 import json
+import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -155,6 +157,64 @@ def test_a_graphed_runs_checkpoint_resumes_as_this_run_steps():
         group["capturable"] = True
     resumed = train_members(tiny(), members, resume_state=stacked[6], log=None)
     assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in whole], rel=1e-5)
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+@pytest.mark.parametrize("ending", ["finished", "diverged"])
+def test_a_trial_restored_from_the_checkpoint_it_ended_at_reports_that_evaluation_again(stacked, ending):
+    """A trial's last checkpoint is written as it finishes or diverges; its driver may die before
+    it logs that evaluation, and the trial is restored from there. Then it trains nothing and
+    reports that evaluation again (it reported nothing, and a diverged one trained on NaN weights
+    and reported a later divergence)."""
+    from trainables.batched import train_members
+
+    cfg = tiny(**({"lr": 1e30, "n_iters": 50, "eval_every": 25} if ending == "diverged" else {}))
+    states, first, again = {}, [], []
+    if stacked:
+        members = [{"seed": 0}, {"seed": 1}]
+        full = train_members(cfg, members, report=lambda ms, state, compiled: (first.append(ms), states.update(last=state())), log=None)
+        resumed = train_members(cfg, members, report=lambda ms, state, compiled: again.append(ms), resume_state=states["last"], log=None)
+    else:
+        full = [train(cfg, report=lambda m, state: (first.append([m]), states.update(last=state())), log=None)]
+        resumed = [train(cfg, report=lambda m, state: again.append([m]), resume_state=states["last"], log=None)]
+    assert {m["status"] for m in full} == {"completed" if ending == "finished" else "diverged"}
+    assert len(again) == 1 and again[0] == first[-1] and resumed == full
+    assert all(m["iteration"] == (cfg.n_iters if ending == "finished" else 25) for m in resumed)
+
+
+def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_replays_its_history_once(tmp_path, monkeypatch):
+    """What Tune receives from the trainable (launch.run_trial) restored from the checkpoint its
+    trial ended at: that evaluation, carrying every earlier one for the tracker to log where its
+    driver had not; the checkpoint's history holds each evaluation once."""
+    import ray
+    from ray import tune
+
+    from orchestrator.record import tracking
+    from orchestrator.run import launch
+    from orchestrator.run.search import PAIR_KEY
+
+    flat = {**tiny().flat(), "model": "ndr", "task": "ctl"}
+    received, checkpoints = [], []
+
+    def report(metrics, checkpoint):
+        received.append(metrics)
+        checkpoints.append(tmp_path / f"checkpoint{len(checkpoints)}")
+        shutil.copytree(checkpoint.path, checkpoints[-1])
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "node"))
+    monkeypatch.setattr(tune, "report", report)
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    loads = []
+    monkeypatch.setattr(torch, "load", lambda *args, real=torch.load, **kwargs: loads.append(kwargs) or real(*args, **kwargs))
+    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, {"p": 1}, "best_ood_valid_acc", "max", "mean")
+    assert [r["iteration"] for r in received] == [6, 12]
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint.from_directory(str(checkpoints[-1])))
+    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, {"p": 1}, "best_ood_valid_acc", "max", "mean")
+    assert loads[-1]["map_location"] == "cpu"
+    restored = received[-1]
+    assert restored["iteration"] == 12 and restored["status"] == "completed"
+    assert [r["iteration"] for r in json.loads(restored[tracking.REPLAY_KEY])] == [6, 12]
+    assert [r["iteration"] for r in json.loads((checkpoints[-1] / "history.json").read_text())] == [6, 12]
 
 
 def test_equal_ood_scores_select_the_latest_checkpoint_and_final_scores_are_reported():

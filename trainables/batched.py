@@ -237,13 +237,16 @@ class Stack:
                 raise
             why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
         # Out of the except block: the failed attempt's activations, which its traceback holds, are freed first.
+        self.train_uncompiled(f"the compiled step failed ({why})")
+        return self.forward_backward(batch)
+
+    def train_uncompiled(self, why: str) -> None:
         self.forward = self.uncompiled
-        message = f"[{self.cfg.task}/{self.cfg.model}] the compiled step failed ({why}); training on uncompiled"
+        message = f"[{self.cfg.task}/{self.cfg.model}] {why}; training on uncompiled"
         if self.log:
             self.log(message)
         else:  # a launch's trials log nothing else: the worker's warning reaches the driver's console
-            warnings.warn(message, stacklevel=2)
-        return self.forward_backward(batch)
+            warnings.warn(message, stacklevel=3)
 
     def forward_backward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed):
@@ -353,6 +356,10 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
         with torch.no_grad():
             for name, value in resume_state["params"].items():
                 params[name].copy_(value)
+            for name, value in resume_state.get("buffers", {}).items():
+                stack.buffers[name].copy_(value)
+        if resume_state.get("compiled") is False and stack.compiled:
+            stack.train_uncompiled("its compiled step failed before the checkpoint")
         optimizer.load_state_dict(resume_state["optimizer"])
         restore_random_states(resume_state, device)
         start = resume_state["iteration"]
@@ -367,14 +374,19 @@ def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: Membe
         return copy.deepcopy({
             "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": {name: stack.buffers[name] for name in stack.saved_buffers},
             "optimizer": optimizer.state_dict(),
-            "iteration": iteration, **random_states(device),
+            "iteration": iteration, **random_states(device), "compiled": stack.compiled,
             "member_states": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
                               for rng, (_, buckets), selection in zip(rngs, sources, selections)],
         })
 
+    iteration = start
+    if all(selection.ended(start) for selection in selections):  # as train's: restored from the checkpoint the stack ended at
+        if report:
+            report([selection.metrics for selection in selections], snapshot, stack.compiled)
+        bar.close()
+        return [selection.metrics for selection in selections]
     n = len(members)
     loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
-    iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
         if cfg.lr_schedule != "constant":
             optimizer.schedule(lr_factor(cfg, iteration))

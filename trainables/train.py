@@ -378,12 +378,19 @@ class Selection:
         self.per_depth, self.depth_best = task.kind in SELECTED_PER_DEPTH_KINDS, {}
 
     def state(self) -> dict:
-        # A stack trains on past a member that diverged: its resume must not train that member again.
-        return {"best": self.best, "early": self.early, "depth_best": self.depth_best, "diverged": self.metrics if self.diverged else None}
+        # The last evaluation's metrics: a stack trains on past a member that diverged, and its resume
+        # must not train that member again; a trial restored from the checkpoint it ended at reports them again.
+        return {"best": self.best, "early": self.early, "depth_best": self.depth_best, "last": self.metrics}
 
     def restore(self, state: dict) -> None:
         self.best, self.early, self.depth_best = state["best"], state.get("early", self.early), state.get("depth_best", {})
-        self.metrics = state.get("diverged") or {"status": "completed", **self.best}
+        # (A checkpoint from before "last" was kept holds "diverged", the metrics of a diverged member.)
+        self.metrics = state.get("last") or state.get("diverged") or {"status": "completed", **self.best}
+
+    def ended(self, iteration: int) -> bool:
+        """Whether a run restored at `iteration` has nothing left to train: it diverged, or its
+        checkpoint is its last evaluation's."""
+        return self.diverged or iteration >= self.cfg.n_iters
 
     @property
     def diverged(self) -> bool:
@@ -524,11 +531,18 @@ def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict |
             "buckets": buckets.state() if buckets else None,
         })
 
+    iteration = start
+    if selection.ended(start):
+        # Restored from the checkpoint the trial ended at: it reports that evaluation again, as its
+        # driver may have died before logging it (the tracker logs an evaluation once).
+        if report:
+            report(selection.metrics, snapshot)
+        bar.close()
+        return selection.metrics
     model.train()
     # The loss and training scores are summed on the device and read once per evaluation: a step
     # never waits for the host (on a GPU, a read per step stalls the queue of small kernels).
     loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
-    iteration = start
     for iteration in range(start + 1, cfg.n_iters + 1):
         if cfg.lr_schedule != "constant":
             set_lr(optimizer, cfg.lr * lr_factor(cfg, iteration))

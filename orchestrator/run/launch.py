@@ -72,14 +72,18 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d:
-            resume_state = torch.load(Path(d) / "state.pt", weights_only=False)
+            # Onto the CPU: the trial copies it into its own tensors, and a copy on the GPU would
+            # stay for the whole trial (resume_state is held here) and count in its gpu_memory_mib.
+            resume_state = torch.load(Path(d) / "state.pt", weights_only=False, map_location="cpu")
             if (Path(d) / "history.json").exists():
                 history = json.loads((Path(d) / "history.json").read_text())
         replay = list(history)
 
     def report(metrics: dict, state) -> None:
         nonlocal replay
-        history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if not history or history[-1].get("iteration") != numbers.get("iteration"):  # a trial restored from the checkpoint it ended at reports that evaluation again
+            history.append(numbers)
         extra = {tracking.REPLAY_KEY: json.dumps(replay)} if replay else {}  # a string: Tune's loggers skip it quietly
         replay = None
         with tempfile.TemporaryDirectory() as d:
