@@ -30,7 +30,6 @@ def one_gpu() -> float:
     return min(1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0))
 
 
-
 def measurement(function, **resources):
     """`function` as a Ray task holding `resources` (num_cpus, num_gpus, resources), declared in
     ray.remote itself: Ray runs a worker once (max_calls=1) only for a task declared there with
