@@ -405,8 +405,11 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
-def check_store(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast, before anything launches, if the tracking store cannot be reached."""
+def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0) -> None:
+    """Fail fast, before anything launches, if the tracking store cannot be reached. A server that
+    refuses the connection fails at once; one that answers slowly gets `server_timeout_s`: a team
+    server checking a password hash on loaded cores took over 5 s to answer, and a launch its
+    MLflow client (which waits 120 s a request) would have tracked was refused."""
     uri = reveal(uri)
     found = _CREDENTIALS.match(uri)
     if found and "@" in uri[found.end():].split("/", 1)[0]:
@@ -441,7 +444,7 @@ def check_store(uri: str, timeout_s: float = 5.0) -> None:
         request = urllib.request.Request(bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
                                          headers=from_environment or url_auth_headers(uri))
         try:
-            urllib.request.urlopen(request, timeout=timeout_s).read()
+            urllib.request.urlopen(request, timeout=server_timeout_s).read()
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: no such experiment, but the server answered
                 answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
