@@ -402,3 +402,34 @@ def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run
     settle_proposals(storage, "s", runs, "acc")  # "c" has no run: a proposal no trial took
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 0.7), ("PRUNED", None), ("COMPLETE", 0.8), ("PRUNED", None), ("FAIL", None)]
+
+
+def test_a_stack_optuna_was_told_the_end_of_reports_it_again_after_a_resume_without_failing(tmp_path):
+    """The driver told Optuna a stack's end and was killed before Tune's snapshot recorded it: the
+    resumed trial, restored at its final checkpoint, reports that evaluation again. That raised
+    UpdateFinishedTrialError, and Tune failed a finished trial (for good with max_failures: 0)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from orchestrator.record.tracking import member_key
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+
+    def search():
+        return PairSearch({"p": stacked_searcher(storage, stack=2, runs=4)}, {"p": 4}, 1, "acc", "max")
+
+    def result(iteration, status):
+        own = {"iteration": iteration, "acc": iteration / 100, "status": status}
+        return {"training_iteration": 1, **own, **{member_key(k, key): v for k in range(2) for key, v in own.items()}}
+
+    first = search()
+    first.suggest("a")
+    first.on_trial_result("a", result(50, "running"))
+    first.save(tmp_path / "searcher.pkl")
+    first.on_trial_complete("a", result(60, "completed"))
+    resumed = search()
+    resumed.restore(tmp_path / "searcher.pkl")
+    resumed.on_trial_result("a", result(60, "completed"))
+    resumed.on_trial_complete("a", result(60, "completed"))
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [(t.state, t.value) for t in trials] == [(TrialState.COMPLETE, 0.6)] * 2

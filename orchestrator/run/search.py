@@ -8,6 +8,7 @@ start (its tail), another pair's trials take the free slots.
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 import warnings
@@ -117,8 +118,10 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             step, value = own.get("iteration", own.get(TRAINING_ITERATION)), own.get(self.metric)
             if step is None or value is None:
                 continue
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 # A restored trial replays evaluations Optuna may have already: ignoring them is right.
+                # It may even have the trial's end, told by a driver killed before Tune's snapshot
+                # recorded it (the trial, restored at its last checkpoint, reports that evaluation again).
                 warnings.filterwarnings("ignore", message="The reported value is ignored")
                 trial.report(value, int(step))
 
