@@ -1,5 +1,6 @@
 """The pieces that put every pair of a launch in one Tune experiment, and the checkpoint fallback,
 without Ray running (the whole path runs in test_service.py and test_cluster.py)."""
+import math
 import pickle
 from types import SimpleNamespace
 
@@ -297,20 +298,21 @@ def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_o
 
 def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_stack(tmp_path):
     """The stack's own score (its best member's, for ASHA) is no member's: a member whose loss
-    went NaN before it was evaluated reports no value to Optuna and logs none to MLflow."""
+    went NaN before it was evaluated (its best NaN: trainables.train.Selection) reports no value to
+    Optuna and logs none to MLflow; nor does a lone trial that did so."""
     import optuna
 
     from orchestrator.record.tracking import member_key, member_result, numeric_metrics
 
     members = [{"status": "running", "iteration": 100, "acc": 0.9, "best_acc": 0.9},
-               {"status": "diverged", "iteration": 20, "best_acc": -1.0}]
+               {"status": "diverged", "iteration": 20, "best_acc": math.nan}]
     result = {"iteration": 100, "training_iteration": 1, "acc": 0.9, "status": "running", "node_id": "n1",
               **{member_key(k, key): v for k, m in enumerate(members) for key, v in m.items()}}
     assert member_result(result, 0)["acc"] == 0.9
     own = member_result(result, 1)
     assert own["status"] == "diverged" and own["node_id"] == "n1" and "acc" not in own
-    assert numeric_metrics(own) == {"best_acc": -1.0}
-    assert numeric_metrics({**own, "gpu_memory_mib": 812.5}) == {"best_acc": -1.0, "gpu_memory_mib": 812.5}  # a CUDA trial's peak
+    assert numeric_metrics(own) == {}
+    assert numeric_metrics({**own, "gpu_memory_mib": 812.5}) == {"gpu_memory_mib": 812.5}  # a CUDA trial's peak
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=2, runs=2)
     search.suggest("a")
@@ -318,6 +320,13 @@ def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_
     search.on_trial_complete("a", {**result, "status": "completed", member_key(0, "status"): "completed"})
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert [(t.state.name, t.intermediate_values) for t in trials] == [("COMPLETE", {100: 0.9}), ("PRUNED", {})]
+    alone = stacked_searcher(storage, stack=1, runs=1)
+    alone.suggest("b")
+    diverged = {"iteration": 20, "training_iteration": 1, "acc": math.nan, "status": "diverged"}
+    alone.on_trial_result("b", diverged)
+    alone.on_trial_complete("b", diverged)
+    last = optuna.load_study(study_name="s", storage=storage).trials[-1]
+    assert (last.state.name, last.intermediate_values) == ("PRUNED", {})
 
 
 def test_a_waiting_proposal_a_killed_driver_enqueued_is_no_member_of_another_shape(tmp_path):

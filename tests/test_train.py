@@ -1,6 +1,7 @@
 """The training protocol, the model registry and `orchestrator train`."""
 import copy
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from trainables.config import ConfigError, TrainConfig, parse_trial_config, pres
 from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS, load_task
 from trainables.tasks.base import SCORE_OF_KIND, SPECIAL_TOKENS, Task
-from trainables.train import LengthBuckets, ratios, score_sums, train
+from trainables.train import LengthBuckets, Selection, make_model, ratios, score_sums, train
 
 # A 10-token vocabulary (pad, bos, eos first) and 4 classes, for building models without data.
 TOY = Task(name="toy", kind="sequence_classification", splits={}, vocab=SPECIAL_TOKENS + list("abcdefg"), classes=list("wxyz"))
@@ -251,6 +252,25 @@ def test_nan_loss_stops_with_a_clear_status():
     assert metrics["status"] == "diverged"
     assert metrics["iteration"] < 50
     assert reports[-1]["status"] == "diverged"
+
+
+def test_a_divergence_reports_the_best_so_far_and_no_score_it_did_not_compute():
+    """Only evaluations have scores: a run whose loss went NaN since its last evaluation reports that
+    evaluation's best, not its other scores as this iteration's; one that diverged before its first
+    evaluation has no best (NaN), not the starting worst (-1 accuracy)."""
+    cfg = tiny()
+    task = load_task(cfg.task, cfg.task_options)
+    model = make_model(cfg, task)
+    early = Selection(cfg, task, torch.device("cpu"), None, "early")
+    reported = early(model, 6, math.nan, {}, 1.0)
+    assert reported.keys() == {"status", "iteration", "loss", "best_ood_valid_acc"} and math.isnan(reported["best_ood_valid_acc"])
+    later = Selection(cfg, task, torch.device("cpu"), None, "later")
+    evaluated = later(model, 6, 0.5, {"acc": 0.25}, 1.0)
+    reported = later(model, 12, math.inf, {}, 1.0)
+    assert (reported["status"], reported["iteration"], reported["loss"]) == ("diverged", 12, math.inf)
+    assert {k: v for k, v in reported.items() if k not in ("status", "iteration", "loss")} == later.best
+    assert later.best["best_iteration"] == 6 and later.best["best_ood_valid_acc"] == evaluated["ood_valid_acc"]
+    assert later.diverged and later.ended(12)
 
 
 def test_eval_with_more_layers_than_trained():

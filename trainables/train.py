@@ -414,8 +414,12 @@ class Selection:
         the last one; status "diverged" (and no evaluation) where that loss is not finite."""
         cfg, m, best = self.cfg, self.m, self.best
         if not math.isfinite(mean_loss):
-            # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the best so far.
-            self.metrics.update(status="diverged", iteration=iteration, loss=mean_loss)
+            # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the
+            # best so far. The last evaluation's scores are not this iteration's; and a run diverged
+            # before its first has no best (NaN, which Tune needs as its metric and MLflow leaves out),
+            # not the starting worst, which Optuna and MLflow would have taken for a score.
+            best = {**self.best, **self.depth_best, **(self.early if cfg.early_budget else {})} if best["best_iteration"] else {f"best_ood_valid_{m}": math.nan}
+            self.metrics = {"status": "diverged", "iteration": iteration, "loss": mean_loss, **best}
             if self.log:
                 self.log(f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
             return self.metrics

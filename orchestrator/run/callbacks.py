@@ -168,6 +168,10 @@ class TrialTracker(Callback):
     def log_evaluation(self, run_id: str, result: dict) -> None:
         from mlflow.entities import Metric
 
+        if result.get("status") == "diverged":
+            # No evaluation ran: the loss went NaN or infinite since the last one, whose scores MLflow
+            # has at their own step (a stack goes on reporting a diverged member's, unchanged).
+            return
         step = int(result.get("iteration", result.get("training_iteration", 0)))
         if step <= self.logged_until(run_id):
             # A trial restored from a checkpoint older than the last evaluation MLflow has

@@ -9,6 +9,7 @@ start (its tail), another pair's trials take the free slots.
 from __future__ import annotations
 
 import contextlib
+import math
 import pickle
 import time
 import warnings
@@ -116,7 +117,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             # trained longest instead of one stopped where it diverged.
             own = member_result(result, member)
             step, value = own.get("iteration", own.get(TRAINING_ITERATION)), own.get(self.metric)
-            if step is None or value is None:
+            if step is None or value is None or not math.isfinite(value):  # one diverged before its first evaluation has no score
                 continue
             with warnings.catch_warnings(), contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 # A restored trial replays evaluations Optuna may have already: ignoring them is right.
