@@ -487,9 +487,10 @@ SEARCH_TRIALS = [  # (lr, n_layers, status, OOD accuracy per evaluation at 10, 2
 ]
 
 
-def fake_search(tmp_path, uri: str, launch_id: str = "search-1", trials: list = SEARCH_TRIALS) -> LaunchState:
+def fake_search(tmp_path, uri: str, launch_id: str = "search-1", trials: list = SEARCH_TRIALS, numbers: list[int] | None = None) -> LaunchState:
     """A finished search launch in the store, its trial runs nested under their pair's run as the
-    tracker writes them: `trials` (as SEARCH_TRIALS), each with its learning curves."""
+    tracker writes them: `trials` (as SEARCH_TRIALS), each with its learning curves, named by
+    `numbers` (1, 2, ... by default)."""
     text = yaml.safe_dump({"name": "search_test", "tasks": [{"task": "ctl", "variant": "tiny", "options": {"direction": "forward"}}],
                            "models": ["ndr"], "metric": "best_ood_valid_acc", "budget": {"trials": len(trials)},
                            "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "n_layers": {"int": [1, 2]}}})
@@ -498,9 +499,9 @@ def fake_search(tmp_path, uri: str, launch_id: str = "search-1", trials: list = 
     exp_id = exp.experiment_id if exp else client.create_experiment("search_test", artifact_location=tracking.artifact_root(uri, tmp_path))
     parent = client.create_run(exp_id, run_name=launch_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"})
     pair_run = tracking.pair_run(tracking.client(uri), exp_id, parent.info.run_id, launch_id, "tiny__ndr")
-    for number, (lr, layers, status, curve) in enumerate(trials, 1):
+    for position, (number, (lr, layers, status, curve)) in enumerate(zip(numbers or range(1, len(trials) + 1), trials), 1):
         config = {"task": "ctl", "model": "ndr", "lr": lr, "n_layers": layers, "seed": 0, "n_iters": 20}
-        run = client.create_run(exp_id, run_name=f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr", start_time=1000 * number, tags={
+        run = client.create_run(exp_id, run_name=f"#{number} lr={lr:.3g} n_layers={layers} tiny__ndr", start_time=1000 * position, tags={
             "mlflow.parentRunId": pair_run, "launch_id": launch_id, "kind": "trial", "trial_id": uuid.uuid4().hex[:8], "pair": "tiny__ndr",
             "model": "ndr", "task": "ctl", "variant": "tiny", "phase": "search", "trial_status": status, "trial_config": json.dumps(config)})
         for k, value in enumerate(curve, 1):
@@ -554,6 +555,19 @@ def test_of_trials_tied_at_the_best_the_first_answers_and_the_report_says_so(tmp
     assert ("2 trials tie at 0.900 (#1, #2; their `test_acc_at_best` 0.800 to 0.800): the first started answers, "
             "as Optuna's `study.best_trial` does.") in markdown
     assert [line for line in markdown.splitlines() if line.startswith("| **")] == ["| **1** | 0.0001 | 1 | completed | 20 | 0.900 | 0.800 |"]
+
+
+def test_a_lost_trials_replacement_is_reported_under_its_runs_number(tmp_path, uri):
+    """The report numbers a trial as its MLflow run is named (callbacks.TrialTracker.short_name):
+    after a driver resume, the trial that replaced a lost one has the lost one's number; a launch
+    tracked before that counted the lost run, and its later runs' names are what MLflow shows."""
+    trials = [(1e-4, 1, "completed", [0.30, 0.90]), (5e-4, 2, "lost", [0.10]), (3e-4, 2, "completed", [0.60, 0.70]), (8e-4, 1, "completed", [0.5])]
+    for launch_id, numbers, shown in (("now", [1, 2, 2, 3], ["**1**", "2", "3"]), ("before", [1, 2, 3, 4], ["**1**", "3", "4"])):
+        state = fake_search(tmp_path, uri, launch_id, trials=trials, numbers=numbers)
+        report.write_report(state)
+        markdown = (state.dir / "report" / "report.md").read_text()
+        rows = [line.split("|")[1:3] for line in markdown.splitlines() if re.match(r"\| (\*\*)?\d", line)]
+        assert [[cell.strip() for cell in row] for row in rows] == [[n, lr] for n, lr in zip(shown, ("0.0001", "0.0003", "0.0008"))]
 
 
 def test_a_results_folder_moved_with_its_store_is_read_and_reported_where_it_is_now(tmp_path):

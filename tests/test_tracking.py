@@ -99,6 +99,32 @@ def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, 
     assert summaries["tiny__ndr"]["running"] == 0 and summaries["tiny__ndr"]["done"] == 1  # a lost run counts nowhere
 
 
+def test_a_lost_trials_replacement_takes_its_number_in_mlflow_the_console_and_the_report(tmp_path, monkeypatch, capsys):
+    """Trials "a" and "b" start; the driver is killed after Tune's snapshot of "a" alone. The resumed
+    search proposes "c" in "b"'s place: its run is "#2" (not "#3"), as the console's "trial 2/3"."""
+    from orchestrator.run.callbacks import ProgressLines
+
+    uri, first_driver = tracker_with_parent(tmp_path, monkeypatch)
+    lines = ProgressLines("ood_valid_acc", "max", {"tiny__ndr": 3}, {"tiny__ndr": 20}, every_s=3600)
+    a, b, c = trial("a"), trial("b"), trial("c")
+    for callback in (first_driver, lines):
+        callback.on_trial_start(0, [a], a)
+    snapshot, console = pickle.dumps(first_driver), pickle.dumps(lines.get_state())  # Tune writes both to its snapshot
+    for callback in (first_driver, lines):
+        callback.on_trial_start(0, [a, b], b)
+    second_driver, resumed_lines = pickle.loads(snapshot), ProgressLines("ood_valid_acc", "max", {"tiny__ndr": 3}, {"tiny__ndr": 20}, every_s=3600)
+    resumed_lines.set_state(pickle.loads(console))
+    for callback in (second_driver, resumed_lines):
+        callback.on_trial_start(0, [a, c], c)
+    resumed_lines.on_trial_result(0, [a, c], c, result(10, 0.5))
+    second_driver.on_experiment_end([a, c])
+    client = MlflowClient(uri)
+    names = {t: client.get_run(run_id).info.run_name.split(" ")[0] for t, run_id in {**first_driver.runs, **second_driver.runs}.items()}
+    assert names == {"a": "#1", "b": "#2", "c": "#2"}
+    assert client.get_run(first_driver.runs["b"]).data.tags[tracking.STATUS_TAG] == "lost"
+    assert "[tiny__ndr trial 2/3] it 10/20" in capsys.readouterr().out
+
+
 def test_an_interrupted_trial_is_marked_so_and_running_again_on_resume(tmp_path, monkeypatch):
     """Ctrl-C: Tune's clean-up marks the unfinished trial TERMINATED, as it does a finished one,
     before the experiment ends; only the finished one's end was reported. The unfinished trial's

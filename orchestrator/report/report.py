@@ -572,7 +572,11 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     scored = [t for t in trials if t["metric"] is not None and tracking.may_answer(t["status"])]
     best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
     trials.sort(key=lambda t: t["start"])
-    for number, trial in enumerate(trials, 1):
+    for position, trial in enumerate(trials, 1):
+        # The number in its run's name (callbacks.TrialTracker.short_name), which MLflow and the
+        # console show too: after a driver resume, a lost trial's replacement has the lost one's.
+        named = re.match(r"#(\d+) ", trial["name"])
+        number = int(named.group(1)) if named else position
         trial.update(number=number, best=trial is best, label=f"#{number} " + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                                                                       for k, v in trial["params"].items()))
     chance = pair.chance(study.score)

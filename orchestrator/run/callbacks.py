@@ -62,14 +62,15 @@ class TrialTracker(Callback):
         self.located: dict[str, dict] = {}  # run -> the node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
         self.ended: set[str] = set()  # trials whose end (complete or error) Tune reported to this driver
+        self.known: set[str] = set()  # the trials this driver's Tune holds (restored from its snapshot, or started since)
         self._client = None
         self._experiment_id = None
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
-        return self.__dict__ | {"_client": None, "located": {}, "last_step": {}, "pair_runs": {}}
+        return self.__dict__ | {"_client": None, "located": {}, "last_step": {}, "pair_runs": {}, "known": set()}
 
     def __setstate__(self, state):  # a launch started before `ended` existed resumes too
-        self.__dict__.update({"ended": set(), **state})
+        self.__dict__.update({"ended": set(), "known": set(), **state})
 
     @property
     def mlflow(self):
@@ -123,12 +124,17 @@ class TrialTracker(Callback):
     def short_name(self, pair: str, trial, member: int | None = None) -> str:
         """What MLflow's runs table shows before it truncates a name: an ablation trial's cell and
         seed, or a search trial's number within its pair (counted in the store: a resumed driver
-        goes on counting) and the values TPE chose; then the pair."""
+        goes on counting) and the values TPE chose; then the pair. The console (ProgressLines) and
+        the report number trials alike."""
         cell = cell_tags(trial, member)
         if "cell" in cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
         earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
                                           f"tags.kind = 'trial' and tags.pair = '{pair}'", max_results=10_000)
+        # Not the runs of trials this driver's Tune does not know: a killed driver's trials that
+        # started after Tune's last snapshot, whose proposals the resumed search makes again (their
+        # runs end lost). Their replacements take their numbers, as the console's do (ProgressLines).
+        earlier = [run for run in earlier if run.data.tags.get(STATUS_TAG) != "lost" and (not self.known or run.data.tags.get("trial_id") in self.known)]
         chosen = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in member_config(trial.config, member).items())
         return f"#{len(earlier) + 1} {chosen} {pair}".replace("  ", " ")
 
@@ -147,6 +153,7 @@ class TrialTracker(Callback):
         return {member: self.run_id(trial, member) for member in trial_members(trial.config)}
 
     def on_trial_start(self, iteration, trials, trial, **info):
+        self.known = {t.trial_id for t in trials} | {trial.trial_id}
         self.run_ids(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -270,6 +277,9 @@ class ProgressLines(Callback):
         first = self.numbers[trial.trial_id]
         which = f"trial {first}" if n == 1 else f"runs {first}-{first + n - 1}"
         return f"{pair} {self.phase}{which}/{self.budgets.get(pair, '?')}"
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.number(trial)  # in the order trials start, as TrialTracker names their runs
 
     def better(self, value: float, than: float | None) -> bool:
         return than is None or (value < than if self.mode == "min" else value > than)
