@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import torch
 
-from trainables.config import parse_trial_config
-from trainables.tasks import TASKS, algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, small_copy_options, task_config
+from trainables.config import parse_trial_config, presets
+from trainables.tasks import TASKS, algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, small_copy_options, sort_of_clevr, task_config
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
 
@@ -230,6 +230,21 @@ def test_listops_training_holds_deeper_branches_that_no_operation_selects():
     for depth in (1, 2, 3, 4):
         assert 0.3 <= np.mean(deeper[depth]) <= 0.7, (depth, np.mean(deeper[depth]))
     assert not any(deeper[5])  # the depth budget is 5
+
+
+def test_task_defaults_and_clipping_are_the_papers():
+    """What the papers state, as numbers: NDR Sec. 3.3 (ListOps) and App. C (gradient clipping 5 on
+    CTL, 1 on arithmetic and ListOps); Compositional Attention App. C.2 (Sort-of-CLEVR: "10k images"
+    of 75 x 75 with 6 objects, one per colour: the original's 9,800 training and 200 test images, to
+    which the authors' generator adds 200 for validation; 10 questions of each of its 3 types)."""
+    lo = listops.ListOpsConfig()
+    assert (lo.train_size, lo.eval_size) == (1_000_000, 1000)
+    assert (lo.train_depths, lo.ood_valid_depths, lo.test_depths) == ((1, 5), (6, 6), (7, 8))
+    assert (lo.max_length, lo.p_sublist, lo.max_args) == (50, 0.3, 5)
+    assert {task: presets(task)["grad_clip"] for task in ("ctl", "arithmetic", "listops")} == {"ctl": 5, "arithmetic": 1, "listops": 1}
+    soc = sort_of_clevr.SortOfClevrConfig()
+    assert (soc.train_images, soc.eval_images, soc.questions_per_type) == (9800, 200, 10)
+    assert (sort_of_clevr.IMAGE_SIZE, len(sort_of_clevr.COLOURS)) == (75, 6)
 
 
 def test_listops_paper_example_and_tie_rule():
