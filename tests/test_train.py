@@ -273,6 +273,15 @@ def test_a_divergence_reports_the_best_so_far_and_no_score_it_did_not_compute():
     assert later.diverged and later.ended(12)
 
 
+def test_no_early_best_where_no_evaluation_came_within_the_early_budget():
+    cfg = tiny(early_budget=3)  # evaluations at 6 and 12
+    task = load_task(cfg.task, cfg.task_options)
+    selection = Selection(cfg, task, torch.device("cpu"), None, "late")
+    assert not any(k.endswith("_early") for k in selection(make_model(cfg, task), 6, 0.5, {"acc": 0.25}, 1.0))
+    within = Selection(tiny(early_budget=6), task, torch.device("cpu"), None, "within")
+    assert within(make_model(cfg, task), 6, 0.5, {"acc": 0.25}, 1.0)["best_iteration_early"] == 6
+
+
 def test_eval_with_more_layers_than_trained():
     model = build_model("ndr", {"n_layers": 3, "eval_n_layers": 5, "d_model": 16, "n_heads": 2}, TOY)
     tokens, lengths = torch.randint(3, 10, (2, 4)), torch.tensor([4, 2])

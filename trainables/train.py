@@ -396,6 +396,12 @@ class Selection:
     def diverged(self) -> bool:
         return self.metrics["status"] == "diverged"
 
+    def best_so_far(self) -> dict[str, Any]:
+        """The best checkpoints' scores: none before an evaluation made one (the starting worst, -1
+        accuracy, is no score), nor an early one where no evaluation came within `early_budget`."""
+        early = self.early if self.cfg.early_budget and self.early["best_iteration_early"] else {}
+        return {**self.best, **self.depth_best, **early} if self.best["best_iteration"] else {}
+
     def evaluate_split(self, model: torch.nn.Module, name: str, by_depth: bool = False) -> dict[str, float]:
         return evaluate(model, self.task, self.task.splits[name], self.cfg.eval_batch_size, self.device, self.cfg.bf16, by_depth)
 
@@ -416,10 +422,8 @@ class Selection:
         if not math.isfinite(mean_loss):
             # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the
             # best so far. The last evaluation's scores are not this iteration's; and a run diverged
-            # before its first has no best (NaN, which Tune needs as its metric and MLflow leaves out),
-            # not the starting worst, which Optuna and MLflow would have taken for a score.
-            best = {**self.best, **self.depth_best, **(self.early if cfg.early_budget else {})} if best["best_iteration"] else {f"best_ood_valid_{m}": math.nan}
-            self.metrics = {"status": "diverged", "iteration": iteration, "loss": mean_loss, **best}
+            # before its first has no best: NaN, which Tune needs as its metric and MLflow leaves out.
+            self.metrics = {"status": "diverged", "iteration": iteration, "loss": mean_loss, **(self.best_so_far() or {f"best_ood_valid_{m}": math.nan})}
             if self.log:
                 self.log(f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
             return self.metrics
@@ -447,7 +451,7 @@ class Selection:
         metrics = {
             "status": "completed" if final else "running",
             "iteration": iteration, "loss": mean_loss, **named("train", train_scores),
-            **named("iid_valid", iid), **named("ood_valid", ood), **best, **self.depth_best, **(self.early if cfg.early_budget else {}),
+            **named("iid_valid", iid), **named("ood_valid", ood), **self.best_so_far(),
             "steps_per_s": steps_per_s,
         }
         if self.device.type == "cuda":
