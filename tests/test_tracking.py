@@ -461,9 +461,9 @@ def test_a_role_that_can_only_read_opens_a_launchs_studies(tmp_path, postgres_da
         admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
-def test_the_progress_lines_best_is_never_a_stack_that_diverged():
+def test_the_progress_lines_best_is_never_a_stack_that_diverged(capsys):
     """A stack whose members all diverged reports NaN (the mean of none): the console's best per
-    pair skips it, so the trials after it can still be its best."""
+    pair skips it, so the trials after it can still be its best; its line says it diverged."""
     import math
     from types import SimpleNamespace
 
@@ -476,6 +476,11 @@ def test_the_progress_lines_best_is_never_a_stack_that_diverged():
     assert "p" not in lines.best
     lines.on_trial_result(0, [], single, {"iteration": 10, "best_ood_valid_acc": 0.9, "status": "running"})
     assert lines.best == {"p": 0.9}
+    lines.on_trial_result(0, [], SimpleNamespace(trial_id="c", config={"pair": "p", "seed": 3}),
+                          {"iteration": 20, "best_ood_valid_acc": math.nan, "status": "diverged", "loss": math.inf})
+    printed = [line for line in capsys.readouterr().out.splitlines() if " it " in line]
+    assert printed[0].endswith("best_ood_valid_acc - (mean of 2 stacked members); every member diverged")
+    assert printed[2].endswith("best_ood_valid_acc -; diverged (loss inf)")
 
 
 def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeypatch, capsys):

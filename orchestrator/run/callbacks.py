@@ -291,10 +291,12 @@ class ProgressLines(Callback):
         if isinstance(value, (int, float)) and math.isfinite(value) and self.better(value, self.best.get(pair)):
             self.best[pair] = value
         step = result.get("iteration", result.get("training_iteration"))
-        shown = "-" if value is None else f"{value:.4f}"
+        shown = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
         n_members = len(trial_members(trial.config))
         if n_members > 1:
             shown += f" ({self.stack_of} of {n_members} stacked members)"
+        if result.get("status") == "diverged":  # no evaluation: the loss went NaN or infinite (every member's, in a stack)
+            shown += f"; diverged (loss {result.get('loss', 'nan')})" if n_members == 1 else "; every member diverged"
         print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
         n_iters = trial.config.get("n_iters") or self.n_iters.get(pair)
         if isinstance(step, (int, float)) and n_iters:
