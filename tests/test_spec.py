@@ -1007,3 +1007,23 @@ def test_a_dry_run_calibrating_on_a_busy_machine_says_its_times_may_be_long(tmp_
     monkeypatch.setattr(cost, "step_time", lambda *args: (None, "not timed here"))
     monkeypatch.setattr(cost, "busy_note", lambda: "  busy")
     assert next(cost.describe_cost(study)) == "  busy" and "  busy" not in cost.describe_cost(study, calibrate=False)
+
+
+def test_the_closing_lines_name_a_best_config_that_exists_and_count_diverged_trials(tmp_path, capsys):
+    """Every trial of the first pair diverged: no best config of it was written, so the next step
+    points at the other pair's (where none exists, at none), and the summary says why they failed."""
+    from types import SimpleNamespace
+
+    from orchestrator.run.launch import print_summary
+
+    study = load_study(write(tmp_path, GOOD))
+    first, second = (pair.name for pair in study.pairs)
+    state = SimpleNamespace(dir=tmp_path / "launch", tracking_uri="sqlite:///x.db")
+    summaries = {first: {"failed": 2, "diverged": 2}, second: {"done": 2, "best": 0.5, "test": 0.4}}
+    print_summary(state, study, summaries)
+    out = capsys.readouterr().out
+    assert "0 done, 0 stopped early, 2 failed, 2 of them diverged)" in out and "orchestrator train" not in out
+    (state.dir / "best").mkdir(parents=True)
+    (state.dir / "best" / f"{second}.yaml").write_text("{}\n")
+    print_summary(state, study, summaries)
+    assert f"orchestrator train {state.dir / 'best' / second}.yaml;" in capsys.readouterr().out

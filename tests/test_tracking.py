@@ -422,6 +422,7 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     monkeypatch.setattr(tracking, "launch_trial_runs", lambda *args: runs)
     summary = tracking.pair_summaries("uri", "exp", "launch", "m", "acc")["p"]
     assert (summary["best_run"], summary["done"], summary["failed"], summary["stopped"]) == ("done", 1, 1, 1)
+    assert summary["diverged"] == 1  # of the failed: the launch's summary line says so
     confirmed = summary["confirmed"]
     assert (confirmed["candidate"], confirmed["n"], confirmed["seeds"]) == (0, 3, 3) and confirmed["test"] == pytest.approx(0.9)
     assert confirmed["splits"] == {"test_acc_at_best": [0.9, 0.92, 0.88]}  # each seed's, for the launch's answer over seeds

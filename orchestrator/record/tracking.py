@@ -862,6 +862,8 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         if kind is None:
             continue
         entry[kind] += 1
+        if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed: its hyperparameters, not the cluster
+            entry["diverged"] = entry.get("diverged", 0) + 1
         value = run.data.metrics.get(metric)
         if value is not None and kind in ANSWERING and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
             entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),

@@ -773,13 +773,16 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         confirmed = tracking.confirmed_text(s.get("confirmed"))
         print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
-              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed)", flush=True)
+              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed"
+              + (f", {s['diverged']} of them diverged" if s.get("diverged") else "") + ")", flush=True)
     if not study.is_ablation:
         from ..report.report import answer_lines
 
         for line in answer_lines(study, summaries):
             print(f"[launch] {line}", flush=True)
-    later = f"{state.dir / 'report' / 'report.html'}" + ("" if study.is_ablation else f"; orchestrator train {state.dir / 'best' / (study.pairs[0].name + '.yaml')}")
+    # A pair's best config is written where one of its trials may answer: none where all diverged or failed.
+    best_files = [] if study.is_ablation else [path for path in (state.dir / "best" / f"{p.name}.yaml" for p in study.pairs) if path.exists()]
+    later = f"{state.dir / 'report' / 'report.html'}" + (f"; orchestrator train {best_files[0]}" if best_files else "")
     print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
           f"{state.tracking_uri}", flush=True)
 
