@@ -458,8 +458,13 @@ def cmd_best(args) -> int:
         except ValueError as e:
             raise UsageError(f"best: {e}") from None
     summaries = summaries_of(state)  # the store read once, for both files
-    for path in write_best(state, summaries):
+    written = write_best(state, summaries)
+    for path in written:
         print(path)
+    for pair in [p["name"] for p in state.the_plan()["pairs"] if p["name"] not in {path.stem for path in written}]:
+        s = summaries.get(pair, {})
+        print(f"no best config for {pair}: none of its trials completed ({s.get('failed', 0)} failed"
+              + (f", {s['diverged']} of them diverged" if s.get("diverged") else "") + f"; {s.get('stopped', 0)} stopped early)")
     if args.ablation:
         try:
             path, lines = write_ablation(state, Path(args.ablation), summaries, studies)

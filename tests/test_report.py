@@ -561,13 +561,18 @@ def test_a_lost_trials_replacement_is_reported_under_its_runs_number(tmp_path, u
     """The report numbers a trial as its MLflow run is named (callbacks.TrialTracker.short_name):
     after a driver resume, the trial that replaced a lost one has the lost one's number; a launch
     tracked before that counted the lost run, and its later runs' names are what MLflow shows."""
-    trials = [(1e-4, 1, "completed", [0.30, 0.90]), (5e-4, 2, "lost", [0.10]), (3e-4, 2, "completed", [0.60, 0.70]), (8e-4, 1, "completed", [0.5])]
+    trials = [(1e-4, 1, "completed", [0.30, 0.90]), (5e-4, 2, "lost", [0.10]), (3e-4, 2, "completed", [0.60, 0.70]), (8e-4, 1, "diverged", [0.5])]
     for launch_id, numbers, shown in (("now", [1, 2, 2, 3], ["**1**", "2", "3"]), ("before", [1, 2, 3, 4], ["**1**", "3", "4"])):
         state = fake_search(tmp_path, uri, launch_id, trials=trials, numbers=numbers)
+        client = MlflowClient(uri)
+        diverged = client.search_runs([client.get_experiment_by_name("search_test").experiment_id],
+                                      f"tags.launch_id = '{launch_id}' and tags.trial_status = 'diverged'")[0]
+        client.set_tag(diverged.info.run_id, tracking.DIVERGED_AT_TAG, "15")  # past its last evaluation, at 10
         report.write_report(state)
         markdown = (state.dir / "report" / "report.md").read_text()
-        rows = [line.split("|")[1:3] for line in markdown.splitlines() if re.match(r"\| (\*\*)?\d", line)]
-        assert [[cell.strip() for cell in row] for row in rows] == [[n, lr] for n, lr in zip(shown, ("0.0001", "0.0003", "0.0008"))]
+        rows = [[cell.strip() for cell in line.split("|")[1:6]] for line in markdown.splitlines() if re.match(r"\| (\*\*)?\d", line)]
+        assert [row[:2] for row in rows] == [[n, lr] for n, lr in zip(shown, ("0.0001", "0.0003", "0.0008"))]
+        assert rows[2][3:] == ["diverged", "15"]  # where it stopped
 
 
 def test_a_results_folder_moved_with_its_store_is_read_and_reported_where_it_is_now(tmp_path):

@@ -142,6 +142,10 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     old = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs, plan_keys={"metric", "mode", "score", "ablation", "confirm", "pairs",
                                                                                    "name", "trials", "chance"})
     assert "stopped" in orchestrator("status", str(old.dir))[0]
+    blown_up = launch(tmp_path, SPEC, {((), 0): ("diverged", 0.2, 0.1), ((), 1): ("failed", 0.0, 0.0), ((), 2): ("early_stopped", 0.3, 0.2)})
+    said, _ = orchestrator("best", str(blown_up.dir))
+    assert said == "no best config for fwd__ndr: none of its trials completed (2 failed, 1 of them diverged; 1 stopped early)\n"
+    assert not (blown_up.dir / "best").exists()
 
 
 def test_a_launch_folder_is_read_where_it_is_now_and_a_missing_store_is_one_line(tmp_path):

@@ -57,7 +57,8 @@ def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeyp
 def test_a_divergence_is_no_evaluation_and_is_not_logged_again_after_a_restart(tmp_path, monkeypatch):
     """A trial whose loss went NaN by iteration 30 reports that (status diverged, its best so far)
     and nothing else: no scores were computed at 30. Restored from the checkpoint it stopped at,
-    it reports the same again to the next driver. Every metric's steps are its evaluations', once."""
+    it reports the same again to the next driver. Every metric's steps are its evaluations', once;
+    a tag says where it diverged."""
     uri, first_driver, second_driver, a = driver_died_after_logging(tmp_path, monkeypatch, (10, 20))
     diverged = {**result(30, float("nan")), "status": "diverged", "best_ood_valid_acc": 0.5, "best_iteration": 20}
     first_driver.on_trial_result(0, [], a, diverged)
@@ -66,6 +67,10 @@ def test_a_divergence_is_no_evaluation_and_is_not_logged_again_after_a_restart(t
     run_id = first_driver.runs["a"]
     for key in client.get_run(run_id).data.metrics:
         assert [m.step for m in client.get_metric_history(run_id, key)] in ([10, 20], [20]), key
+    a.last_result = diverged
+    second_driver.on_trial_complete(0, [], a)
+    tags = client.get_run(run_id).data.tags
+    assert (tags[tracking.STATUS_TAG], tags[tracking.DIVERGED_AT_TAG]) == ("diverged", "30")
 
 
 def test_a_runs_tags_say_how_and_where_its_trial_ran_last(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from typing import Any
 from trainables.tasks.base import GENERATOR_VERSION, LOWER_IS_BETTER, SCORES_OF_KIND
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
+DIVERGED_AT_TAG = "diverged_at"  # the iteration by which a diverged run's loss was NaN or infinite
 ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a cell's seeds came to
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 DATA_VERSION_TAG = "data_version"  # trainables.tasks.base.GENERATOR_VERSION: the tasks' data a run trained and was tested on

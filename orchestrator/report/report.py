@@ -565,6 +565,8 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
         curves = {name: [(m.step, m.value) for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
                   for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")}
         steps = [step for points in curves.values() for step, _ in points]
+        if tracking.DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
+            steps.append(int(run.data.tags[tracking.DIVERGED_AT_TAG]))
         trials.append({"run_id": run.info.run_id, "name": run.info.run_name or "", "status": status, "last_step": max(steps, default=0),
                        "params": {k: config[k] for k in pair.space if k in config}, "metric": run.data.metrics.get(metric),
                        "test": run.data.metrics.get(test), "curves": curves, "start": run.info.start_time})

@@ -21,7 +21,7 @@ from pathlib import Path
 from ray.tune import Callback
 
 from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
-from ..record.tracking import CONFIG_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run, store_outage
+from ..record.tracking import CONFIG_TAG, DIVERGED_AT_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run, store_outage
 
 
 def cell_tags(trial, member: int | None = None) -> dict[str, str]:
@@ -193,9 +193,12 @@ class TrialTracker(Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
         for member, run_id in self.run_ids(trial).items():
-            status = member_result(trial.last_result or {}, member).get("status", "completed")
+            last = member_result(trial.last_result or {}, member)
+            status = last.get("status", "completed")
             if status == "running":
                 status = "early_stopped"  # the scheduler ended it before its budget
+            if status == "diverged" and "iteration" in last:  # its metrics stop at the evaluation before
+                self.mlflow.set_tag(run_id, DIVERGED_AT_TAG, str(last["iteration"]))
             self.mlflow.set_tag(run_id, STATUS_TAG, status)
             self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
 
