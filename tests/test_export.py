@@ -48,13 +48,14 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
         flat |= {f"params.task_options.{k}": v for k, v in config["task_options"].items()}
         expected[run.info.run_id] = {"run_name": name, **{k: v for k, v in tags.items() if k in IDENTITY or k in RAN_AS}, "bf16": True, **flat,
                                      **{f"metrics.{m}": values[-1] for m, values in curves.items()},
-                                     **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed", "member")},
+                                     **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed", "member", "diverged_at")},
                                      **({"cell": cell["cell"]} if "cell" in cell else {})}
 
     ndr = {"lr": 3e-4, "n_layers": 8, "dropout": 0.1, "seed": 0}
     trial("ctl__ndr", "ndr", ndr, "completed", {"loss": [2.0, 0.5], "best_ood_valid_acc": [0.4, 0.9], "test_acc_at_best": [0.88]})
     trial("ctl__ndr", "ndr", {**ndr, "lr": 1e-3, "n_layers": 4}, "early_stopped", {"loss": [2.5], "best_ood_valid_acc": [0.3]})
     trial("ctl__ndr", "ndr", {**ndr, "lr": 5e-3}, "failed", {})
+    trial("ctl__ndr", "ndr", {**ndr, "lr": 5e-2}, "diverged", {"loss": [2.0], "best_ood_valid_acc": [0.2]}, diverged_at="200")
     trial("ctl__lstm", "lstm", {"lr": 1e-3, "hidden": 256, "seed": 0}, "completed", {"loss": [1.0, 0.2, 0.1], "best_ood_valid_acc": [0.7, 1.0, 1.0]})
     for seed in (1000, 1001):  # the candidate's seeds stacked in one trial: its members 0 and 1
         trial("ctl__ndr", "ndr", {**ndr, "seed": seed}, "completed", {"best_ood_valid_acc": [0.8 + seed % 2 / 10], "test_acc_at_best": [0.7]},

@@ -14,7 +14,7 @@ from . import tracking
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
 # then how it ran (its device, and the compile and bf16 that `auto` chose there).
-TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, "cell", "candidate", "seed", "member", "code_version",
+TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, tracking.DIVERGED_AT_TAG, "cell", "candidate", "seed", "member", "code_version",
         tracking.DATA_VERSION_TAG, "device", "compile", "bf16")
 
 
@@ -50,7 +50,7 @@ def launch_frame(state) -> pd.DataFrame:
                      **{tag: tags[tag] for tag in TAGS if tag in tags},
                      "params": json.loads(tags.get(tracking.CONFIG_TAG, "{}")), "metrics": run.data.metrics})
     frame = pd.json_normalize(rows, sep=".")
-    for tag in ("candidate", "seed", "member"):  # MLflow keeps tags as text; these are numbers to sort and group by
+    for tag in ("candidate", "seed", "member", tracking.DIVERGED_AT_TAG):  # MLflow keeps tags as text; these are numbers to sort and group by
         if tag in frame:
             frame[tag] = pd.to_numeric(frame[tag]).astype("Int64")
     if "bf16" in frame:  # and this a yes or no
