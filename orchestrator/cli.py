@@ -89,8 +89,10 @@ def cmd_train(args) -> int:
         raise UsageError(f"{args.source}: {e}") from None
 
     metrics = train(cfg)
-    # The final metrics as JSON (other tools read it), rounded to what a reader compares.
-    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}, indent=2, sort_keys=True))
+    # The final metrics as JSON (other tools read it), rounded to what a reader compares; a diverged
+    # run's NaN loss and missing best are null (JSON has no NaN: jq and others refuse Python's).
+    print(json.dumps({k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v for k, v in metrics.items()},
+                     indent=2, sort_keys=True, allow_nan=False))
     return 0 if metrics["status"] == "completed" else 1
 
 

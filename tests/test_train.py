@@ -354,6 +354,9 @@ def test_orchestrator_train_cli(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout[out.stdout.index("{"):])["status"] == "completed"
     assert "it 2/4" in out.stdout  # progress
+    blown_up = subprocess.run([*cmd, "--set", "lr=1e30", "--set", "grad_clip=null"], capture_output=True, text=True)
+    final = json.loads(blown_up.stdout[blown_up.stdout.index("{"):], parse_constant=lambda word: pytest.fail(f"not JSON: {word}"))
+    assert blown_up.returncode == 1 and final["status"] == "diverged" and final["loss"] is None and final["best_ood_valid_acc"] is None
     bad = subprocess.run([sys.executable, "-m", "orchestrator.cli", "train", "ctl/ndr", "--set", "n_layer=3"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "n_layer" in bad.stderr and "n_layers" in bad.stderr
