@@ -398,7 +398,9 @@ def trial_status(state, plan: dict, running: str) -> None:
               f"{best:>8s} {test:>10s}  {pair['chance']}")
         if s.get("confirmed"):
             print(f"{'':40s} {confirmed_text(s['confirmed'])}")
-    print("(" + ("'stopped': ended early by ASHA; " if asha else "") + "'of': the pair's trials)")
+    diverged = ", ".join(f"{name} {s['diverged']}" for name, s in summaries.items() if s.get("diverged"))
+    print("(" + ("'stopped': ended early by ASHA; " if asha else "") + (f"'failed' counts those that diverged ({diverged}); " if diverged else "")
+          + "'of': the pair's trials)")
 
 
 def cell_status(state, plan: dict, running: str) -> None:

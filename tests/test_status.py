@@ -143,6 +143,8 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
                                                                                    "name", "trials", "chance"})
     assert "stopped" in orchestrator("status", str(old.dir))[0]
     blown_up = launch(tmp_path, SPEC, {((), 0): ("diverged", 0.2, 0.1), ((), 1): ("failed", 0.0, 0.0), ((), 2): ("early_stopped", 0.3, 0.2)})
+    assert "('stopped': ended early by ASHA; 'failed' counts those that diverged (fwd__ndr 1); 'of': the pair's trials)" in orchestrator(
+        "status", str(blown_up.dir))[0]
     said, _ = orchestrator("best", str(blown_up.dir))
     assert said == "no best config for fwd__ndr: none of its trials completed (2 failed, 1 of them diverged; 1 stopped early)\n"
     assert not (blown_up.dir / "best").exists()
