@@ -10,7 +10,9 @@ address is seen) and is 0 at evaluation. Per decoding step t:
       w_t^c[n] = softmax_n cos(q_t, M[n]),  *p_t^c = M w_t^c,
   Controller (Eq. 7 and the output MLP):               h_t^c = GRU([*p^a..., *p^c..., z_t], h_{t-1}^c),
       y_t = g^o([*p^a..., *p^c..., h_t^c]),  h_0^c = sum_n M[n] (Eq. 7; `controller_start: last`
-      starts from the encoder's state at the last token, as the authors' code does).
+      starts from the encoder's state at the last token, as the authors' code does). The authors'
+      code feeds its Controller GRU the Mode-1 values only and the Mode-2 values to g^o alone
+      (baselines/panm.py); we follow Eq. 7, whose GRU reads both.
 The decoder input z_t is zero, as in the paper's algorithmic experiments (no teacher forcing); on
 SCAN it is a Transformer decoder's output (App. D.3; enc_dec.py).
 On Dyck (Sec. 3.2, App. D.2: `CausalPANM`) there is no encoder: the memory holds the raw symbols
