@@ -218,6 +218,28 @@ def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_r
     assert [r["iteration"] for r in json.loads((checkpoints[-1] / "history.json").read_text())] == [6, 12]
 
 
+@pytest.mark.parametrize("metric", ["ood_valid_acc", "best_ood_valid_acc", "test_acc_final"])
+def test_every_result_of_a_run_trial_holds_the_metric_tune_optimises(monkeypatch, metric):
+    """Tune fails a trial whose result lacks the study's metric (its strict metric check): a run that
+    diverged has no scores, and only the last evaluation has the final ones. Such results hold NaN."""
+    import ray
+    from ray import tune
+
+    from orchestrator.run import launch
+    from orchestrator.run.search import PAIR_KEY
+
+    received = []
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "node"))
+    monkeypatch.setattr(tune, "report", lambda metrics, checkpoint: received.append(metrics))
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: None)
+    for overrides in ({}, {"lr": 1e30, "grad_clip": None}):
+        received.clear()
+        flat = {**tiny(**overrides).flat(), "model": "ndr", "task": "ctl"}
+        launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, {"p": 1}, metric, "max", "mean")
+        assert received and all(metric in r for r in received), [sorted(r) for r in received]
+    assert received[-1]["status"] == "diverged" and math.isnan(received[-1][metric])
+
+
 def test_equal_ood_scores_select_the_latest_checkpoint_and_final_scores_are_reported():
     # lr 0: the model never changes, so every evaluation ties; the authors keep the latest.
     metrics = train(tiny(lr=0.0, early_budget=6), log=None)

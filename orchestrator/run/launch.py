@@ -81,6 +81,9 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
 
     def report(metrics: dict, state) -> None:
         nonlocal replay
+        # Tune fails a result without the metric it optimises: a run that diverged has none of its
+        # scores (NaN: no score), nor has an evaluation before the last a final one (`test_*_final`).
+        metrics = {metric: math.nan, **metrics}
         numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if not history or history[-1].get("iteration") != numbers.get("iteration"):  # a trial restored from the checkpoint it ended at reports that evaluation again
             history.append(numbers)
