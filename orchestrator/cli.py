@@ -431,7 +431,9 @@ def cell_status(state, plan: dict, running: str) -> None:
             c = cells.get(name, {"done": 0, "running": 0, "failed": 0, "metric": [], "test": []})
             print(f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} {c['failed']:7d} {seeds:4d} "
                   f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}")
-    print("('of': the cell's seeds; mean ± std over its done seeds)")
+    diverged = ", ".join(f"{name} {c['diverged']}" for pair in summaries.values() for name, c in sorted(pair.items(), key=lambda e: cell_order(e[0]))
+                         if c.get("diverged"))
+    print("(" + (f"'failed' counts seeds that diverged ({diverged}); " if diverged else "") + "'of': the cell's seeds; mean ± std over its done seeds)")
 
 
 def cmd_accept(args) -> int:

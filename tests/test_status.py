@@ -90,6 +90,7 @@ def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
         else:
             assert shown == "- -"
 
+    assert out.splitlines()[-1] == "('failed' counts seeds that diverged (n_layers=8 1); 'of': the cell's seeds; mean ± std over its done seeds)"
     # A launch.json from before grids and seed counts were saved: the cells its runs name, in the same order.
     old = launch(tmp_path, {**SPEC, "grid": {"n_layers": [4, 8, 10, 12]}, "seeds": [0, 1, 2]}, {((n,), s): v for (n, s), v in RUNS.items()},
                  plan_keys={"metric", "mode", "score", "ablation", "confirm", "pairs", "name", "trials", "chance"})

@@ -831,7 +831,7 @@ def may_answer(status: str) -> bool:
 
 def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict[str, dict]]:
     """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
-    running and failed, and the done ones' `metric` and test_<score>_at_best values."""
+    running and failed (and of those, diverged), and the done ones' `metric` and test_<score>_at_best values."""
     out: dict[str, dict[str, dict]] = {}
     for run in launch_trial_runs(uri, experiment, launch_id):
         kind = status_kind(run)
@@ -840,6 +840,8 @@ def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         cells = out.setdefault(run.data.tags.get("pair", "?"), {})
         cell = cells.setdefault(run.data.tags.get("cell", "-"), {"done": 0, "stopped": 0, "running": 0, "failed": 0, "metric": [], "test": []})
         cell[kind] += 1
+        if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed
+            cell["diverged"] = cell.get("diverged", 0) + 1
         if kind == "done":
             for key, name in (("metric", metric), ("test", f"test_{score}_at_best")):
                 if name in run.data.metrics:
