@@ -156,7 +156,9 @@ class SlowPANM:
             q = mlp(g, source)
             mode2.append(self.read(softmax([self.sharp_c * cos(q, M[n]) for n in range(visible)]), M))  # Eq. 5-6
         values = mode1 + mode2
-        x = torch.cat(values + ([z] if z is not None else []))  # Eq. 7: [*p^a ..., *p^c ..., z_t]
+        # Eq. 7: [*p^a ..., *p^c ..., z_t]; the authors' code leaves the Mode-2 values to g^o alone.
+        read = values if model.cfg.controller_reads_mode2 else mode1
+        x = torch.cat(read + ([z] if z is not None else []))
         kind = model.cfg.controller
         if kind == "gru":
             self.control = gru(model.controller, x, self.control)
@@ -180,12 +182,13 @@ def slow_causal_panm(model: CausalPANM, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack([panm.step(visible=t + 1, z=memory[t]) for t in range(len(tokens))])
 
 
-@pytest.mark.parametrize("controller,mode1,mode2", [("srnn", 2, 1), ("lstm", 2, 1), ("gru", 3, 2), ("srnn", 0, 1)])
+@pytest.mark.parametrize("controller,mode1,mode2,reads_mode2", [("srnn", 2, 1, True), ("lstm", 2, 1, True), ("gru", 3, 2, True), ("srnn", 0, 1, True),
+                                                                ("gru", 2, 1, False)])
 @torch.no_grad()
-def test_causal_panm_on_dyck_against_its_equations(controller, mode1, mode2):
+def test_causal_panm_on_dyck_against_its_equations(controller, mode1, mode2, reads_mode2):
     torch.manual_seed(11)
     cfg = PANMConfig(hidden=6, pointer_hidden=7, mlp_hidden=5, address_bits=4, mode1_heads=mode1, mode2_heads=mode2,
-                     sharpness=3.0, controller=controller, stack_size=4, stack_dim=3, dropout=0.0)
+                     sharpness=3.0, controller=controller, stack_size=4, stack_dim=3, dropout=0.0, controller_reads_mode2=reads_mode2)
     model = CausalPANM(cfg, vocab_size=5, n_outputs=4).eval()
     randomise(model, keep=("log_sharpness",))
     tokens, lengths = torch.randint(0, 5, (2, 6)), torch.tensor([6, 4])
@@ -266,12 +269,12 @@ def slow_transformer_panm(model: TransformerPANM, tokens: list[int], n_steps: in
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("teacher_forcing", [True, False])
+@pytest.mark.parametrize("teacher_forcing,reads_mode2", [(True, True), (False, True), (True, False)])
 @torch.no_grad()
-def test_transformer_panm_on_scan_against_its_equations(teacher_forcing):
+def test_transformer_panm_on_scan_against_its_equations(teacher_forcing, reads_mode2):
     torch.manual_seed(12)
     cfg = EncDecPANMConfig(d_model=8, n_heads=2, ff_multiplier=2, encoder_layers=2, decoder_layers=3, dropout=0.0,
-                           hidden=6, mlp_hidden=5, address_bits=4, mode1_heads=2, mode2_heads=1, sharpness=3.0)
+                           hidden=6, mlp_hidden=5, address_bits=4, mode1_heads=2, mode2_heads=1, sharpness=3.0, controller_reads_mode2=reads_mode2)
     model = TransformerPANM(cfg, vocab_size=9, bos_id=1).eval()
     randomise(model, keep=("log_sharpness",))
     assert len(model.decoder) == 2  # the Controller replaces the third decoder layer

@@ -150,11 +150,12 @@ class EncDecPANMConfig(EncDecConfig):
     mode2_heads: int = 1  # H^c
     sharpness: float = 10.0
     controller_start: str = "sum"
+    controller_reads_mode2: bool = True
 
     def pointer_config(self) -> PANMConfig:
         return PANMConfig(d_model=self.d_model, hidden=self.hidden, mlp_hidden=self.mlp_hidden, address_bits=self.address_bits,
                           mode1_heads=self.mode1_heads, mode2_heads=self.mode2_heads, sharpness=self.sharpness,
-                          controller_start=self.controller_start)
+                          controller_start=self.controller_start, controller_reads_mode2=self.controller_reads_mode2)
 
 
 class TransformerPANM(TransformerEncoderDecoder):

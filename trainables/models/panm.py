@@ -12,7 +12,7 @@ address is seen) and is 0 at evaluation. Per decoding step t:
       y_t = g^o([*p^a..., *p^c..., h_t^c]),  h_0^c = sum_n M[n] (Eq. 7; `controller_start: last`
       starts from the encoder's state at the last token, as the authors' code does). The authors'
       code feeds its Controller GRU the Mode-1 values only and the Mode-2 values to g^o alone
-      (baselines/panm.py); we follow Eq. 7, whose GRU reads both.
+      (baselines/panm.py): `controller_reads_mode2: false`; by default the GRU reads both (Eq. 7).
 The decoder input z_t is zero, as in the paper's algorithmic experiments (no teacher forcing); on
 SCAN it is a Transformer decoder's output (App. D.3; enc_dec.py).
 On Dyck (Sec. 3.2, App. D.2: `CausalPANM`) there is no encoder: the memory holds the raw symbols
@@ -55,6 +55,7 @@ class PANMConfig:
     dropout: float = 0.0
     sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
     controller_start: str = "sum"  # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
+    controller_reads_mode2: bool = True  # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
     controller: str = "gru"  # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
     stack_size: int = 104  # srnn: the stack's cells
     stack_dim: int = 5  # srnn: each cell's size
@@ -142,7 +143,7 @@ class PointerDecoder(nn.Module):
         query_in = cfg.mode1_heads * d or cfg.hidden
         self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
         read = (cfg.mode1_heads + cfg.mode2_heads) * d
-        core_in = max(read + input_size, 1)
+        core_in = max((cfg.mode1_heads + cfg.mode2_heads * cfg.controller_reads_mode2) * d + input_size, 1)
         if cfg.controller == "srnn":
             self.controller = StackRNNCell(core_in, cfg.hidden, cfg.stack_size, cfg.stack_dim)
         else:
@@ -197,7 +198,7 @@ class PointerDecoder(nn.Module):
             w = cosine_attention(g(query_source), memory, padding, sharp_c)  # Eq. 5
             mode2.append((w, dereference(w, memory)))  # Eq. 6
         values = [v for _, v in mode1 + mode2]
-        read = values + ([z] if z is not None else [])
+        read = [v for _, v in (mode1 + mode2 if self.cfg.controller_reads_mode2 else mode1)] + ([z] if z is not None else [])
         read = torch.cat(read, -1) if read else memory.new_zeros(len(memory), 1)
         state["control"] = self.controller(read, state["control"])  # Eq. 7
         if state["mode1"] is not None:
