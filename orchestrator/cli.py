@@ -453,6 +453,7 @@ def cmd_accept(args) -> int:
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
     from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
+    from .record.tracking import failed_text
 
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
@@ -469,8 +470,7 @@ def cmd_best(args) -> int:
         print(path)
     for pair in [p["name"] for p in state.the_plan()["pairs"] if p["name"] not in {path.stem for path in written}]:
         s = summaries.get(pair, {})
-        print(f"no best config for {pair}: none of its trials completed ({s.get('failed', 0)} failed"
-              + (f", {s['diverged']} of them diverged" if s.get("diverged") else "") + f"; {s.get('stopped', 0)} stopped early)")
+        print(f"no best config for {pair}: none of its trials completed ({failed_text(s)}; {s.get('stopped', 0)} stopped early)")
     if args.ablation:
         try:
             path, lines = write_ablation(state, Path(args.ablation), summaries, studies)

@@ -877,6 +877,11 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
     return out
 
 
+def failed_text(summary: dict) -> str:
+    """A pair summary's failed trials in words: "3 failed, 2 of them diverged"."""
+    return f"{summary.get('failed', 0)} failed" + (f", {summary['diverged']} of them diverged" if summary.get("diverged") else "")
+
+
 def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
     """Per pair, from its confirmation runs that ended: the candidate with the most seeds completed
     (one whose seeds diverge is no answer, however well its one lucky seed scored) and of those

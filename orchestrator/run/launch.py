@@ -776,8 +776,7 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         confirmed = tracking.confirmed_text(s.get("confirmed"))
         print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
-              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {s.get('failed', 0)} failed"
-              + (f", {s['diverged']} of them diverged" if s.get("diverged") else "") + ")", flush=True)
+              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {tracking.failed_text(s)})", flush=True)
     if not study.is_ablation:
         from ..report.report import answer_lines
 
