@@ -468,7 +468,8 @@ def cmd_best(args) -> int:
     written = write_best(state, summaries)
     for path in written:
         print(path)
-    for pair in [p["name"] for p in state.the_plan()["pairs"] if p["name"] not in {path.stem for path in written}]:
+    answered = {path.stem for path in written}
+    for pair in [p["name"] for p in state.the_plan()["pairs"] if p["name"] not in answered]:
         s = summaries.get(pair, {})
         print(f"no best config for {pair}: none of its trials completed ({failed_text(s)}; {s.get('stopped', 0)} stopped early)")
     if args.ablation:
