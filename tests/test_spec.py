@@ -918,6 +918,9 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     line = next(cost.describe_cost(uncompiled))
     assert "; stacks of 2: " in line and "uncompiled" not in line, line
     # A pair that does not stack (an LSTM; NDR with batch_seeds false) keeps its calibrated time.
+    # Without stack_size the size is the curve's knee, so the curve is pinned: on loaded cores a
+    # stack of 2 can time no faster per member than 1, and the knee would then be 1.
+    monkeypatch.setattr(cost, "stack_curve", lambda flat, sizes: [(n, 10.0 * n) for n in sizes])
     study = load_study(write(tmp_path, with_(models=["ndr", "lstm"], budget={"trials": 2, "n_iters": 10}, resources={"cpu": 1, "gpu": 1},
                                              space={"lr": {"loguniform": [1e-4, 1e-3]}}, fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
     ndr, lstm, _ = cost.describe_cost(study)
