@@ -184,11 +184,13 @@ def test_storage_every_node_must_see(tmp_path, cluster):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=cluster.env)
     try:
         os.environ.update(S3_ENV)
-        for _ in range(100):
+        deadline = time.time() + 120  # the server imports for seconds, longer on loaded cores
+        while True:
             try:
                 pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True).create_dir("ckpt")
                 break
             except OSError:
+                assert time.time() < deadline and server.poll() is None, "the object-store server did not answer"
                 time.sleep(0.2)
         s3 = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=n_iters, eval_every=every, cpu=1, models=("ndr",),
                   storage={"uri": "s3://ckpt/sweeps", "endpoint": f"http://127.0.0.1:{port}"})

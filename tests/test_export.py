@@ -163,7 +163,7 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
     server = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "dashboard", "--storage-path", str(tmp_path), "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline, answer = time.monotonic() + 60, None
+        deadline, answer = time.monotonic() + 300, None
         while answer is None and time.monotonic() < deadline and server.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as response:

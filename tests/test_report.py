@@ -628,7 +628,7 @@ def test_mlflow_shows_the_trials_nested_and_compares_them_in_a_real_browser(tmp_
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port),
                                "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
