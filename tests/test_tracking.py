@@ -669,6 +669,50 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     lock.close()
 
 
+def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_the_experiment_launches_again(tmp_path):
+    """SIGKILL between the parent run's creation and launch.json's write: no failed save ends the
+    run, and its folder holds no launch.json for `status` or `resume` to find. The next launch of
+    the experiment from this machine ends it, unless a driver holds the folder's lock (one that is
+    registering it now)."""
+    import signal
+    import subprocess
+    import sys
+
+    from orchestrator.plan.spec import load_study
+    from orchestrator.run import launch
+
+    uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({"name": "team", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
+                                    "tracking": {"uri": uri}, "storage_path": str(tmp_path / "runs")}))
+    killed_as_it_saves = ("import os, signal, sys\n"
+                          "from pathlib import Path\n"
+                          "from orchestrator.plan.spec import load_study\n"
+                          "from orchestrator.record.state import LaunchState\n"
+                          "from orchestrator.run import launch\n"
+                          "LaunchState.save = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
+                          "path = Path(sys.argv[1])\n"
+                          "launch.new_launch(load_study(path), path.read_text())\n")
+    killed = subprocess.run([sys.executable, "-c", killed_as_it_saves, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    mlflow = MlflowClient(uri)
+    [orphan] = mlflow.search_runs([mlflow.get_experiment_by_name("team").experiment_id], filter_string="tags.kind = 'launch'")
+    folder = tmp_path / "runs" / orphan.data.tags["launch_id"]
+    assert orphan.info.status == "RUNNING" and folder.is_dir() and not (folder / "launch.json").exists()
+
+    registering = launch.hold_driver_lock(folder)
+    _, lock = launch.new_launch(load_study(path), path.read_text(), "team-a")
+    lock.close()
+    assert mlflow.get_run(orphan.info.run_id).info.status == "RUNNING"
+    registering.close()
+    state, lock = launch.new_launch(load_study(path), path.read_text(), "team-b")
+    lock.close()
+    ended = mlflow.get_run(orphan.info.run_id)
+    assert ended.info.status == "KILLED" and ended.data.tags["launch_status"] == "never registered"
+    # Launches with a launch.json are theirs to end (status says "driver gone"; resume continues them).
+    assert [mlflow.get_run(LaunchState.load(tmp_path / "runs" / id).parent_run_id).info.status for id in ("team-a", "team-b")] == ["RUNNING"] * 2
+
+
 def test_a_launch_whose_search_space_cannot_be_stored_leaves_no_running_mlflow_run(tmp_path):
     """The parent run is made, then the launch's file is stored beside it: an artifact store that
     refuses the file (here a plain file where its folder goes; a full disk, a bucket without write

@@ -597,6 +597,16 @@ def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_
     return run.info.run_id
 
 
+def running_launch_runs(uri: str, experiment: str, driver_host: str) -> list:
+    """The launch runs of `experiment` that MLflow shows running and whose driver was on `driver_host`."""
+    mlflow = client(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    return list(mlflow.search_runs([exp.experiment_id], filter_string=f"tags.kind = 'launch' and attributes.status = 'RUNNING' and "
+                                                                      f"tags.driver_host = '{driver_host}'", max_results=1000))
+
+
 def metric_name(*parts: str) -> str:
     """An MLflow metric name from parts joined by '/': '=' becomes ':', and whatever else MLflow
     refuses in names (commas, brackets) is dropped."""

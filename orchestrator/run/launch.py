@@ -722,6 +722,23 @@ def claim_launch_id(storage_path: Path, stamped: str) -> tuple[str, Path]:
         return launch_id, (storage_path / launch_id).resolve()
 
 
+def end_unregistered_launches(uri: str, study: Study, launch_id: str) -> None:
+    """A driver of this machine killed between creating its launch's run and writing launch.json
+    left the run RUNNING in MLflow for good, beside a folder that no command reads (without
+    launch.json there is nothing to resume): the next launch of the experiment ends such a run as
+    a failed save would have, where no driver holds the folder's lock. (`launch_id`'s own run, left
+    so, is the one a launch given that id again with --launch-id takes over.)"""
+    for run in tracking.running_launch_runs(uri, study.experiment, socket.gethostname()):
+        folder = Path(study.storage_path) / run.data.tags["launch_id"]
+        if run.data.tags["launch_id"] == launch_id or not folder.is_dir() or (folder / "launch.json").exists():
+            continue
+        lock = hold_driver_lock(folder)
+        if lock is None:  # a driver registering this launch now
+            continue
+        with lock:
+            tracking.close_launch(uri, run.info.run_id, status="KILLED", launch_status="never registered")
+
+
 def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> tuple[LaunchState, IO]:
     """Register a launch: its folder, its driver.lock (held: status sees a driver from the moment
     launch.json is there) and its MLflow parent run. Call only after the spec validated, the store
@@ -747,6 +764,7 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     stored_uri = tracking.remember(uri)
     spec_text = tracking.redact_text(spec_text, uri)
     try:
+        end_unregistered_launches(stored_uri, study, launch_id)
         parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
     except BaseException:  # nothing registered: the id's claim goes, so it can be given again
         lock.close()
