@@ -163,7 +163,7 @@ def test_a_driver_must_run_on_a_node_of_the_cluster(tmp_path, cluster):
     check_complete(uri, path, trials=2, n_iters=20, eval_every=10)
 
 
-def test_storage_every_node_must_see(tmp_path, cluster):
+def test_storage_every_node_must_see(tmp_path, cluster, monkeypatch):
     """A worker in a private mount namespace cannot see the driver's launch folder: local storage
     is refused before anything is written; an S3-compatible object store on a loopback port
     carries a launch through SIGINT and resume to the end."""
@@ -183,7 +183,8 @@ def test_storage_every_node_must_see(tmp_path, cluster):
     server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=cluster.env)
     try:
-        os.environ.update(S3_ENV)
+        for key, value in S3_ENV.items():  # this process's S3 clients read them; later tests of the worker must not
+            monkeypatch.setenv(key, value)
         deadline = time.time() + 120  # the server imports for seconds, longer on loaded cores
         while True:
             try:
