@@ -142,8 +142,9 @@ class PointerDecoder(nn.Module):
         # Mode-2 queries come from the Mode-1 values (Eq. 4); with no Mode-1 head, from the controller.
         query_in = cfg.mode1_heads * d or cfg.hidden
         self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
-        read = (cfg.mode1_heads + cfg.mode2_heads) * d
-        core_in = max((cfg.mode1_heads + cfg.mode2_heads * cfg.controller_reads_mode2) * d + input_size, 1)
+        read = (cfg.mode1_heads + cfg.mode2_heads) * d  # g^o reads every head's value
+        core_read = (cfg.mode1_heads + cfg.mode2_heads * cfg.controller_reads_mode2) * d
+        core_in = max(core_read + input_size, 1)
         if cfg.controller == "srnn":
             self.controller = StackRNNCell(core_in, cfg.hidden, cfg.stack_size, cfg.stack_dim)
         else:
@@ -198,7 +199,7 @@ class PointerDecoder(nn.Module):
             w = cosine_attention(g(query_source), memory, padding, sharp_c)  # Eq. 5
             mode2.append((w, dereference(w, memory)))  # Eq. 6
         values = [v for _, v in mode1 + mode2]
-        read = [v for _, v in (mode1 + mode2 if self.cfg.controller_reads_mode2 else mode1)] + ([z] if z is not None else [])
+        read = (values if self.cfg.controller_reads_mode2 else values[:len(mode1)]) + ([z] if z is not None else [])
         read = torch.cat(read, -1) if read else memory.new_zeros(len(memory), 1)
         state["control"] = self.controller(read, state["control"])  # Eq. 7
         if state["mode1"] is not None:
