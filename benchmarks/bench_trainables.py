@@ -22,7 +22,7 @@ from trainables.config import TRAIN_KEYS, parse_trial_config, preset, presets
 from trainables.models import model_fields
 from trainables.models.transformer import Layer, TransformerConfig
 from trainables.tasks import listops, load_task
-from trainables.train import batch_tensors, loss_of, make_model, predict, synchronize
+from trainables.train import batch_tensors, make_model, synchronize
 
 SMALL = {"d_model": 64, "n_layers": 4, "batch_size": 64}
 # The other papers' models: (task, task options, model, small-size overrides); "paper" is the preset.
@@ -81,7 +81,7 @@ def time_steps(model, task, batch_size: int, steps: int, device, bf16: bool) -> 
 
     def step(batch):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_of(task.kind, predict(model, task.kind, batch), batch)
+            loss = task.kind.loss(task.kind.predict(model, batch), batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

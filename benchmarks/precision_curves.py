@@ -23,7 +23,7 @@ import time
 
 from trainables.batched import train_members
 from trainables.config import parse_trial_config, preset, set_override
-from trainables.tasks.base import LOWER_IS_BETTER
+from trainables.kinds import LOWER_IS_BETTER
 
 PRECISIONS = {"fp32": {"tf32": False, "bf16": False}, "tf32": {"tf32": True, "bf16": False}, "bf16": {"bf16": True, "tf32": False}}
 

@@ -13,7 +13,8 @@ import torch
 from trainables.models import build_model
 from trainables.tasks import load_task, task_config
 from trainables.tasks import dyck
-from trainables.train import TrainConfig, loss_of, score_sums, train
+from trainables.kinds import NEXT_SYMBOL_SETS, SEQUENCE_TO_SEQUENCE
+from trainables.train import TrainConfig, train
 
 PAIRS = {"(": ")", "[": "]", "{": "}"}
 
@@ -197,7 +198,7 @@ def test_a_sequence_is_right_when_every_position_set_is():
     logits = torch.where(targets > 0, 2.0, -2.0)
     logits[1, 1, 1] = 0.5  # one symbol of the second sequence's second position on the wrong side of 0.5
     logits[0, 2] = 5.0  # padding after the first sequence's two positions does not count
-    sums = score_sums("next_symbol_sets", logits, {"targets": targets, "target_lengths": torch.tensor([2, 2])})
+    sums = NEXT_SYMBOL_SETS.score_sums(logits, {"targets": targets, "target_lengths": torch.tensor([2, 2])})
     assert sums["seq_acc"].tolist() == [1.0, 2.0] and sums["token_acc"].tolist() == [3.0, 4.0]
 
 
@@ -216,7 +217,7 @@ def test_losses_of_per_position_outputs_against_their_sums():
                 squared += (1 / (1 + math.exp(-out[b, t, s].item())) - targets[b, t, s].item()) ** 2
                 cells += 1
     batch = {"targets": targets, "target_lengths": torch.tensor(lengths)}
-    assert loss_of("next_symbol_sets", out, batch).item() == pytest.approx(squared / cells, rel=1e-6)  # the losses run in float32
+    assert NEXT_SYMBOL_SETS.loss(out, batch).item() == pytest.approx(squared / cells, rel=1e-6)  # the losses run in float32
 
     tokens = torch.randint(0, 5, (3, 4))
     nll, count = 0.0, 0
@@ -225,7 +226,7 @@ def test_losses_of_per_position_outputs_against_their_sums():
             nll -= out[b, t, tokens[b, t]].item() - math.log(sum(math.exp(v) for v in out[b, t].tolist()))
             count += 1
     batch = {"targets": tokens, "target_lengths": torch.tensor(lengths)}
-    assert loss_of("sequence_to_sequence", out, batch).item() == pytest.approx(nll / count, rel=1e-6)
+    assert SEQUENCE_TO_SEQUENCE.loss(out, batch).item() == pytest.approx(nll / count, rel=1e-6)
 
 
 def test_the_stack_rnn_learns_dyck2_and_is_scored_per_test_length():

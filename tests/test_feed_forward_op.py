@@ -191,13 +191,14 @@ def test_every_model_that_takes_the_key_runs_its_feed_forwards_through_the_op():
     from trainables.models.transformer import FeedForward, TransformerConfig
 
     from test_train import TINY_BY_KIND
+    from trainables.kinds import SET_REGRESSION
 
     for name, spec in MODELS.items():
         # the task kinds with a small task here; the image tasks' models are built of VQA's layers and Layer
-        for kind in [k for k in spec.task_kinds if k in TINY_BY_KIND] if spec.config is TransformerConfig else ():
+        for kind in [k for k in spec.kinds if k in TINY_BY_KIND] if spec.config is TransformerConfig else ():
             task, options = TINY_BY_KIND[kind]
             cfg = parse_trial_config({"task": task, "model": name, "task_options": options, "fused_feed_forward": True, **SIZES})
-            if kind == "set_regression" and cfg.model_options.get("set_layer", "paper") == "paper":
+            if kind is SET_REGRESSION and cfg.model_options.get("set_layer", "paper") == "paper":
                 with pytest.raises(ValueError, match="no feed-forward of ours"):
                     build_model(name, cfg.model_options, load_task(task, options))
                 continue

@@ -11,7 +11,8 @@ import torch
 
 from trainables.tasks import load_task, multi30k, task_config
 from trainables.tasks.base import Task
-from trainables.train import TrainConfig, ratios, score_sums, train
+from trainables.kinds import TRANSLATION
+from trainables.train import TrainConfig, ratios, train
 
 NOUNS = [("dog", "hund"), ("man", "mann"), ("woman", "frau"), ("ball", "ball"), ("street", "straße")]
 
@@ -63,7 +64,7 @@ def test_perplexity_is_e_to_the_mean_negative_log_likelihood():
     logits = torch.randn(3, 5, 7, dtype=torch.float64)
     targets = torch.randint(0, 7, (3, 5))
     lengths = torch.tensor([5, 2, 4])
-    got = ratios(score_sums("translation", logits, {"targets": targets, "target_lengths": lengths}))
+    got = ratios(TRANSLATION.score_sums(logits, {"targets": targets, "target_lengths": lengths}))
     nll, right, count = 0.0, 0, 0
     for b in range(3):
         for t in range(int(lengths[b])):
@@ -98,7 +99,7 @@ def test_models_train_and_score_perplexity(data):
 
 def test_every_score_of_a_trial_reaches_mlflow():
     """Perplexity's metrics were once dropped on the way to the store (a list of suffixes without it)."""
-    from orchestrator.record.tracking import numeric_metrics
+    from orchestrator.record.runs import numeric_metrics
 
     result = {"best_ood_valid_perplexity": 3.2, "iid_valid_perplexity": 3.0, "train_token_acc": 0.5, "done": True, "trial_id": "x"}
     assert numeric_metrics(result) == {"best_ood_valid_perplexity": 3.2, "iid_valid_perplexity": 3.0, "train_token_acc": 0.5}

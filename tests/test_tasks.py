@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import torch
 
+from trainables.kinds import SEQUENCE_TO_SEQUENCE
 from trainables.config import parse_trial_config, presets
 from trainables.tasks import TASKS, algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, small_copy_options, sort_of_clevr, task_config
 
@@ -360,7 +361,7 @@ TABLE_LENGTHS = {**dict.fromkeys(["copy", "reverse", "mix", "dynamic_recall"], (
 def test_algorithmic_labels_and_lengths(name, online):
     cfg = algorithmic.AlgorithmicConfig(online=online, train_size=300, eval_size=40)
     task = algorithmic.build(name, cfg)
-    assert task.kind == "sequence_to_sequence"
+    assert task.kind is SEQUENCE_TO_SEQUENCE
     tests = ["test_L", "test_x1", "test_x2", "test_x4", "test_x8"]
     assert set(task.splits) == {"iid_valid", "ood_valid", *tests} | ({"train"} if not online else set())
     L = TABLE_LENGTHS[name][0]

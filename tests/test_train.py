@@ -14,27 +14,28 @@ import torch
 from trainables.config import ConfigError, TrainConfig, parse_trial_config, preset, presets
 from trainables.models import MODELS, build_model, model_fields
 from trainables.tasks import TASKS, load_task
-from trainables.tasks.base import SCORE_OF_KIND, SPECIAL_TOKENS, Task
-from trainables.train import LengthBuckets, Selection, make_model, ratios, score_sums, train
+from trainables.kinds import NEXT_SYMBOL_SETS, SEQUENCE_CLASSIFICATION, SEQUENCE_TO_SEQUENCE, SET_REGRESSION, AUTOREGRESSIVE_SEQ2SEQ, VISUAL_QUESTION_ANSWERING
+from trainables.tasks.base import SPECIAL_TOKENS, Task
+from trainables.train import LengthBuckets, Selection, make_model, ratios, train
 
 # A 10-token vocabulary (pad, bos, eos first) and 4 classes, for building models without data.
-TOY = Task(name="toy", kind="sequence_classification", splits={}, vocab=SPECIAL_TOKENS + list("abcdefg"), classes=list("wxyz"))
+TOY = Task(name="toy", kind=SEQUENCE_CLASSIFICATION, splits={}, vocab=SPECIAL_TOKENS + list("abcdefg"), classes=list("wxyz"))
 TINY_TASK = {"train_size": 800, "eval_size": 60, "train_depths": [1, 3], "ood_valid_depths": [4, 4], "test_depths": [5, 5]}
 
 
 # A small task of each kind, for the model registry's every entry.
 TINY_BY_KIND = {
-    "sequence_classification": ("ctl", TINY_TASK),
-    "sequence_to_sequence": ("copy", {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}),
-    "set_regression": ("contextual_retrieval", {"train_size": 200, "eval_size": 20}),
-    "visual_question_answering": ("sort_of_clevr", {"train_images": 20, "eval_images": 4}),
-    "autoregressive_seq2seq": ("scan", {"length_cutoff": 40, "eval_size": 40}),
-    "next_symbol_sets": ("dyck", {"train_size": 100, "eval_size": 20, "test_multipliers": [2]}),
+    SEQUENCE_CLASSIFICATION: ("ctl", TINY_TASK),
+    SEQUENCE_TO_SEQUENCE: ("copy", {"train_size": 200, "eval_size": 20, "max_train_length": 5, "test_multipliers": [1, 2]}),
+    SET_REGRESSION: ("contextual_retrieval", {"train_size": 200, "eval_size": 20}),
+    VISUAL_QUESTION_ANSWERING: ("sort_of_clevr", {"train_images": 20, "eval_images": 4}),
+    AUTOREGRESSIVE_SEQ2SEQ: ("scan", {"length_cutoff": 40, "eval_size": 40}),
+    NEXT_SYMBOL_SETS: ("dyck", {"train_size": 100, "eval_size": 20, "test_multipliers": [2]}),
 }
 
 
 def tiny(model="ndr", **overrides) -> TrainConfig:
-    task, options = TINY_BY_KIND[MODELS[model].task_kinds[0]]
+    task, options = TINY_BY_KIND[MODELS[model].kinds[0]]
     # float32 matmuls, uncompiled, on a GPU too: the comparisons of runs are of float32 rounding
     flat = {"task": task, "model": model, "task_options": options, "n_iters": 12, "eval_every": 6,
             "batch_size": 16, "lr": 1e-3, "tf32": False, "compile": False, "bf16": False, **overrides}
@@ -55,7 +56,7 @@ def test_every_model_trains_and_reports(model):
     metrics = train(tiny(model), report=lambda m, state: reports.append(m), log=None)
     assert metrics["status"] == "completed"
     assert [r["iteration"] for r in reports] == [6, 12]
-    m = SCORE_OF_KIND[MODELS[model].task_kinds[0]]
+    m = MODELS[model].kinds[0].metric
     for key in (f"iid_valid_{m}", f"ood_valid_{m}", f"best_ood_valid_{m}", f"test_{m}_at_best", "loss"):
         assert metrics[key] >= 0
     pick = min if m == "l1" else max
@@ -95,7 +96,7 @@ def test_bf16_autocast_trains_to_the_same_results_within_tolerance(model):
     assert half["status"] == "completed"
     assert half["loss"] == pytest.approx(plain["loss"], rel=0.01), model
     assert half["loss"] != plain["loss"], "bf16 changed nothing: autocast is not in effect"
-    m = SCORE_OF_KIND[MODELS[model].task_kinds[0]]
+    m = MODELS[model].kinds[0].metric
     assert half[f"iid_valid_{m}"] == pytest.approx(plain[f"iid_valid_{m}"], abs=0.1 if m != "l1" else None, rel=0.05 if m == "l1" else None)
 
 
@@ -112,13 +113,13 @@ def test_accuracy_per_test_depth_pools_to_the_test_accuracy():
 @pytest.mark.parametrize("act", ["graves", "dehghani"])
 def test_act_transformer_trains_with_its_ponder_cost(act):
     """The training loss is the task's loss plus the ponder cost (App. A: L + alpha L_ACT)."""
-    from trainables.train import batch_tensors, forward_loss, loss_of, make_model
+    from trainables.train import batch_tensors, forward_loss, make_model
 
     cfg = tiny("transformer_rel", act=act)
     task = load_task(cfg.task, cfg.task_options)
     net, batch = make_model(cfg, task), batch_tensors(task.splits["train"], np.arange(16), torch.device("cpu"))
     out, loss = forward_loss(cfg, net, task.kind, batch, torch.device("cpu"))
-    assert net.aux_loss > 0 and torch.allclose(loss, loss_of(task.kind, out, batch) + net.aux_loss)
+    assert net.aux_loss > 0 and torch.allclose(loss, task.kind.loss(out, batch) + net.aux_loss)
     metrics = train(cfg, log=None)
     assert metrics["status"] == "completed" and metrics["test_acc_at_best"] >= 0
 
@@ -190,7 +191,7 @@ def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_r
     import ray
     from ray import tune
 
-    from orchestrator.record import tracking
+    from orchestrator.record.runs import REPLAY_KEY
     from orchestrator.run import launch
     from orchestrator.run.search import PAIR_KEY
 
@@ -214,7 +215,7 @@ def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_r
     assert loads[-1]["map_location"] == "cpu"
     restored = received[-1]
     assert restored["iteration"] == 12 and restored["status"] == "completed"
-    assert [r["iteration"] for r in json.loads(restored[tracking.REPLAY_KEY])] == [6, 12]
+    assert [r["iteration"] for r in json.loads(restored[REPLAY_KEY])] == [6, 12]
     assert [r["iteration"] for r in json.loads((checkpoints[-1] / "history.json").read_text())] == [6, 12]
 
 
@@ -436,14 +437,14 @@ def test_token_and_sequence_accuracy_on_hand_made_predictions():
     predicted = torch.tensor([[4, 5, 9], [7, 3, 3], [8, 9, 1]])  # wrong tokens in padding do not count
     logits = torch.nn.functional.one_hot(predicted, 13).float()
     batch = {"targets": targets, "target_lengths": torch.tensor([3, 1, 2])}
-    scores = ratios(score_sums("sequence_to_sequence", logits, batch))
+    scores = ratios(SEQUENCE_TO_SEQUENCE.score_sums(logits, batch))
     assert scores == {"token_acc": pytest.approx(5 / 6), "seq_acc": pytest.approx(2 / 3)}
 
 
 def test_relative_l1_is_the_error_over_the_zero_predictors():
     targets = torch.tensor([[1.0, -2.0], [0.5, 0.5]])
     out = torch.tensor([[0.0, -1.0], [0.5, 1.5]])
-    scores = ratios(score_sums("set_regression", out, {"targets": targets}))
+    scores = ratios(SET_REGRESSION.score_sums(out, {"targets": targets}))
     assert scores == {"l1": pytest.approx((1.0 + 0.5) / 2), "rel_l1": pytest.approx(3.0 / 4.0)}  # errors 1, 1 and 0, 1; |targets| sum to 4
 
 

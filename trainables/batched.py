@@ -22,7 +22,6 @@ import copy
 import dataclasses
 import math
 import statistics
-import sys
 import time
 import warnings
 from typing import Any, Callable
@@ -31,26 +30,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
-from tqdm import tqdm
 
-from .config import TrainConfig, parse_trial_config
+from .config import MEMBER_KEYS, RATE_KEYS, TrainConfig, parse_trial_config
 from .graphs import N_BUCKETS, GraphedStep, graphs_unused_because
 from .models import batchable
 from .models.dropout import rates_in_tensors
 from .tasks import load_task
-from .train import (Selection, add_sums, batch_source, batch_tensors, free_what_finished_trials_left, load_optimizer_state, loss_of, lr_factor,
-                    make_model, make_optimizer, predict, random_states, ratios, restore_random_states, room_for_compiles, score_sums, set_lr,
-                    setup_device, synchronize, where)
+from .train import (MembersReporter, batch_source, batch_tensors, free_what_finished_trials_left, load_optimizer_state, make_model,
+                    make_optimizer, room_for_compiles, run, set_lr, setup_device, synchronize, where)
 
-# What may differ between the members of one stack: the rest of their configs is one. The rates
-# live in tensors too: the optimizer's per member (MemberOptimizer), dropout's and gate-drop's as
-# stacked buffers (models.dropout).
-RATE_KEYS = ("dropout", "attention_dropout", "query_dropout", "input_dropout", "gate_drop")
-MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
 
-# report(metrics per member, state, compiled): after every evaluation, as train.Reporter for each
-# member at once; `compiled`: whether the step still runs compiled (compile: auto falls back).
-MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict], bool], None]
 
 
 def stacked_batch(parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:
@@ -177,8 +166,12 @@ class Stack:
         cfg = cfg.settled(device.type, len(members))
         self.cfg, self.task, self.device = cfg, task, device
         self.configs = member_configs(cfg, members)
+        self.members = list(members)
+        self.described = [" ".join(f"{k} {v}" for k, v in member.items()) for member in members]
+        self.labels = [f"{cfg.task}/{cfg.model} {d}" for d in self.described]
         self.rngs = [np.random.default_rng(c.seed) for c in self.configs]
         self.sources = [batch_source(c, task, rng) for c, rng in zip(self.configs, self.rngs)]
+        self.buckets = [buckets for _, buckets in self.sources]
         self.models = []
         for c in self.configs:
             torch.manual_seed(c.seed)  # the initialisation a run of its own would have
@@ -197,7 +190,7 @@ class Stack:
         self.clips = any(c.grad_clip for c in self.configs)
 
         def forward(p: dict, b: dict, batch: dict) -> torch.Tensor:
-            return predict(lambda *args: functional_call(skeleton, (p, b), args), task.kind, batch)
+            return task.kind.predict(lambda *args: functional_call(skeleton, (p, b), args), batch)
 
         # The parameters vary along dim 0; so does the batch in training (a batch per member), while
         # every member is evaluated on the same rows.
@@ -218,7 +211,7 @@ class Stack:
         if self.clips:
             clip_per_member(self.cfg.grad_clip_by, self.clip_limits, [p.grad for p in self.params.values() if p.grad is not None])
         self.optimizer.step()
-        return losses.detach().float(), [score_sums(self.task.kind, out[k].detach(), unstack(batch, k)) for k in range(len(self.configs))]
+        return losses.detach().float(), [self.task.kind.score_sums(out[k].detach(), unstack(batch, k)) for k in range(len(self.configs))]
 
     def gradients(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's output and loss on its slice of `batch`, the loss's gradients in the
@@ -251,7 +244,7 @@ class Stack:
     def forward_backward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed):
             out = self.forward(self.params, self.buffers, batch)
-        losses = torch.stack([loss_of(self.task.kind, out[k], unstack(batch, k)) for k in range(len(self.configs))])
+        losses = torch.stack([self.task.kind.loss(out[k], unstack(batch, k)) for k in range(len(self.configs))])
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
         return out, losses
@@ -268,7 +261,33 @@ class Stack:
         """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""
         return self.run(self.next_batch())
 
-    def load_member(self, k: int) -> torch.nn.Module:
+    def schedule(self, factor: float) -> None:
+        self.optimizer.schedule(factor)
+
+    def weights(self) -> dict:
+        return {"members": self.members, "params": {name: p.detach() for name, p in self.params.items()},
+                "buffers": {name: self.buffers[name] for name in self.saved_buffers}, "optimizer": self.optimizer.state_dict(),
+                "compiled": self.compiled}
+
+    def load_weights(self, saved: dict) -> None:
+        with torch.no_grad():
+            for name, value in saved["params"].items():
+                self.params[name].copy_(value)
+            for name, value in saved.get("buffers", {}).items():
+                self.buffers[name].copy_(value)
+        if saved.get("compiled") is False and self.compiled:
+            self.train_uncompiled("its compiled step failed before the checkpoint")
+        self.optimizer.load_state_dict(saved["optimizer"])
+
+    @staticmethod
+    def pack(common: dict, members: list[dict]) -> dict:
+        return {**common, "member_states": members}
+
+    @staticmethod
+    def unpack(saved: dict) -> list[dict]:
+        return saved["member_states"]
+
+    def member_model(self, k: int) -> torch.nn.Module:
         """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
         with torch.no_grad():
             for name, p in self.models[k].named_parameters():
@@ -303,108 +322,15 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
     return curve
 
 
-def stack_cuts(members: int, size: int) -> list[int]:
-    """The stacks `members` members train in, at most `size` each: full stacks, then the rest;
-    where the rest would be one member alone, the last two stacks share it (4 + 1 becomes 3 + 2).
-    A lone member trains as a plain trial, and on CUDA that is uncompiled and in TF32 where stacks
-    train compiled in bf16 (TrainConfig.settled): one cell's seeds would differ in numerics."""
-    full, rest = divmod(members, size)
-    cuts = [size] * full + ([rest] if rest else [])
-    if len(cuts) > 1 and cuts[-1] == 1 and size > 2:
-        cuts[-2:] = [size - 1, 2]
-    return cuts
-
-
-def group_rate(curve: list[tuple[int, float]], members: int, size: int) -> float:
-    """Member-steps/s of `members` members trained in stacks of at most `size` one after another
-    (stack_cuts), each at its throughput read off the curve (between two measured sizes, on the
-    line joining them)."""
-    sizes, rates = zip(*sorted(curve))
-    return members / sum(n / float(np.interp(n, sizes, rates)) for n in stack_cuts(members, size))
-
-
-def knee(curve: list[tuple[int, float]], within: float = 0.9, members: int | None = None) -> int:
-    """The smallest stack size whose throughput for a group of `members` (the curve's largest size
-    unless given) is `within` of the best size's: a larger stack would cost memory and a longer
-    wait per evaluation for little more. The group's throughput counts every stack it is cut
-    into (group_rate), so five seeds do not split three and two where a stack of five trains them sooner."""
-    members = members or max(n for n, _ in curve)
-    rates = {n: group_rate(curve, members, n) for n, _ in curve if n <= members}
-    best = max(rates.values())
-    return min(n for n, rate in rates.items() if rate >= within * best)
-
-
 def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: MembersReporter | None = None,
                   resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
-    """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once;
-    returns each member's final metrics."""
+    """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once, by
+    the protocol a lone trial follows (train.run); returns each member's final metrics."""
     device = setup_device(cfg)
     free_what_finished_trials_left(device)
-    task = load_task(cfg.task, cfg.task_options)
-    stack = Stack(cfg, members, task, device, log)
-    cfg = stack.cfg
-    params, rngs, sources, optimizer = stack.params, stack.rngs, stack.sources, stack.optimizer
-    bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
-    say = stack.log = log and (bar.write if not bar.disable else log)
-    described = [" ".join(f"{k} {v}" for k, v in member.items()) for member in members]
-    selections = [Selection(c, task, device, say, f"{cfg.task}/{cfg.model} {d}") for c, d in zip(stack.configs, described)]
+    stack = Stack(cfg, members, load_task(cfg.task, cfg.task_options), device, log)
     if log:
-        log(f"[{cfg.task}/{cfg.model}] {len(members)} members stacked ({'; '.join(described)}): "
-            f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {where(cfg, device)}; {cfg.n_iters:,} iterations")
-    start = 0
-    if resume_state:
-        with torch.no_grad():
-            for name, value in resume_state["params"].items():
-                params[name].copy_(value)
-            for name, value in resume_state.get("buffers", {}).items():
-                stack.buffers[name].copy_(value)
-        if resume_state.get("compiled") is False and stack.compiled:
-            stack.train_uncompiled("its compiled step failed before the checkpoint")
-        optimizer.load_state_dict(resume_state["optimizer"])
-        restore_random_states(resume_state, device)
-        start = resume_state["iteration"]
-        for rng, (_, buckets), selection, saved in zip(rngs, sources, selections, resume_state["member_states"]):
-            rng.bit_generator.state = saved["batch_rng"]
-            selection.restore(saved)
-            if buckets:
-                buckets.restore(saved["buckets"])
-    bar.update(start)
-
-    def snapshot() -> dict:
-        return copy.deepcopy({
-            "members": list(members), "params": {name: p.detach() for name, p in params.items()}, "buffers": {name: stack.buffers[name] for name in stack.saved_buffers},
-            "optimizer": optimizer.state_dict(),
-            "iteration": iteration, **random_states(device), "compiled": stack.compiled,
-            "member_states": [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
-                              for rng, (_, buckets), selection in zip(rngs, sources, selections)],
-        })
-
-    iteration = start
-    if all(selection.ended(start) for selection in selections):  # as train's: restored from the checkpoint the stack ended at
-        if report:
-            report([selection.metrics for selection in selections], snapshot, stack.compiled)
-        bar.close()
-        return [selection.metrics for selection in selections]
-    n = len(members)
-    loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
-    for iteration in range(start + 1, cfg.n_iters + 1):
-        if cfg.lr_schedule != "constant":
-            optimizer.schedule(lr_factor(cfg, iteration))
-        losses, sums = stack.step()
-        loss_sums = loss_sums + losses
-        train_sums = [add_sums(into, more) for into, more in zip(train_sums, sums)]
-        steps += 1
-        bar.update()
-        if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
-            mean_losses = (loss_sums / steps).tolist()  # waits for the window's last step, as train's rate does
-            rate = steps / max(time.perf_counter() - since, 1e-9)
-            for k, selection in enumerate(selections):
-                if not selection.diverged:  # a diverged member keeps its last metrics, as its own run would have stopped
-                    selection(stack.load_member(k), iteration, mean_losses[k], ratios(train_sums[k]), rate)
-            if report:
-                report([selection.metrics for selection in selections], snapshot, stack.compiled)
-            if all(selection.diverged for selection in selections):
-                break
-            loss_sums, train_sums, steps, since = torch.zeros(n, device=device), [{} for _ in members], 0, time.perf_counter()
-    bar.close()
-    return [selection.metrics for selection in selections]
+        log(f"[{stack.cfg.task}/{stack.cfg.model}] {len(members)} members stacked ({'; '.join(stack.described)}): "
+            f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {where(stack.cfg, device)}; "
+            f"{stack.cfg.n_iters:,} iterations")
+    return run(stack, report, resume_state, log)

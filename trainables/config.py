@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .models import MODELS, model_fields
+from .models import MODELS, ModelError, is_file_model, model_fields, model_spec
 from .tasks import TASKS, task_config
 
 
@@ -153,6 +153,12 @@ def check_range(key: str, value, bounds: tuple | None = None, nullable: bool | N
         raise ConfigError(f"{key}: must be {bound}, got {value!r}")
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
 
+# What may differ between the members of one stack (trainables.batched): the rest of their configs
+# is one. The rates live in tensors too: the optimizer's per member (batched.MemberOptimizer),
+# dropout's and gate-drop's as stacked buffers (models.dropout).
+RATE_KEYS = ("dropout", "attention_dropout", "query_dropout", "input_dropout", "gate_drop")
+MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
+
 
 def coerce(cls: type, key: str, value: Any) -> Any:
     """Give a value its field's numeric type: YAML reads `1e-3` as a string, and `--set` input is text."""
@@ -189,15 +195,14 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
         raise ConfigError(f"task_options: expected a mapping, got {flat['task_options']!r}")
     if flat["task"] not in TASKS:
         raise ConfigError(f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; known: {', '.join(TASKS)}")
-    if flat["model"] not in MODELS:
-        raise ConfigError(f"model: unknown model {flat['model']!r}{closest(str(flat['model']), MODELS)}; known: {', '.join(MODELS)}")
+    spec = model_of(flat["model"])
     own = model_fields(flat["model"])
     train, model = {}, {}
     for key, value in flat.items():
         if key in TRAIN_KEYS:
             train[key] = coerce(TrainConfig, key, value)
         elif key in own:
-            model[key] = coerce(MODELS[flat["model"]].config, key, value)
+            model[key] = coerce(spec.config, key, value)
         else:
             raise ConfigError(f"{key}: not an option of model {flat['model']!r} or of training{closest(key, TRAIN_KEYS | own)}")
     try:
@@ -209,13 +214,24 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}")
     for key in RANGES.keys() & train.keys():
         check_range(key, train[key])
-    hints = typing.get_type_hints(MODELS[flat["model"]].config)
+    hints = typing.get_type_hints(spec.config)
     for key, value in model.items():
         if bounds := model_range(key, hints[key]):
             check_range(key, value, bounds, nullable=type(None) in typing.get_args(hints[key]))
     if "device" in train and not (isinstance(train["device"], str) and DEVICE.fullmatch(train["device"])):
         raise ConfigError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {train['device']!r}")
     return TrainConfig(**train, model_options=model)
+
+
+def model_of(name: str):
+    """The registry's entry for `name` (models.model_spec), or ConfigError saying why there is none."""
+    try:
+        return model_spec(name)
+    except ModelError as e:
+        if is_file_model(name):
+            raise ConfigError(f"model: {e}") from None
+        raise ConfigError(f"model: unknown model {name!r}{closest(name, MODELS)}; known: {', '.join(MODELS)}, "
+                          "or a model file's class as path/to/file.py:Class") from None
 
 
 def check_builds(cfg: TrainConfig) -> None:
@@ -237,7 +253,7 @@ def check_builds(cfg: TrainConfig) -> None:
 def defaults(model: str) -> dict[str, Any]:
     """Every key a trial of `model` can take, with its default value."""
     out = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
-    out.update({f.name: f.default for f in dataclasses.fields(MODELS[model].config)})
+    out.update({f.name: f.default for f in dataclasses.fields(model_spec(model).config)})
     return out
 
 

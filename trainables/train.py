@@ -8,7 +8,7 @@ score is the one whose test score is reported (NDR App. C.3), the latest among e
 authors' `cross_validate_stats.py`). The final iteration's scores are reported too (`*_final`: the
 paper's IID columns and Table 4), and, with `early_budget`, the best checkpoint within the first
 `early_budget` iterations (`*_early`: Table 2's 50K column). Scores are those of
-tasks.base.SCORES_OF_KIND; the first selects checkpoints. Ray and MLflow attach through the
+the task's kind (kinds.py); the first selects checkpoints. Ray and MLflow attach through the
 `report` callback, never by import.
 """
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
@@ -32,10 +31,14 @@ from .graphs import GraphedStep, bucket_widths, graphs_unused_because, module_we
 from .models import build_model
 from .models.dropout import rates_in_tensors
 from .tasks import load_task
-from .tasks.base import CLASSIFICATION_KINDS, HOST_ONLY, LOWER_IS_BETTER, SELECTED_PER_DEPTH_KINDS, SEQUENCE_OUTPUT_KINDS, Split, Task
+from .kinds import LOWER_IS_BETTER, Kind
+from .tasks.base import HOST_ONLY, Split, Task
 
 # report(metrics, state): called after every evaluation; `state()` returns a resumable snapshot.
 Reporter = Callable[[dict[str, Any], Callable[[], dict]], None]
+# The same for each member of a run at once (run, batched.train_members), and `compiled`: whether
+# its step still runs compiled (a stack's compile: auto falls back).
+MembersReporter = Callable[[list[dict[str, Any]], Callable[[], dict], bool], None]
 
 
 def pick_device(name: str) -> torch.device:
@@ -101,77 +104,6 @@ def batch_tensors(split: Split, index: np.ndarray, device: torch.device, buckete
     return out
 
 
-def predict(model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    if kind == "set_regression":
-        return model(batch["features"])
-    if kind == "sequence_to_sequence":
-        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"), batch["target_lengths"])
-    if kind == "autoregressive_seq2seq":  # teacher forcing in training; in evaluation the decoder reads its own outputs
-        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"] if model.training else None)
-    if kind == "translation":  # teacher forcing always: perplexity scores the reference's tokens
-        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"])
-    if kind == "visual_question_answering":
-        return model(batch["images"], batch["questions"])
-    if kind in ("image_classification", "image_sequence_classification"):  # the latter's images: (B, T, H, W, channels)
-        return model(batch["images"])
-    return model(batch["tokens"], batch["lengths"])
-
-
-def target_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    positions = torch.arange(batch["targets"].shape[1], device=batch["targets"].device)
-    return positions[None] < batch["target_lengths"][:, None]
-
-
-def token_losses(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Each target position's cross-entropy, (batch, positions)."""
-    return F.cross_entropy(out.float().flatten(0, -2), targets.flatten(), reduction="none").view_as(targets)
-
-
-# Means over the target tokens are masked sums, not out[mask]: a shape that depends on the data
-# would stop a CUDA graph's capture (graphs.py).
-def loss_of(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    if kind == "set_regression":
-        return (out.float() - batch["targets"]).abs().mean()
-    if kind in SEQUENCE_OUTPUT_KINDS:
-        mask = target_mask(batch)
-        return (token_losses(out, batch["targets"]) * mask).sum() / mask.sum()
-    if kind == "next_symbol_sets":  # the Dyck authors' squared error of the sigmoid outputs
-        mask = target_mask(batch)
-        squared = (torch.sigmoid(out.float()) - batch["targets"].float()) ** 2
-        return (squared * mask[..., None]).sum() / (mask.sum() * squared.shape[-1])
-    return F.cross_entropy(out.float(), batch["labels"])
-
-
-def count(n: int, like: torch.Tensor) -> torch.Tensor:
-    """`n` as a float tensor on `like`'s device, made by a kernel (a copy from the host would stop a capture)."""
-    return torch.full((), float(n), device=like.device)
-
-
-def score_sums(kind: str, out: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Each score of the task kind (tasks.base.SCORES_OF_KIND) as (sum, count) over the batch; a
-    split's score is the sum of sums over the sum of counts. Token accuracy pools every target token
-    of the split, so long sequences weigh more, as the PANM authors' per-token error rate does."""
-    if kind == "set_regression":
-        error = (out.float() - batch["targets"]).abs()
-        n = count(len(error), error)
-        # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero).
-        return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
-    if kind in SEQUENCE_OUTPUT_KINDS or kind == "next_symbol_sets":
-        mask = target_mask(batch)
-        if kind == "next_symbol_sets":  # a position is right when each symbol's sigmoid is on the right side of 0.5
-            correct = ((out >= 0) == (batch["targets"] > 0)).all(-1)
-        else:
-            correct = out.argmax(-1) == batch["targets"]
-        token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
-        if kind == "translation":  # perplexity: e to the mean negative log-likelihood of the target tokens (see ratios)
-            nll = (token_losses(out, batch["targets"]) * mask).sum()
-            return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": token_acc}
-        n = count(len(correct), correct)
-        return {"token_acc": token_acc, "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), n])}
-    correct = (out.argmax(-1) == batch["labels"]).sum().float()
-    return {"acc": torch.stack([correct, count(len(batch["labels"]), correct)])}
-
-
 def ratios(sums: dict[str, torch.Tensor]) -> dict[str, float]:
     """Each score's sum over its count; perplexity is e to its ratio, the mean negative log-likelihood."""
     out = {name: float(total[0] / total[1]) if total[1] else math.nan for name, total in sums.items()}
@@ -233,10 +165,10 @@ def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, 
         rows = order[start : start + batch_size]
         batch = batch_tensors(split, rows, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            out = predict(model, task.kind, batch)
-        sums = add_sums(sums, score_sums(task.kind, out, batch))
-        if by_depth and task.kind in CLASSIFICATION_KINDS:
-            for depth, right in zip(split.depths[rows].tolist(), (out.argmax(-1) == batch["labels"]).tolist()):
+            out = task.kind.predict(model, batch)
+        sums = add_sums(sums, task.kind.score_sums(out, batch))
+        if by_depth and task.kind.per_depth:
+            for depth, right in zip(split.depths[rows].tolist(), task.kind.correct(out, batch).tolist()):
                 correct_by_depth.setdefault(int(depth), []).append(right)
     model.train(was_training)
     return {**ratios(sums), **{f"depth{d}_acc": float(np.mean(v)) for d, v in sorted(correct_by_depth.items())}}
@@ -310,13 +242,13 @@ def clip_gradients(cfg: TrainConfig, parameters) -> None:
         torch.nn.utils.clip_grad_norm_(parameters, cfg.grad_clip)
 
 
-def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: str, batch: dict[str, torch.Tensor], device: torch.device,
+def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: Kind, batch: dict[str, torch.Tensor], device: torch.device,
                  graphed: bool = False):
     """-> (the model's output, the training loss) on one batch. `graphed`: inside a CUDA graph's
     capture, where autocast must not cache its casts (they would be freed under the graph)."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16, cache_enabled=not graphed):
-        out = predict(model, kind, batch)
-    loss = loss_of(kind, out, batch)
+        out = kind.predict(model, batch)
+    loss = kind.loss(out, batch)
     if getattr(model, "aux_loss", None) is not None:  # e.g. ACT's ponder cost
         loss = loss + model.aux_loss
     return out, loss
@@ -335,7 +267,7 @@ def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: 
         loss.backward()
         clip_gradients(cfg, model.parameters())
         optimizer.step()
-        return loss.detach().float(), score_sums(task.kind, out.detach(), batch)
+        return loss.detach().float(), task.kind.score_sums(out.detach(), batch)
 
     if graphed:
         return GraphedStep(step, module_weights(model), optimizer, eager_replay=device.type != "cuda"), optimizer, True
@@ -375,7 +307,7 @@ class Selection:
         self.metrics: dict[str, Any] = {"status": "completed", **self.best}
         # Per depth (a question type), where the task selects so: its best validation accuracy and
         # the test accuracy then (`test_depth<d>_acc_at_best` over the pooled best's).
-        self.per_depth, self.depth_best = task.kind in SELECTED_PER_DEPTH_KINDS, {}
+        self.per_depth, self.depth_best = task.kind.selected_per_depth, {}
 
     def state(self) -> dict:
         # The last evaluation's metrics: a stack trains on past a member that diverged, and its resume
@@ -498,79 +430,149 @@ def restore_random_states(saved: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(saved["cuda_rng"], device)
 
 
+class Single:
+    """One model and its optimizer: what `train` runs through the protocol (`run`), as a stack of
+    one member. batched.Stack offers the same few methods for N members trained at once."""
+
+    def __init__(self, cfg: TrainConfig, device: torch.device, log: Callable[[str], None] | None = None):
+        cfg = cfg.settled(device.type)
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.device, self.configs, self.labels = cfg, device, [cfg], [f"{cfg.task}/{cfg.model}"]
+        self.rngs = [np.random.default_rng(cfg.seed)]
+        if log:
+            log(f"[{self.labels[0]}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)")
+        self.task = load_task(cfg.task, cfg.task_options)
+        self.next_batch, buckets = batch_source(cfg, self.task, self.rngs[0])
+        self.buckets = [buckets]
+        self.model = make_model(cfg, self.task).to(device)
+        if cfg.compile:
+            compile_model(cfg, self.model)
+        if log:
+            log(f"[{self.labels[0]}] model: {sum(p.numel() for p in self.model.parameters()):,} parameters on {where(cfg, device)}; "
+                f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
+        self.run, self.optimizer, self.bucketed = step_function(cfg, self.model, self.task, device)
+        self.compiled = True  # a lone trial's compile never falls back (batched.Stack's may)
+        self.model.train()
+
+    def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """One training step on the next batch: -> (the loss, as one member's, its score sums)."""
+        split, index = self.next_batch()
+        loss, sums = self.run(batch_tensors(split, index, self.device, self.bucketed))
+        return loss.reshape(1), [sums]
+
+    def schedule(self, factor: float) -> None:
+        set_lr(self.optimizer, self.cfg.lr * factor)
+
+    def member_model(self, k: int) -> torch.nn.Module:
+        return self.model
+
+    def weights(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_weights(self, saved: dict) -> None:
+        self.model.load_state_dict(saved["model"])
+        load_optimizer_state(self.optimizer, saved["optimizer"])
+
+    @staticmethod
+    def pack(common: dict, members: list[dict]) -> dict:
+        """A checkpoint: a lone trial's member state sits beside the rest."""
+        return {**common, **members[0]}
+
+    @staticmethod
+    def unpack(saved: dict) -> list[dict]:
+        return [saved]
+
+
+def run(learner, report: MembersReporter | None = None, resume_state: dict | None = None,
+        log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+    """The protocol, once for a lone trial (Single) and a stack (batched.Stack): resume, the
+    evaluation window, each member's Selection, snapshots and the diverged check. -> each member's
+    final metrics. A member that diverged keeps its last metrics while the others train on, as its
+    own run would have stopped; the run stops when every member has."""
+    cfg, device = learner.cfg, learner.device
+    # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
+    bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
+    say = learner.log = log and (bar.write if not bar.disable else log)
+    selections = [Selection(c, learner.task, device, say, label) for c, label in zip(learner.configs, learner.labels)]
+    start = resume(learner, selections, resume_state) if resume_state else 0
+    bar.update(start)
+    iteration = start
+
+    def snapshot() -> dict:
+        members = [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
+                   for rng, buckets, selection in zip(learner.rngs, learner.buckets, selections)]
+        # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
+        return copy.deepcopy(learner.pack({**learner.weights(), "iteration": iteration, **random_states(device)}, members))
+
+    def reported() -> list[dict[str, Any]]:
+        metrics = [selection.metrics for selection in selections]
+        if report:
+            report(metrics, snapshot, learner.compiled)
+        return metrics
+
+    if all(selection.ended(start) for selection in selections):
+        # Restored from the checkpoint the run ended at: it reports that evaluation again, as its
+        # driver may have died before logging it (the tracker logs an evaluation once).
+        bar.close()
+        return reported()
+    # The losses and training scores are summed on the device and read once per evaluation: a step
+    # never waits for the host (on a GPU, a read per step stalls the queue of small kernels).
+    window = Window(len(selections), device)
+    for iteration in range(start + 1, cfg.n_iters + 1):
+        if cfg.lr_schedule != "constant":
+            learner.schedule(lr_factor(cfg, iteration))
+        window.add(*learner.step())
+        bar.update()
+        if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
+            mean_losses, train_scores, rate = window.close()  # waits for its last step: the rate times the device's work
+            for k, selection in enumerate(selections):
+                if not selection.diverged:
+                    selection(learner.member_model(k), iteration, mean_losses[k], train_scores[k], rate)
+            reported()
+            if all(selection.diverged for selection in selections):
+                break
+            window = Window(len(selections), device)
+    bar.close()
+    return [selection.metrics for selection in selections]
+
+
+def resume(learner, selections: list[Selection], saved: dict) -> int:
+    """`learner` and `selections` as `saved` left them; -> the iteration it was taken at."""
+    learner.load_weights(saved)
+    restore_random_states(saved, learner.device)
+    for rng, buckets, selection, member in zip(learner.rngs, learner.buckets, selections, learner.unpack(saved)):
+        rng.bit_generator.state = member["batch_rng"]
+        selection.restore(member)
+        if buckets:
+            buckets.restore(member["buckets"])
+    return saved["iteration"]
+
+
+class Window:
+    """The members' training losses and score sums since the last evaluation, on the device."""
+
+    def __init__(self, members: int, device: torch.device):
+        self.losses, self.sums, self.steps = torch.zeros(members, device=device), [{} for _ in range(members)], 0
+        self.since = time.perf_counter()
+
+    def add(self, losses: torch.Tensor, sums: list[dict[str, torch.Tensor]]) -> None:
+        self.losses = self.losses + losses
+        self.sums = [add_sums(into, more) for into, more in zip(self.sums, sums)]
+        self.steps += 1
+
+    def close(self) -> tuple[list[float], list[dict[str, float]], float]:
+        """-> (each member's mean loss, its training scores, steps/s over the window)."""
+        mean_losses = [total / self.steps for total in self.losses.tolist()]
+        rate = self.steps / max(time.perf_counter() - self.since, 1e-9)
+        return mean_losses, [ratios(sums) for sums in self.sums], rate
+
+
 def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     device = setup_device(cfg)
     free_what_finished_trials_left(device)
-    cfg = cfg.settled(device.type)
-    torch.manual_seed(cfg.seed)
-    batch_rng = np.random.default_rng(cfg.seed)
-    if log:
-        log(f"[{cfg.task}/{cfg.model}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)")
-    task = load_task(cfg.task, cfg.task_options)
-    next_batch, buckets = batch_source(cfg, task, batch_rng)
-    model = make_model(cfg, task).to(device)
-    if cfg.compile:
-        compile_model(cfg, model)
-    if log:
-        log(f"[{cfg.task}/{cfg.model}] model: {sum(p.numel() for p in model.parameters()):,} parameters on {where(cfg, device)}; "
-            f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
-    step, optimizer, bucketed = step_function(cfg, model, task, device)
-    # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
-    bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
-    selection = Selection(cfg, task, device, log and (bar.write if not bar.disable else log), f"{cfg.task}/{cfg.model}")
-    start = 0
-    if resume_state:
-        model.load_state_dict(resume_state["model"])
-        load_optimizer_state(optimizer, resume_state["optimizer"])
-        batch_rng.bit_generator.state = resume_state["batch_rng"]
-        restore_random_states(resume_state, device)
-        selection.restore(resume_state)
-        start = resume_state["iteration"]
-        if buckets:
-            buckets.restore(resume_state["buckets"])
-    bar.update(start)
-
-    def snapshot() -> dict:
-        # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
-        return copy.deepcopy({
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-            "batch_rng": batch_rng.bit_generator.state, **random_states(device), **selection.state(),
-            "buckets": buckets.state() if buckets else None,
-        })
-
-    iteration = start
-    if selection.ended(start):
-        # Restored from the checkpoint the trial ended at: it reports that evaluation again, as its
-        # driver may have died before logging it (the tracker logs an evaluation once).
-        if report:
-            report(selection.metrics, snapshot)
-        bar.close()
-        return selection.metrics
-    model.train()
-    # The loss and training scores are summed on the device and read once per evaluation: a step
-    # never waits for the host (on a GPU, a read per step stalls the queue of small kernels).
-    loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
-    for iteration in range(start + 1, cfg.n_iters + 1):
-        if cfg.lr_schedule != "constant":
-            set_lr(optimizer, cfg.lr * lr_factor(cfg, iteration))
-        split, index = next_batch()
-        loss, sums = step(batch_tensors(split, index, device, bucketed))
-        loss_sum = loss_sum + loss
-        train_sums = add_sums(train_sums, sums)
-        steps += 1
-        bar.update()
-        if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
-            mean_loss = float(loss_sum) / steps  # waits for the window's last step: the rate below times the device's work
-            elapsed = time.perf_counter() - since
-            metrics = selection(model, iteration, mean_loss, ratios(train_sums), steps / max(elapsed, 1e-9))
-            if report:
-                report(metrics, snapshot)
-            if selection.diverged:
-                break
-            loss_sum, train_sums, steps, since = torch.zeros((), device=device), {}, 0, time.perf_counter()
-    bar.close()
-    return selection.metrics
+    members_report = (lambda metrics, snapshot, compiled: report(metrics[0], snapshot)) if report else None
+    return run(Single(cfg, device, log), members_report, resume_state, log)[0]
 
 
 def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
@@ -578,20 +580,7 @@ def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
     the task loaded and the model built: what a benchmark or the cost estimate times. The task's
     data are generated (or read from the cache) as for training: pass small sizes."""
     device = setup_device(cfg)
-    cfg = cfg.settled(device.type)
-    torch.manual_seed(cfg.seed)
-    task = load_task(cfg.task, cfg.task_options)
-    next_batch, _ = batch_source(cfg, task, np.random.default_rng(cfg.seed))
-    model = make_model(cfg, task).to(device)
-    if cfg.compile:
-        compile_model(cfg, model)
-    train_step, _, bucketed = step_function(cfg, model, task, device)
-
-    def step() -> None:
-        split, index = next_batch()
-        train_step(batch_tensors(split, index, device, bucketed))
-
-    return step, device
+    return Single(cfg, device).step, device
 
 
 def synchronize(device: torch.device) -> None:

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from .plots import figure_png, pyplot
-from ..record import tracking
+from ..record.runs import CONFIG_TAG
 
 MAX_LAYER_PANELS = 14
 
@@ -57,31 +57,20 @@ def activations_of(config: dict, model_state: dict):
     model.load_state_dict(model_state)
     model.eval()
     split = task.splits[task.test_splits[-1]]
-    if task.kind in ("visual_question_answering", "image_classification"):
-        # The first question of the first test image, a ternary one where there is; the first image.
-        example = int(np.argmax(split.depths))
-        batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
-        with torch.no_grad():
-            _, activations = model(batch["images"], batch.get("questions"), return_activations=True)
+    example = task.kind.example(split)
+    batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
+    with torch.no_grad():
+        _, activations = task.kind.predict(model, batch, return_activations=True)
+    if "images" in batch and batch["images"].dim() == 5:  # a trial of object images: the objects by position and id
+        names = [f"{k + 1}: object {i}" for k, i in enumerate(split.image_ids[example].tolist())]
+        return task, names, f"a test trial, answer: {task.classes[split.labels[example]]}", activations
+    if "images" in batch:  # an image (and a question): its patches
         patches = round(math.sqrt(activations["attention"][0].shape[-1] - 1))
         names = ["summary", *(f"r{r + 1}c{c + 1}" for r in range(patches) for c in range(patches))]
         caption = describe(split.questions[example]) if "questions" in batch else f"a test image, answer: {task.classes[split.labels[example]]}"
         return task, names, caption, activations
-    if task.kind == "image_sequence_classification":  # the first test trial: its objects by position and id
-        batch = batch_tensors(split, np.array([0]), torch.device("cpu"))
-        with torch.no_grad():
-            _, activations = model(batch["images"], return_activations=True)
-        names = [f"{k + 1}: object {i}" for k, i in enumerate(split.image_ids[0].tolist())]
-        return task, names, f"a test trial, answer: {task.classes[split.labels[0]]}", activations
-    example = int(np.argmax(split.lengths))
-    batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
     tokens = [str(t) for t in task.decode(batch["tokens"][0, : int(batch["lengths"][0])].tolist())]
-    with torch.no_grad():
-        if task.kind == "sequence_to_sequence":
-            _, activations = model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch.get("token_features"), return_activations=True)
-            return task, tokens, " ".join(tokens), activations
-        _, activations = model(batch["tokens"], batch["lengths"], return_activations=True)
-    if "mode1" in activations:  # PANM on Dyck: its memory slots are the symbols themselves
+    if "mode1" in activations:  # PANM: its memory slots are the symbols themselves
         return task, tokens, " ".join(tokens), activations
     return task, ["<bos>", *tokens, "<eos>"], " ".join(tokens), activations
 
@@ -152,7 +141,7 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]
         model_state = last_model_state(state, run)
         if model_state is None:
             return []
-        found = activations_of(json.loads(run.data.tags[tracking.CONFIG_TAG]), model_state)
+        found = activations_of(json.loads(run.data.tags[CONFIG_TAG]), model_state)
         if found is None:
             return []
         task, names, caption, activations = found

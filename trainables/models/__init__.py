@@ -1,16 +1,32 @@
-"""Model registry: the name used in YAML -> a config dataclass and a constructor.
+"""Model registry: the name used in YAML -> a config dataclass and a builder per task kind it reads.
 
-Each entry says which task kinds the model can run, so the service can reject a model/task pair
-that cannot work before anything launches.
+A model is one of the package's (MODELS), or a researcher's own class brought from outside the
+package: `path/to/file.py:Class` (a path from the current folder), or the name of an entry point in
+the group `sysgen.models` of an installed package. Such a class states what the registry holds for
+the package's own models, as class attributes (see examples/my_model.py):
+
+    Config = MyConfig            # a dataclass of the model's keys, each with a default
+    kinds = (SEQUENCE_CLASSIFICATION, ...)  # trainables.kinds objects: the tasks it reads
+    stacks = False               # whether seeds may train vmapped as one stack (trainables.batched)
+
+and is built as `Class(config, task)`; its forward takes what each of its kinds hands a model
+(kinds.Kind.forward). A model that states these wrongly is refused in one line before anything runs.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from torch import nn
 
+from ..kinds import (AUTOREGRESSIVE_SEQ2SEQ, IMAGE_CLASSIFICATION, IMAGE_SEQUENCE_CLASSIFICATION, KINDS, NEXT_SYMBOL_SETS,
+                     SEQUENCE_CLASSIFICATION, SEQUENCE_TO_SEQUENCE, SET_REGRESSION, TRANSLATION, VISUAL_QUESTION_ANSWERING, Kind)
 from ..tasks.base import Task
 from .dnc import DNCClassifier, DNCConfig
 from .enc_dec import EncDecConfig, EncDecPANMConfig, TransformerEncoderDecoder, TransformerPANM
@@ -22,12 +38,19 @@ from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
 from .stack_rnn import StackRNNConfig, StackRNNTagger
 from .transformer import ImageQuestionTransformer, TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
 
+ENTRY_POINTS = "sysgen.models"  # the entry-point group an installed package names its models in
+
+Builder = Callable[..., nn.Module]  # (config, task) -> module
+
+
+class ModelError(ValueError):
+    """A model name that names nothing, or a model brought from outside that states itself wrongly."""
+
 
 @dataclass(frozen=True)
 class ModelSpec:
     config: type
-    constructor: Callable[..., nn.Module]  # (config, task) -> module
-    task_kinds: tuple[str, ...]
+    builders: dict[Kind, Builder]  # per task kind it reads: (config, task) -> module
     description: str
     # Whether its seeds can train stacked (trainables.batched): a forward vmap can trace, whose
     # result for a sample does not depend on how wide its batch is padded (seeds' batches are padded
@@ -37,40 +60,52 @@ class ModelSpec:
     # as its batch's longest target and lets its other samples attend to them.
     stacks: bool = False
 
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        return tuple(self.builders)
+
 
 def _token_ids(task: Task) -> dict:
     return {"vocab_size": len(task.vocab), "n_classes": task.n_classes, "pad_id": task.pad_id, "bos_id": task.bos_id, "eos_id": task.eos_id}
 
 
 def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
+    def sets(cfg, task):
+        if cfg.set_layer == "transformer":
+            return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
+        if cfg.fused_feed_forward:  # accepted and ignored, it would train what the file did not ask for
+            raise ValueError("fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward of ours to fuse")
+        return SetAttentionRegressor(cfg.d_model, cfg.n_heads, cfg.n_retrievals if attention == "compositional" else None, task.n_features)
+
+    builders = {SEQUENCE_CLASSIFICATION: lambda cfg, task: UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))}
     # Position-free attention (plain or compositional, without the copy gate) also reads sets, and
     # images with a question, and sequences of images.
-    reads_sets = attention in ("softmax", "compositional") and not gated
+    if attention in ("softmax", "compositional") and not gated:
+        builders |= {
+            SET_REGRESSION: sets,
+            VISUAL_QUESTION_ANSWERING: lambda cfg, task: ImageQuestionTransformer(cfg, attention, task.n_features, task.n_classes),
+            # the triangles' images: n_features channels, 4 x 4 patches
+            IMAGE_CLASSIFICATION: lambda cfg, task: ImageQuestionTransformer(cfg, attention, 0, task.n_classes, patch=4, channels=task.n_features),
+            IMAGE_SEQUENCE_CLASSIFICATION: lambda cfg, task: ObjectSequenceTransformer(cfg, attention, task.n_classes, channels=task.n_features),
+        }
+    return ModelSpec(TransformerConfig, {kind: _checking_set_layer(build) for kind, build in builders.items()}, description, stacks=True)
 
-    def build(cfg, task):
+
+def _checking_set_layer(build: Builder) -> Builder:
+    def checked(cfg, task):  # a typo in set_layer is refused whatever the task, as any key's bad value
         if cfg.set_layer not in ("paper", "transformer"):
             raise ValueError(f"set_layer must be 'paper' or 'transformer', got {cfg.set_layer!r}")
-        if task.kind == "set_regression" and cfg.set_layer == "paper":
-            if cfg.fused_feed_forward:  # accepted and ignored, it would train what the file did not ask for
-                raise ValueError("fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward of ours to fuse")
-            return SetAttentionRegressor(cfg.d_model, cfg.n_heads, cfg.n_retrievals if attention == "compositional" else None, task.n_features)
-        if task.kind == "set_regression":
-            return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
-        if task.kind == "visual_question_answering":
-            return ImageQuestionTransformer(cfg, attention, task.n_features, task.n_classes)
-        if task.kind == "image_classification":  # the triangles' images: n_features channels, 4 x 4 patches
-            return ImageQuestionTransformer(cfg, attention, 0, task.n_classes, patch=4, channels=task.n_features)
-        if task.kind == "image_sequence_classification":  # the ESBN tasks' sequences of object images
-            return ObjectSequenceTransformer(cfg, attention, task.n_classes, channels=task.n_features)
-        return UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))
+        return build(cfg, task)
 
-    kinds = ("sequence_classification", "set_regression", "visual_question_answering", "image_classification",
-             "image_sequence_classification") if reads_sets else ("sequence_classification",)
-    return ModelSpec(TransformerConfig, build, kinds, description, stacks=True)
+    return checked
 
 
 def _seq2seq(config: type, cls, description: str) -> ModelSpec:
-    return ModelSpec(config, lambda cfg, task: cls(cfg, len(task.vocab), task.n_features), ("sequence_to_sequence",), description)
+    return ModelSpec(config, {SEQUENCE_TO_SEQUENCE: lambda cfg, task: cls(cfg, len(task.vocab), task.n_features)}, description)
+
+
+def _enc_dec(config: type, build: Builder, description: str) -> ModelSpec:
+    return ModelSpec(config, {AUTOREGRESSIVE_SEQ2SEQ: build, TRANSLATION: build}, description)
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -81,33 +116,124 @@ MODELS: dict[str, ModelSpec] = {
     "transformer_geometric": _transformer("geometric", False, "Transformer + geometric attention"),
     "ndr": _transformer("geometric", True, "Neural Data Router: geometric attention + copy gate"),
     "transformer_compositional": _transformer("compositional", False, "Transformer with compositional attention (Mittal et al.)"),
-    "panm": ModelSpec(PANMConfig, lambda cfg, task: CausalPANM(cfg, len(task.vocab), task.n_classes) if task.kind == "next_symbol_sets"
-                      else PANM(cfg, len(task.vocab), task.n_features), ("sequence_to_sequence", "next_symbol_sets"),
+    "panm": ModelSpec(PANMConfig, {SEQUENCE_TO_SEQUENCE: lambda cfg, task: PANM(cfg, len(task.vocab), task.n_features),
+                                   NEXT_SYMBOL_SETS: lambda cfg, task: CausalPANM(cfg, len(task.vocab), task.n_classes)},
                       "Pointer-Augmented Neural Memory (Le et al.)"),
     "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
     "transformer_seq2seq": _seq2seq(Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder-decoder"),
-    "transformer_enc_dec": ModelSpec(EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
-                                     ("autoregressive_seq2seq", "translation"), "Transformer encoder-decoder (Csordás et al. 2021)"),
-    "transformer_enc_dec_compositional": ModelSpec(EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "compositional", len(task.vocab), task.bos_id),
-                                                   ("autoregressive_seq2seq", "translation"), "Transformer encoder-decoder with compositional attention"),
-    "transformer_enc_dec_panm": ModelSpec(EncDecPANMConfig, lambda cfg, task: TransformerPANM(cfg, len(task.vocab), task.bos_id),
-                                          ("autoregressive_seq2seq", "translation"), "Transformer encoder, PANM's Controller on a Transformer decoder (Le et al., App. D.3)"),
-    "lstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMTagger(cfg, len(task.vocab), task.n_classes, task.pad_id) if task.kind == "next_symbol_sets"
-                      else LSTMClassifier(cfg, False, **_token_ids(task)), ("sequence_classification", "next_symbol_sets"), "LSTM"),
-    "stack_rnn": ModelSpec(StackRNNConfig, lambda cfg, task: StackRNNTagger(cfg, len(task.vocab), task.n_classes), ("next_symbol_sets",),
+    "transformer_enc_dec": _enc_dec(EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
+                                    "Transformer encoder-decoder (Csordás et al. 2021)"),
+    "transformer_enc_dec_compositional": _enc_dec(
+        EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "compositional", len(task.vocab), task.bos_id),
+        "Transformer encoder-decoder with compositional attention"),
+    "transformer_enc_dec_panm": _enc_dec(EncDecPANMConfig, lambda cfg, task: TransformerPANM(cfg, len(task.vocab), task.bos_id),
+                                         "Transformer encoder, PANM's Controller on a Transformer decoder (Le et al., App. D.3)"),
+    "lstm": ModelSpec(LSTMConfig, {SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)),
+                                   NEXT_SYMBOL_SETS: lambda cfg, task: LSTMTagger(cfg, len(task.vocab), task.n_classes, task.pad_id)},
+                      "LSTM"),
+    "stack_rnn": ModelSpec(StackRNNConfig, {NEXT_SYMBOL_SETS: lambda cfg, task: StackRNNTagger(cfg, len(task.vocab), task.n_classes)},
                            "stack RNN with a softmax push/pop gate (Suzgun et al. 2019)"),
-    "dnc": ModelSpec(DNCConfig, lambda cfg, task: DNCClassifier(cfg, **_token_ids(task)), ("sequence_classification",),
+    "dnc": ModelSpec(DNCConfig, {SEQUENCE_CLASSIFICATION: lambda cfg, task: DNCClassifier(cfg, **_token_ids(task))},
                      "DNC with the improvements of Csordás & Schmidhuber (2019)"),
-    "bilstm": ModelSpec(LSTMConfig, lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task)), ("sequence_classification",), "bidirectional LSTM"),
+    "bilstm": ModelSpec(LSTMConfig, {SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task))},
+                        "bidirectional LSTM"),
 }
-
-
 BATCHABLE_MODELS = tuple(name for name, spec in MODELS.items() if spec.stacks)
+_BROUGHT: dict[str, ModelSpec] = {}  # models from outside the package, once loaded in this process
+
+
+def is_file_model(name: str) -> bool:
+    return ":" in name and name.split(":", 1)[0].endswith(".py")
+
+
+def canonical(name: str) -> str:
+    """`name` as any process on this machine finds it: a model file's path made absolute (a
+    launch's trials run in folders of their own), other names as they are."""
+    if not is_file_model(name):
+        return name
+    path, cls = name.rsplit(":", 1)
+    return f"{Path(path).expanduser().resolve()}:{cls}"
+
+
+def label(name: str) -> str:
+    """A model's short name, for pair names and tables: a model file's class name."""
+    return name.rsplit(":", 1)[1] if is_file_model(name) else name
+
+
+def _load_file_class(name: str) -> type:
+    path, cls_name = canonical(name).rsplit(":", 1)
+    if not Path(path).is_file():
+        raise ModelError(f"no model file {path}")
+    module_name = f"sysgen_model_{hashlib.sha1(path.encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # its own errors (a syntax error, an import it lacks) are the file's
+    if not isinstance(getattr(module, cls_name, None), type):
+        raise ModelError(f"{path} has no class {cls_name}")
+    return getattr(module, cls_name)
+
+
+def _entry_point_class(name: str) -> type | None:
+    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINTS) if ep.name == name]
+    return found[0].load() if found else None
+
+
+def _forward_takes(cls: type, kind: Kind) -> bool:
+    try:
+        inspect.signature(cls.forward).bind(None, *kind.forward)
+    except TypeError:
+        return False
+    return True
+
+
+def spec_of_class(cls: type, name: str) -> ModelSpec:
+    """The registry's entry for a model class brought from outside the package, or ModelError
+    saying in one line what the class states wrongly."""
+    config, kinds = getattr(cls, "Config", None), getattr(cls, "kinds", None)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ModelError(f"{name}: not a torch.nn.Module class")
+    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+        raise ModelError(f"{name}: its class attribute Config must be a dataclass of its keys")
+    missing = [f.name for f in dataclasses.fields(config) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ModelError(f"{name}: Config.{missing[0]} needs a default (a search varies only what it names)")
+    if not kinds or not isinstance(kinds, (tuple, list)) or not all(isinstance(k, Kind) for k in kinds):
+        given = [k for k in (kinds or []) if not isinstance(k, Kind)] if isinstance(kinds, (tuple, list)) else kinds
+        raise ModelError(f"{name}: its class attribute kinds must be a tuple of trainables.kinds objects "
+                         f"({', '.join(KINDS)}), got {given!r}")
+    try:
+        inspect.signature(cls).bind(None, None)
+    except TypeError:
+        raise ModelError(f"{name}: it must be built as {cls.__name__}(config, task), but takes {inspect.signature(cls)}") from None
+    for kind in kinds:
+        if not _forward_takes(cls, kind):
+            raise ModelError(f"{name}: forward{inspect.signature(cls.forward)} cannot take what a {kind} task hands a model: "
+                             f"forward(self, {', '.join(kind.forward)})")
+    description = ((cls.__doc__ or "").strip().splitlines() or [f"{cls.__module__}.{cls.__name__}"])[0]
+    return ModelSpec(config, {kind: cls for kind in kinds}, description, stacks=bool(getattr(cls, "stacks", False)))
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The model `name` names: one of MODELS, a `file.py:Class`, or an entry point of ENTRY_POINTS."""
+    if name in MODELS:
+        return MODELS[name]
+    key = canonical(name)
+    if key not in _BROUGHT:
+        cls = _load_file_class(key) if is_file_model(key) else _entry_point_class(key)
+        if cls is None:
+            raise ModelError(f"unknown model {name!r}; known: {', '.join(MODELS)}, a file's model as path/to/file.py:Class, "
+                             f"or an entry point of {ENTRY_POINTS}")
+        _BROUGHT[key] = spec_of_class(cls, label(key))
+    return _BROUGHT[key]
 
 
 def batchable(flat: dict) -> str | None:
     """Why a trial config cannot train its seeds batched, or None where it can."""
-    if flat.get("model") not in BATCHABLE_MODELS:
+    try:
+        stacks = model_spec(flat["model"]).stacks
+    except (KeyError, ModelError):
+        stacks = False
+    if not stacks:
         return f"model {flat.get('model')!r} steps through its input with host-side control flow"
     if flat.get("act", "none") != "none":
         return "adaptive computation time stops on a data-dependent test"
@@ -115,13 +241,11 @@ def batchable(flat: dict) -> str | None:
 
 
 def model_fields(name: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(MODELS[name].config)}
+    return {f.name for f in dataclasses.fields(model_spec(name).config)}
 
 
 def build_model(name: str, options: dict, task: Task) -> nn.Module:
-    if name not in MODELS:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
-    spec = MODELS[name]
-    if task.kind not in spec.task_kinds:
-        raise ValueError(f"model {name!r} runs {', '.join(spec.task_kinds)}; task {task.name!r} is {task.kind}")
-    return spec.constructor(spec.config(**options), task)
+    spec = model_spec(name)
+    if task.kind not in spec.builders:
+        raise ValueError(f"model {label(name)!r} runs {', '.join(map(str, spec.kinds))}; task {task.name!r} is {task.kind}")
+    return spec.builders[task.kind](spec.config(**options), task)

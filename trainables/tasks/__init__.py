@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..kinds import AUTOREGRESSIVE_SEQ2SEQ, Kind, IMAGE_CLASSIFICATION, IMAGE_SEQUENCE_CLASSIFICATION, NEXT_SYMBOL_SETS, SEQUENCE_CLASSIFICATION, SEQUENCE_TO_SEQUENCE, SET_REGRESSION, TRANSLATION, VISUAL_QUESTION_ANSWERING
 from . import algorithmic, arithmetic, babi, ctl, dyck, esbn, listops, mathematics, multi30k, retrieval, scan, sort_of_clevr, triangles
 from .base import Task
 
@@ -15,24 +16,24 @@ class TaskSpec:
     config: type
     load: Callable[[Any], Task]
     probe: Callable[[Any], Task]  # the task without its data, for building models before launch
-    kind: str  # see base.SCORES_OF_KIND
+    kind: Kind
 
 
 TASKS: dict[str, TaskSpec] = {
-    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, "sequence_classification"),
-    "arithmetic": TaskSpec(arithmetic.ArithmeticConfig, arithmetic.load, arithmetic.probe, "sequence_classification"),
-    "listops": TaskSpec(listops.ListOpsConfig, listops.load, listops.probe, "sequence_classification"),
-    **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), functools.partial(algorithmic.probe, name), "sequence_to_sequence")
+    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, SEQUENCE_CLASSIFICATION),
+    "arithmetic": TaskSpec(arithmetic.ArithmeticConfig, arithmetic.load, arithmetic.probe, SEQUENCE_CLASSIFICATION),
+    "listops": TaskSpec(listops.ListOpsConfig, listops.load, listops.probe, SEQUENCE_CLASSIFICATION),
+    **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), functools.partial(algorithmic.probe, name), SEQUENCE_TO_SEQUENCE)
        for name in algorithmic.TASK_NAMES},
-    "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, retrieval.probe, "set_regression"),
-    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, "autoregressive_seq2seq"),
-    "mathematics": TaskSpec(mathematics.MathematicsConfig, mathematics.load, mathematics.probe, "autoregressive_seq2seq"),
-    "triangles": TaskSpec(triangles.TrianglesConfig, triangles.load, triangles.probe, "image_classification"),
-    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, "autoregressive_seq2seq"),
-    "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, "translation"),
-    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, "image_sequence_classification"),
-    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, "next_symbol_sets"),
-    "sort_of_clevr": TaskSpec(sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, "visual_question_answering"),
+    "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, retrieval.probe, SET_REGRESSION),
+    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, AUTOREGRESSIVE_SEQ2SEQ),
+    "mathematics": TaskSpec(mathematics.MathematicsConfig, mathematics.load, mathematics.probe, AUTOREGRESSIVE_SEQ2SEQ),
+    "triangles": TaskSpec(triangles.TrianglesConfig, triangles.load, triangles.probe, IMAGE_CLASSIFICATION),
+    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, AUTOREGRESSIVE_SEQ2SEQ),
+    "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, TRANSLATION),
+    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, IMAGE_SEQUENCE_CLASSIFICATION),
+    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, NEXT_SYMBOL_SETS),
+    "sort_of_clevr": TaskSpec(sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, VISUAL_QUESTION_ANSWERING),
 }
 
 

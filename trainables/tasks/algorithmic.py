@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import SEQUENCE_TO_SEQUENCE
 from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, pad_rows
 
 DIGITS = [str(i) for i in range(10)]
@@ -124,7 +125,7 @@ def make_split(name: str, rng: np.random.Generator, lengths: np.ndarray) -> Spli
 def probe(name: str, config: AlgorithmicConfig) -> Task:
     """The task without its data: what a model is built from."""
     n_features = {"priority_sort": 1, "id_sort": ID_DIM}.get(name, 0)
-    return Task(name=name, kind="sequence_to_sequence", splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features)
+    return Task(name=name, kind=SEQUENCE_TO_SEQUENCE, splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features)
 
 
 def build(name: str, config: AlgorithmicConfig) -> Task:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import SEQUENCE_CLASSIFICATION
 from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, check_values, depth_splits
 
 DIGITS = [str(i) for i in range(10)]
@@ -128,7 +129,7 @@ def drawn_counts(plan: SplitPlan) -> dict[int, int]:
 
 def probe(config: ArithmeticConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits={}, kind="sequence_classification")
+    return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits={}, kind=SEQUENCE_CLASSIFICATION)
 
 
 def build(config: ArithmeticConfig) -> Task:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
 from .base import SPECIAL_TOKENS, Task, at_most, check_user_folder, check_values, decoder_split, hold_out, user_folder
 
 TASK_NUMBERS = tuple(range(1, 21))
@@ -101,7 +102,7 @@ def probe(config: BabiConfig) -> Task:
     questions = read_tasks(config.folder, config.tasks)
     inputs = sorted({w for samples in questions.values() for source, _ in samples for w in source})
     answers = sorted({w for samples in questions.values() for _, target in samples for w in target})
-    return Task(name="babi", kind="autoregressive_seq2seq", splits={}, vocab=SPECIAL_TOKENS + sorted(set(inputs) | set(answers)), classes=answers)
+    return Task(name="babi", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=SPECIAL_TOKENS + sorted(set(inputs) | set(answers)), classes=answers)
 
 
 def build(config: BabiConfig) -> Task:

@@ -17,6 +17,8 @@ from typing import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
+from ..kinds import KINDS, Kind
+
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 
@@ -96,7 +98,7 @@ def at_most(rows: list, cap: int | None, rng: np.random.Generator) -> list:
 class Split:
     """The arrays of one split, all with the same first dimension but those of a visual task's
     scenes (`images`, `centres`, `shapes`: one row per image, which its questions' `image_ids`
-    index). Which arrays exist depends on the task kind (see SCORE_OF_KIND); every kind has
+    index). Which arrays exist depends on the task kind (kinds.py); every kind has
     `depths`, the split-defining depth or length per sample (Sort-of-CLEVR: the question type)."""
 
     arrays: dict[str, np.ndarray]
@@ -117,41 +119,13 @@ class Split:
         return [row[:n].tolist() for row, n in zip(self.targets, self.target_lengths)]
 
 
-# Task kinds -> the scores a prediction gets, the first one being the papers' number (the one that
-# selects checkpoints): one class per token sequence (accuracy); an output token sequence per input
-# (token-level accuracy, as PANM's tables, then exact-match sequence accuracy); a scalar per set
-# element (L1 error, then L1 relative to predicting zero; lower is better); one answer class per
-# question about an image, per image, or per sequence of images (accuracy); an output sequence
-# that a decoder generates token by token, fed its own tokens until <eos> (exact match, the SCAN
-# papers' number, then token accuracy); the set of symbols that may come next after each input
-# position, multi-hot (Dyck: a sequence is right when every position's set is, then the fraction
-# of right positions); a translation read under teacher forcing (perplexity, lower is better, then
-# token accuracy).
-SCORES_OF_KIND = {
-    "sequence_classification": ("acc",),
-    "visual_question_answering": ("acc",),
-    "image_classification": ("acc",),
-    "image_sequence_classification": ("acc",),
-    "sequence_to_sequence": ("token_acc", "seq_acc"),
-    "autoregressive_seq2seq": ("seq_acc", "token_acc"),
-    "translation": ("perplexity", "token_acc"),
-    "next_symbol_sets": ("seq_acc", "token_acc"),
-    "set_regression": ("l1", "rel_l1"),
-}
-SCORE_OF_KIND = {kind: scores[0] for kind, scores in SCORES_OF_KIND.items()}
-LOWER_IS_BETTER = {"l1", "rel_l1", "perplexity"}
-# Sort-of-CLEVR's question types are its depths, and its authors keep a checkpoint per type: each
-# type's test accuracy at that type's best validation epoch (Sort-of-CLEVR/main.py).
-SELECTED_PER_DEPTH_KINDS = ("visual_question_answering",)
-CLASSIFICATION_KINDS = ("sequence_classification", "visual_question_answering", "image_classification", "image_sequence_classification")  # scored per depth too
-SEQUENCE_OUTPUT_KINDS = ("sequence_to_sequence", "autoregressive_seq2seq", "translation")  # targets (token ids) and target_lengths
 HOST_ONLY = {"depths", "centres", "shapes"}  # what defines a split or a scene, never what a model reads
 
 
 @dataclass
 class Task:
     name: str
-    kind: str
+    kind: Kind  # or its name, as a cache's metadata holds it
     splits: dict[str, Split]
     vocab: list[str] = field(default_factory=list)  # token tasks: inputs (and outputs, for seq2seq)
     classes: list[str] = field(default_factory=list)  # classification: the class names
@@ -163,6 +137,10 @@ class Task:
     # the likeliest answer to each kind of question scores} (a model that ignores the image), their
     # chance. A call, not the numbers: counting them takes a second every probe would pay.
     blind_guess: Callable[[], dict[str, float]] | None = None
+
+    def __post_init__(self):
+        if isinstance(self.kind, str):
+            self.kind = KINDS[self.kind]
 
     @property
     def pad_id(self) -> int:
@@ -182,11 +160,11 @@ class Task:
 
     @property
     def metric(self) -> str:
-        return SCORE_OF_KIND[self.kind]
+        return self.kind.metric
 
     @property
     def scores(self) -> tuple[str, ...]:
-        return SCORES_OF_KIND[self.kind]
+        return self.kind.scores
 
     def chance(self, score: str | None = None) -> str:
         """What guessing scores on `score` (the task's first by default), in words ending in the
@@ -195,17 +173,7 @@ class Task:
         guessed = self.blind_guess() if self.blind_guess else {}
         if score in guessed:
             return f"the likeliest answer to each question type: {guessed[score]:.3f}"
-        if score == "rel_l1":
-            return "predicting zero: rel_l1 1.0"
-        if score == "l1":
-            return "predicting zero: l1 of each set's own targets (rel_l1 1.0)"
-        if score == "perplexity":
-            return f"a uniform guess over the vocabulary: perplexity {len(self.vocab)}"
-        if score == "seq_acc":
-            return "a guess matching a whole sequence: 0.0"
-        if self.kind == "next_symbol_sets":  # a position is right when all its n_classes bits are (not 1 of n_classes)
-            return f"random bits: {0.5 ** self.n_classes:.3f}"
-        return f"uniform guess: {1 / (self.n_classes or len(self.vocab)):.3f}"
+        return self.kind.chance(self, score)
 
     @property
     def test_splits(self) -> list[str]:
@@ -332,7 +300,7 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
 def store(path: Path, task: Task) -> None:
     """A split that is another one (an IID hold-out filling both validation slots) is stored once,
     and loads as that one: trainers evaluate it once."""
-    meta = {k: getattr(task, k) for k in ("name", "kind", "vocab", "classes", "n_features")}
+    meta = {"kind": task.kind.name, **{k: getattr(task, k) for k in ("name", "vocab", "classes", "n_features")}}
     first = {}
     for s, split in task.splits.items():
         first.setdefault(id(split), s)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kinds import SEQUENCE_CLASSIFICATION
 from .base import SPECIAL_TOKENS, Task, balanced_counts, cached, check_values, draw_unique, pack_split
 
 N_SYMBOLS = 8
@@ -51,7 +52,7 @@ def proportional(counts: dict[int, int], size: int) -> dict[int, int]:
 def probe(config: CTLConfig) -> Task:
     """The task without its data: what a model is built from."""
     return Task(name=f"ctl_{config.direction}", vocab=SPECIAL_TOKENS + SYMBOLS + FUNCTIONS, classes=SYMBOLS, splits={},
-                kind="sequence_classification")
+                kind=SEQUENCE_CLASSIFICATION)
 
 
 def build(config: CTLConfig) -> Task:

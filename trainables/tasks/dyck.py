@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import NEXT_SYMBOL_SETS
 from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, pad_rows
 
 BRACKETS = ["()", "[]", "{}", "<>", "+-", "ab", "xo"]  # the authors' pairs, in their order
@@ -152,7 +153,7 @@ def make_split(strings: list[str], n_pairs: int) -> Split:
 
 
 def probe(config: DyckConfig) -> Task:
-    return Task(name="dyck", kind="next_symbol_sets", splits={}, vocab=SPECIAL_TOKENS + symbols(config.n_pairs),
+    return Task(name="dyck", kind=NEXT_SYMBOL_SETS, splits={}, vocab=SPECIAL_TOKENS + symbols(config.n_pairs),
                 classes=symbols(config.n_pairs))
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kinds import IMAGE_SEQUENCE_CLASSIFICATION
 from .base import Split, Task, cached, check_values
 
 PROBLEMS = ("same_different", "rmts", "distribution_of_3", "identity_rules")
@@ -188,7 +189,7 @@ def set_sizes(config: ESBNConfig) -> tuple[int, int]:
 
 
 def probe(config: ESBNConfig) -> Task:
-    return Task(name="esbn", kind="image_sequence_classification", splits={}, classes=CLASSES[config.problem], n_features=1)
+    return Task(name="esbn", kind=IMAGE_SEQUENCE_CLASSIFICATION, splits={}, classes=CLASSES[config.problem], n_features=1)
 
 
 def build(config: ESBNConfig) -> Task:

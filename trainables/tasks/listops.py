@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import SEQUENCE_CLASSIFICATION
 from .base import SPECIAL_TOKENS, SplitPlan, Task, cached, check_values, depth_splits
 
 OPERATIONS = ["SM", "MIN", "MAX", "MED"]
@@ -156,7 +157,7 @@ def make_drawer(config: ListOpsConfig, plan: SplitPlan, rng: np.random.Generator
 
 def probe(config: ListOpsConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name="listops", vocab=VOCAB, classes=DIGITS, splits={}, kind="sequence_classification")
+    return Task(name="listops", vocab=VOCAB, classes=DIGITS, splits={}, kind=SEQUENCE_CLASSIFICATION)
 
 
 def build(config: ListOpsConfig) -> Task:

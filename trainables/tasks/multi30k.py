@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..kinds import TRANSLATION
 from .base import SPECIAL_TOKENS, Task, at_most, check_user_folder, check_values, decoder_split, hold_out, user_folder
 
 UNK = "<unk>"
@@ -82,7 +83,7 @@ def with_vocabulary(train: list, config: Multi30kConfig) -> Task:
     """The task without data: its vocabulary, the words of the training part seen `min_count` times."""
     counts = Counter(w for source, target in train for w in source + target)
     known = sorted(w for w, n in counts.items() if n >= config.min_count)
-    return Task(name="multi30k", kind="translation", splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known)
+    return Task(name="multi30k", kind=TRANSLATION, splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known)
 
 
 def probe(config: Multi30kConfig) -> Task:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import SET_REGRESSION
 from .base import Split, Task, cached, check_values
 
 # The authors' alpha_s (drawn from U(-1, 1) once), in search order; S searches use the first S.
@@ -125,7 +126,7 @@ def make_split(config: RetrievalConfig, rng: np.random.Generator, combos: list, 
 def probe(config: RetrievalConfig) -> Task:
     """The task without its data: what a model is built from."""
     n_features = config.searches + config.retrievals + config.searches * config.retrievals
-    return Task(name="contextual_retrieval", kind="set_regression", splits={}, n_features=n_features)
+    return Task(name="contextual_retrieval", kind=SET_REGRESSION, splits={}, n_features=n_features)
 
 
 def build(config: RetrievalConfig) -> Task:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
 from .base import SPECIAL_TOKENS, Split, Task, at_most, cached, check_values, decoder_split, hold_out
 
 PRIMITIVES = {"walk": "I_WALK", "look": "I_LOOK", "run": "I_RUN", "jump": "I_JUMP"}
@@ -83,7 +84,7 @@ def make_split(pairs: list[tuple[list[str], list[str]]]) -> Split:
 
 def probe(config: ScanConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name="scan", kind="autoregressive_seq2seq", splits={}, vocab=VOCAB, classes=ACTIONS)
+    return Task(name="scan", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=VOCAB, classes=ACTIONS)
 
 
 def build(config: ScanConfig) -> Task:

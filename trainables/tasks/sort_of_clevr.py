@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import VISUAL_QUESTION_ANSWERING
 from .base import Split, Task, cached, check_values
 
 IMAGE_SIZE = 75
@@ -219,7 +220,7 @@ def blind_guess(authors_closest: bool) -> dict[str, float]:
 
 def probe(config: SortOfClevrConfig) -> Task:
     """The task without its data: what a model is built from (n_features: the question's width)."""
-    return Task(name="sort_of_clevr", kind="visual_question_answering", splits={}, classes=CLASSES, n_features=QUESTION_SIZE,
+    return Task(name="sort_of_clevr", kind=VISUAL_QUESTION_ANSWERING, splits={}, classes=CLASSES, n_features=QUESTION_SIZE,
                 blind_guess=functools.partial(blind_guess, config.authors_closest))
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kinds import IMAGE_CLASSIFICATION
 from .base import Split, Task, cached, check_values
 
 IMAGE_SIZE = 64
@@ -89,7 +90,7 @@ def make_split(rng: np.random.Generator, n: int) -> Split:
 
 
 def probe(config: TrianglesConfig) -> Task:
-    return Task(name="triangles", kind="image_classification", splits={}, classes=CLASSES, n_features=1)
+    return Task(name="triangles", kind=IMAGE_CLASSIFICATION, splits={}, classes=CLASSES, n_features=1)
 
 
 def build(config: TrianglesConfig) -> Task:

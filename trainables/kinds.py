@@ -1,0 +1,266 @@
+"""Task kinds: what a kind of task hands a model, and how its output is read.
+
+One object per kind owns all of it: the call a model of the kind answers (`predict`), the training
+loss, the score sums of an evaluation, the scores and which one selects checkpoints (the first),
+and what guessing scores. A task names its kind (tasks.base.Task.kind), a model the kinds it reads
+(models.ModelSpec.kinds), and nothing else asks which kind it is.
+
+Score sums are (sum, count) pairs per score: a split's score is the sum of sums over the sum of
+counts. Means over target tokens are masked sums, not out[mask]: a shape that depends on the data
+would stop a CUDA graph's capture (graphs.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:  # a task names its kind; the kind reads the task's sizes only for its chance
+    from .tasks.base import Task
+
+Batch = dict[str, torch.Tensor]
+LOWER_IS_BETTER = {"l1", "rel_l1", "perplexity"}
+
+
+def count(n: int, like: torch.Tensor) -> torch.Tensor:
+    """`n` as a float tensor on `like`'s device, made by a kernel (a copy from the host would stop a capture)."""
+    return torch.full((), float(n), device=like.device)
+
+
+def target_mask(batch: Batch) -> torch.Tensor:
+    positions = torch.arange(batch["targets"].shape[1], device=batch["targets"].device)
+    return positions[None] < batch["target_lengths"][:, None]
+
+
+def token_losses(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each target position's cross-entropy, (batch, positions)."""
+    return F.cross_entropy(out.float().flatten(0, -2), targets.flatten(), reduction="none").view_as(targets)
+
+
+class Kind:
+    """A kind of task. `scores`: what an evaluation reports, the first being the papers' number,
+    which selects checkpoints. `forward`: the arguments a model's forward takes, for its docs and
+    the check of a model brought from outside the package (models.resolve)."""
+
+    name: str
+    scores: tuple[str, ...]
+    forward: tuple[str, ...]
+    per_depth = False  # scored at each depth (a split's generalization curve): the classification kinds
+    selected_per_depth = False  # a checkpoint per depth as well (Sort-of-CLEVR's question types)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<kind {self.name}>"
+
+    def __reduce__(self):  # unpickled as the one object of its name: models look kinds up by identity
+        return kind_named, (self.name,)
+
+    @property
+    def metric(self) -> str:
+        return self.scores[0]
+
+    def predict(self, model, batch: Batch, **extra) -> torch.Tensor:
+        """The model's output on `batch`; `extra` goes to its forward as it is (return_activations)."""
+        raise NotImplementedError
+
+    def example(self, split) -> int:
+        """The row a picture of the model's activations shows: the longest input."""
+        return int(split.lengths.argmax())
+
+    def loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def score_sums(self, out: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def correct(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Whether each sample's answer is right, where the kind is scored per depth."""
+        raise NotImplementedError
+
+    def chance(self, task: Task, score: str) -> str:
+        """What guessing scores on `score`, in words ending in the number."""
+        if score == "rel_l1":
+            return "predicting zero: rel_l1 1.0"
+        if score == "l1":
+            return "predicting zero: l1 of each set's own targets (rel_l1 1.0)"
+        if score == "perplexity":
+            return f"a uniform guess over the vocabulary: perplexity {len(task.vocab)}"
+        if score == "seq_acc":
+            return "a guess matching a whole sequence: 0.0"
+        return f"uniform guess: {1 / (task.n_classes or len(task.vocab)):.3f}"
+
+
+class Classification(Kind):
+    """One answer class per sample: `labels`, scored by accuracy, at every depth too."""
+
+    scores = ("acc",)
+    per_depth = True
+
+    def loss(self, out, batch):
+        return F.cross_entropy(out.float(), batch["labels"])
+
+    def correct(self, out, batch):
+        return out.argmax(-1) == batch["labels"]
+
+    def score_sums(self, out, batch):
+        correct = self.correct(out, batch).sum().float()
+        return {"acc": torch.stack([correct, count(len(batch["labels"]), correct)])}
+
+
+class SequenceClassification(Classification):
+    name, forward = "sequence_classification", ("tokens", "lengths")
+
+    def predict(self, model, batch, **extra):
+        return model(batch["tokens"], batch["lengths"], **extra)
+
+
+class ImageQuestion(Classification):
+    """A question about an image (Sort-of-CLEVR), whose question types are its depths."""
+
+    def example(self, split):  # a ternary question where there is one
+        return int(split.depths.argmax())
+
+    name, forward = "visual_question_answering", ("images", "questions")
+    selected_per_depth = True  # the authors keep a checkpoint per question type (Sort-of-CLEVR/main.py)
+
+    def predict(self, model, batch, **extra):
+        return model(batch["images"], batch["questions"], **extra)
+
+
+class ImageClassification(Classification):
+    """An image, or a sequence of images (B, T, H, W, channels), and one class."""
+
+    forward = ("images",)
+
+    def __init__(self, name: str, example_row: int | None):
+        self.name, self.example_row = name, example_row
+
+    def example(self, split):  # an image of the deepest, or the first sequence of images
+        return int(split.depths.argmax()) if self.example_row is None else self.example_row
+
+    def predict(self, model, batch, **extra):
+        return model(batch["images"], **extra)
+
+
+class SequenceOutput(Kind):
+    """An output token per target position: `targets` and `target_lengths`."""
+
+    def loss(self, out, batch):
+        mask = target_mask(batch)
+        return (token_losses(out, batch["targets"]) * mask).sum() / mask.sum()
+
+    def score_sums(self, out, batch):
+        """Token accuracy pools every target token of the split, so long sequences weigh more, as the
+        PANM authors' per-token error rate does; a sequence is right when all its tokens are."""
+        mask = target_mask(batch)
+        correct = out.argmax(-1) == batch["targets"]
+        token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
+        seq_acc = torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)])
+        return {"token_acc": token_acc, "seq_acc": seq_acc}
+
+
+class SequenceToSequence(SequenceOutput):
+    """An output sequence read off the input at once (PANM's algorithmic tasks)."""
+
+    name, scores = "sequence_to_sequence", ("token_acc", "seq_acc")
+    forward = ("tokens", "lengths", "n_out", "token_features", "target_lengths")
+
+    def predict(self, model, batch, **extra):
+        targets = batch["targets"]
+        return model(batch["tokens"], batch["lengths"], targets.shape[1], batch.get("token_features"), batch["target_lengths"], **extra)
+
+
+class AutoregressiveSeq2Seq(SequenceOutput):
+    """A decoder generates token by token: teacher forcing in training; in evaluation it reads its
+    own outputs (exact match, the SCAN papers' number, then token accuracy)."""
+
+    name, scores = "autoregressive_seq2seq", ("seq_acc", "token_acc")
+    forward = ("tokens", "lengths", "n_out", "targets")
+
+    def predict(self, model, batch, **extra):
+        targets = batch["targets"]
+        return model(batch["tokens"], batch["lengths"], targets.shape[1], targets if model.training else None, **extra)
+
+
+class Translation(SequenceOutput):
+    """A translation read under teacher forcing always: perplexity scores the reference's tokens."""
+
+    name, scores = "translation", ("perplexity", "token_acc")
+    forward = ("tokens", "lengths", "n_out", "targets")
+
+    def predict(self, model, batch, **extra):
+        return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"], **extra)
+
+    def score_sums(self, out, batch):
+        # perplexity: e to the mean negative log-likelihood of the target tokens (train.ratios)
+        mask = target_mask(batch)
+        nll = (token_losses(out, batch["targets"]) * mask).sum()
+        return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": super().score_sums(out, batch)["token_acc"]}
+
+
+class NextSymbolSets(Kind):
+    """The set of symbols that may come next after each input position, multi-hot (Dyck): a position
+    is right when each symbol's sigmoid is on the right side of 0.5, a sequence when all are."""
+
+    name, scores, forward = "next_symbol_sets", ("seq_acc", "token_acc"), ("tokens", "lengths")
+
+    def predict(self, model, batch, **extra):
+        return model(batch["tokens"], batch["lengths"], **extra)
+
+    def loss(self, out, batch):  # the Dyck authors' squared error of the sigmoid outputs
+        mask = target_mask(batch)
+        squared = (torch.sigmoid(out.float()) - batch["targets"].float()) ** 2
+        return (squared * mask[..., None]).sum() / (mask.sum() * squared.shape[-1])
+
+    def score_sums(self, out, batch):
+        mask = target_mask(batch)
+        correct = ((out >= 0) == (batch["targets"] > 0)).all(-1)
+        token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
+        return {"token_acc": token_acc, "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)])}
+
+    def chance(self, task, score):
+        if score == "seq_acc":
+            return super().chance(task, score)
+        return f"random bits: {0.5 ** task.n_classes:.3f}"  # all n_classes bits right, not 1 of n_classes
+
+
+class SetRegression(Kind):
+    """A scalar per set element: L1 error, then L1 relative to predicting zero (lower is better)."""
+
+    name, scores, forward = "set_regression", ("l1", "rel_l1"), ("features",)
+
+    def predict(self, model, batch, **extra):
+        return model(batch["features"], **extra)
+
+    def loss(self, out, batch):
+        return (out.float() - batch["targets"]).abs().mean()
+
+    def score_sums(self, out, batch):
+        error = (out.float() - batch["targets"]).abs()
+        n = count(len(error), error)
+        # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero)
+        return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
+
+
+SEQUENCE_CLASSIFICATION = SequenceClassification()
+VISUAL_QUESTION_ANSWERING = ImageQuestion()
+IMAGE_CLASSIFICATION = ImageClassification("image_classification", None)  # the triangles' images
+IMAGE_SEQUENCE_CLASSIFICATION = ImageClassification("image_sequence_classification", 0)  # the ESBN tasks' objects
+SEQUENCE_TO_SEQUENCE = SequenceToSequence()
+AUTOREGRESSIVE_SEQ2SEQ = AutoregressiveSeq2Seq()
+TRANSLATION = Translation()
+NEXT_SYMBOL_SETS = NextSymbolSets()
+SET_REGRESSION = SetRegression()
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (
+    SEQUENCE_CLASSIFICATION, VISUAL_QUESTION_ANSWERING, IMAGE_CLASSIFICATION, IMAGE_SEQUENCE_CLASSIFICATION,
+    SEQUENCE_TO_SEQUENCE, AUTOREGRESSIVE_SEQ2SEQ, TRANSLATION, NEXT_SYMBOL_SETS, SET_REGRESSION)}
+def kind_named(name: str) -> Kind:
+    return KINDS[name]
+
+
+SCORES = tuple(dict.fromkeys(score for kind in KINDS.values() for score in kind.scores))  # every kind's, once
