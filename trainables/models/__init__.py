@@ -19,6 +19,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -167,7 +168,12 @@ def _load_file_class(name: str) -> type:
     module_name = f"sysgen_model_{hashlib.sha1(path.encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # its own errors (a syntax error, an import it lacks) are the file's
+    sys.modules[module_name] = module  # where dataclasses and pickle look a class's module up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - whatever the file raises is said in one line: a syntax error, an import it lacks
+        del sys.modules[module_name]
+        raise ModelError(f"{path} does not load: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}") from None
     if not isinstance(getattr(module, cls_name, None), type):
         raise ModelError(f"{path} has no class {cls_name}")
     return getattr(module, cls_name)
