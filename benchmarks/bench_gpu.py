@@ -42,7 +42,8 @@ import torch
 
 from bench_trainables import LAYER_SHAPES, chosen_rows, layer_ratio, model_rows
 from profile_step import WARMUP_STEPS
-from trainables.batched import Stack, knee, member_steps_per_second, train_members, train_seeds
+from orchestrator.run.stacking import knee
+from trainables.batched import Stack, member_steps_per_second, train_members, train_seeds
 from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
 from trainables.config import COMPILE_MODES, parse_trial_config, set_override

@@ -1,4 +1,5 @@
 """Bad input: one clear line naming the file, key and reason, exit status 2, nothing launched or written."""
+import dataclasses
 import json
 import re
 import os
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from orchestrator.plan.spec import SpecError, load_study
+from orchestrator.run.stacking import decide, slots_in
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = {
@@ -429,7 +431,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     there are some; GPU-hours where trials get GPUs, CPU core-hours otherwise."""
     import statistics
 
-    from orchestrator.record import tracking
+    from orchestrator.record.runs import step_rates
     from orchestrator.run import cost
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -441,7 +443,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}, [{"CPU": 4}]))
     lines = list(cost.describe_cost(load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False))
     stored_step_rates(uri, [("ndr", "arithmetic", "cpu", 10.0)], stacked=4)  # a stack of 4: 40 member-steps/s, 4 runs at 40
-    assert sorted(r["rate"] for r in tracking.step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
+    assert sorted(r["rate"] for r in step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
     ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
     assert lines == [
         f"  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier trials of ndr on ctl on cpu) "
@@ -516,9 +518,9 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     assert trainable.default_resource_request({PAIR_KEY: "fwd__lstm"}).bundles == [{"CPU": 2, "GPU": 0.25, "slot": 1}]
     assert trainable.default_resource_request({PAIR_KEY: "fwd__ndr"}).bundles == [{"CPU": 4, "GPU": 1, "slot": 1}]
     # One GPU and 16 CPUs hold 4 LSTM trials at once (the pairs' limits allow 1 + 1 = 2).
-    assert study.slots({"CPU": 16, "GPU": 1, "slot": 8}, True) == 2
-    study.budget.max_concurrent = 8
-    assert study.slots({"CPU": 16, "GPU": 1, "slot": 8}, True) == 4
+    assert slots_in(decide(study, True), {"CPU": 16, "GPU": 1, "slot": 8}, True) == 2
+    study = dataclasses.replace(study, budget=dataclasses.replace(study.budget, max_concurrent=8))
+    assert slots_in(decide(study, True), {"CPU": 16, "GPU": 1, "slot": 8}, True) == 4
 
     monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 1, "slot": 8}, [{"CPU": 16, "GPU": 1, "slot": 8}]))
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
@@ -587,12 +589,11 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
 
     monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
-    study = load_study(write(tmp_path, with_(models=["ndr"], space={}, seeds=[0, 1, 2], resources={"cpu": 1, "gpu": 0.25})))
-    study.resolve_batching(True)
+    stacking = decide(load_study(write(tmp_path, with_(models=["ndr"], space={}, seeds=[0, 1, 2], resources={"cpu": 1, "gpu": 0.25}))), True)
     for gpus, expected in ((2.0, 1), (0.5, 0.5)):
         monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": gpus}}])
         asked.clear()
-        assert launch.measure_stack_sizes(study) == {"fwd__ndr": 3} and asked == [expected]
+        assert launch.measure_stack_sizes(stacking) == {"fwd__ndr": 3} and asked == [expected]
 
 
 
@@ -640,19 +641,17 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
-    ablation = load_study(write(tmp_path, with_(models=["ndr"], space={}, grid={"act": ["graves", "none"]}, seeds=[0, 1, 2],
-                                                resources={"cpu": 1, "gpu": 1})))
-    ablation.resolve_batching(True)
-    assert launch.measure_stack_sizes(ablation) == {"fwd__ndr": ablation.most_stacked(ablation.pairs[0])}
+    ablation = decide(load_study(write(tmp_path, with_(models=["ndr"], space={}, grid={"act": ["graves", "none"]}, seeds=[0, 1, 2],
+                                                       resources={"cpu": 1, "gpu": 1}))), True)
+    assert launch.measure_stack_sizes(ablation) == {"fwd__ndr": ablation.most_stacked(ablation.study.pairs[0])}
     assert [flat["act"] for flat in timed] == ["none"]
     search = with_(models=["ndr"], space={"lr": {"loguniform": [1e-4, 1e-3]}, "act": {"choice": ["none", "graves"]}},
                    budget={"trials": 4, "n_iters": 10}, resources={"cpu": 1, "gpu": 1})
-    auto = load_study(write(tmp_path, search))
-    auto.resolve_batching(True)
-    assert launch.measure_stack_sizes(auto) == {} and auto.most_stacked(auto.pairs[0]) == 1
-    given = load_study(write(tmp_path, {**search, "budget": {**search["budget"], "stack_size": 4}}))
-    given.resolve_batching(True)
-    assert given.search_stack(given.pairs[0]) == 4 and cost.calibration_config(given, given.pairs[0], stacked=True)["act"] == "none"
+    auto = decide(load_study(write(tmp_path, search)), True)
+    assert launch.measure_stack_sizes(auto) == {} and auto.most_stacked(auto.study.pairs[0]) == 1
+    given = decide(load_study(write(tmp_path, {**search, "budget": {**search["budget"], "stack_size": 4}})), True)
+    pair = given.study.pairs[0]
+    assert given.search_stack(pair) == 4 and cost.calibration_config(given, pair, stacked=True)["act"] == "none"
 
 
 def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path, monkeypatch, capsys):
@@ -706,7 +705,7 @@ def test_dry_run_without_calibration_creates_no_store(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "; no stored step rate for ndr on cpu" in out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
-    from orchestrator.record.tracking import step_rates
+    from orchestrator.record.runs import step_rates
 
     empty = tmp_path / "empty.db"  # a database without MLflow's tables gets none
     empty.touch()
@@ -787,17 +786,18 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], batch_seeds=True)
     study = load_study(write(tmp_path, ablation))
-    cells = phase_cells(study, None, SEARCH)
+    cells = phase_cells(decide(study, False), None, SEARCH)
     assert cells["fwd__ndr"] == [{"n_layers": n, "members": [{"seed": s} for s in (0, 1, 2)]} for n in (1, 2)]
     assert cells["fwd__lstm"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
     # What the cluster's slots and the dry run's estimate count: Tune trials, not seeds.
-    assert {p.name: (study.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 6), "fwd__lstm": (6, 6)}
-    unbatched = phase_cells(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), None, SEARCH)
+    counts = {p.name: (decide(study, False).tune_trial_count(p), study.trial_count(p)) for p in study.pairs}
+    assert counts == {"fwd__ndr": (2, 6), "fwd__lstm": (6, 6)}
+    unbatched = phase_cells(decide(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), True), None, SEARCH)
     assert unbatched["fwd__ndr"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
-    act = phase_cells(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), None, SEARCH)["fwd__ndr"]
+    act = phase_cells(decide(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), False), None, SEARCH)["fwd__ndr"]
     assert act == [{"act": "none", "members": [{"seed": s} for s in (0, 1, 2)]}] + [{"act": "graves", "seed": s} for s in (0, 1, 2)]
 
-    search = load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]}, batch_seeds=True)))
+    search = decide(load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]}, batch_seeds=True))), False)
     state = SimpleNamespace(candidates={"fwd__ndr": [{"lr": 1e-3, "seed": 0}], "fwd__lstm": [{"lr": 1e-3, "seed": 0}]})
     confirm = phase_cells(search, state, CONFIRM)
     assert confirm["fwd__ndr"] == [{"lr": 1e-3, "seed": 0, "candidate": 0, "members": [{"lr": 1e-3, "seed": 5}, {"lr": 1e-3, "seed": 6}]}]
@@ -813,15 +813,15 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
     from orchestrator.run.search import member_config
 
     ablation = with_(space={}, grid={"n_layers": [1, 2], "lr": [1e-3, 3e-3], "weight_decay": [0.0, 0.1]}, seeds=[0, 1], batch_seeds=True)
-    study = load_study(write(tmp_path, ablation))
-    trials = phase_cells(study, None, SEARCH)["fwd__ndr"]
+    stacking = decide(load_study(write(tmp_path, ablation)), False)
+    study, trials = stacking.study, phase_cells(stacking, None, SEARCH)["fwd__ndr"]
     assert [t["n_layers"] for t in trials] == [1, 2]
     assert trials[1]["members"] == [{"lr": lr, "weight_decay": wd, "seed": s} for lr in (1e-3, 3e-3) for wd in (0.0, 0.1) for s in (0, 1)]
     assert list(member_config(trials[1], 5)) == [*study.pairs[0].grid, "seed"]
     assert member_config(trials[1], 5) == {"n_layers": 2, "lr": 3e-3, "weight_decay": 0.0, "seed": 1}
-    assert {p.name: (study.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 16), "fwd__lstm": (16, 16)}
-    assert "stacked: 2 trial(s) train its 16 runs" in study.seed_batching(study.pairs[0])
-    one = phase_cells(load_study(write(tmp_path, {**ablation, "grid": {"n_layers": [1]}, "seeds": [3]})), None, SEARCH)["fwd__ndr"]
+    assert {p.name: (stacking.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 16), "fwd__lstm": (16, 16)}
+    assert "stacked: 2 trial(s) train its 16 runs" in stacking.seed_batching(study.pairs[0])
+    one = phase_cells(decide(load_study(write(tmp_path, {**ablation, "grid": {"n_layers": [1]}, "seeds": [3]})), False), None, SEARCH)["fwd__ndr"]
     assert one == [{"n_layers": 1, "seed": 3}]  # a stack of one is a plain trial
 
 
@@ -832,18 +832,17 @@ def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1])
     auto = load_study(write(tmp_path, ablation))
-    assert "seeds batched where trials get a GPU (batch_seeds: auto)" in auto.seed_batching(auto.pairs[0])
+    assert "seeds batched where trials get a GPU (batch_seeds: auto)" in decide(auto, None).seed_batching(auto.pairs[0])
     for gpus, per_trial_gpu, batched in ((False, 0.25, False), (True, 0.25, True), (True, 0, False)):
-        study = load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}}))
-        study.resolve_batching(gpus)
-        assert ("members" in phase_cells(study, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
+        stacking = decide(load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}})), gpus)
+        assert ("members" in phase_cells(stacking, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
     # A model whose own trials get no GPU on a cluster with GPUs trains one trial per seed.
     study = load_study(write(tmp_path, {**ablation, "models": ["ndr", "transformer"], "resources": {"cpu": 1, "gpu": 0.5},
                                         "per_model": {"transformer": {"resources": {"gpu": 0}}}}))
-    study.resolve_batching(True)
-    cells = phase_cells(study, None, SEARCH)
+    stacking = decide(study, True)
+    cells = phase_cells(stacking, None, SEARCH)
     assert "members" in cells["fwd__ndr"][0] and "members" not in cells["fwd__transformer"][0]
-    assert study.seed_batching(study.pairs[1]) == "1 trial per seed: batch_seeds: auto, and per_model.transformer.resources gives its trials no GPU"
+    assert stacking.seed_batching(study.pairs[1]) == "1 trial per seed: batch_seeds: auto, and per_model.transformer.resources gives its trials no GPU"
     with pytest.raises(SpecError, match="batch_seeds: must be true, false or auto"):
         load_study(write(tmp_path, with_(batch_seeds="yes")))
 
@@ -857,26 +856,25 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     from orchestrator.run.launch import SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1], "lr": [1e-3, 3e-3]}, seeds=[0, 1, 2], batch_seeds=True, budget={"stack_size": 4})
-    study = load_study(write(tmp_path, ablation))
-    trials = phase_cells(study, None, SEARCH)["fwd__ndr"]
+    trials = phase_cells(decide(load_study(write(tmp_path, ablation)), False), None, SEARCH)["fwd__ndr"]
     assert [len(t["members"]) for t in trials] == [4, 2]
     assert [m for t in trials for m in t["members"]] == [{"lr": lr, "seed": s} for lr in (1e-3, 3e-3) for s in (0, 1, 2)]
     # Five and one would train the last seed alone (on CUDA in TF32, where stacks train in bf16): four and two.
-    one_left = load_study(write(tmp_path, {**ablation, "budget": {"stack_size": 5}}))
+    one_left = decide(load_study(write(tmp_path, {**ablation, "budget": {"stack_size": 5}})), False)
     assert [len(t["members"]) for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"]] == [4, 2]
     assert [m for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"] for m in t["members"]] == [m for t in trials for m in t["members"]]
 
-    search = load_study(write(tmp_path, with_(budget={"trials": 10, "stack_size": 4}, batch_seeds=True)))
-    assert {p.name: (search.search_stack(p), search.tune_trial_count(p)) for p in search.pairs} == {"fwd__ndr": (4, 3), "fwd__lstm": (1, 10)}
+    search = decide(load_study(write(tmp_path, with_(budget={"trials": 10, "stack_size": 4}, batch_seeds=True))), False)
+    assert {p.name: (search.search_stack(p), search.tune_trial_count(p)) for p in search.study.pairs} == {"fwd__ndr": (4, 3), "fwd__lstm": (1, 10)}
     shapes_only = load_study(write(tmp_path, with_(space={"n_heads": {"choice": [1, 2]}}, budget={"trials": 10, "stack_size": 4}, batch_seeds=True)))
-    assert shapes_only.search_stack(shapes_only.pairs[0]) == 1  # suggestions that differ in shape cannot share a stack
+    assert decide(shapes_only, False).search_stack(shapes_only.pairs[0]) == 1  # suggestions that differ in shape cannot share a stack
     auto = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True, space={"lr": {"loguniform": [1e-4, 1e-3]}})))
-    assert auto.search_stack(auto.pairs[0]) == 1
-    auto.stack_sizes = {"fwd__ndr": 6}  # what a launch measured
-    assert auto.search_stack(auto.pairs[0]) == 6 and auto.tune_trial_count(auto.pairs[0]) == 2
+    assert decide(auto, False).search_stack(auto.pairs[0]) == 1
+    measured = decide(auto, False, {"fwd__ndr": 6})  # what a launch measured
+    assert measured.search_stack(auto.pairs[0]) == 6 and measured.tune_trial_count(auto.pairs[0]) == 2
     shapes_too = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True)))  # lr and n_heads
-    shapes_too.stack_sizes = {"fwd__ndr": 6}
-    assert shapes_too.most_stacked(shapes_too.pairs[0]) == 1 and shapes_too.search_stack(shapes_too.pairs[0]) == 1
+    measured = decide(shapes_too, False, {"fwd__ndr": 6})
+    assert measured.most_stacked(shapes_too.pairs[0]) == 1 and measured.search_stack(shapes_too.pairs[0]) == 1
     for bad in (0, "many", True):
         with pytest.raises(SpecError, match="budget.stack_size: "):
             load_study(write(tmp_path, with_(budget={"stack_size": bad})))
@@ -893,8 +891,9 @@ def test_a_confirmation_runs_as_many_trials_at_once_as_its_own_trials_allow(tmp_
     study = load_study(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}, resources={"cpu": 1},
                                              budget={"trials": 3, "max_concurrent": 8}, confirm={"top_k": 3, "seeds": [5, 6]})))
     state = type("State", (), {"candidates": {"fwd__lstm": [{"lr": 1e-4}, {"lr": 2e-4}, {"lr": 3e-4}]}})()
-    assert cluster_slots(study, False) == 3
-    assert cluster_slots(study, False, phase_cells(study, state, CONFIRM)) == 6
+    stacking = decide(study, False)
+    assert cluster_slots(stacking, False) == 3
+    assert cluster_slots(stacking, False, phase_cells(stacking, state, CONFIRM)) == 6
 
 
 def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path, monkeypatch):
@@ -995,7 +994,7 @@ def test_a_calibration_config_is_one_every_pair_can_train(file):
     study = load_study(Path(__file__).resolve().parent.parent / file)
     for pair in study.pairs:
         for stacked in (False, True):
-            cfg = parse_trial_config(calibration_config(study, pair, stacked))
+            cfg = parse_trial_config(calibration_config(decide(study, True), pair, stacked))
             assert cfg.task_options.get("train_size", cfg.task_options.get("train_images", 0)) <= CALIBRATION_TRAIN_SIZE * cfg.batch_size
 
 

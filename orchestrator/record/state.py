@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
@@ -42,8 +42,11 @@ class LaunchState:
     night: int | None = None  # the nightly job's count of this file's nights before this one
     created: float = 0.0  # time.time() at registration
     candidates: dict | None = None  # a search with `confirm`: per pair, the configs of its best trials, best first
-    batch_seeds: bool | None = None  # the spec's batch_seeds as resolved at launch (auto: whether trials got GPUs)
-    stack_sizes: dict = field(default_factory=dict)  # budget.stack_size auto, as measured at launch per pair
+    # How the launch's runs stack, decided once at launch (run.stacking: Stacking.record, read back
+    # by `launched`): the spec's batch_seeds with auto resolved (whether trials got GPUs), and
+    # budget.stack_size auto as measured per pair.
+    batch_seeds: bool | None = None
+    stack_sizes: dict = field(default_factory=dict)
     snapshot_modules: int = 1  # SNAPSHOT_MODULES of the code that began it (a launch.json without it: 1)
     regressed: bool | None = None  # a night's verdict: whether it regressed from its baseline night
     accepted: bool = False  # `orchestrator accept`: its regression was intended, so later nights compare with it
@@ -98,7 +101,8 @@ class LaunchState:
 
     def study(self):
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
-        seeds: what a regression test across seeds compares)."""
+        seeds: what a regression test across seeds compares). How it stacks is batch_seeds' and
+        stack_sizes' (run.stacking.launched)."""
         from ..plan.spec import SpecError, load_study
 
         try:
@@ -106,10 +110,7 @@ class LaunchState:
         except SpecError as e:  # the file as it was launched, kept in launch.json: an edit there broke it
             raise DamagedLaunch(f"{self.dir}/launch.json: spec_text: {e}") from None
         if self.night:
-            study.seeds = [seed + self.night * SEED_STRIDE for seed in study.seeds]
-        if self.batch_seeds is not None:
-            study.batch_seeds = self.batch_seeds
-        study.stack_sizes = dict(self.stack_sizes)
+            study = replace(study, seeds=[seed + self.night * SEED_STRIDE for seed in study.seeds])
         return study
 
     def trial_storage(self):
@@ -125,7 +126,7 @@ class LaunchState:
         return self.plan or plan_of(self.study())
 
     def optuna_study_name(self, pair: str) -> str:
-        """The Optuna study of a search's pair, in tracking.search_storage."""
+        """The Optuna study of a search's pair, in optuna_store.search_storage."""
         return f"{self.experiment}/{self.launch_id}/{pair}"
 
 

@@ -10,10 +10,12 @@ import os
 import statistics
 from typing import Iterator
 
-from ..plan.spec import MEMBERS_KEY, Distribution, Pair, Study
+from ..plan.spec import Distribution, Pair, Study
 from ..plan.storage import last_line
-from ..record import tracking
+from ..record.runs import step_rates
+from ..record.secrets import redact, redact_text
 from .cluster import join, measurement, one_gpu
+from .stacking import MEMBERS_KEY, Stacking, decide, group_rate, holds, knee, misfits, slots_in
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64
@@ -30,7 +32,7 @@ def typical(d: Distribution):
     return d.nearest(middle)
 
 
-def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
+def typical_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dict:
     """The pair's middle grid cell (each key's middle value: a grid's first cell is often its
     cheapest, PANM's heads ablation's H^a = H^c = 0), or its search's warm start or middle. `stacked`: one whose
     trials stack, for a stack-size curve: the cell of the largest stacking group (an ablation's
@@ -38,9 +40,10 @@ def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
     first value of a choice that lets it stack where the typical one cannot."""
     from trainables.models import batchable
 
+    study = stacking.study
     if study.is_ablation:
         if stacked:
-            groups = [g for g in study.stack_groups(pair, study.grid_cells(pair), study.seeds) if MEMBERS_KEY in g]
+            groups = [g for g in stacking.stack_groups(pair, study.grid_cells(pair), study.seeds) if MEMBERS_KEY in g]
             if groups:
                 largest = max(groups, key=lambda group: len(group[MEMBERS_KEY]))
                 return {**pair.base, **{k: v for k, v in largest.items() if k != MEMBERS_KEY}}
@@ -53,17 +56,17 @@ def typical_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
     return flat
 
 
-def calibration_config(study: Study, pair: Pair, stacked: bool = False) -> dict:
+def calibration_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dict:
     """The pair's typical trial (typical_config) on a small copy of its task: what a calibration times."""
     from trainables.tasks import small_copy_options
 
-    flat = typical_config(study, pair, stacked)
+    flat = typical_config(stacking, pair, stacked)
     batch = int(flat.get("batch_size", 64))
     flat["task_options"] = small_copy_options(pair.task.task, flat.get("task_options", {}), CALIBRATION_TRAIN_SIZE * batch, CALIBRATION_EVAL_SIZE)
     return {**flat, "threads": max(1, int(pair.resources.cpu))}
 
 
-def seconds_per_step(study: Study, pair: Pair) -> float:
+def seconds_per_step(stacking: Stacking, pair: Pair) -> float:
     """Training steps of the pair's typical trial, timed here on a small copy of its task whose data
     go to a temporary cache (nothing of the calibration stays)."""
     from trainables.config import parse_trial_config
@@ -71,7 +74,7 @@ def seconds_per_step(study: Study, pair: Pair) -> float:
     from trainables.train import seconds_per_step as timed
 
     with throwaway_data_cache():
-        return timed(parse_trial_config(calibration_config(study, pair)), CALIBRATION_STEPS)
+        return timed(parse_trial_config(calibration_config(stacking, pair)), CALIBRATION_STEPS)
 
 
 def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
@@ -198,12 +201,13 @@ class Calibration:
         return (None, f"torch on {node}, a node with GPUs, finds no CUDA") if result is None else (result, f"on {node}")
 
 
-def step_time(study: Study, pair: Pair, rates: list[dict] | None, device: str, calibration: Calibration | None = None) -> tuple[float | None, str]:
+def step_time(stacking: Stacking, pair: Pair, rates: list[dict] | None, device: str,
+              calibration: Calibration | None = None) -> tuple[float | None, str]:
     """(seconds per training step of the pair's trials, in words), or (None, why there is no estimate):
     calibrated (here, or where `calibration` says) where `rates` is None, else from the stored rates."""
     if rates is None:
         try:
-            per_step, where = (calibration or Calibration(False)).result(pair, device, seconds_per_step, study, pair)
+            per_step, where = (calibration or Calibration(False)).result(pair, device, seconds_per_step, stacking, pair)
         except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
             return None, f"no time estimate ({reason(e)})"
         if per_step is None:
@@ -219,34 +223,34 @@ def cuda_here() -> bool:
     return torch.cuda.is_available()
 
 
-def launch_stack_size(study: Study, pair: Pair, use_gpu: bool) -> int | None:
+def launch_stack_size(stacking: Stacking, pair: Pair, use_gpu: bool) -> int | None:
     """The members a launch stacks in one of the pair's trials (the largest of its stacks): 1 where
     nothing of the pair stacks, else at most budget.stack_size and the pair's own most; with auto,
     None where the launch measures the throughput curve's knee (trials on a GPU), else an
     ablation's whole cell group and a search's single suggestion."""
-    limit, most = study.stack_limit(pair), study.most_stacked(pair)
+    limit, most = stacking.stack_limit(pair), stacking.most_stacked(pair)
     if most <= 1:  # nothing of the pair stacks: its trials are timed as plain trials
         return 1
     if limit:
         return min(limit, most)
-    if study.measures_stack_size(pair, use_gpu):
+    if stacking.measures_stack_size(pair, use_gpu):
         return None
-    return most if study.is_ablation else 1
+    return most if stacking.study.is_ablation else 1
 
 
-def curve_args(study: Study, pair: Pair, size: int | None) -> tuple[dict, list[int]]:
+def curve_args(stacking: Stacking, pair: Pair, size: int | None) -> tuple[dict, list[int]]:
     """What stack_curve times for a pair whose trials stack `size` members (None: the knee)."""
-    return calibration_config(study, pair, stacked=True), stack_sizes_to_try(size or study.most_stacked(pair))
+    return calibration_config(stacking, pair, stacked=True), stack_sizes_to_try(size or stacking.most_stacked(pair))
 
 
-def stacked_step_time(study: Study, pair: Pair, size: int | None, device: str, calibration: Calibration | None = None) -> tuple[float | None, str, int]:
+def stacked_step_time(stacking: Stacking, pair: Pair, size: int | None, device: str,
+                      calibration: Calibration | None = None) -> tuple[float | None, str, int]:
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here or where `calibration` says. None where the stack does not fit the device."""
-    from trainables.batched import group_rate, knee
     from trainables.config import parse_trial_config, yaml_word
 
-    (flat, sizes), most = curve_args(study, pair, size), study.most_stacked(pair)
+    (flat, sizes), most = curve_args(stacking, pair, size), stacking.most_stacked(pair)
     measured_curve, where = (calibration or Calibration(False)).result(pair, device, stack_curve, flat, sizes)
     if measured_curve is None:
         return None, f"not timed: {where}", size
@@ -290,25 +294,25 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
 def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: dict[str, float], nodes: list[dict[str, float]]) -> Iterator[str]:
     """describe_cost's lines, on `where` with `total` resources and `nodes`."""
     use_gpu = total.get("GPU", 0) > 0
-    study.resolve_batching(use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
-    for problem in study.misfits(use_gpu, nodes):  # priced all the same, for a cluster that will hold them
+    stacking = decide(study, use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
+    for problem in misfits(study, use_gpu, nodes):  # priced all the same, for a cluster that will hold them
         yield f"  a launch on {where} would be refused: {problem}"
     if calibrate and not cluster and (note := busy_note()):
         yield note
     rates = None
     if not calibrate:
         try:
-            rates = tracking.step_rates(study.tracking.uri)
+            rates = step_rates(study.tracking.uri)
         except Exception as e:  # noqa: BLE001 - as with a failed calibration: no estimate, and no reason to refuse the launch
             rates = []
-            yield f"  cannot read step rates from {tracking.redact(study.tracking.uri)}: {tracking.redact_text(reason(e), study.tracking.uri)}"
+            yield f"  cannot read step rates from {redact(study.tracking.uri)}: {redact_text(reason(e), study.tracking.uri)}"
     calibration = Calibration(cluster)
     for pair in study.pairs if rates is None and cluster else ():
-        if study.holds(pair, use_gpu, nodes):
-            device, size = device_kind(pair, use_gpu and pair.resources.gpu > 0), launch_stack_size(study, pair, use_gpu)
-            calibration.submit(pair, device, seconds_per_step, study, pair)
+        if holds(pair, use_gpu, nodes):
+            device, size = device_kind(pair, use_gpu and pair.resources.gpu > 0), launch_stack_size(stacking, pair, use_gpu)
+            calibration.submit(pair, device, seconds_per_step, stacking, pair)
             if size != 1:
-                calibration.submit(pair, device, stack_curve, *curve_args(study, pair, size))
+                calibration.submit(pair, device, stack_curve, *curve_args(stacking, pair, size))
     total_steps, total_s, unestimated, shared_timed_alone = 0, 0.0, 0, 0
     held_s: dict[str, float] = {}  # resource -> seconds of trial time x the amount trials hold of it
     pair_walls = []  # each pair's trial time over the trials it runs at once (budget.max_concurrent)
@@ -318,17 +322,17 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         total_steps += trials * steps
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
-        if rates is None and cluster and not study.holds(pair, use_gpu, nodes):  # a task for it would wait for no node
+        if rates is None and cluster and not holds(pair, use_gpu, nodes):  # a task for it would wait for no node
             per_step, words = None, "not timed: no node of the cluster holds its trials (above)"
         else:
-            per_step, words = step_time(study, pair, rates, device_kind(pair, on_gpu), calibration)
-        size = launch_stack_size(study, pair, use_gpu)
+            per_step, words = step_time(stacking, pair, rates, device_kind(pair, on_gpu), calibration)
+        size = launch_stack_size(stacking, pair, use_gpu)
         # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
             try:
-                per_step, stacked, size = stacked_step_time(study, pair, size, device_kind(pair, on_gpu), calibration)
+                per_step, stacked, size = stacked_step_time(stacking, pair, size, device_kind(pair, on_gpu), calibration)
                 if study.budget.stack_size == "auto":  # as the launch records the knee: its trial count follows
-                    study.stack_sizes[pair.name] = size
+                    stacking = stacking.measured(pair, size)
             except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
                 per_step, stacked = None, f"no stack estimate ({reason(e)})"
             words = f"{words}; {stacked}"
@@ -337,7 +341,7 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
             yield f"{line}; {words}"
             continue
         total_s += trials * steps * per_step
-        pair_walls.append(trials * steps * per_step / min(study.budget.max_concurrent, study.tune_trial_count(pair)))
+        pair_walls.append(trials * steps * per_step / min(study.budget.max_concurrent, stacking.tune_trial_count(pair)))
         for name, amount in pair.resources.asks(use_gpu).items():
             held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
         alone = ""
@@ -350,7 +354,7 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time{alone}"
     summary = f"  cost in all: {total_steps:,} training steps"
     if total_s:
-        slots = study.slots(total, use_gpu)
+        slots = slots_in(stacking, total, use_gpu)
         # Trials of several sizes (per_model resources) fill the cluster unevenly: no sooner than
         # the busiest resource allows either, nor than the longest pair at its own concurrency.
         wall = max(total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)), *pair_walls)

@@ -27,11 +27,18 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..record import tracking
-from .search import (CANDIDATE_KEY, MEMBERS_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
+from ..record.optuna_store import search_storage
+from ..record.retries import StoreUnavailable, store_outage
+from ..record.runs import (REPLAY_KEY, STATUS_TAG, close_launch, interrupt_launch, launch_trial_runs, member_key, open_launch,
+                           running_launch_runs)
+from ..record.secrets import redact, redact_text
+from ..record.stores import normalize_store, remember, warm_up
+from ..record.summaries import confirmed_text, ended_runs, failed_text, pair_summaries, summarize_pairs, top_configs
+from .search import (CANDIDATE_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
                      TruncationAwareOptunaSearch, own_config, run_key, trial_members)
 from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
+from .stacking import MEMBERS_KEY, Stacking, decide, knee, launched, misfits, slots_in
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
@@ -87,7 +94,7 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
         numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if not history or history[-1].get("iteration") != numbers.get("iteration"):  # a trial restored from the checkpoint it ended at reports that evaluation again
             history.append(numbers)
-        extra = {tracking.REPLAY_KEY: json.dumps(replay)} if replay else {}  # a string: Tune's loggers skip it quietly
+        extra = {REPLAY_KEY: json.dumps(replay)} if replay else {}  # a string: Tune's loggers skip it quietly
         replay = None
         with tempfile.TemporaryDirectory() as d:
             torch.save(state(), Path(d) / "state.pt")
@@ -100,7 +107,7 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
         statuses = {m["status"] for m in per_member}
         live = [m[metric] for m in per_member if m["status"] != "diverged" and metric in m] or [math.nan]
         overall = sum(live) / len(live) if stack_of == "mean" else (min if mode == "min" else max)(live)
-        report({**{tracking.member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
+        report({**{member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
                 "iteration": max(m.get("iteration", 0) for m in per_member), metric: overall,
                 "status": "diverged" if statuses == {"diverged"} else "running" if "running" in statuses else "completed"}, state)
 
@@ -161,7 +168,8 @@ def make_trainable(study: Study, use_gpu: bool, phase: str):
     return tune.with_resources(CheckpointFallbackTrial, lambda config: bundles[config[PAIR_KEY]])
 
 
-def make_searcher(study: Study, pair: Pair, storage, study_name: str):
+def make_searcher(study: Study, pair: Pair, storage, study_name: str, stack: int = 1):
+    """The pair's TPE searcher; `stack`: the suggestions one trial trains (Stacking.search_stack)."""
     import optuna
 
     return TruncationAwareOptunaSearch(
@@ -170,23 +178,24 @@ def make_searcher(study: Study, pair: Pair, storage, study_name: str):
         metric=study.metric, mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
         sampler=optuna.samplers.TPESampler(seed=study.seed),
-        stack=study.search_stack(pair), runs=study.trial_count(pair), base=pair.base,
+        stack=stack, runs=study.trial_count(pair), base=pair.base,
     )
 
 
-def phase_cells(study: Study, state: LaunchState, phase: str) -> dict[str, list[dict]] | None:
+def phase_cells(stacking: Stacking, state: LaunchState, phase: str) -> dict[str, list[dict]] | None:
     """Each pair's list of trials where the phase has one (an ablation's cells, a confirmation's
     candidates, over their seeds), None for a search (TPE proposes its trials)."""
+    study = stacking.study
     if phase == CONFIRM:
-        return {p.name: study.trials(p, [{**config, CANDIDATE_KEY: k} for k, config in enumerate(state.candidates.get(p.name, []))],
-                                     study.confirm.seeds) for p in study.pairs}
+        return {p.name: stacking.trials(p, [{**config, CANDIDATE_KEY: k} for k, config in enumerate(state.candidates.get(p.name, []))],
+                                        study.confirm.seeds) for p in study.pairs}
     if study.is_ablation:
-        return {p.name: study.trials(p, study.grid_cells(p), study.seeds) for p in study.pairs}
+        return {p.name: stacking.trials(p, study.grid_cells(p), study.seeds) for p in study.pairs}
     return None
 
 
 def optuna_storage(state: LaunchState):
-    return tracking.search_storage(state.tracking_uri, state.dir)
+    return search_storage(state.tracking_uri, state.dir)
 
 
 def optuna_study_name(state: LaunchState, pair: Pair) -> str:
@@ -205,37 +214,37 @@ def settle_proposals(storage, study_name: str, runs: list, metric: str) -> None:
     study = optuna.load_study(study_name=study_name, storage=storage)
     for trial in study.get_trials(deepcopy=False, states=(State.RUNNING,)):
         run = ended.get(trial.user_attrs.get(RUN_ATTR))
-        status, value = (run.data.tags.get(tracking.STATUS_TAG), run.data.metrics.get(metric)) if run else (None, None)
+        status, value = (run.data.tags.get(STATUS_TAG), run.data.metrics.get(metric)) if run else (None, None)
         if status == "completed" and value is not None:
             study.tell(trial.number, value)
         else:
             study.tell(trial.number, state=State.PRUNED if status in ("early_stopped", "diverged") else State.FAIL)
 
 
-def cluster_slots(study: Study, use_gpu: bool, cells: dict[str, list[dict]] | None = None) -> int:
-    """How many trials the cluster runs at once (Study.slots) in a phase of `cells` (phase_cells)."""
+def cluster_slots(stacking: Stacking, use_gpu: bool, cells: dict[str, list[dict]] | None = None) -> int:
+    """How many trials the cluster runs at once (stacking.slots_in) in a phase of `cells` (phase_cells)."""
     import ray
 
-    return study.slots(ray.cluster_resources(), use_gpu, cells and {name: len(c) for name, c in cells.items()})
+    return slots_in(stacking, ray.cluster_resources(), use_gpu, cells and {name: len(c) for name, c in cells.items()})
 
 
 SEARCH, CONFIRM = "tune", "confirm"  # a launch's phases, each its own Tune experiment in the launch's storage
 
 
-def phase_plan(study: Study, state: LaunchState, phase: str) -> tuple[dict, dict, dict]:
+def phase_plan(stacking: Stacking, state: LaunchState, phase: str) -> tuple[dict, dict, dict]:
     """-> (searchers, schedulers, budgets) per pair of a phase: the search (TPE and ASHA), an
     ablation's cells x seeds, or the confirmation of a search's best trials over new seeds. A
     budget counts runs (a stacked trial's members each): the Tune trials are as many or fewer,
     and a pair's searcher says when it has proposed its last."""
     from ray.tune.schedulers import FIFOScheduler
 
-    cells = phase_cells(study, state, phase)
+    study, cells = stacking.study, phase_cells(stacking, state, phase)
     runs = phase_runs(study, cells)
     if cells is not None:
         # Every cell for every seed: no TPE, no early stopping (it would bias the table).
         return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, {name: FIFOScheduler() for name in cells}, runs)
     storage = optuna_storage(state)
-    return ({p.name: make_searcher(study, p, storage, optuna_study_name(state, p)) for p in study.pairs},
+    return ({p.name: make_searcher(study, p, storage, optuna_study_name(state, p), stacking.search_stack(p)) for p in study.pairs},
             {p.name: pair_scheduler(study, p) for p in study.pairs}, runs)
 
 
@@ -246,10 +255,10 @@ def phase_runs(study: Study, cells: dict[str, list[dict]] | None) -> dict[str, i
     return {name: sum(len(trial_members(trial)) for trial in c) for name, c in cells.items()}
 
 
-def build_tuner(study: Study, state: LaunchState, use_gpu: bool, slots: int, phase: str = SEARCH):
+def build_tuner(stacking: Stacking, state: LaunchState, use_gpu: bool, slots: int, phase: str = SEARCH):
     from ray import tune
 
-    searchers, schedulers, budgets = phase_plan(study, state, phase)
+    study, (searchers, schedulers, budgets) = stacking.study, phase_plan(stacking, state, phase)
     search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
     return tune.Tuner(
         make_trainable(study, use_gpu, phase),
@@ -382,7 +391,7 @@ def check_fits(study: Study, use_gpu: bool) -> None:
     at fault, before anything of the launch is written."""
     import ray
 
-    problems = study.misfits(use_gpu, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
+    problems = misfits(study, use_gpu, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
     if problems:
         raise ClusterMismatch(problems[0])
 
@@ -428,25 +437,23 @@ def check_cuda(study: Study) -> None:
         print(warning, flush=True)
 
 
-def measure_stack_sizes(study: Study) -> dict[str, int]:
+def measure_stack_sizes(stacking: Stacking) -> dict[str, int]:
     """budget.stack_size auto, where trials get a GPU: for each pair whose trials would stack on one, the
-    knee of its throughput curve (trainables.batched.knee), measured on a whole GPU of the cluster
+    knee of its throughput curve (stacking.knee), measured on a whole GPU of the cluster
     with a trial's CPUs, on a small copy of the pair's task (cost.calibration_config). A whole one
     even where trials share a GPU: curves timed side by side on one GPU timed each other (four pairs
     at a quarter of an H100 each: one curve gave 234.4 member-steps/s at 4 members, 156.0 at 5)."""
     import ray
 
-    from trainables.batched import knee
-
     from .cost import calibration_config, stack_curve, stack_sizes_to_try
 
-    most = {p.name: study.most_stacked(p) for p in study.pairs if study.measures_stack_size(p, use_gpu=True)}
-    pairs = [p for p in study.pairs if p.name in most]
+    most = {p.name: stacking.most_stacked(p) for p in stacking.study.pairs if stacking.measures_stack_size(p, use_gpu=True)}
+    pairs = [p for p in stacking.study.pairs if p.name in most]
     if not pairs:
         return {}
     gpu = one_gpu()
     pending = [measurement(stack_curve, num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, gpu), resources=p.resources.custom or None)
-               .remote(calibration_config(study, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
+               .remote(calibration_config(stacking, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
     sizes = {}
     for pair, job in zip(pairs, pending):
         try:
@@ -478,16 +485,16 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         # Seconds of MLflow's imports while Ray starts; nothing is written (a new store gets its
         # tables) until the cluster has been checked and has seen the storage.
-        warming = pool.submit(tracking.warm_up, tracking.normalize_store(study.tracking.uri))
+        warming = pool.submit(warm_up, normalize_store(study.tracking.uri))
         use_gpu = start_ray(address)
         check_fits(study, use_gpu)
-        study.resolve_batching(use_gpu)
+        stacking = decide(study, use_gpu)
         check_storage(study.storage, "storage")
         if use_gpu:
             check_cuda(study)
-            study.stack_sizes = measure_stack_sizes(study)
+            stacking = dataclasses.replace(stacking, stack_sizes=measure_stack_sizes(stacking))
         warming.result()
-    state, lock = new_launch(study, spec_text, launch_id, night)
+    state, lock = new_launch(study, spec_text, launch_id, night, stacking)
     print(f"[launch] id {state.launch_id}; resume with: orchestrator resume {state.dir}", flush=True)
     return execute(state, address, lock=lock)
 
@@ -499,10 +506,11 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None,
     EXIT_REGRESSION where a night of the nightly job regressed from the night before, else
     EXIT_TRIALS_FAILED where trials failed for good (a script must not take such a launch's
     answer for a whole one). `study`: state.study(), where the caller has read it already; `lock`:
-    driver.lock as new_launch took it (else taken here)."""
-    study = study or state.study()
-    use_gpu = start_ray(address)
-    slots = cluster_slots(study, use_gpu)
+    driver.lock as new_launch took it (else taken here). Its trials stack as launch.json says: a
+    resume repeats the launch's."""
+    stacking = launched(study or state.study(), state)
+    study, use_gpu = stacking.study, start_ray(address)
+    slots = cluster_slots(stacking, use_gpu)
     # A snapshot after every checkpoint is what keeps resume exact; Tune warns about it each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Tune's console (its boxes, tables and TensorBoard hint) off: callbacks.ProgressLines prints.
@@ -518,7 +526,7 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None,
     # "Falling back to a slower alternative" with the SQL of a dropped connection: it recovered.
     logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
     print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
-          f"MLflow {tracking.redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
+          f"MLflow {redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
     lock = lock or hold_driver_lock(state.dir)
     if lock is None:  # another driver took it after the command's check
         print(f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
@@ -526,8 +534,8 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None,
         return EXIT_USAGE
     with lock, Heartbeat(state.dir / "driver.lock"):
         try:
-            return run_launch(state, study, use_gpu)
-        except tracking.StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
+            return run_launch(state, stacking, use_gpu)
+        except StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
             return stopped_by_outage(state, str(e))
         except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
             if state.state != "finished":  # else only the closing lines were cut short
@@ -547,20 +555,21 @@ def stopped_by_outage(state: LaunchState, reason: str) -> int:
     return EXIT_STORE_UNREACHABLE
 
 
-def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
+def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     """execute's work, under the driver's lock: every phase, then the answer."""
+    study = stacking.study
     state.state = "running"
     state.save()
-    code, errors = run_phase(state, study, SEARCH, use_gpu)
+    code, errors = run_phase(state, stacking, SEARCH, use_gpu)
     confirming = study.confirm.top_k and not study.is_ablation
     if code == 0 and confirming:
         if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
-            state.candidates = tracking.top_configs(state.tracking_uri, state.experiment, state.launch_id, study.metric,
+            state.candidates = top_configs(state.tracking_uri, state.experiment, state.launch_id, study.metric,
                                                     study.score, study.confirm.top_k)
             state.save()
         print(f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
               f"{', '.join(map(str, study.confirm.seeds))}", flush=True)
-        code, more_errors = run_phase(state, study, CONFIRM, use_gpu)
+        code, more_errors = run_phase(state, stacking, CONFIRM, use_gpu)
         errors += more_errors
     if code:
         return code
@@ -571,15 +580,15 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
         written, regressions = write_night(state) if state.night is not None else write_report(state)
     else:
         storage = optuna_storage(state)
-        trial_runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+        trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
         for pair in study.pairs:
             searched = [r for r in trial_runs if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"]
             settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
-        summaries = tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs)
+        summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs)
         written = write_best(state, summaries)
-        tracking.summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
+        summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
         written += write_report(state)[0]
-    tracking.close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
+    close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
     state.state = "finished"
     if state.night is not None and getattr(regressions, "compared", None):  # a first night compared with none: no verdict
         state.regressed = bool(regressions)
@@ -594,32 +603,32 @@ def run_launch(state: LaunchState, study: Study, use_gpu: bool) -> int:
     return EXIT_REGRESSION if regressions else EXIT_TRIALS_FAILED if errors else 0
 
 
-def run_phase(state: LaunchState, study: Study, phase: str, use_gpu: bool) -> tuple[int, int]:
+def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool) -> tuple[int, int]:
     """Run (or continue, from its Tune experiment) one phase until its trials have ended.
     -> (exit status: 0, EXIT_STORE_UNREACHABLE, EXIT_INTERRUPTED; trials that failed for good)."""
     from ray import tune
 
     # A phase's own concurrency: a stacked search may be a trial or two per pair, its confirmation many.
-    slots = cluster_slots(study, use_gpu, phase_cells(study, state, phase) if phase == CONFIRM else None)
+    slots = cluster_slots(stacking, use_gpu, phase_cells(stacking, state, phase) if phase == CONFIRM else None)
     # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
     os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = MAX_PENDING_GIVEN or str(slots)
     fs, storage_path, name = experiment_location(state, phase)
     experiment = f"{storage_path}/{name}"
     if has_snapshot(experiment, fs):
         print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
-        tuner = tune.Tuner.restore(experiment, trainable=make_trainable(study, use_gpu, phase), resume_unfinished=True,
+        tuner = tune.Tuner.restore(experiment, trainable=make_trainable(stacking.study, use_gpu, phase), resume_unfinished=True,
                                    resume_errored=True, storage_filesystem=fs)
     else:
-        tuner = build_tuner(study, state, use_gpu, slots, phase)
+        tuner = build_tuner(stacking, state, use_gpu, slots, phase)
     with CalmStop():
         try:
             results = tuner.fit()
         except (ResumeFailed, Exception) as e:
-            unavailable = tracking.store_outage(e)
+            unavailable = store_outage(e)
             if unavailable is None:
                 raise
             return stopped_by_outage(state, unavailable), 0
-        return phase_outcome(state, study, phase, results)
+        return phase_outcome(state, stacking, phase, results)
 
 
 def has_snapshot(experiment: str, fs) -> bool:
@@ -635,11 +644,11 @@ def has_snapshot(experiment: str, fs) -> bool:
     return any(f.base_name.startswith("experiment_state-") and f.base_name.endswith(".json") for f in found)
 
 
-def phase_outcome(state: LaunchState, study: Study, phase: str, results) -> tuple[int, int]:
+def phase_outcome(state: LaunchState, stacking: Stacking, phase: str, results) -> tuple[int, int]:
     """-> (0 or EXIT_INTERRUPTED, failed trials) once a phase's Tune run has returned."""
-    total = sum(phase_runs(study, phase_cells(study, state, phase)).values())
+    total = sum(phase_runs(stacking.study, phase_cells(stacking, state, phase)).values())
     # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
-    ended = tracking.ended_runs(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
+    ended = ended_runs(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
     if ended < total:
         mark_interrupted(state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}runs ended")
         return EXIT_INTERRUPTED, results.num_errors
@@ -650,7 +659,7 @@ def mark_interrupted(state: LaunchState, how: str = "") -> None:
     """The launch stopped before its end (Ctrl-C, SIGTERM): say so in launch.json and MLflow."""
     state.state = "interrupted"
     state.save()
-    tracking.interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
+    interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
     print(f"[launch] interrupted{' ' + how if how else ''}; nothing is lost: orchestrator resume {state.dir}", flush=True)
 
 
@@ -728,7 +737,7 @@ def end_unregistered_launches(uri: str, study: Study, launch_id: str) -> None:
     launch.json there is nothing to resume): the next launch of the experiment ends such a run as
     a failed save would have, where no driver holds the folder's lock. (`launch_id`'s own run, left
     so, is the one a launch given that id again with --launch-id takes over.)"""
-    for run in tracking.running_launch_runs(uri, study.experiment, socket.gethostname()):
+    for run in running_launch_runs(uri, study.experiment, socket.gethostname()):
         folder = Path(study.storage_path) / run.data.tags["launch_id"]
         if run.data.tags["launch_id"] == launch_id or not folder.is_dir() or (folder / "launch.json").exists():
             continue
@@ -736,13 +745,15 @@ def end_unregistered_launches(uri: str, study: Study, launch_id: str) -> None:
         if lock is None:  # a driver registering this launch now
             continue
         with lock:
-            tracking.close_launch(uri, run.info.run_id, status="KILLED", launch_status="never registered")
+            close_launch(uri, run.info.run_id, status="KILLED", launch_status="never registered")
 
 
-def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None) -> tuple[LaunchState, IO]:
+def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None,
+               stacking: Stacking | None = None) -> tuple[LaunchState, IO]:
     """Register a launch: its folder, its driver.lock (held: status sees a driver from the moment
     launch.json is there) and its MLflow parent run. Call only after the spec validated, the store
-    answered and the cluster saw the trial storage."""
+    answered and the cluster saw the trial storage. `stacking`: as start decided it (launch.json
+    keeps it); by default the file's alone."""
     if launch_id:  # --launch-id, which the command refused where it named a launch
         launch_dir = (Path(study.storage_path) / launch_id).resolve()
         launch_dir.mkdir(parents=True, exist_ok=True)
@@ -758,26 +769,25 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
         stamped = f"{study.name}-{'' if night is None else 'night-'}{time.strftime('%Y%m%d-%H%M%S')}"
         launch_id, launch_dir = claim_launch_id(Path(study.storage_path), stamped)
         lock = hold_driver_lock(launch_dir)
-    uri = tracking.normalize_store(study.tracking.uri)
-    # The password stays in this process's memory (tracking.reveal); every record of the launch
+    uri = normalize_store(study.tracking.uri)
+    # The password stays in this process's memory (stores.reveal); every record of the launch
     # (launch.json, Tune's pickles, MLflow) holds the redacted URI and the redacted file.
-    stored_uri = tracking.remember(uri)
-    spec_text = tracking.redact_text(spec_text, uri)
+    stored_uri = remember(uri)
+    spec_text = redact_text(spec_text, uri)
     try:
         end_unregistered_launches(stored_uri, study, launch_id)
-        parent = tracking.open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
+        parent = open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
     except BaseException:  # nothing registered: the id's claim goes, so it can be given again
         lock.close()
         raise
     state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
                         storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
-                        batch_seeds=study.batch_seeds if isinstance(study.batch_seeds, bool) else None, stack_sizes=study.stack_sizes,
-                        snapshot_modules=SNAPSHOT_MODULES)
+                        **(stacking or decide(study, use_gpu=None)).record(), snapshot_modules=SNAPSHOT_MODULES)
     try:
         state.save()
     except BaseException:  # no launch.json, no launch to resume: its run ends (MLflow showed it RUNNING for good) and the id's claim goes
         with contextlib.suppress(Exception):
-            tracking.close_launch(stored_uri, parent, status="KILLED", launch_status="never registered")
+            close_launch(stored_uri, parent, status="KILLED", launch_status="never registered")
         lock.close()
         raise
     return state, lock
@@ -786,15 +796,15 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
     """The launch's answer per pair (`summaries`, else read from the store), beside what chance
     scores, and what to run next."""
-    summaries = summaries or tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
+    summaries = summaries or pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
     print(f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):", flush=True)
     for pair in study.pairs:
         s = summaries.get(pair.name, {})
         best = "-" if s.get("best") is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        confirmed = tracking.confirmed_text(s.get("confirmed"))
+        confirmed = confirmed_text(s.get("confirmed"))
         print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
-              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {tracking.failed_text(s)})", flush=True)
+              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {failed_text(s)})", flush=True)
     if not study.is_ablation:
         from ..report.report import answer_lines
 

@@ -21,11 +21,11 @@ from ray.tune.search.optuna import OptunaSearch
 import optuna
 from optuna.trial import TrialState
 
-from trainables.batched import MEMBER_KEYS, stack_cuts
+from trainables.config import MEMBER_KEYS
 from trainables.models import batchable
 
-from ..plan.spec import MEMBERS_KEY
-from ..record.tracking import member_result
+from ..record.runs import member_result
+from .stacking import MEMBERS_KEY, stack_cuts
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
 RUN_ATTR = "run"  # an Optuna trial's user attribute: its MLflow run's run_key (settle_proposals finds its end there)
@@ -75,7 +75,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
 
     With `stack` > 1 a Tune trial trains up to `stack` suggestions at once (trainables.batched):
     TPE is asked once per member, each member is an Optuna trial of its own (the last stacks cut as
-    trainables.batched.stack_cuts cuts them: no member left alone), and the members share
+    stacking.stack_cuts cuts them: no member left alone), and the members share
     the first suggestion's values of every key but MEMBER_KEYS (Optuna's fixed parameters), so
     their model shapes are one. `runs` is then the pair's budget in suggestions, and `base` the
     pair's config, which says whether a suggestion's model stacks at all."""
@@ -221,7 +221,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         """Optuna told of a trial's end, retried while the store drops connections (Ray's own
         call logs the failure and goes on, leaving the trial RUNNING in the study for ever); a
         tell whose commit landed before its connection dropped is not told twice."""
-        from ..record.tracking import RETRY_DELAYS_S, transient
+        from ..record.retries import RETRY_DELAYS_S, transient
 
         for delay in (*RETRY_DELAYS_S, None):
             try:
@@ -321,7 +321,7 @@ class PairSearch(Searcher):
     def restore(self, checkpoint_path: str):
         try:
             with open(checkpoint_path, "rb") as f:
-                saved = pickle.load(f)  # connects the Optuna storage (tracking.ReconnectingRDBStorage)
+                saved = pickle.load(f)  # connects the Optuna storage (optuna_store.ReconnectingRDBStorage)
         except Exception as e:
             raise ResumeFailed(f"the search's state could not be read back: {e}") from e
         self.__dict__.update(saved["own"])
