@@ -73,86 +73,83 @@ class TooLong(Exception):
     """A draw that breaks the length rule."""
 
 
-def make_drawer(config: ListOpsConfig, plan: SplitPlan, rng: np.random.Generator):
+class TreeDrawer:
     """depth -> (token ids, value): trees drawn for a split whose dependency depths span
     `plan.depths`, kept when their dependency depth is the one asked for (the authors bin the same
-    draws by dependency depth, which gives every bin the same distribution)."""
-    token_id = {t: i for i, t in enumerate(VOCAB)}
-    min_depth, max_depth = plan.depths
-    # Drawing random numbers in blocks is what makes 1M samples take seconds instead of minutes.
-    uniform = iter(())
+    draws by dependency depth, which gives every bin the same distribution).
 
-    def next_uniform() -> float:
-        nonlocal uniform
+    A tree is (token ids, value, dependency depth, tree depth), built bottom-up. `room` is what
+    the length rule still allows: a draw that breaks it is abandoned at once, which gives the same
+    distribution as finishing the tree and rejecting it (the authors' way) at a fraction of the
+    cost, since most unconstrained trees at depths 7-8 are far longer than 50."""
+
+    def __init__(self, config: ListOpsConfig, plan: SplitPlan, rng: np.random.Generator):
+        self.config, self.rng = config, rng
+        self.token_id = {t: i for i, t in enumerate(VOCAB)}
+        self.min_depth, self.max_depth = plan.depths
+        # Drawing random numbers in blocks is what makes 1M samples take seconds instead of minutes.
+        self.uniform, self.room = iter(()), 0
+
+    def next_uniform(self) -> float:
         try:
-            return next(uniform)
+            return next(self.uniform)
         except StopIteration:
-            uniform = iter(rng.random(65536).tolist())
-            return next(uniform)
+            self.uniform = iter(self.rng.random(65536).tolist())
+            return next(self.uniform)
 
-    def next_int(n: int) -> int:
-        return int(next_uniform() * n)
+    def next_int(self, n: int) -> int:
+        return int(self.next_uniform() * n)
 
-    # A tree is (token ids, value, dependency depth, tree depth), built bottom-up. `room` is what
-    # the length rule still allows: a draw that breaks it is abandoned at once, which gives the same
-    # distribution as finishing the tree and rejecting it (the authors' way) at a fraction of the
-    # cost, since most unconstrained trees at depths 7-8 are far longer than 50.
-    room = 0
-
-    def spend(cost: int) -> None:
-        nonlocal room
-        room -= cost
-        if room < 0:
+    def spend(self, cost: int) -> None:
+        self.room -= cost
+        if self.room < 0:
             raise TooLong
 
-    def leaf():
-        spend(1)
-        digit = next_int(10)
-        return [token_id[DIGITS[digit]]], digit, 0, 0
+    def leaf(self):
+        self.spend(1)
+        digit = self.next_int(10)
+        return [self.token_id[DIGITS[digit]]], digit, 0, 0
 
-    def node(args):
-        op = OPERATIONS[next_int(4)]
+    def node(self, args):
+        op = OPERATIONS[self.next_int(4)]
         values = [a[1] for a in args]
-        ids = [token_id["[" + op]]
+        ids = [self.token_id["[" + op]]
         for a in args:
             ids += a[0]
-        ids.append(token_id["]"])
+        ids.append(self.token_id["]"])
         chosen = selected(op, values)
         dependency = 1 + max(args[i][2] for i in chosen)
         return ids, value_of(op, values, chosen), dependency, 1 + max(a[3] for a in args)
 
-    def arguments(max_args: int, levels: int):
-        return [subtree(levels) for _ in range(2 + next_int(max_args - 1))]
+    def arguments(self, max_args: int, levels: int):
+        return [self.subtree(levels) for _ in range(2 + self.next_int(max_args - 1))]
 
-    def subtree(levels: int):
+    def subtree(self, levels: int):
         # `levels` operations may still nest below this position.
-        if levels == 0 or next_uniform() >= config.p_sublist:
-            return leaf()
-        spend(3)  # '[OP', ']' and the operation itself, by the authors' count
-        return node(arguments(config.max_args, levels - 1))
+        if levels == 0 or self.next_uniform() >= self.config.p_sublist:
+            return self.leaf()
+        self.spend(3)  # '[OP', ']' and the operation itself, by the authors' count
+        return self.node(self.arguments(self.config.max_args, levels - 1))
 
-    def draw_tree():
-        nonlocal room
-        room = config.max_length
-        tree = subtree(max_depth)
-        while tree[3] < min_depth:
+    def tree(self):
+        self.room = self.config.max_length
+        tree = self.subtree(self.max_depth)
+        while tree[3] < self.min_depth:
             # Wrap in a new root: the old tree plus 1 to max_args - 1 siblings, never in last place.
-            spend(3)
-            args = arguments(config.max_args - 1, max_depth - 1)
-            args.insert(next_int(len(args)), tree)
-            tree = node(args)
+            self.spend(3)
+            args = self.arguments(self.config.max_args - 1, self.max_depth - 1)
+            args.insert(self.next_int(len(args)), tree)
+            tree = self.node(args)
         return tree
 
-    def draw_at(depth: int):
+    def __call__(self, depth: int):
         while True:
             try:
-                ids, value, dependency, _ = draw_tree()
+                ids, value, dependency, _ = self.tree()
             except TooLong:
                 continue
             if dependency == depth:
                 return ids, value
-
-    return draw_at
 
 
 def probe(config: ListOpsConfig) -> Task:
@@ -161,7 +158,7 @@ def probe(config: ListOpsConfig) -> Task:
 
 
 def build(config: ListOpsConfig) -> Task:
-    splits = depth_splits(config, functools.partial(make_drawer, config))
+    splits = depth_splits(config, functools.partial(TreeDrawer, config))
     return dataclasses.replace(probe(config), splits=splits)
 
 
