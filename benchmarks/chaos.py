@@ -43,7 +43,7 @@ ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 TASK = {"train_size": 600, "eval_size": 40, "train_depths": [1, 2], "ood_valid_depths": [3, 3], "test_depths": [4, 4]}
 MODELS = ("lstm", "transformer", "ndr")
 EVAL_EVERY = 20
-OUTAGE_S = 45  # longer than tracking.RETRY_DELAYS_S (31 s) in all
+OUTAGE_S = 45  # longer than retries.RETRY_DELAYS_S (31 s) in all
 EXPECTED_EXIT = {"driver_kill": -signal.SIGKILL, "sigint": 130, "outage": 4}  # how a driver the fault hits ends
 
 
@@ -170,7 +170,7 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.record.tracking import search_store
+    from orchestrator.record.optuna_store import search_store
 
     spec = yaml.safe_load(path.read_text())
     client = MlflowClient(uri)

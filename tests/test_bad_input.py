@@ -322,7 +322,7 @@ def test_trial_storage_under_home_is_checked_where_the_launch_puts_it(tmp_path, 
 def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_path, monkeypatch, capsys):
     """The damaged-store handler (any Exception, re-raised unless SQLite calls the file damaged) once
     stood before this one and re-raised StoreUnavailable past it, as a traceback with status 1."""
-    from orchestrator.record.tracking import StoreUnavailable
+    from orchestrator.record.retries import StoreUnavailable
     from orchestrator.run.launch import EXIT_STORE_UNREACHABLE
 
     def unreachable(args):

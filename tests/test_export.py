@@ -151,7 +151,7 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
     import optuna
 
     state = bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
-    # Where a launch keeps its studies: beside a SQLite store, mlflow.optuna.db (tracking.search_store).
+    # Where a launch keeps its studies: beside a SQLite store, mlflow.optuna.db (optuna_store.search_store).
     store = f"sqlite:///{tmp_path}/mlflow.optuna.db"
     optuna.create_study(study_name="search_test/another-launch/ctl__ndr", storage=store)
     for pair, best in (("ctl__ndr", 0.9), ("ctl__lstm", 1.0)):

@@ -17,7 +17,7 @@ def orchestrator_imports(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             if node.level == 1:
                 found.add(package)
-            elif node.level == 2:  # from ..record.state import x, or from ..record import tracking, state
+            elif node.level == 2:  # from ..record.state import x, or from ..record import runs, state
                 found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
             elif node.module and node.module.startswith("orchestrator."):
                 found.add(node.module.split(".")[1])

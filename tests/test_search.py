@@ -170,7 +170,7 @@ def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own
     count, from the stack's first suggestion), and each is an Optuna trial told its own score."""
     import optuna
 
-    from orchestrator.record.tracking import member_key
+    from orchestrator.record.runs import member_key
     from orchestrator.run.search import MEMBERS_KEY
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
@@ -268,7 +268,7 @@ def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_o
     evaluations so far, told how the run ends this time."""
     import optuna
 
-    from orchestrator.record.tracking import member_key
+    from orchestrator.record.runs import member_key
     from orchestrator.run.search import PairSearch
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
@@ -302,7 +302,7 @@ def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_
     Optuna and logs none to MLflow; nor does a lone trial that did so."""
     import optuna
 
-    from orchestrator.record.tracking import member_key, member_result, numeric_metrics
+    from orchestrator.record.runs import member_key, member_result, numeric_metrics
 
     members = [{"status": "running", "iteration": 100, "acc": 0.9, "best_acc": 0.9},
                {"status": "diverged", "iteration": 20, "best_acc": math.nan}]
@@ -392,7 +392,7 @@ def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run
     member by its index) says how it ended; a proposal no trial took fails."""
     import optuna
 
-    from orchestrator.record.tracking import STATUS_TAG
+    from orchestrator.record.runs import STATUS_TAG
     from orchestrator.run.launch import settle_proposals
     from orchestrator.run.search import RUN_ATTR
 
@@ -420,7 +420,7 @@ def test_a_stack_optuna_was_told_the_end_of_reports_it_again_after_a_resume_with
     import optuna
     from optuna.trial import TrialState
 
-    from orchestrator.record.tracking import member_key
+    from orchestrator.record.runs import member_key
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
 

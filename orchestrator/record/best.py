@@ -8,14 +8,15 @@ from pathlib import Path
 
 import yaml
 
-from . import tracking
+from .secrets import redact_secrets
+from .summaries import confirmed_text, pair_summaries
 from .state import LaunchState
 
 
 def summaries_of(state: LaunchState) -> dict:
-    """tracking.pair_summaries of the launch, by its plan's metric and score."""
+    """summaries.pair_summaries of the launch, by its plan's metric and score."""
     plan = state.the_plan()
-    return tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+    return pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
 
 
 def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str, tuple[dict, str]]:
@@ -36,7 +37,7 @@ def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str,
             top_k = plan["top_k"] if "top_k" in plan else state.study().confirm.top_k  # a plan saved before top_k was
             config = {**confirmed["config"], "seed": config.get("seed", 0)}
             header += (f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {top_k}, "
-                       f"{metric} {confirmed['metric']:.4f} on average, {tracking.confirmed_text(confirmed)}.\n")
+                       f"{metric} {confirmed['metric']:.4f} on average, {confirmed_text(confirmed)}.\n")
         out[pair_name] = (config, header)
     return out
 
@@ -100,7 +101,7 @@ def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = 
               f"# over the file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n")
     # Passwords stay out of the launch folder, as everywhere: a launch reads them from MLFLOW_TRACKING_URI.
     tuned = {**raw, "name": f"{raw.get('name', ablation.stem)}_tuned", "per_pair": per_pair}
-    text = header + tracking.redact_secrets(yaml.safe_dump(tuned, sort_keys=False, default_flow_style=None, width=120))
+    text = header + redact_secrets(yaml.safe_dump(tuned, sort_keys=False, default_flow_style=None, width=120))
     try:
         load_study(path, text=text)
     except SpecError as e:

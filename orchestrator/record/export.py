@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import tracking
+from .runs import CONFIG_TAG, DATA_VERSION_TAG, DIVERGED_AT_TAG, STATUS_TAG, launch_trial_runs
 
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
 # then how it ran (its device, and the compile and bf16 that `auto` chose there).
-TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", tracking.STATUS_TAG, tracking.DIVERGED_AT_TAG, "cell", "candidate", "seed", "member", "code_version",
-        tracking.DATA_VERSION_TAG, "device", "compile", "bf16")
+TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", STATUS_TAG, DIVERGED_AT_TAG, "cell", "candidate", "seed", "member", "code_version",
+        DATA_VERSION_TAG, "device", "compile", "bf16")
 
 
 def flattened(config: dict, prefix: str = "params.") -> dict:
@@ -42,15 +42,15 @@ def launch_frame(state) -> pd.DataFrame:
     nested options flattened: `params.task_options.direction`) and the last value of each metric as
     `metrics.<name>`, as mlflow.search_runs names its columns."""
     rows = []
-    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
+    for run in launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
         tags = run.data.tags
         rows.append({"run_id": run.info.run_id, "run_name": run.info.run_name,
                      "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
                      "end_time": pd.to_datetime(run.info.end_time, unit="ms", utc=True) if run.info.end_time else pd.NaT,
                      **{tag: tags[tag] for tag in TAGS if tag in tags},
-                     "params": json.loads(tags.get(tracking.CONFIG_TAG, "{}")), "metrics": run.data.metrics})
+                     "params": json.loads(tags.get(CONFIG_TAG, "{}")), "metrics": run.data.metrics})
     frame = pd.json_normalize(rows, sep=".")
-    for tag in ("candidate", "seed", "member", tracking.DIVERGED_AT_TAG):  # MLflow keeps tags as text; these are numbers to sort and group by
+    for tag in ("candidate", "seed", "member", DIVERGED_AT_TAG):  # MLflow keeps tags as text; these are numbers to sort and group by
         if tag in frame:
             frame[tag] = pd.to_numeric(frame[tag]).astype("Int64")
     if "bf16" in frame:  # and this a yes or no

@@ -21,7 +21,11 @@ from pathlib import Path
 from ray.tune import Callback
 
 from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
-from ..record.tracking import CONFIG_TAG, DIVERGED_AT_TAG, end_running_runs, REPLAY_KEY, STATUS_TAG, MAX_BATCH, cell_name, client, code_tags, member_result, numeric_metrics, pair_run, store_outage
+from ..record.retries import store_outage
+from ..record.runs import (CONFIG_TAG, DIVERGED_AT_TAG, MAX_BATCH, REPLAY_KEY, STATUS_TAG, code_tags, end_running_runs, member_result,
+                           numeric_metrics, pair_run)
+from ..record.stores import client
+from ..record.summaries import cell_name
 
 
 def cell_tags(trial, member: int | None = None) -> dict[str, str]:

@@ -1,0 +1,146 @@
+"""The Optuna storage of a launch's searches: where it lives, its calls retried while the database
+is unreachable, and the read-only view the dashboard gets."""
+from __future__ import annotations
+
+import abc
+import os
+from pathlib import Path
+
+import optuna
+import sqlalchemy
+from optuna.storages import BaseStorage, RDBStorage
+
+from .retries import retried
+from .secrets import redact
+from .stores import TrackingError, missing_sqlite_file, reveal, schema_lock
+
+
+def search_store(uri: str, launch_dir: Path, create: bool = True) -> tuple[str, dict]:
+    """Where the Optuna study of a launch lives: in SQL beside the MLflow runs, so the search's
+    history survives a driver crash independently of Tune's checkpoint. Returns a SQLAlchemy URL and
+    engine arguments. Optuna and MLflow both keep an `alembic_version` table, so they cannot share
+    one schema: PostgreSQL gets a schema `optuna` in the same database, SQLite a sibling file
+    (`mlflow.db` -> `mlflow.optuna.db`); other stores (an http:// server) a file in the launch folder."""
+    if uri.startswith("postgresql"):
+        if create:  # needs CREATE on the database even where the schema exists
+            engine = sqlalchemy.create_engine(uri)
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text("CREATE SCHEMA IF NOT EXISTS optuna"))
+            engine.dispose()
+        # pre-ping: a connection the server dropped is replaced at checkout, not used and failed.
+        return uri, {"connect_args": {"options": "-csearch_path=optuna"}, "pool_pre_ping": True}
+    if uri.startswith("sqlite:///"):
+        return os.path.splitext(uri)[0] + ".optuna.db", {}
+    return f"sqlite:///{launch_dir.resolve() / 'optuna.db'}", {}
+
+
+def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
+    """The Optuna storage of a launch (see search_store), its calls retried like MLflow's.
+    `read_only`: for the commands that only read a launch's studies (dashboard, report), which a
+    team may give a role that can create nothing: no schema is created (Optuna creates its tables
+    only where they are missing, so none there either)."""
+    what, revealed = "search store (Optuna)", reveal(uri)
+    # PostgreSQL's optuna schema is made in search_store, under the lock too
+    with schema_lock(revealed if revealed.startswith("postgresql") else search_store(revealed, launch_dir, create=False)[0], "optuna", what):
+        url, engine_kwargs = retried(search_store, what)(revealed, launch_dir, create=not read_only)
+        if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
+            raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
+        return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables where missing
+
+
+def fresh_session(storage, *args, **kwargs) -> None:
+    """Discard `storage`'s (an Optuna RDBStorage) thread's session: the next call opens another."""
+    try:
+        storage.scoped_session.remove()
+    except Exception:  # noqa: BLE001 - closing a session on a dead connection may fail; it is discarded anyway
+        pass
+
+
+def read_only_view(storage, study_names: set[str]):
+    """`storage` as the dashboard may see it: the named studies only (a search store holds every
+    launch's and every experiment's), and no write (optuna-dashboard can create, rename and delete
+    studies and tell trials; `read_only` of search_storage only spares the schema). Reads go to the
+    live storage, so a running launch's trials appear as they finish."""
+
+    class ReadOnlyStudies(BaseStorage):
+        def _own(self, study_id: int) -> int:
+            if storage.get_study_name_from_id(study_id) not in study_names:
+                raise KeyError(f"no study with id {study_id}")  # what Optuna raises for an unknown id
+            return study_id
+
+        def get_all_studies(self):
+            return [s for s in storage.get_all_studies() if s.study_name in study_names]
+
+        def get_study_id_from_name(self, study_name):
+            if study_name not in study_names:
+                raise KeyError(f"no study named {study_name!r}")
+            return storage.get_study_id_from_name(study_name)
+
+        def get_study_name_from_id(self, study_id):
+            return storage.get_study_name_from_id(self._own(study_id))
+
+        def get_study_directions(self, study_id):
+            return storage.get_study_directions(self._own(study_id))
+
+        def get_study_user_attrs(self, study_id):
+            return storage.get_study_user_attrs(self._own(study_id))
+
+        def get_study_system_attrs(self, study_id):
+            return storage.get_study_system_attrs(self._own(study_id))
+
+        def get_all_trials(self, study_id, deepcopy=True, states=None):
+            return storage.get_all_trials(self._own(study_id), deepcopy=deepcopy, states=states)
+
+        def get_trial(self, trial_id):
+            for study in self.get_all_studies():
+                if any(t._trial_id == trial_id for t in storage.get_all_trials(study._study_id, deepcopy=False)):
+                    return storage.get_trial(trial_id)
+            raise KeyError(f"no trial with id {trial_id}")
+
+    def refuse(self, *args, **kwargs):
+        raise optuna.exceptions.StorageInternalError("this dashboard is read-only: the launch's studies change only through the launch")
+
+    for name in BaseStorage.__abstractmethods__ - set(vars(ReadOnlyStudies)):  # every write
+        setattr(ReadOnlyStudies, name, refuse)
+    abc.update_abstractmethods(ReadOnlyStudies)
+    return ReadOnlyStudies()
+
+
+# The storage API (BaseStorage's) as RDBStorage implements it, each call in a session of its own:
+# retried whole, in a fresh session. Not here: BaseStorage's own methods, which call these
+# (get_n_trials, get_trial_params, get_trial_number_from_id); the schema's, which a launch never
+# calls (get_current_version, upgrade); and those without a query (remove_session, get_heartbeat_interval).
+SESSION_METHODS = (
+    "create_new_study", "delete_study", "get_all_studies", "get_study_id_from_name", "get_study_name_from_id",
+    "get_study_directions", "get_study_user_attrs", "get_study_system_attrs", "set_study_user_attr", "set_study_system_attr",
+    "create_new_trial", "get_trial", "get_all_trials", "get_best_trial", "get_trial_id_from_study_id_trial_number",
+    "get_trial_param", "get_trial_user_attrs", "get_trial_system_attrs", "set_trial_param", "set_trial_state_values",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr", "record_heartbeat",
+)
+# What Optuna's _CachedStorage, the wrapper every study puts around an RDBStorage, calls on it in
+# place of the public methods (a study's ask, its parameters, TPE's reads of the trials so far, the
+# heartbeat's stale trials): without them a running search's own calls went unretried.
+CACHED_STORAGE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_trials", "_get_best_trial_id", "_get_stale_trial_ids")
+
+
+class ReconnectingRDBStorage(RDBStorage):
+    """Optuna's SQL storage, each call that opens its own session retried while the database is
+    unreachable: a connection the server dropped mid-call is replaced (pool_pre_ping covers idle
+    ones). Helpers working in a caller's session are left to the caller: a fresh session detaches
+    the rows they were handed (_build_frozen_trial_from_trial_model's every retry then failed with
+    DetachedInstanceError, and CI's connection-dropping test saw Optuna's "exception is raised
+    during the commit")."""
+
+    def __getstate__(self):  # Tune pickles the searcher, and with it this storage: no password
+        return super().__getstate__() | {"url": redact(self.url)}
+
+    def __setstate__(self, state):
+        # Unpickled as Tune restores the searcher, where it connects: the database may be down then.
+        retried(super().__setstate__, "search store (Optuna)")(state | {"url": reveal(state["url"])})
+
+
+for _name in (*SESSION_METHODS, *CACHED_STORAGE_CALLS):
+    # A session whose connection dropped mid-transaction refuses every later call until it is
+    # rolled back, which a dead connection cannot do: retry with a fresh session.
+    setattr(ReconnectingRDBStorage, _name,
+            retried(getattr(RDBStorage, _name), "search store (Optuna)", reset=fresh_session))

@@ -1,0 +1,231 @@
+"""A launch's progress and answer read from its trial runs: per pair and per ablation cell, the
+best and the confirmed configs, in words for the console; on MLflow's runs table; and links into
+MLflow's UI."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import time
+from urllib.parse import quote, urlencode
+
+from trainables.tasks.base import LOWER_IS_BETTER
+
+from .runs import CONFIG_TAG, ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs, pair_run
+from .stores import client
+
+
+def metric_name(*parts: str) -> str:
+    """An MLflow metric name from parts joined by '/': '=' becomes ':', and whatever else MLflow
+    refuses in names (commas, brackets) is dropped."""
+    return re.sub(r"[^\w.\- :/]", "", "/".join(parts).replace("=", ":"))
+
+
+def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]) -> None:
+    """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a glance: on the launch's run, each
+    pair's best `metric` and that trial's test score, and the confirmed means where the search was
+    confirmed; and a run per pair, nested under the launch's, holding the same metrics and the
+    answer's config (the confirmed candidate's, else the best trial's) as params."""
+    from mlflow.entities import Metric, Param  # here: importing this module (cell_name, confirmed_text) loads no MLflow
+
+    mlflow = client(uri)
+    exp_id = mlflow.get_run(parent_run_id).info.experiment_id
+    now = int(time.time() * 1000)
+    on_parent = []
+    for pair, summary in sorted(summaries.items()):
+        if summary["best"] is None:
+            continue
+        values = {metric: summary["best"], **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {})}
+        confirmed = summary.get("confirmed") or {}
+        values.update({f"confirmed_{metric}": confirmed.get("metric"), f"confirmed_test_{score}": confirmed.get("test"),
+                       f"confirmed_test_{score}_std": confirmed.get("test_std")})
+        values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
+        on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
+        run_id = pair_run(mlflow, exp_id, parent_run_id, launch_id, pair)
+        answer = confirmed.get("config") or summary["best_config"]  # the confirmed candidate's, where there is one
+        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(answer.items())]
+        for start in range(0, len(params), 100):
+            mlflow.log_batch(run_id, params=params[start : start + 100])
+        mlflow.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
+        mlflow.set_tag(run_id, "best_run", summary["best_run"])
+        mlflow.set_terminated(run_id)
+    for start in range(0, len(on_parent), MAX_BATCH):
+        mlflow.log_batch(parent_run_id, metrics=on_parent[start : start + MAX_BATCH])
+
+
+def cell_name(setting: dict) -> str:
+    """An ablation cell's `cell` tag: its grid values ("n_layers=4 lr=0.001"), "-" for seeds only."""
+    return " ".join(f"{k}={v}" for k, v in setting.items()) or "-"
+
+
+def cell_order(name: str) -> tuple:
+    """A `cell` tag's sort key: its values as numbers where they are ("n_layers=10" after "n_layers=8")."""
+    key = []
+    for part in name.split():
+        value = part.partition("=")[2]
+        try:
+            key.append((0, float(value), ""))
+        except ValueError:
+            key.append((1, 0.0, value))
+    return tuple(key)
+
+
+def status_kind(run) -> str | None:
+    """How `status` counts a trial run: done, stopped (early, by ASHA), running or failed; None for
+    a run lost on resume (another trial replaced it)."""
+    return kind_of(run.data.tags.get(STATUS_TAG, "running"))
+
+
+def kind_of(status: str) -> str | None:
+    if status == "lost":
+        return None
+    return {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}.get(status, "done")
+
+
+ANSWERING = ("done", "running")  # the kinds a pair's answer may be of: see may_answer
+
+
+def may_answer(status: str) -> bool:
+    """Whether a search trial of this status may be the pair's answer: one that diverged or failed
+    is not (its config would not train again), nor one ASHA stopped (scored on less training)."""
+    return kind_of(status) in ANSWERING
+
+
+def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> int:
+    """How many runs of a launch's phase ("search" or "confirm") have ended (completed, stopped
+    early, diverged or failed): a trial of stacked members counts once per member."""
+    return sum(1 for run in launch_trial_runs(uri, experiment, launch_id)
+               if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running"))
+
+
+def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict[str, dict]]:
+    """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
+    running and failed (and of those, diverged), and the done ones' `metric` and test_<score>_at_best values."""
+    out: dict[str, dict[str, dict]] = {}
+    for run in launch_trial_runs(uri, experiment, launch_id):
+        kind = status_kind(run)
+        if kind is None:
+            continue
+        cells = out.setdefault(run.data.tags.get("pair", "?"), {})
+        cell = cells.setdefault(run.data.tags.get("cell", "-"), {"done": 0, "stopped": 0, "running": 0, "failed": 0, "metric": [], "test": []})
+        cell[kind] += 1
+        if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed
+            cell["diverged"] = cell.get("diverged", 0) + 1
+        if kind == "done":
+            for key, name in (("metric", metric), ("test", f"test_{score}_at_best")):
+                if name in run.data.metrics:
+                    cell[key].append(run.data.metrics[name])
+    return out
+
+
+def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str, runs: list | None = None) -> dict[str, dict]:
+    """Per pair: search trial counts by status, the best trial so far by `metric` and its test
+    score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
+    (see confirmed_candidates). `runs`: the launch's trial runs, where already read."""
+    lower_is_better = score in LOWER_IS_BETTER
+    out: dict[str, dict] = {}
+    runs = launch_trial_runs(uri, experiment, launch_id) if runs is None else runs
+    for run in runs:
+        if run.data.tags.get("phase") == "confirm":
+            continue
+        pair = run.data.tags.get("pair", "?")
+        entry = out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        kind = status_kind(run)
+        if kind is None:
+            continue
+        entry[kind] += 1
+        if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed: its hyperparameters, not the cluster
+            entry["diverged"] = entry.get("diverged", 0) + 1
+        value = run.data.metrics.get(metric)
+        if value is not None and kind in ANSWERING and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
+            entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
+                         test=run.data.metrics.get(f"test_{score}_at_best"), best_metrics=dict(run.data.metrics))
+    for pair, confirmed in confirmed_candidates(runs, metric, score).items():
+        out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        out[pair]["confirmed"] = confirmed
+    return out
+
+
+def failed_text(summary: dict) -> str:
+    """A pair summary's failed trials in words: "3 failed, 2 of them diverged"."""
+    return f"{summary.get('failed', 0)} failed" + (f", {summary['diverged']} of them diverged" if summary.get("diverged") else "")
+
+
+def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
+    """Per pair, from its confirmation runs that ended: the candidate with the most seeds completed
+    (one whose seeds diverge is no answer, however well its one lucky seed scored) and of those
+    the best mean `metric`, with n (its completed seeds) of `seeds`, the mean and sample std of its
+    test score, and its config (without a seed). The pair's answer, where the search was confirmed."""
+    sign = 1 if score in LOWER_IS_BETTER else -1
+    grouped: dict[str, dict[str, list]] = {}
+    running: dict[str, int] = {}  # a confirmation under way: its answer so far may change
+    for run in runs:
+        if run.data.tags.get("phase") == "confirm" and run.data.tags.get(STATUS_TAG) == "running":
+            running[run.data.tags["pair"]] = running.get(run.data.tags["pair"], 0) + 1
+        if run.data.tags.get("phase") != "confirm" or run.data.tags.get(STATUS_TAG) not in ENDED:
+            continue
+        grouped.setdefault(run.data.tags["pair"], {}).setdefault(run.data.tags["candidate"], []).append(run)
+    out = {}
+    for pair, candidates in grouped.items():
+        done = {k: [r for r in ended if r.data.tags[STATUS_TAG] == "completed"] for k, ended in candidates.items()}
+        done = {k: completed for k, completed in done.items() if completed}
+        if not done:
+            continue
+
+        def mean_metric(k: str) -> float:
+            return statistics.fmean(r.data.metrics.get(metric, math.nan) for r in done[k])
+
+        chosen = min(done, key=lambda k: (-len(done[k]), sign * mean_metric(k)))
+        config = {k: v for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
+        # every test split's score of each seed: the launch's answer compares the pairs on its headline split
+        splits = {name: [r.data.metrics[name] for r in done[chosen] if name in r.data.metrics]
+                  for name in sorted({m for r in done[chosen] for m in r.data.metrics if m.startswith("test") and m.endswith("_at_best")})}
+        tests = splits.get(f"test_{score}_at_best", [])
+        out[pair] = {"candidate": int(chosen), "n": len(done[chosen]), "seeds": len(candidates[chosen]), "metric": mean_metric(chosen),
+                     "config": config, "test": statistics.fmean(tests) if tests else None,
+                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None, "running": running.get(pair, 0), "splits": splits}
+    return out
+
+
+def confirmed_text(confirmed: dict | None) -> str:
+    """A confirmed answer in words: the chosen candidate's test mean ± std over its seeds."""
+    if not confirmed or confirmed.get("test") is None:
+        return ""
+    spread = f" ± {confirmed['test_std']:.3f}" if confirmed.get("test_std") is not None else ""
+    of = f" of {confirmed['seeds']}" if confirmed.get("seeds", confirmed["n"]) != confirmed["n"] else ""
+    so_far = f"; so far: {confirmed['running']} confirmation run(s) still running" if confirmed.get("running") else ""
+    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds (candidate {confirmed['candidate'] + 1}{so_far})"
+
+
+def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int) -> dict[str, list[dict]]:
+    """Per pair, the full configs (seed left out) of its k best completed search trials, best first:
+    what a confirmation trains again. Trials ASHA stopped early or that diverged are no candidates."""
+    lower_is_better = score in LOWER_IS_BETTER
+    found: dict[str, list] = {}
+    for run in launch_trial_runs(uri, experiment, launch_id):
+        if run.data.tags.get("phase") == "confirm" or run.data.tags.get(STATUS_TAG) != "completed" or metric not in run.data.metrics:
+            continue
+        found.setdefault(run.data.tags["pair"], []).append((run.data.metrics[metric], json.loads(run.data.tags[CONFIG_TAG])))
+    return {pair: [{key: v for key, v in config.items() if key != "seed"}
+                   for _, config in sorted(entries, key=lambda e: e[0], reverse=not lower_is_better)[:k]]
+            for pair, entries in found.items()}
+
+
+def ui_links(ui: str, experiment_id: str, run_ids: list[str], metrics: list[str], runs_filter: str, order_by: str, mode: str) -> dict[str, str]:
+    """Links into MLflow's UI at `ui` (e.g. `mlflow ui`'s http://127.0.0.1:5000) for a group of
+    runs: `runs`, the experiment's runs table filtered by `runs_filter` and sorted by the metric
+    `order_by`, best first (flat, not under their collapsed parent runs); `compare`, MLflow's
+    comparison page (params and metrics side by side, parallel coordinates, scatter and contour
+    plots); and `curves`, their `metrics` against steps, one line per run."""
+    def q(value) -> str:
+        return quote(json.dumps(value, separators=(",", ":")), safe="")
+
+    runs, experiments = q(run_ids), q([experiment_id])
+    base = ui.rstrip("/") + "/#/"
+    table = urlencode({"searchFilter": runs_filter, "orderByKey": f"metrics.`{order_by}`", "orderByAsc": str(mode == "min").lower()})
+    return {"runs": f"{base}experiments/{experiment_id}/runs?{table}",
+            "compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
+            "curves": (f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}&plot_metric_keys={q(metrics)}"
+                       "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true&deselected_curves=%5B%5D"
+                       "&last_linear_y_axis_range=%5B%5D")}
