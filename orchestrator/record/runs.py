@@ -16,7 +16,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from trainables.tasks.base import GENERATOR_VERSION, SCORES_OF_KIND
+from trainables.kinds import SCORES
+from trainables.tasks.base import GENERATOR_VERSION
 
 from .stores import client, store_exists
 
@@ -214,7 +215,7 @@ def member_result(result: dict[str, Any], member: int | None) -> dict[str, Any]:
 
 
 # Every score of every task kind (a metric is "<split>_<score>" or ends in a checkpoint's suffix).
-METRIC_SUFFIXES = (*dict.fromkeys(f"_{score}" for scores in SCORES_OF_KIND.values() for score in scores), "_at_best", "_final", "_early")
+METRIC_SUFFIXES = (*(f"_{score}" for score in SCORES), "_at_best", "_final", "_early")
 
 
 def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
