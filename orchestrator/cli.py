@@ -43,6 +43,7 @@ def read_yaml(path: Path):
 def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
     from trainables.config import ConfigError, preset
+    from trainables.models import is_file_model
 
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
@@ -50,9 +51,11 @@ def load_trial_source(source: str) -> dict:
         if not isinstance(data, dict):
             raise UsageError(f"{source}: expected a mapping of trial config keys")
         return data.get("config", data)
-    if source.count("/") != 1:
+    if "/" not in source:
         raise UsageError(f"{source}: neither a YAML file nor a preset 'task/model' (e.g. ctl/ndr)")
-    task, model = source.split("/")
+    task, model = source.split("/", 1)
+    if is_file_model(model):  # a model of one's own has no paper's setting: the training defaults
+        return {"task": task, "model": model}
     try:
         return preset(task, model)
     except ConfigError as e:
@@ -101,7 +104,8 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     overriding the file's, and its text, with the tracking store reachable; UsageError otherwise."""
     from .plan.spec import SpecError, load_study
     from .plan.storage import TrialStorage
-    from .record.tracking import TrackingError, check_store, normalize_store, redact
+    from .record.secrets import redact
+    from .record.stores import TrackingError, check_store, normalize_store
 
     try:
         study = load_study(spec_file, text=text)
@@ -110,7 +114,7 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     if storage:
         # The endpoint of an object store stays the file's: the flag moves the data, not the server.
         flag = TrialStorage(storage)
-        study.storage = TrialStorage(storage, study.storage.endpoint) if flag.is_object_store else flag
+        study = dataclasses.replace(study, storage=TrialStorage(storage, study.storage.endpoint) if flag.is_object_store else flag)
         try:
             study.storage.validate()
         except ValueError as e:
@@ -120,7 +124,8 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
                          "runs; set MLFLOW_TRACKING_URI to this URI instead")
     from_env = os.environ.get("MLFLOW_TRACKING_URI")
     # The flag, then the environment (where a password can stay out of files and command lines), then the file.
-    study.tracking.uri = normalize_store(tracking_uri or from_env or study.tracking.uri)
+    uri = normalize_store(tracking_uri or from_env or study.tracking.uri)
+    study = dataclasses.replace(study, tracking=dataclasses.replace(study.tracking, uri=uri))
     try:
         check_store(study.tracking.uri)
     except TrackingError as e:
@@ -166,7 +171,7 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
 
 
 def check_writable(folder: Path, where: str) -> None:
-    from .record.tracking import unwritable
+    from .record.stores import unwritable
 
     problem = unwritable(folder)
     if problem:
@@ -239,7 +244,7 @@ def cmd_launch(args) -> int:
             raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
         check_writable(Path(study.storage_path), f"{file}: storage_path")
         if not study.storage.is_object_store:  # a dry run checks it here; a launch also on every node (launch.check_storage)
-            from .record.tracking import unwritable
+            from .record.stores import unwritable
 
             problem = unwritable(Path(study.storage.uri).expanduser())
             if problem:
@@ -293,7 +298,8 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
     from .record.state import SNAPSHOT_MODULES, driver, misplaced
-    from .record.tracking import launch_trial_runs, search_store
+    from .record.optuna_store import search_store
+    from .record.runs import launch_trial_runs
     from .run import launch
 
     state = load_state(args, writes_store=True)
@@ -330,7 +336,8 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     and with `writes_store` (`resume`) a SQLite file is writable too; with `uses_store` False
     (`accept`, which only writes launch.json) neither checked nor its password asked for."""
     from .record.state import LaunchState, find_launch
-    from .record.tracking import TrackingError, check_store, missing_sqlite_file, redact, reveal, store_exists
+    from .record.secrets import redact
+    from .record.stores import TrackingError, check_store, missing_sqlite_file, reveal, store_exists
 
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
@@ -381,7 +388,7 @@ def cmd_status(args) -> int:
 
 def trial_status(state, plan: dict, running: str) -> None:
     """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
-    from .record.tracking import confirmed_text, pair_summaries
+    from .record.summaries import confirmed_text, pair_summaries
 
     summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
     asha = plan.get("asha", True)  # a launch.json from before `asha` was saved: its trials may have been stopped
@@ -409,7 +416,7 @@ def cell_status(state, plan: dict, running: str) -> None:
     import itertools
     import statistics
 
-    from .record.tracking import cell_name, cell_order, cell_summaries
+    from .record.summaries import cell_name, cell_order, cell_summaries
 
     def spread(values: list[float]) -> str:
         if not values:
@@ -453,7 +460,7 @@ def cmd_accept(args) -> int:
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
     from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
-    from .record.tracking import failed_text
+    from .record.summaries import failed_text
 
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
@@ -516,7 +523,7 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
     from .record.export import FORMATS, launch_frame, write_frame
-    from .record.tracking import unwritable
+    from .record.stores import unwritable
 
     suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
     fmt = args.format or (suffix if suffix in FORMATS else "csv")
@@ -545,7 +552,8 @@ def cmd_dashboard(args) -> int:
         import optuna_dashboard
     except ImportError:
         raise UsageError("dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'") from None
-    from .record.tracking import TrackingError, read_only_view, search_storage
+    from .record.optuna_store import read_only_view, search_storage
+    from .record.stores import TrackingError
 
     state = load_state(args)
     plan = state.the_plan()
@@ -572,18 +580,18 @@ def cmd_list(args) -> int:
     """What a researcher can name in a file or on the command line, without importing Ray."""
     from trainables.config import preset_models
     from trainables.models import MODELS
+    from trainables.kinds import KINDS
     from trainables.tasks import TASKS
-    from trainables.tasks.base import SCORES_OF_KIND
 
     if args.what == "tasks":
-        kind_width = max(len(spec.kind) for spec in TASKS.values())
-        scores_width = max(len("/".join(scores)) for scores in SCORES_OF_KIND.values())
+        kind_width = max(len(spec.kind.name) for spec in TASKS.values())
+        scores_width = max(len("/".join(kind.scores)) for kind in KINDS.values())
         for name, spec in TASKS.items():
             options = ", ".join(f.name for f in dataclasses.fields(spec.config))
-            print(f"{name:22s} {spec.kind:{kind_width}s} scores {'/'.join(SCORES_OF_KIND[spec.kind]):{scores_width}s} options: {options}")
+            print(f"{name:22s} {spec.kind.name:{kind_width}s} scores {'/'.join(spec.kind.scores):{scores_width}s} options: {options}")
     elif args.what == "models":
         for name, spec in MODELS.items():
-            print(f"{name:24s} {', '.join(spec.task_kinds):42s} {spec.description}")
+            print(f"{name:24s} {', '.join(map(str, spec.kinds)):42s} {spec.description}")
     elif args.what == "presets":
         for task, models in preset_models().items():
             print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
@@ -609,31 +617,6 @@ def cmd_list(args) -> int:
     return 0
 
 
-def stacking(study, pair) -> str:
-    """How a search pair's trials stack its TPE suggestions, in words for the plan ("" for not at all)."""
-    from trainables.batched import MEMBER_KEYS
-
-    hedge = ""
-    if study.batch_seeds == "auto":  # the plan is printed before the launch knows its GPUs: what one would make of it
-        if not any(p.resources.gpu > 0 for p in study.pairs):
-            return ""
-        study, hedge = dataclasses.replace(study, batch_seeds=True), ", where trials get a GPU (batch_seeds: auto)"
-    if not study.search_can_stack(pair):
-        return ""
-    if shared := study.unstacked_because_shared(pair):
-        return (f"; one TPE suggestion per trial: stacked suggestions would share {', '.join(shared)}, one value a stack "
-                f"(budget.stack_size K stacks them anyway)")
-    own = ", ".join(k for k in pair.space if k in MEMBER_KEYS)
-    n = study.search_stack(pair)
-    if n > 1:
-        shared = study.shared_keys(pair)
-        return (f"; {n} TPE suggestions per trial, stacked (each with its own {own}"
-                + (f"; the stack's {', '.join(shared)} its first suggestion's)" if shared else ")") + hedge)
-    if study.budget.stack_size == "auto":
-        return f"; TPE suggestions stacked per trial, as many as the launch measures pays (budget.stack_size auto; each with its own {own}){hedge}"
-    return ""
-
-
 def own_resources(study, pair) -> str:
     """A pair's trial resources in words for the plan, where per_model sets them ("" for the file's)."""
     if pair.resources == study.resources:
@@ -657,18 +640,20 @@ def unstopped(study, pair) -> str:
 
 
 def describe_study(study) -> str:
-    from .record.tracking import redact
+    from .record.secrets import redact
+    from .run.stacking import decide
 
+    stacking = decide(study, use_gpu=None)  # printed before the launch knows whether trials get GPUs
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
         lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
                  f"{study.budget.max_concurrent} at a time per pair; MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {study.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
+        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {stacking.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
                   for p, n in zip(study.pairs, cells)]
     else:
         lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
                  f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking(study, p)}{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}" for p in study.pairs]
+        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking.search_stacking(p)}{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}" for p in study.pairs]
         if study.confirm.top_k:
             lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
                          "the pair's answer is the best candidate's mean")
@@ -790,7 +775,9 @@ class OutlivesItsReader:
 
 def main(argv: list[str] | None = None) -> int:
     from .record.state import DamagedLaunch
-    from .record.tracking import StoreUnavailable, damaged_store, redact_secrets
+    from .record.retries import StoreUnavailable
+    from .record.secrets import redact_secrets
+    from .record.stores import damaged_store
     from .run.cluster import ClusterUnreachable
 
     args = build_parser().parse_args(argv)
@@ -844,7 +831,7 @@ def redact_tracebacks() -> None:
     """A traceback (a defect, or a library's error this command does not expect) printed without
     the secrets its messages may hold: a store's error names its URI, password and all."""
     def hook(kind, value, tb) -> None:
-        from .record.tracking import redact_secrets
+        from .record.secrets import redact_secrets
 
         sys.stderr.write(redact_secrets("".join(traceback.format_exception(kind, value, tb))))
 

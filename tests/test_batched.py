@@ -17,6 +17,7 @@ from trainables.tasks import load_task
 from trainables.train import train
 
 from test_train import TINY_BY_KIND, TINY_TASK, TOY, tiny
+from trainables.kinds import SET_REGRESSION, VISUAL_QUESTION_ANSWERING
 
 NO_DROPOUT = {"dropout": 0.0, "query_dropout": 0.0}
 
@@ -46,7 +47,7 @@ def test_batched_seeds_equal_separate_runs(model):
 
 def test_batched_set_regression_equals_separate_runs():
     """The Compositional Attention paper's set layer (Table 6's retrieval ablation)."""
-    task, options = TINY_BY_KIND["set_regression"]
+    task, options = TINY_BY_KIND[SET_REGRESSION]
     flat = {"task": task, "model": "transformer_compositional", "task_options": options, "n_iters": 12, "eval_every": 6,
             "batch_size": 16, "lr": 1e-3, "d_model": 16, "n_heads": 2, "n_retrievals": 2}
     batched = train_seeds(parse_trial_config(flat), [1, 2], log=None)
@@ -57,7 +58,7 @@ def test_batched_set_regression_equals_separate_runs():
 @pytest.mark.parametrize("retrieval_scores", ["dot", "mlp"])
 def test_batched_sort_of_clevr_equals_separate_runs(retrieval_scores):
     """The Compositional Attention paper's Sort-of-CLEVR model: a convolution, pre-norm layers."""
-    task, options = TINY_BY_KIND["visual_question_answering"]
+    task, options = TINY_BY_KIND[VISUAL_QUESTION_ANSWERING]
     flat = {"task": task, "model": "transformer_compositional", "task_options": options, "n_iters": 12, "eval_every": 6,
             "batch_size": 16, "lr": 1e-3, "d_model": 16, "n_heads": 2, "n_layers": 2, "n_retrievals": 2, "retrieval_dim": 4,
             "retrieval_scores": retrieval_scores, **NO_DROPOUT}
@@ -363,7 +364,8 @@ def test_members_without_a_seed_are_a_searchs_suggestions_trained_from_the_trial
 
 
 def test_the_throughput_curve_times_each_stack_size_and_its_knee_is_where_it_flattens():
-    from trainables.batched import knee, member_steps_per_second
+    from orchestrator.run.stacking import knee
+    from trainables.batched import member_steps_per_second
 
     curve = member_steps_per_second(tiny("ndr"), [1, 2], steps=2)
     assert [n for n, _ in curve] == [1, 2] and all(rate > 0 for _, rate in curve)
@@ -372,10 +374,10 @@ def test_the_throughput_curve_times_each_stack_size_and_its_knee_is_where_it_fla
 
 
 def test_a_groups_throughput_counts_the_stack_of_its_rest():
-    """group_rate against the group trained stack by stack as Study.trials cuts it (no member left
+    """group_rate against the group trained stack by stack as Stacking.trials cuts it (no member left
     alone where the size allows: the last full stack gives one to the rest), each stack's rate read
     off the curve or, between two measured sizes, off the line joining them."""
-    from trainables.batched import group_rate, knee, stack_cuts
+    from orchestrator.run.stacking import group_rate, knee, stack_cuts
 
     def rate_at(curve, n):
         rates = dict(curve)

@@ -74,7 +74,7 @@ def test_perplexity_is_e_to_the_mean_negative_log_likelihood():
             count += 1
     assert got["perplexity"] == pytest.approx(math.exp(nll / count))
     assert got["token_acc"] == pytest.approx(right / count)
-    assert Task("multi30k", "translation", {}, vocab=["a"] * 9).chance().endswith("perplexity 9")
+    assert Task("multi30k", TRANSLATION, {}, vocab=["a"] * 9).chance().endswith("perplexity 9")
 
 
 def test_a_missing_folder_or_file_is_one_line(tmp_path, monkeypatch):

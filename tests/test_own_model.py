@@ -73,8 +73,8 @@ def test_a_model_file_stated_wrongly_is_refused_in_one_line_before_anything_runs
     assert old in GOOD_MODEL
     model = model_file(tmp_path, GOOD_MODEL.replace(old, new))
     line = refused(tmp_path, ["launch", str(search_file(tmp_path, model))])
-    assert f"models[0]: " in line and reason in line, line
-    assert f"models[0]: " in refused(tmp_path, ["launch", str(search_file(tmp_path, f"{tmp_path}/missing.py:Net")), "--dry-run"])
+    assert "models[0]: " in line and reason in line, line
+    assert "models[0]: " in refused(tmp_path, ["launch", str(search_file(tmp_path, f"{tmp_path}/missing.py:Net")), "--dry-run"])
 
 
 def test_a_model_file_stated_rightly_plans_beside_the_baselines(tmp_path):

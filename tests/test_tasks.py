@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import torch
 
-from trainables.kinds import SEQUENCE_TO_SEQUENCE
+from trainables.kinds import AUTOREGRESSIVE_SEQ2SEQ, KINDS, SEQUENCE_TO_SEQUENCE, SET_REGRESSION
+from trainables.scores import SCORES
 from trainables.config import parse_trial_config, presets
 from trainables.tasks import TASKS, algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, small_copy_options, sort_of_clevr, task_config
 
@@ -475,10 +476,10 @@ def test_chance_is_of_the_score_asked_for():
     from orchestrator.report.plots import chance_level
     from trainables.tasks.base import Task
 
-    copy = Task("copy", "sequence_to_sequence", {}, vocab=["a"] * 12, classes=["a"] * 10)
+    copy = Task("copy", SEQUENCE_TO_SEQUENCE, {}, vocab=["a"] * 12, classes=["a"] * 10)
     assert copy.chance() == copy.chance("token_acc") == "uniform guess: 0.100"
     assert copy.chance("seq_acc").endswith(": 0.0")
-    scan = Task("scan", "autoregressive_seq2seq", {}, vocab=["a"] * 8)
+    scan = Task("scan", AUTOREGRESSIVE_SEQ2SEQ, {}, vocab=["a"] * 8)
     assert scan.chance() == scan.chance("seq_acc") and scan.chance("token_acc") == "uniform guess: 0.125"
     # Dyck: a position is right when all 2n bits of its set are; random bits score 2^-2n, as drawn here.
     from trainables.tasks import dyck
@@ -489,7 +490,7 @@ def test_chance_is_of_the_score_asked_for():
     right = [np.array_equal(rng.integers(0, 2, size=task.n_classes), split.arrays["targets"][k, t])
              for k, length in enumerate(split.arrays["lengths"]) for t in range(length)]
     assert task.chance("token_acc") == "random bits: 0.062" and abs(np.mean(right) - chance_level(task.chance("token_acc"))) < 0.01
-    retrieval = Task("contextual_retrieval", "set_regression", {})
+    retrieval = Task("contextual_retrieval", SET_REGRESSION, {})
     # An L1 error's chance depends on the sets' targets: a level for rel_l1, none to draw for l1.
     assert chance_level(retrieval.chance("rel_l1")) == 1.0 and chance_level(retrieval.chance("l1")) is None
 
@@ -532,3 +533,8 @@ def test_a_small_copy_of_every_task_is_a_config_it_takes(name):
 def test_a_small_copy_of_sort_of_clevr_has_about_the_rows_asked():
     task = load_task("sort_of_clevr", small_copy_options("sort_of_clevr", {}, 256, 64))
     assert 256 <= len(task.splits["train"].arrays["questions"]) < 256 + 30 and len(task.splits["test"].arrays["questions"]) < 64 + 30
+
+
+def test_the_scores_named_without_torch_are_every_kinds_scores():
+    """trainables.scores (read by the commands that import no torch) names what the kinds report."""
+    assert set(SCORES) == {score for kind in KINDS.values() for score in kind.scores}

@@ -12,16 +12,12 @@ would stop a CUDA graph's capture (graphs.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:  # a task names its kind; the kind reads the task's sizes only for its chance
-    from .tasks.base import Task
+from .scores import LOWER_IS_BETTER, SCORES  # noqa: F401 - the kinds' scores, importable beside them
 
 Batch = dict[str, torch.Tensor]
-LOWER_IS_BETTER = {"l1", "rel_l1", "perplexity"}
 
 
 def count(n: int, like: torch.Tensor) -> torch.Tensor:
@@ -81,7 +77,7 @@ class Kind:
         """Whether each sample's answer is right, where the kind is scored per depth."""
         raise NotImplementedError
 
-    def chance(self, task: Task, score: str) -> str:
+    def chance(self, task, score: str) -> str:
         """What guessing scores on `score`, in words ending in the number."""
         if score == "rel_l1":
             return "predicting zero: rel_l1 1.0"
@@ -261,6 +257,3 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     SEQUENCE_TO_SEQUENCE, AUTOREGRESSIVE_SEQ2SEQ, TRANSLATION, NEXT_SYMBOL_SETS, SET_REGRESSION)}
 def kind_named(name: str) -> Kind:
     return KINDS[name]
-
-
-SCORES = tuple(dict.fromkeys(score for kind in KINDS.values() for score in kind.scores))  # every kind's, once

@@ -14,18 +14,14 @@ from pathlib import Path
 
 import yaml
 
-from trainables.batched import MEMBER_KEYS, stack_cuts
 from trainables.config import TRAIN_KEYS, ConfigError, check_builds, check_range, closest, defaults, parse_trial_config, preset, presets
-from trainables.models import MODELS, batchable, model_fields
+from trainables.models import MODELS, ModelError, model_fields, model_spec
+from trainables.models import canonical as canonical_model
+from trainables.models import label as model_label
 from trainables.tasks import TASKS, task_config
-from trainables.tasks.base import LOWER_IS_BETTER, SCORES_OF_KIND
+from trainables.scores import LOWER_IS_BETTER, SCORES
 
 from .storage import TrialStorage
-
-# In a trial's config: the members it trains stacked (trainables.batched), each a seed and its own
-# values of trainables.batched.MEMBER_KEYS, instead of one "seed".
-MEMBERS_KEY = "members"
-
 
 class SpecError(ValueError):
     def __init__(self, path, key: str, reason: str):
@@ -142,14 +138,14 @@ class Distribution:
         return int(round(clipped)) if self.kind == "int" else float(clipped)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskEntry:
     task: str
     variant: str
     options: dict
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resources:
     cpu: float = 1.0
     gpu: float = 0.0  # a fraction lets several small trials share one GPU; used only where GPUs exist
@@ -160,7 +156,7 @@ class Resources:
         return {"CPU": self.cpu, **({"GPU": self.gpu} if use_gpu and self.gpu else {}), **{k: v for k, v in self.custom.items() if v}}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pair:
     """One model on one task variant: its own Tune run, Optuna study and ASHA bracket."""
 
@@ -189,7 +185,7 @@ class Pair:
 
     @property
     def name(self) -> str:
-        return f"{self.task.variant}__{self.model}"
+        return f"{self.task.variant}__{model_label(self.model)}"
 
     @property
     def chosen(self) -> frozenset[str]:
@@ -202,7 +198,7 @@ class Pair:
         return TASKS[self.task.task].probe(task_config(self.task.task, self.task.options)).chance(score)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Budget:
     trials: int = 8  # per model/task pair
     max_concurrent: int = 2
@@ -217,20 +213,20 @@ class Budget:
     stack_size: int | str = "auto"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scheduler:
     name: str = "asha"  # or "fifo" (no early stopping)
     grace_period: int = 5000  # iterations before ASHA may stop a trial
     reduction_factor: int = 3
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tracking:
     uri: str = "sqlite:///runs/mlflow.db"
     experiment: str | None = None  # default: the file's name
 
 
-@dataclass
+@dataclass(frozen=True)
 class Confirm:
     """A search's confirmation: its `top_k` best trials per pair trained again with each of `seeds`;
     the pair's answer is the best candidate's mean over those seeds, not one lucky seed."""
@@ -239,7 +235,7 @@ class Confirm:
     seeds: list = field(default_factory=lambda: [1, 2, 3])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
     """How reports and the nightly check read the seeds of a cell (stats.py)."""
 
@@ -251,13 +247,17 @@ class Report:
     headline: str = "test"  # the test split a launch's closing line leads with, e.g. test_x2 (PANM's 2(L+1))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Study:
+    """A validated file, as a value: where a value must differ (a night's seeds, a --storage flag),
+    the one place that decides it makes a new one (dataclasses.replace). How its runs stack and
+    what a cluster holds of them are run.stacking's."""
+
     path: Path
     name: str
     metric: str
     mode: str
-    score: str  # what the metric measures, shared by all the file's tasks: see tasks.base.SCORES_OF_KIND
+    score: str  # what the metric measures, shared by all the file's tasks: see trainables.kinds
     seed: int
     pairs: list[Pair]
     skipped: list[str]  # incompatible pairs, with the reason
@@ -275,14 +275,12 @@ class Study:
     # An ablation cell's seeds, or a confirmed candidate's, trained together as one stacked model
     # in one trial where the model allows (trainables.batched), with every other cell that differs
     # from it only in values a stack's members may have of their own (learning rate, weight decay,
-    # gradient clipping: trainables.batched.MEMBER_KEYS); false: one trial per seed. "auto"
+    # gradient clipping: trainables.config.MEMBER_KEYS); false: one trial per seed. "auto"
     # batches where trials get a GPU: on CPUs a stacked model of N seeds steps slower than N runs
-    # in turn (docs/measurements.md), and separate trials use more cores. A launch resolves it once
-    # (resolve_batching) and keeps the answer in launch.json, so a resume repeats the same trials.
+    # in turn (docs/measurements.md), and separate trials use more cores. The file's value: a
+    # launch decides auto once (run.stacking.decide) and keeps the answer in launch.json, so a
+    # resume repeats the same trials.
     batch_seeds: bool | str = "auto"
-    batch_seeds_given: bool | str = "auto"  # the file's value: auto stacks no pair whose own trials get no GPU
-    # budget.stack_size per pair where it is auto and was measured at launch (kept in launch.json).
-    stack_sizes: dict[str, int] = field(default_factory=dict)
     unused: list[str] = field(default_factory=list)  # keys the file gives that this kind of study does not use, for the plan
 
     @property
@@ -303,157 +301,6 @@ class Study:
         """Each pair's confirmation trials: its top_k candidates times the confirmation seeds."""
         return self.confirm.top_k * len(self.confirm.seeds)
 
-    def unbatched_because(self, pair: Pair, cell: dict) -> str | None:
-        """Why the seeds of one of the pair's cells (grid values, or a candidate's config) train one
-        trial per seed; None where they train batched in one trial."""
-        model_says = batchable({**pair.base, **cell})
-        if model_says:
-            return model_says
-        if self.batch_seeds is True:
-            own_cpu = self.batch_seeds_given == "auto" and pair.resources.gpu == 0
-            return f"batch_seeds: auto, and per_model.{pair.model}.resources gives its trials no GPU" if own_cpu else None
-        return "batch_seeds: auto, and trials get no GPU here" if self.batch_seeds == "auto" else "batch_seeds: false"
-
-    def stack_limit(self, pair: Pair) -> int | None:
-        """The most members one of the pair's stacked trials trains (budget.stack_size, or what the
-        launch measured for the pair); None: no limit, an ablation's whole cell group."""
-        return self.budget.stack_size if isinstance(self.budget.stack_size, int) else self.stack_sizes.get(pair.name)
-
-    def search_stack(self, pair: Pair) -> int:
-        """How many TPE suggestions one of a search pair's trials trains, stacked: more than one only
-        where the model stacks, the search varies a value a member may have of its own (MEMBER_KEYS:
-        the rest of a stack's config is one, its first suggestion's) and a stack size is set or measured."""
-        return min(self.stack_limit(pair) or 1, self.most_stacked(pair))
-
-    def resources_key(self, pair: Pair, field: str | None = None) -> str:
-        """Where the file set a pair's resources (or one field of them): its model's own entry or the file's."""
-        own = getattr(pair.resources, field) != getattr(self.resources, field) if field else pair.resources != self.resources
-        return f"per_model.{pair.model}.resources" if own else "resources"
-
-    @staticmethod
-    def holds(pair: Pair, use_gpu: bool, nodes: list[dict[str, float]]) -> bool:
-        """Whether one of `nodes` can run a trial of the pair."""
-        if pair.needs_gpu and not use_gpu:
-            return False
-        return any(all(node.get(name, 0) >= amount for name, amount in pair.resources.asks(use_gpu).items()) for node in nodes)
-
-    def misfits(self, use_gpu: bool, nodes: list[dict[str, float]]) -> list[str]:
-        """Why a cluster of `nodes` (each one's resources by Ray's names) cannot run a pair's trials:
-        a line per reason, naming the file's key at fault (launch.check_fits refuses the first)."""
-        problems = []
-        for pair in self.pairs:
-            if self.holds(pair, use_gpu, nodes):
-                continue
-            if pair.needs_gpu and not use_gpu:
-                problems.append("{}: {} needs a GPU, and the cluster has none".format(*pair.cuda_device))
-                continue
-            asks = pair.resources.asks(use_gpu)
-            most = {name: max((node.get(name, 0) for node in nodes), default=0) for name in asks}
-            short = [name for name, amount in asks.items() if most[name] < amount]
-            if not short:
-                problems.append(f"{self.resources_key(pair)}: no node of the cluster holds a whole trial's {asks}")
-                continue
-            name = short[0]
-            field = {"CPU": "cpu", "GPU": "gpu"}.get(name, "custom")
-            key = f"{self.resources_key(pair, field)}.{field}" + (f".{name}" if field == "custom" else "")
-            problems.append(f"{key}: a trial asks for {asks[name]:g} {name}; no node of the cluster has that much "
-                            f"(the most on one node: {most[name]:g})")
-        return list(dict.fromkeys(problems))  # pairs that share the file's resources fail on one key
-
-    def measures_stack_size(self, pair: Pair, use_gpu: bool) -> bool:
-        """Whether a launch times the pair's throughput curve for its stack size: budget.stack_size
-        auto, where its trials get a GPU and some of them stack (launch.measure_stack_sizes)."""
-        return self.budget.stack_size == "auto" and use_gpu and pair.resources.gpu > 0 and self.most_stacked(pair) > 1
-
-    def most_stacked(self, pair: Pair) -> int:
-        """The most members one trial of the pair could stack: the largest cell group of an
-        ablation, a search's whole budget where its suggestions can stack; 1 where nothing stacks."""
-        if self.is_ablation:
-            return max(len(group.get(MEMBERS_KEY, [None])) for group in self.stack_groups(pair, self.grid_cells(pair), self.seeds))
-        return self.budget.trials if self.search_can_stack(pair) and not self.unstacked_because_shared(pair) else 1
-
-    def search_can_stack(self, pair: Pair) -> bool:
-        """Whether a search pair's suggestions could share a stack: its model stacks and its space
-        varies a value a member may have of its own."""
-        return bool(set(pair.space) & set(MEMBER_KEYS)) and self.unbatched_because(pair, {}) is None
-
-    @staticmethod
-    def shared_keys(pair: Pair) -> list[str]:
-        """The keys a search pair's space varies that a stack's members share (the model's shapes
-        and the like): one value per stack, its first suggestion's."""
-        return [k for k in pair.space if k not in MEMBER_KEYS]
-
-    def unstacked_because_shared(self, pair: Pair) -> list[str]:
-        """The keys that keep a search from stacking under budget.stack_size auto (shared_keys):
-        TPE would try one value of them per stack, and a measured stack can be the whole budget:
-        one architecture for a search over architectures. A stack_size the file gives stacks them
-        anyway."""
-        return self.shared_keys(pair) if self.budget.stack_size == "auto" else []
-
-    def trials(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
-        """The trials that run `cells` (grid values, or candidates' configs) over `seeds`, in the
-        cells' order: stack_groups, each cut into trials of at most stack_limit members
-        (trainables.batched.stack_cuts: no member left alone where the limit allows); a stack of
-        one is a plain trial of its cell and seed."""
-        out = []
-        for trial in self.stack_groups(pair, cells, seeds):
-            members = trial.pop(MEMBERS_KEY, None)
-            if members is None:
-                out.append(trial)
-                continue
-            start = 0
-            for n in stack_cuts(len(members), self.stack_limit(pair) or len(members)):
-                part, start = members[start : start + n], start + n
-                out.append({**trial, MEMBERS_KEY: part} if len(part) > 1 else {**trial, **part[0]})
-        return out
-
-    def stack_groups(self, pair: Pair, cells: list[dict], seeds: list[int]) -> list[dict]:
-        """`cells` over `seeds` as groups that may stack. Where the model stacks (unbatched_because),
-        cells that differ only in MEMBER_KEYS share one group whose MEMBERS_KEY lists every seed of
-        each (the seed and the cell's own MEMBER_KEYS values); the group's config is its first
-        cell's, which each member's values override in place (so a member's config keeps the grid's
-        key order, as its run's `cell` tag must). Elsewhere a trial per cell and seed."""
-        trials, stacks = [], {}
-        for cell in cells:
-            if self.unbatched_because(pair, cell) is not None:
-                trials += [{**cell, "seed": seed} for seed in seeds]
-                continue
-            shared = repr(sorted((k, repr(v)) for k, v in cell.items() if k not in MEMBER_KEYS))
-            if shared not in stacks:
-                stacks[shared] = {**cell, MEMBERS_KEY: []}
-                trials.append(stacks[shared])
-            stacks[shared][MEMBERS_KEY] += [{**{k: cell[k] for k in MEMBER_KEYS if k in cell}, "seed": seed} for seed in seeds]
-        return trials
-
-    def seed_batching(self, pair: Pair) -> str:
-        """How an ablation pair's seeds train, in words for the launch's plan. Whether they batch
-        can depend on the grid values (act): the first cell stands for all."""
-        why_not = self.unbatched_because(pair, self.grid_cells(pair)[0])
-        if why_not is None:
-            trials, runs = self.tune_trial_count(pair), self.trial_count(pair)
-            return f"stacked: {trials} trial(s) train its {runs} runs (trainables.batched)" if trials < runs else "one trial per run"
-        if len(self.seeds) < 2:
-            return "one seed"
-        if self.batch_seeds == "auto" and why_not.startswith("batch_seeds"):
-            return "seeds batched where trials get a GPU (batch_seeds: auto), else 1 trial per seed"
-        return f"1 trial per seed: {why_not}"
-
-    def resolve_batching(self, trials_get_gpus: bool) -> None:
-        if self.batch_seeds == "auto":
-            self.batch_seeds = trials_get_gpus and any(pair.resources.gpu > 0 for pair in self.pairs)
-
-    def slots(self, total: dict[str, float], use_gpu: bool, trials: dict[str, int] | None = None) -> int:
-        """How many trials run at once on a cluster holding `total` (by Ray's resource names):
-        budget.cluster_concurrent, else as many of the pair with the smallest trials as it holds
-        (Ray starts what fits), never more than the pairs' own limits allow together. `trials`:
-        each pair's Tune trials in the phase (a confirmation's), by default the search's or ablation's."""
-        trials = trials or {p.name: self.tune_trial_count(p) for p in self.pairs}
-        limit = sum(min(self.budget.max_concurrent, trials[p.name]) for p in self.pairs)
-        if self.budget.cluster_concurrent:
-            return min(limit, self.budget.cluster_concurrent)
-        fits = max(min(total.get(name, 0) / amount for name, amount in p.resources.asks(use_gpu).items()) for p in self.pairs)
-        return max(1, min(limit, math.floor(fits + 1e-9)))
-
     def trial_count(self, pair: Pair) -> int:
         """The pair's trials: its grid cells times the seeds for an ablation, else the search budget."""
         if not self.is_ablation:
@@ -465,19 +312,12 @@ class Study:
         keys = list(pair.grid)
         return [dict(zip(keys, values)) for values in itertools.product(*(pair.grid[k] for k in keys))]
 
-    def tune_trial_count(self, pair: Pair) -> int:
-        """The Tune trials behind the pair's trial_count: a stack of members is one trial."""
-        if not self.is_ablation:
-            return math.ceil(self.trial_count(pair) / self.search_stack(pair))
-        return len(self.trials(pair, self.grid_cells(pair), self.seeds))
-
 
 TOP_KEYS = {
     "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
     "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report", "confirm",
     "batch_seeds", "per_pair",
 }
-SCORES = tuple(dict.fromkeys(s for scores in SCORES_OF_KIND.values() for s in scores))
 METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
 
 
@@ -556,30 +396,94 @@ def read_yaml(path: str | Path, text: str | None = None):
 
 
 def load_study(path: str | Path, text: str | None = None) -> Study:
+    """The Study of a file (or of `text`, read as that file): each section parsed on its own, in the
+    order that decides which of a file's errors is its first, then the pairs they make."""
     path = Path(path)
-    raw = read_yaml(path, text)
+    raw = _parse_top(read_yaml(path, text), path)
+    metric, seed = _parse_metric(raw, path), _parse_seed(raw, path)
+    budget = parse_budget(raw.get("budget"), path)
+    scheduler = _parse_scheduler(raw.get("scheduler"), path)
+    resources = _parse_resources(raw.get("resources"), Resources(), "resources", path)
+    tracking = _parse_tracking(raw.get("tracking"), path)
+    tasks = _parse_tasks(raw.get("tasks"), path)
+    score = _metric_score(metric, tasks, path)
+    mode = _parse_mode(raw, metric, score, path)
+    models = _parse_models(raw.get("models"), path)
+    space = _parse_space(raw.get("space") or {}, "space", path)
+    _refuse_set_elsewhere(space, "space", path)
+    per_model = _parse_per_model(raw.get("per_model"), path)
+    fixed = _parse_fixed(raw.get("fixed"), path)
+    per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
+    grid, seeds = _parse_grid(raw, path)
+    ablation = bool(grid or seeds)
+    if ablation and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
+        raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; "
+                        "it cannot also have a search space")
+    report = _parse_report(raw.get("report"), grid, path)
+    confirm = _parse_confirm(raw.get("confirm"), budget, ablation, path)
+    batch_seeds = _parse_batch_seeds(raw, path)
+    storage_path = _parse_storage_path(raw, path)
+    shared = _Shared(space, fixed, grid, resources, budget, seed)
+    pairs, skipped = _parse_pairs(tasks, models, per_model, per_pair, shared, path)
+    _check_named_keys(models, per_model, space, fixed, grid, seeds, path)
+    if not pairs:
+        raise SpecError(path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}")
+    _check_detectable(path, report, pairs, seeds)
+    name = safe_name(_text(raw, "name", path.stem, path), path, "name")
+    return Study(
+        path=path, name=name, metric=metric, mode=mode, score=score, seed=seed, pairs=pairs, skipped=skipped,
+        budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
+        warm_start=_switch(raw, "warm_start", True, path), storage_path=storage_path,
+        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report,
+        confirm=confirm, batch_seeds=batch_seeds, unused=_unused(raw, ablation),
+    )
+
+
+def _parse_top(raw, path) -> dict:
     if not isinstance(raw, dict):
         raise SpecError(path, "file", "expected a mapping at the top level")
     for key in raw:
         if key not in TOP_KEYS:
             raise SpecError(path, str(key), f"unknown key{closest(str(key), TOP_KEYS)}; valid: {', '.join(sorted(TOP_KEYS))}")
+    return raw
 
+
+def _parse_metric(raw: dict, path) -> str:
     metric = raw.get("metric", "best_ood_valid_acc")
     if metric not in METRICS:
         raise SpecError(path, "metric", f"unknown metric {metric!r}{closest(str(metric), METRICS)}; valid: {', '.join(METRICS)}")
+    return metric
+
+
+def _parse_seed(raw: dict, path) -> int:
     seed = raw.get("seed", 0)
     if not isinstance(seed, int):
         raise SpecError(path, "seed", f"must be an integer, got {seed!r}")
+    return seed
 
-    budget = parse_budget(raw.get("budget"), path)
-    scheduler = _section(Scheduler, raw.get("scheduler"), "scheduler", path)
+
+def _parse_mode(raw: dict, metric: str, score: str, path) -> str:
+    """The file's mode, which must be the one its metric's score is ranked by."""
+    expected = "min" if score in LOWER_IS_BETTER else "max"
+    mode = raw.get("mode", expected)
+    if mode != expected:
+        raise SpecError(path, "mode", f"{metric} measures {score}, so mode must be {expected}, got {mode!r}")
+    return mode
+
+
+def _parse_scheduler(raw, path) -> Scheduler:
+    scheduler = _section(Scheduler, raw, "scheduler", path)
     if scheduler.name not in ("asha", "fifo"):
-        raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{closest(str(scheduler.name), ['asha', 'fifo'])}; valid: asha, fifo")
+        hint = closest(str(scheduler.name), ["asha", "fifo"])
+        raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{hint}; valid: asha, fifo")
     _positive(path, "scheduler.grace_period", scheduler.grace_period)
     if not isinstance(scheduler.reduction_factor, (int, float)) or scheduler.reduction_factor <= 1:
         raise SpecError(path, "scheduler.reduction_factor", f"must be above 1, got {scheduler.reduction_factor!r}")
-    resources = _parse_resources(raw.get("resources"), Resources(), "resources", path)
-    tracking = _section(Tracking, raw.get("tracking"), "tracking", path)
+    return scheduler
+
+
+def _parse_tracking(raw, path) -> Tracking:
+    tracking = _section(Tracking, raw, "tracking", path)
     if tracking.experiment is not None:
         safe_name(tracking.experiment, path, "tracking.experiment")
     if not any(tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")):
@@ -587,16 +491,13 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         scheme = re.match(r"([a-zA-Z][\w+.-]*)://", tracking.uri)
         raise SpecError(path, "tracking.uri", "expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got "
                         + (f"a {scheme[1]}:// URI" if scheme else "no scheme://"))
+    return tracking
 
-    tasks = _parse_tasks(raw.get("tasks"), path)
-    score = _metric_score(metric, tasks, path)
-    mode = raw.get("mode", "min" if score in LOWER_IS_BETTER else "max")
-    if mode != ("min" if score in LOWER_IS_BETTER else "max"):
-        raise SpecError(path, "mode", f"{metric} measures {score}, so mode must be {'min' if score in LOWER_IS_BETTER else 'max'}, got {mode!r}")
-    models = _parse_models(raw.get("models"), path)
-    space = _parse_space(raw.get("space") or {}, "space", path)
-    _refuse_set_elsewhere(space, "space", path)
-    per_model = raw.get("per_model") or {}
+
+def _parse_per_model(raw, path) -> dict:
+    """`per_model: {<model>: {space, fixed, grid, resources}}`, each entry's parts as mappings (the
+    pairs parse their contents)."""
+    per_model = raw or {}
     if not isinstance(per_model, dict):
         raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed, grid, resources}")
     for model, entry in per_model.items():
@@ -609,21 +510,25 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
                 raise SpecError(path, f"per_model.{model}.{k}", f"expected a mapping, got {value!r}")
             if k != "resources":
                 _refuse_set_elsewhere(value or {}, f"per_model.{model}.{k}", path)
-    fixed = raw.get("fixed") or {}
+    return per_model
+
+
+def _parse_fixed(raw, path) -> dict:
+    fixed = raw or {}
     if not isinstance(fixed, dict):
         raise SpecError(path, "fixed", "expected a mapping of trial config keys")
     _refuse_set_elsewhere(fixed, "fixed", path)
-    per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
-    grid, seeds = _parse_grid(raw, path)
-    if (grid or seeds) and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
-        raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; it cannot also have a search space")
+    return fixed
 
-    report = _section(Report, raw.get("report"), "report", path)
+
+def _parse_report(raw, grid: dict, path) -> Report:
+    report = _section(Report, raw, "report", path)
     if not 0 < report.alpha < 1:
         raise SpecError(path, "report.alpha", f"must be in (0, 1), got {report.alpha!r}")
     _positive(path, "report.min_effect", report.min_effect, allow_zero=True)
     if report.test not in ("welch", "mannwhitney"):
-        raise SpecError(path, "report.test", f"unknown test {report.test!r}{closest(str(report.test), ['welch', 'mannwhitney'])}; valid: welch, mannwhitney")
+        hint = closest(str(report.test), ["welch", "mannwhitney"])
+        raise SpecError(path, "report.test", f"unknown test {report.test!r}{hint}; valid: welch, mannwhitney")
     if not re.fullmatch(r"test(_L|_x\d+|_depth\d+)?", str(report.headline)):
         raise SpecError(path, "report.headline", f"{report.headline!r} is not a test split: test, test_L, test_x<k> or test_depth<d>")
     for key, value in report.baseline.items():
@@ -631,87 +536,60 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
             raise SpecError(path, f"report.baseline.{key}", f"not a grid key{closest(str(key), grid)}; the baseline names a grid cell")
         if value not in grid[key]:
             raise SpecError(path, f"report.baseline.{key}", f"{value!r} is not one of the grid's values {grid[key]}")
+    return report
 
-    confirm = _section(Confirm, raw.get("confirm"), "confirm", path)
+
+def _parse_confirm(raw, budget: Budget, ablation: bool, path) -> Confirm:
+    confirm = _section(Confirm, raw, "confirm", path)
     if not isinstance(confirm.top_k, int) or isinstance(confirm.top_k, bool) or not 0 <= confirm.top_k <= budget.trials:
         raise SpecError(path, "confirm.top_k", f"must be an integer from 0 to budget.trials ({budget.trials}), got {confirm.top_k!r}")
-    if confirm.top_k and (grid or seeds):
+    if confirm.top_k and ablation:
         raise SpecError(path, "confirm", "an ablation runs every seed of every cell already; confirm re-runs a search's best trials")
     _seed_list(path, "confirm.seeds", confirm.seeds)
+    return confirm
 
+
+def _parse_batch_seeds(raw: dict, path) -> bool | str:
     batch_seeds = raw.get("batch_seeds", "auto")
     if not isinstance(batch_seeds, bool) and batch_seeds != "auto":
         raise SpecError(path, "batch_seeds", f"must be true, false or auto, got {batch_seeds!r}")
+    return batch_seeds
 
+
+def _parse_storage_path(raw: dict, path) -> str:
     storage_path = raw.get("storage_path", "runs")
     if not isinstance(storage_path, str) or "://" in storage_path:
         raise SpecError(path, "storage_path", f"must be a local folder for launch records, got {storage_path!r}; "
                         "put trial checkpoints on shared or object storage with the `storage` key")
+    return storage_path
 
-    pairs, skipped = [], []
-    for model in models:
-        overrides = per_model.get(model) or {}
-        model_space = dict(space)
-        own_space = _parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path)
-        for key in own_space:  # the file's space may hold keys one of its models lacks; a model's own may not
-            if key not in TRAIN_KEYS | model_fields(model):
-                raise SpecError(path, f"per_model.{model}.space.{key}", f"not a parameter of {model}{closest(key, model_fields(model))}")
-        model_space.update(own_space)
-        for task in tasks:
-            kind = TASKS[task.task].kind
-            if kind not in MODELS[model].task_kinds:
-                skipped.append(f"{task.variant} x {model}: {model} runs {', '.join(MODELS[model].task_kinds)}, {task.task} is {kind}")
-                continue
-            pair = _make_pair(task, model, model_space, fixed, {**(overrides.get("fixed") or {}), **per_pair.get(f"{task.variant}__{model}", {})},
-                              budget, seed, path)
-            pair.resources = _parse_resources(overrides.get("resources"), resources, f"per_model.{model}.resources", path)
-            if "device" in (overrides.get("fixed") or {}):
-                pair.device_key = f"per_model.{model}.fixed.device"
-            # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
-            # (Table 6's head counts for multi-head attention only) adds to the file's.
-            own_grid = _parse_grid({"grid": overrides.get("grid")}, path, f"per_model.{model}.grid")[0]
-            for key in own_grid:
-                if key not in TRAIN_KEYS | model_fields(model):
-                    raise SpecError(path, f"per_model.{model}.grid.{key}", f"not a parameter of {model}{closest(key, model_fields(model))}")
-            model_grid = {**grid, **own_grid}
-            pair.grid = {k: v for k, v in model_grid.items() if k in TRAIN_KEYS | model_fields(model)}
-            for key in pair.grid:
-                pair.base.pop(key, None)
-            if pair.needs_gpu and pair.resources.gpu == 0:
-                asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
-                raise SpecError(path, pair.cuda_device[0], f"{pair.cuda_device[1]} needs a GPU, and {asked}.gpu gives its trials none "
-                                "(Ray hides the GPUs from a trial that asks for none)")
-            pair.own_values = {k: v for k, v in per_pair.get(pair.name, {}).items() if k in pair.base}
-            _check_builds(path, pair)
-            pairs.append(pair)
+
+def _check_named_keys(models: list[str], per_model: dict, space: dict, fixed: dict, grid: dict, seeds: list,
+                      path) -> None:
+    """Each per_model entry names one of the file's models, and each key of the file's space, fixed
+    and grid a parameter of one of them."""
     for model in per_model:
         if model not in models:
             raise SpecError(path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}")
         for k in per_model[model] or {}:
             if k == "grid" and not grid and not seeds:
-                raise SpecError(path, f"per_model.{model}.grid", "a model's grid needs an ablation file (a top-level grid or seeds)")
+                raise SpecError(path, f"per_model.{model}.grid",
+                                "a model's grid needs an ablation file (a top-level grid or seeds)")
     valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
     for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
         for key in keys:
             if key not in valid:
-                raise SpecError(path, f"{section}.{key}", f"no model in this file has this parameter{closest(str(key), valid)}")
-    if not pairs:
-        raise SpecError(path, "models", "no model in this file can run any of its tasks: " + "; ".join(skipped))
-    _check_detectable(path, report, pairs, seeds)
+                raise SpecError(path, f"{section}.{key}",
+                                f"no model in this file has this parameter{closest(str(key), valid)}")
 
-    # Said, not refused: a search turned into an ablation by adding a grid keeps its file's other keys.
+
+def _unused(raw: dict, ablation: bool) -> list[str]:
+    """Keys of a search the file gives where it is an ablation, for the plan. Said, not refused: a
+    search turned into an ablation by adding a grid keeps its file's other keys."""
     search_only = {"budget.trials": "a search's count of trials; an ablation trains every grid cell with every seed",
-               "scheduler": "a search's early stopping; an ablation trains every trial to its end"}
+                   "scheduler": "a search's early stopping; an ablation trains every trial to its end"}
     given = {*(f"budget.{key}" for key in raw.get("budget") or {}), *(["scheduler"] if "scheduler" in raw else [])}
-    unused = [f"{key}: {why}" for key, why in search_only.items() if key in given and (grid or seeds)]
-
-    return Study(
-        path=path, name=safe_name(_text(raw, "name", path.stem, path), path, "name"), metric=metric, mode=mode, score=score, seed=seed, pairs=pairs,
-        skipped=skipped, budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
-        warm_start=_switch(raw, "warm_start", True, path), storage_path=storage_path,
-        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report, confirm=confirm,
-        batch_seeds=batch_seeds, batch_seeds_given=batch_seeds, unused=unused,
-    )
+    return [f"{key}: {why}" for key, why in search_only.items() if key in given and ablation]
 
 
 def parse_budget(raw, path) -> Budget:
@@ -768,7 +646,7 @@ def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:
     """The score the metric names (e.g. "token_acc"); every task of the file must report it."""
     score = max((s for s in SCORES if f"_{s}" in metric), key=len)  # rel_l1 rather than l1
     for task in tasks:
-        reported = SCORES_OF_KIND[TASKS[task.task].kind]
+        reported = TASKS[task.task].kind.scores
         if score not in reported:
             raise SpecError(path, "metric", f"{metric} does not exist for task {task.task!r}, which reports "
                             f"{', '.join(reported)} (e.g. best_ood_valid_{reported[0]})")
@@ -847,15 +725,30 @@ def _parse_tasks(raw, path) -> list[TaskEntry]:
     return out
 
 
+def _check_model(name, path, key: str) -> None:
+    """A model the registry finds: one of the package's, a model file's class or an entry point
+    (trainables.models.model_spec), stated rightly."""
+    if isinstance(name, str) and name in MODELS:
+        return
+    try:
+        if not isinstance(name, str):
+            raise ModelError("")
+        model_spec(name)
+    except ModelError as e:
+        if isinstance(name, str) and ":" in name:
+            raise SpecError(path, key, str(e)) from None
+        raise SpecError(path, key, f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
+                        "or a model of your own as path/to/file.py:Class") from None
+
+
 def _parse_models(raw, path) -> list[str]:
     if raw == "all":
         return list(MODELS)
     if not raw or not isinstance(raw, list):
         raise SpecError(path, "models", "expected a list of model names or 'all'")
     for k, name in enumerate(raw):
-        if not isinstance(name, str) or name not in MODELS:
-            raise SpecError(path, f"models[{k}]", f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}")
-        if name in raw[:k]:
+        _check_model(name, path, f"models[{k}]")
+        if name in raw[:k] or model_label(name) in map(model_label, raw[:k]):
             raise SpecError(path, f"models[{k}]", f"{name} appears twice: its pairs would share one name, study and runs")
     return list(raw)
 
@@ -956,11 +849,83 @@ def _parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dic
     return out
 
 
-def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path) -> Pair:
+@dataclass(frozen=True)
+class _Shared:
+    """The file's sections every pair starts from, which a model's per_model entry adds to."""
+
+    space: dict[str, Distribution]
+    fixed: dict
+    grid: dict[str, list]
+    resources: Resources
+    budget: Budget
+    seed: int
+
+
+def _parse_pairs(tasks: list[TaskEntry], models: list[str], per_model: dict, per_pair: dict[str, dict],
+                 shared: _Shared, path) -> tuple[list[Pair], list[str]]:
+    """Each model on each task it runs; and the pairs it cannot run, with the reason."""
+    pairs, skipped = [], []
+    for model in models:
+        overrides = per_model.get(model) or {}
+        own_space = _parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path)
+        space = {**shared.space, **_model_keys(own_space, model, f"per_model.{model}.space", path)}
+        for task in tasks:
+            kind, kinds = TASKS[task.task].kind, model_spec(model).kinds
+            if kind not in kinds:
+                runs = ", ".join(map(str, kinds))
+                skipped.append(f"{task.variant} x {model}: {model} runs {runs}, {task.task} is {kind}")
+                continue
+            own_fixed = per_pair.get(f"{task.variant}__{model}", {})
+            pairs.append(_make_pair(task, model, space, overrides, own_fixed, shared, path))
+    return pairs, skipped
+
+
+def _model_keys(values: dict, model: str, where: str, path) -> dict:
+    """`values` (a model's own space or grid), each key a parameter the model has: the file's may
+    hold keys one of its models lacks, a model's own may not."""
+    for key in values:
+        if key not in TRAIN_KEYS | model_fields(model):
+            hint = closest(key, model_fields(model))
+            raise SpecError(path, f"{where}.{key}", f"not a parameter of {model}{hint}")
+    return values
+
+
+def _make_pair(task: TaskEntry, model: str, space: dict, overrides: dict, own_fixed: dict, shared: _Shared,
+               path) -> Pair:
+    """One model on one task: its config and space (_pair_config) under its model's fixed values
+    and then its own (per_pair), its model's resources and grid; built in every grid cell and at
+    its space's extremes (_check_builds)."""
+    model_fixed = overrides.get("fixed") or {}
+    base, own_space, warm = _pair_config(task, model, space, shared.fixed, {**model_fixed, **own_fixed},
+                                         shared.budget, shared.seed, path)
+    resources = _parse_resources(overrides.get("resources"), shared.resources, f"per_model.{model}.resources",
+                                 path)
+    # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
+    # (Table 6's head counts for multi-head attention only) adds to the file's.
+    where = f"per_model.{model}.grid"
+    own_grid = _model_keys(_parse_grid({"grid": overrides.get("grid")}, path, where)[0], model, where, path)
+    grid = {k: v for k, v in {**shared.grid, **own_grid}.items() if k in TRAIN_KEYS | model_fields(model)}
+    base = {k: v for k, v in base.items() if k not in grid}
+    device_key = f"per_model.{model}.fixed.device" if "device" in model_fixed else "fixed.device"
+    pair = Pair(task=task, model=model, space=own_space, base=base, warm_start=warm, grid=grid, resources=resources,
+                device_key=device_key, own_values={k: v for k, v in own_fixed.items() if k in base})
+    if pair.needs_gpu and pair.resources.gpu == 0:
+        asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
+        key, device = pair.cuda_device
+        raise SpecError(path, key, f"{device} needs a GPU, and {asked}.gpu gives its trials none "
+                        "(Ray hides the GPUs from a trial that asks for none)")
+    _check_builds(path, pair)
+    return pair
+
+
+def _pair_config(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int,
+                 path) -> tuple[dict, dict[str, Distribution], dict | None]:
+    """(the pair's flat trial config without its searched keys, its space: the keys of `space` the
+    model has, the paper's setting of them moved into the space, or None)."""
     valid = TRAIN_KEYS | model_fields(model)
     own_space = {k: v for k, v in space.items() if k in valid}  # e.g. an LSTM has no heads
     try:
-        base = preset(task.task, model, task.options) if model in presets(task.task)["models"] else {"task": task.task, "model": model}
+        base = preset(task.task, model, task.options) if model in presets(task.task)["models"] else {"task": task.task, "model": canonical_model(model)}
     except ConfigError as e:
         raise SpecError(path, "models", str(e)) from None
     model_defaults = defaults(model)
@@ -990,4 +955,4 @@ def _make_pair(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dic
         bad = [(d, h) for d in own_space["d_model"].values for h in own_space["n_heads"].values if whole(d) and whole(h) and d % h]
         if bad:
             raise SpecError(path, "space.n_heads", f"{bad[0][1]} heads do not divide d_model {bad[0][0]}")
-    return Pair(task=task, model=model, space=own_space, base=base, warm_start=warm or None)
+    return base, own_space, warm or None

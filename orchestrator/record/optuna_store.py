@@ -45,7 +45,7 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
         url, engine_kwargs = retried(search_store, what)(revealed, launch_dir, create=not read_only)
         if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
             raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
-        return retried(ReconnectingRDBStorage, what)(url, engine_kwargs=engine_kwargs)  # it creates its tables where missing
+        return retried(RetryingStorage, what)(url, engine_kwargs=engine_kwargs)
 
 
 def fresh_session(storage, *args, **kwargs) -> None:
@@ -106,41 +106,52 @@ def read_only_view(storage, study_names: set[str]):
     return ReadOnlyStudies()
 
 
-# The storage API (BaseStorage's) as RDBStorage implements it, each call in a session of its own:
-# retried whole, in a fresh session. Not here: BaseStorage's own methods, which call these
-# (get_n_trials, get_trial_params, get_trial_number_from_id); the schema's, which a launch never
-# calls (get_current_version, upgrade); and those without a query (remove_session, get_heartbeat_interval).
+# The storage API (BaseStorage's public methods) as RDBStorage implements it, each call in a
+# session of its own: retried whole, in a fresh session. Not here: BaseStorage's own methods, which
+# call these (get_n_trials, get_trial_params, get_trial_number_from_id); the schema's, which a
+# launch never calls (get_current_version, upgrade); and those without a query (remove_session).
 SESSION_METHODS = (
     "create_new_study", "delete_study", "get_all_studies", "get_study_id_from_name", "get_study_name_from_id",
     "get_study_directions", "get_study_user_attrs", "get_study_system_attrs", "set_study_user_attr", "set_study_system_attr",
     "create_new_trial", "get_trial", "get_all_trials", "get_best_trial", "get_trial_id_from_study_id_trial_number",
     "get_trial_param", "get_trial_user_attrs", "get_trial_system_attrs", "set_trial_param", "set_trial_state_values",
-    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr", "record_heartbeat",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
 )
-# What Optuna's _CachedStorage, the wrapper every study puts around an RDBStorage, calls on it in
-# place of the public methods (a study's ask, its parameters, TPE's reads of the trials so far, the
-# heartbeat's stale trials): without them a running search's own calls went unretried.
-CACHED_STORAGE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_trials", "_get_best_trial_id", "_get_stale_trial_ids")
 
 
-class ReconnectingRDBStorage(RDBStorage):
-    """Optuna's SQL storage, each call that opens its own session retried while the database is
-    unreachable: a connection the server dropped mid-call is replaced (pool_pre_ping covers idle
-    ones). Helpers working in a caller's session are left to the caller: a fresh session detaches
-    the rows they were handed (_build_frozen_trial_from_trial_model's every retry then failed with
-    DetachedInstanceError, and CI's connection-dropping test saw Optuna's "exception is raised
-    during the commit")."""
+class RetryingStorage(BaseStorage):
+    """Optuna's SQL storage (an RDBStorage) behind Optuna's public storage API, each call retried in
+    a fresh session while the database is unreachable: a connection the server dropped mid-call is
+    replaced (pool_pre_ping covers idle ones). A wrapper, not a subclass: Optuna puts its own cache
+    around an RDBStorage, which calls RDBStorage's private methods, so retrying the public ones of a
+    subclass would leave a running search's own calls unretried. Without that cache a study reads
+    its trials from the database at each suggestion: a search's few hundred trials are one query."""
+
+    def __init__(self, url: str, engine_kwargs: dict | None = None):
+        self.url, self.engine_kwargs = url, engine_kwargs or {}
+        self.rdb = RDBStorage(url, engine_kwargs=self.engine_kwargs)  # it creates its tables where missing
 
     def __getstate__(self):  # Tune pickles the searcher, and with it this storage: no password
-        return super().__getstate__() | {"url": redact(self.url)}
+        return {"url": redact(self.url), "engine_kwargs": self.engine_kwargs}
 
     def __setstate__(self, state):
         # Unpickled as Tune restores the searcher, where it connects: the database may be down then.
-        retried(super().__setstate__, "search store (Optuna)")(state | {"url": reveal(state["url"])})
+        retried(self.__init__, "search store (Optuna)")(reveal(state["url"]), state["engine_kwargs"])
+
+    def fresh_session(self, *args, **kwargs) -> None:
+        fresh_session(self.rdb)
 
 
-for _name in (*SESSION_METHODS, *CACHED_STORAGE_CALLS):
-    # A session whose connection dropped mid-transaction refuses every later call until it is
-    # rolled back, which a dead connection cannot do: retry with a fresh session.
-    setattr(ReconnectingRDBStorage, _name,
-            retried(getattr(RDBStorage, _name), "search store (Optuna)", reset=fresh_session))
+def _retrying(name: str):
+    def call(self, *args, **kwargs):
+        # A session whose connection dropped mid-transaction refuses every later call until it is
+        # rolled back, which a dead connection cannot do: retry with a fresh session.
+        return retried(getattr(self.rdb, name), "search store (Optuna)", reset=self.fresh_session)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+for _name in SESSION_METHODS:
+    setattr(RetryingStorage, _name, _retrying(_name))
+abc.update_abstractmethods(RetryingStorage)

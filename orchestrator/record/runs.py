@@ -16,8 +16,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from trainables.kinds import SCORES
-from trainables.tasks.base import GENERATOR_VERSION
+from trainables.scores import SCORES
+from trainables import GENERATOR_VERSION
 
 from .stores import client, store_exists
 
@@ -34,7 +34,7 @@ ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 
 
-DATA_VERSION_TAG = "data_version"  # trainables.tasks.base.GENERATOR_VERSION: the tasks' data a run trained and was tested on
+DATA_VERSION_TAG = "data_version"  # trainables.GENERATOR_VERSION: the tasks' data a run trained and was tested on
 
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call

@@ -10,7 +10,7 @@ import statistics
 import time
 from urllib.parse import quote, urlencode
 
-from trainables.kinds import LOWER_IS_BETTER
+from trainables.scores import LOWER_IS_BETTER
 
 from .runs import CONFIG_TAG, ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs, pair_run
 from .stores import client

@@ -27,11 +27,15 @@ from statistics import fmean
 import pandas as pd
 import yaml
 
-from trainables.tasks.base import LOWER_IS_BETTER
+from trainables.scores import LOWER_IS_BETTER
 
 from . import maps, plots, stats
 from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
-from ..record import tracking
+from ..record.optuna_store import search_storage
+from ..record.runs import CONFIG_TAG, DATA_VERSION_TAG, DIVERGED_AT_TAG, ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs
+from ..record.secrets import redact
+from ..record.stores import client
+from ..record.summaries import may_answer, metric_name, pair_summaries, ui_links
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
@@ -54,16 +58,16 @@ def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("co
     one of `statuses`: pair, model, task, variant, status, its full config's grid keys and seed,
     and every metric MLflow holds for it (the last value of each)."""
     rows = []
-    for run in tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs:
-        status = run.data.tags.get(tracking.STATUS_TAG)
+    for run in launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs:
+        status = run.data.tags.get(STATUS_TAG)
         if status not in statuses:
             continue
-        config = json.loads(run.data.tags[tracking.CONFIG_TAG])
+        config = json.loads(run.data.tags[CONFIG_TAG])
         if "candidate" in run.data.tags:  # a confirmation run: its candidate is its cell
             config["candidate"] = int(run.data.tags["candidate"]) + 1
         rows.append({"pair": run.data.tags["pair"], "model": run.data.tags.get("model"), "task": run.data.tags.get("task"),
                      "variant": run.data.tags.get("variant"), "phase": run.data.tags.get("phase", "search"), "status": status,
-                     "run_id": run.info.run_id, "config": config, "data_version": run.data.tags.get(tracking.DATA_VERSION_TAG, "unknown"),
+                     "run_id": run.info.run_id, "config": config, "data_version": run.data.tags.get(DATA_VERSION_TAG, "unknown"),
                      **run.data.metrics})
     return pd.DataFrame(rows)
 
@@ -80,7 +84,7 @@ UNSCORED = "completed without a score"  # a test score of NaN (an empty split's 
 
 
 def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
-    """How the runs behind each of the pair's rows ended (`frame`: runs_frame over tracking.ENDED), by
+    """How the runs behind each of the pair's rows ended (`frame`: runs_frame over runs.ENDED), by
     setting_key: an ablation's cells, a confirmation's candidates; nothing for a search's best trial.
     A completed run without a test score is UNSCORED: a cell of such runs had passed a comparison,
     as "without two completed runs"."""
@@ -97,7 +101,7 @@ def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
 
 def unfinished(ended: Counter) -> str:
     """The runs of a cell that ended without completing, in words: '1 diverged, 2 failed'."""
-    return ", ".join(f"{ended[status]} {status}" for status in (*tracking.ENDED, UNSCORED) if status != "completed" and ended[status])
+    return ", ".join(f"{ended[status]} {status}" for status in (*ENDED, UNSCORED) if status != "completed" and ended[status])
 
 
 def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter]) -> dict[str, str]:
@@ -558,20 +562,20 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     for run in runs:
         if run.data.tags.get("pair") != pair.name or run.data.tags.get("phase") == "confirm":
             continue
-        status = run.data.tags.get(tracking.STATUS_TAG, "running")
+        status = run.data.tags.get(STATUS_TAG, "running")
         if status == "lost":  # replaced by another trial on resume
             continue
-        config = json.loads(run.data.tags.get(tracking.CONFIG_TAG, "{}"))
+        config = json.loads(run.data.tags.get(CONFIG_TAG, "{}"))
         curves = {name: [(m.step, m.value) for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
                   for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")}
         steps = [step for points in curves.values() for step, _ in points]
-        if tracking.DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
-            steps.append(int(run.data.tags[tracking.DIVERGED_AT_TAG]))
+        if DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
+            steps.append(int(run.data.tags[DIVERGED_AT_TAG]))
         trials.append({"run_id": run.info.run_id, "name": run.info.run_name or "", "status": status, "last_step": max(steps, default=0),
                        "params": {k: config[k] for k in pair.space if k in config}, "metric": run.data.metrics.get(metric),
                        "test": run.data.metrics.get(test), "curves": curves, "start": run.info.start_time})
-    # The first best, in the order the trials started, of those that may answer: as tracking.pair_summaries and answer_runs take it.
-    scored = [t for t in trials if t["metric"] is not None and tracking.may_answer(t["status"])]
+    # The first best, in the order the trials started, of those that may answer: as summaries.pair_summaries and answer_runs take it.
+    scored = [t for t in trials if t["metric"] is not None and may_answer(t["status"])]
     best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
     trials.sort(key=lambda t: t["start"])
     for position, trial in enumerate(trials, 1):
@@ -604,7 +608,7 @@ def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | st
     if len(finished) < 3:
         return f"{len(finished)} trial(s) with a score: too few to rank hyperparameters"
     try:
-        study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=tracking.search_storage(state.tracking_uri, state.dir, read_only=True))
+        study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=search_storage(state.tracking_uri, state.dir, read_only=True))
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             ranked = list(optuna.importance.get_param_importances(study).items())
@@ -618,32 +622,32 @@ def mlflow_ui(uri: str) -> dict[str, str]:
     """Where MLflow's UI for the store `uri` answers, and the command that serves it: a tracking
     server is its own UI; a database is served by `mlflow ui` (port 5000)."""
     if uri.startswith(("http://", "https://")):
-        return {"url": tracking.redact(uri), "command": ""}
-    return {"url": "http://127.0.0.1:5000", "command": f"mlflow ui --backend-store-uri {tracking.redact(uri)}"}
+        return {"url": redact(uri), "command": ""}
+    return {"url": "http://127.0.0.1:5000", "command": f"mlflow ui --backend-store-uri {redact(uri)}"}
 
 
 def build(state, previous_state=None, history: list | None = None) -> dict:
     """Everything the templates show, and the regressions against `previous_state`; with
     `history` (earlier nights, oldest first), a plot of each cell night after night."""
     study = state.study()
-    trial_runs = tracking.launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
-    frame_ended = runs_frame(state, trial_runs, tracking.ENDED)
+    trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+    frame_ended = runs_frame(state, trial_runs, ENDED)
     frame = completed(frame_ended)
     # Each night's runs read once, for every pair's history plot.
     label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
     nights = [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)] if history is not None else None
-    before_ended = runs_frame(previous_state, statuses=tracking.ENDED) if previous_state else None
+    before_ended = runs_frame(previous_state, statuses=ENDED) if previous_state else None
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
     pairs, tested, broken, in_both, one_sided = [], [], [], 0, 0
     changed, not_comparable = {}, []  # a compared cell's config changes since; cells whose runs pool several configs
-    mlflow = tracking.client(state.tracking_uri)
+    mlflow = client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
     ui = mlflow_ui(state.tracking_uri)
     for pair in study.pairs:
-        links = tracking.ui_links(ui["url"], parent.info.experiment_id, [r.info.run_id for r in trial_runs if r.data.tags.get("pair") == pair.name
-                                                                          and r.data.tags.get(tracking.STATUS_TAG) != "lost"],
+        links = ui_links(ui["url"], parent.info.experiment_id, [r.info.run_id for r in trial_runs if r.data.tags.get("pair") == pair.name
+                                                                          and r.data.tags.get(STATUS_TAG) != "lost"],
                                   [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
                                   f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'", study.metric, study.mode)
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
@@ -718,7 +722,7 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     return {
         "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
         "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
-        "answer": [] if study.is_ablation else answer_lines(study, tracking.pair_summaries(state.tracking_uri, state.experiment, state.launch_id,
+        "answer": [] if study.is_ablation else answer_lines(study, pair_summaries(state.tracking_uri, state.experiment, state.launch_id,
                                                                                            study.metric, study.score, trial_runs)),
         "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
         "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
@@ -765,12 +769,12 @@ def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
     from mlflow.entities import Metric
 
     now = int(datetime.datetime.now().timestamp() * 1000)
-    # A search's best trial alone (no cell) is on the launch's run already (tracking.summarize_pairs).
-    metrics = [Metric(tracking.metric_name(pair["name"], cell_name(row["setting"]), metric), entry["summary"].mean, now, 0)
+    # A search's best trial alone (no cell) is on the launch's run already (summaries.summarize_pairs).
+    metrics = [Metric(metric_name(pair["name"], cell_name(row["setting"]), metric), entry["summary"].mean, now, 0)
                for pair in context["pairs"] for row in pair["rows"] if row["setting"] or context["search"] is None
                for metric, entry in row["metrics"].items()]
-    for start in range(0, len(metrics), tracking.MAX_BATCH):
-        mlflow.log_batch(parent_run_id, metrics=metrics[start : start + tracking.MAX_BATCH])
+    for start in range(0, len(metrics), MAX_BATCH):
+        mlflow.log_batch(parent_run_id, metrics=metrics[start : start + MAX_BATCH])
 
 
 def render(context: dict, image_folder: str = "") -> tuple[str, str]:
@@ -813,7 +817,7 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
     (out_dir / "report.md").write_text(markdown)
     (out_dir / "report.html").write_text(page)
     paths = [out_dir / "report.md", out_dir / "report.html"] + [path for entry in context["pairs"] for path, _ in entry["figures"]]
-    mlflow = tracking.client(state.tracking_uri)
+    mlflow = client(state.tracking_uri)
     log_report_files(mlflow, state, paths)
     log_cell_means(mlflow, state.parent_run_id, context)
     if dated_in is not None:

@@ -321,7 +321,7 @@ class PairSearch(Searcher):
     def restore(self, checkpoint_path: str):
         try:
             with open(checkpoint_path, "rb") as f:
-                saved = pickle.load(f)  # connects the Optuna storage (optuna_store.ReconnectingRDBStorage)
+                saved = pickle.load(f)  # connects the Optuna storage (optuna_store.RetryingStorage)
         except Exception as e:
             raise ResumeFailed(f"the search's state could not be read back: {e}") from e
         self.__dict__.update(saved["own"])

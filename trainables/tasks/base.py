@@ -13,17 +13,18 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
-from ..kinds import KINDS, Kind
+from .. import GENERATOR_VERSION
+
+if TYPE_CHECKING:  # kinds imports torch; a task's cache and sizes do without it (the CLI's fast paths)
+    from ..kinds import Kind
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 
-# Bump when a generator changes its output, so stale caches are never reused.
-GENERATOR_VERSION = 7
 CACHE_ENV = "SYSGEN_DATA_CACHE"  # where generated tasks are kept (default ~/.cache/sysgen-data)
 
 
@@ -125,7 +126,7 @@ HOST_ONLY = {"depths", "centres", "shapes"}  # what defines a split or a scene, 
 @dataclass
 class Task:
     name: str
-    kind: Kind  # or its name, as a cache's metadata holds it
+    kind: Kind
     splits: dict[str, Split]
     vocab: list[str] = field(default_factory=list)  # token tasks: inputs (and outputs, for seq2seq)
     classes: list[str] = field(default_factory=list)  # classification: the class names
@@ -137,10 +138,6 @@ class Task:
     # the likeliest answer to each kind of question scores} (a model that ignores the image), their
     # chance. A call, not the numbers: counting them takes a second every probe would pay.
     blind_guess: Callable[[], dict[str, float]] | None = None
-
-    def __post_init__(self):
-        if isinstance(self.kind, str):
-            self.kind = KINDS[self.kind]
 
     @property
     def pad_id(self) -> int:
@@ -294,7 +291,9 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
         meta = json.loads(str(f["meta"]))
         splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
     splits.update({s: splits[same] for s, same in meta.pop("aliases", {}).items()})
-    return Task(splits=splits, **meta)
+    from ..kinds import kind_named  # here, not at the top: see the TYPE_CHECKING import
+
+    return Task(splits=splits, kind=kind_named(meta.pop("kind")), **meta)
 
 
 def store(path: Path, task: Task) -> None:
