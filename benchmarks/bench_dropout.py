@@ -6,15 +6,16 @@ dropout forward swapped between rounds, the median seconds per step over --repea
 
 Prints per model the two medians and their ratio (ours / torch's; under 1 is faster).
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
 
 import torch
+from bench_trainables import chosen_rows, model_rows
 from torch import nn
 
-from bench_trainables import chosen_rows, model_rows
 from trainables.config import parse_trial_config
 from trainables.models.dropout import Dropout
 from trainables.train import seconds_per_step
@@ -23,7 +24,9 @@ OURS = Dropout.forward
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="small")
     parser.add_argument("--models", default="ctl / ndr,ctl / transformer,ctl / lstm,copy / panm")
     parser.add_argument("--steps", type=int, default=20)

@@ -5,6 +5,7 @@ scored it before), alternated in one process; median seconds of --repeats.
 
   python benchmarks/bench_evaluation.py [--repeats 5] [--eval-size 500]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,21 @@ def main() -> None:
     parser.add_argument("--eval-size", type=int, default=500)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cfg = parse_trial_config({"task": "scan", "model": "transformer_enc_dec", "task_options": {"eval_size": args.eval_size},
-                              "d_model": 64, "n_heads": 4, "encoder_layers": 2, "decoder_layers": 2}).settled("cpu")
+    cfg = parse_trial_config(
+        {
+            "task": "scan",
+            "model": "transformer_enc_dec",
+            "task_options": {"eval_size": args.eval_size},
+            "d_model": 64,
+            "n_heads": 4,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+        }
+    ).settled("cpu")
     shared = load_task("scan", cfg.task_options)
-    copied = dataclasses.replace(shared, splits={**shared.splits, "ood_valid": copy.deepcopy(shared.splits["iid_valid"])})
+    copied = dataclasses.replace(
+        shared, splits={**shared.splits, "ood_valid": copy.deepcopy(shared.splits["iid_valid"])}
+    )
     model = make_model(cfg, shared).eval()
     seconds: dict[str, list[float]] = {"shared split": [], "a copy": []}
     for _ in range(args.repeats):

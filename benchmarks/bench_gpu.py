@@ -28,6 +28,7 @@ Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
 On the CPU, processes and a stacked model share the same cores, so neither packing nor batching can
 beat one trial by much; the figures that matter for a GPU need a GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,21 +40,28 @@ import sys
 import time
 
 import torch
-
 from bench_trainables import LAYER_SHAPES, chosen_rows, layer_ratio, model_rows
 from profile_step import WARMUP_STEPS
+
 from orchestrator.run.stacking import knee
 from trainables.batched import Stack, member_steps_per_second, train_members, train_seeds
+from trainables.config import COMPILE_MODES, parse_trial_config, set_override
 from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
-from trainables.config import COMPILE_MODES, parse_trial_config, set_override
 from trainables.tasks import load_task
 from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
 
 
 def trial_config(flat: dict, args, **more) -> dict:
-    out = {**flat, "device": args.device, "bf16": args.bf16, "tf32": not args.fp32, "compile": args.compile,
-           **({"cuda_graphs": False} if args.no_graphs else {}), **more}
+    out = {
+        **flat,
+        "device": args.device,
+        "bf16": args.bf16,
+        "tf32": not args.fp32,
+        "compile": args.compile,
+        **({"cuda_graphs": False} if args.no_graphs else {}),
+        **more,
+    }
     for assignment in args.set:
         set_override(out, assignment)
     return out
@@ -90,7 +98,9 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
     rate = steps / queued(steps)
     if device.type != "cuda":
         return rate, None, None
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
         wall = queued(steps)
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy_us = sum(getattr(e, "device_time", None) or e.cuda_time for e in kernels)
@@ -115,13 +125,17 @@ def evaluation_seconds(cfg) -> float:
 
 
 def models(args, rows) -> None:
-    print(f"\nTraining steps/s through trainables.train's step, median of {args.steps} steps each waited for, after one warm-up "
-          f"(graphed: cuda_graphs auto, '-' where the step stays eager; compiled: with --compile, its first step's seconds beside it); "
-          f"back-to-back: the faster of eager and graphed, {args.steps} steps queued as a trial queues them, with their kernels per step and "
-          f"GPU busy (bench_gpu.back_to_back); eval share: one evaluation of every split, eager, over itself and eval_every steps "
-          f"at the fastest rate")
-    print(f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
-          f"{'back-to-back':>12s} {'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}")
+    print(
+        f"\nTraining steps/s through trainables.train's step, median of {args.steps} steps each waited for, after one warm-up "
+        f"(graphed: cuda_graphs auto, '-' where the step stays eager; compiled: with --compile, its first step's seconds beside it); "
+        f"back-to-back: the faster of eager and graphed, {args.steps} steps queued as a trial queues them, with their kernels per step and "
+        f"GPU busy (bench_gpu.back_to_back); eval share: one evaluation of every split, eager, over itself and eval_every steps "
+        f"at the fastest rate"
+    )
+    print(
+        f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
+        f"{'back-to-back':>12s} {'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}"
+    )
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=False))
         device = pick_device(cfg.device)
@@ -136,23 +150,39 @@ def models(args, rows) -> None:
             best = auto if graphed > eager else cfg
         if args.compile:
             start = time.perf_counter()
-            compiled = 1 / seconds_per_step(parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=args.compile)), args.steps)
+            compiled = 1 / seconds_per_step(
+                parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=args.compile)),
+                args.steps,
+            )
             compile_s = time.perf_counter() - start - args.steps / compiled
-        rate, kernels, busy = back_to_back(best, args.steps)  # not compiled: that would compile again, for minutes
+        rate, kernels, busy = back_to_back(
+            best, args.steps
+        )  # not compiled: that would compile again, for minutes
         evaluation = evaluation_seconds(cfg)
-        eval_share = evaluation / (evaluation + cfg.eval_every / max(r for r in (eager, graphed, compiled, rate) if r))
+        eval_share = evaluation / (
+            evaluation + cfg.eval_every / max(r for r in (eager, graphed, compiled, rate) if r)
+        )
 
         def cell(value, spec):
             return f"{'-':>{spec.split('.')[0]}s}" if value is None else format(value, spec)
 
-        print(f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} {cell(compiled, '9.2f')} "
-              f"{cell(compile_s, '9.0f')} {rate:12.2f} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}", flush=True)
+        print(
+            f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} {cell(compiled, '9.2f')} "
+            f"{cell(compile_s, '9.0f')} {rate:12.2f} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}",
+            flush=True,
+        )
 
 
 def curve(args, rows) -> None:
-    print(f"\nMember-steps/s of one configuration stacked N members high (trainables.batched.member_steps_per_second, "
-          f"median of {args.steps} steps), and its knee (the stack size budget.stack_size auto takes)")
-    print(f"{'task / model':32s} {'size':6s} " + " ".join(f"{f'N={n}':>9s}" for n in args.seeds_n) + f" {'knee':>5s} {'s in all':>8s}")
+    print(
+        f"\nMember-steps/s of one configuration stacked N members high (trainables.batched.member_steps_per_second, "
+        f"median of {args.steps} steps), and its knee (the stack size budget.stack_size auto takes)"
+    )
+    print(
+        f"{'task / model':32s} {'size':6s} "
+        + " ".join(f"{f'N={n}':>9s}" for n in args.seeds_n)
+        + f" {'knee':>5s} {'s in all':>8s}"
+    )
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args))
         if batchable(trial_config(flat, args)):
@@ -160,8 +190,12 @@ def curve(args, rows) -> None:
         start = time.perf_counter()
         measured = member_steps_per_second(cfg, args.seeds_n, args.steps)
         rates = dict(measured)
-        print(f"{label:32s} {size:6s} " + " ".join(f"{rates[n]:9.1f}" if n in rates else f"{'no mem':>9s}" for n in args.seeds_n)
-              + f" {knee(measured):5d} {time.perf_counter() - start:8.0f}", flush=True)
+        print(
+            f"{label:32s} {size:6s} "
+            + " ".join(f"{rates[n]:9.1f}" if n in rates else f"{'no mem':>9s}" for n in args.seeds_n)
+            + f" {knee(measured):5d} {time.perf_counter() - start:8.0f}",
+            flush=True,
+        )
 
 
 def child(config_json: str, steps: int, members: int) -> None:
@@ -178,7 +212,13 @@ def child(config_json: str, steps: int, members: int) -> None:
         seconds = seconds_per_step(cfg, steps, before_timing=barrier) * steps
     else:
         device = setup_device(cfg)  # its share of the CPU threads, as a trial's (Ray sets them to its CPUs)
-        stack = Stack(cfg, [{"seed": seed} for seed in range(members)], load_task(cfg.task, cfg.task_options), device, log=None)
+        stack = Stack(
+            cfg,
+            [{"seed": seed} for seed in range(members)],
+            load_task(cfg.task, cfg.task_options),
+            device,
+            log=None,
+        )
         for _ in range(2):  # the first compiles (where compiled), the second replays what the timing will
             stack.step()
         synchronize(device)
@@ -198,8 +238,24 @@ def packed_rates(flat: dict, k: int, members: int, args) -> tuple[list[float], f
     leaves the others more), and the largest peak memory."""
     threads = max(1, (os.cpu_count() or 1) // k)
     config = json.dumps(trial_config(flat, args, threads=threads))
-    procs = [subprocess.Popen([sys.executable, __file__, "--child", config, "--steps", str(args.steps), "--pack-members", str(members)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(k)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                config,
+                "--steps",
+                str(args.steps),
+                "--pack-members",
+                str(members),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(k)
+    ]
     for p in procs:
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError(f"a packed trial failed before its timing (exit {p.wait()})")
@@ -216,37 +272,52 @@ def packed_rates(flat: dict, k: int, members: int, args) -> tuple[list[float], f
 
 
 def packing(args, rows) -> None:
-    print(f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together "
-          f"(members: each trial's stack of seeds)")
-    print(f"{'task / model':32s} {'size':6s} {'members':>7s} {'trials':>6s} {'steps/s each':>13s} {'member-steps/s all':>19s} "
-          f"{'vs 1 trial':>10s} {'peak MiB each':>14s}")
+    print(
+        f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together "
+        f"(members: each trial's stack of seeds)"
+    )
+    print(
+        f"{'task / model':32s} {'size':6s} {'members':>7s} {'trials':>6s} {'steps/s each':>13s} {'member-steps/s all':>19s} "
+        f"{'vs 1 trial':>10s} {'peak MiB each':>14s}"
+    )
     for label, _, _, size, flat in rows:
         for members in args.pack_members:
             alone = None
             for k in args.packed:
                 rates, total, peak = packed_rates(flat, k, members, args)
                 alone = alone or total
-                print(f"{label:32s} {size:6s} {members:7d} {k:6d} {statistics.median(rates):13.2f} {total:19.2f} {total / alone:10.2f} "
-                      f"{shown(peak):>14s}", flush=True)
+                print(
+                    f"{label:32s} {size:6s} {members:7d} {k:6d} {statistics.median(rates):13.2f} {total:19.2f} {total / alone:10.2f} "
+                    f"{shown(peak):>14s}",
+                    flush=True,
+                )
 
 
 def seeds(args, rows) -> None:
-    print(f"\nN seeds batched in one stacked model vs the same N seeds one after another: whole runs of {args.steps} "
-          f"steps and one evaluation, alternated, median of {args.repeats}")
-    print(f"{'task / model':32s} {'size':6s} {'N':>3s} {'separate s':>11s} {'batched s':>10s} {'batched/separate':>17s} "
-          f"{'loop seed-steps/s sep.':>23s} {'batched':>8s} {'own lr s':>9s} {'own lr/batched':>15s}")
+    print(
+        f"\nN seeds batched in one stacked model vs the same N seeds one after another: whole runs of {args.steps} "
+        f"steps and one evaluation, alternated, median of {args.repeats}"
+    )
+    print(
+        f"{'task / model':32s} {'size':6s} {'N':>3s} {'separate s':>11s} {'batched s':>10s} {'batched/separate':>17s} "
+        f"{'loop seed-steps/s sep.':>23s} {'batched':>8s} {'own lr s':>9s} {'own lr/batched':>15s}"
+    )
     for label, _, _, size, flat in rows:
         base = trial_config(flat, args, n_iters=args.steps, eval_every=args.steps)
         if batchable(base):
             continue
-        load_task(base["task"], base.get("task_options", {}))  # generate into the cache once, outside the timing
+        load_task(
+            base["task"], base.get("task_options", {})
+        )  # generate into the cache once, outside the timing
         for n in args.seeds_n:
             seed_list = list(range(n))
             separate, batched, rate_separate, rate_batched, own = [], [], [], [], []
             # Members with a learning rate and decay each: the optimizer's step is scaled per member.
             lr = parse_trial_config(base).lr
-            members = [{"seed": seed, "lr": lr * 2 ** (k % 3), "weight_decay": 0.01 * (k % 2)}
-                       for k, seed in enumerate(seed_list)]
+            members = [
+                {"seed": seed, "lr": lr * 2 ** (k % 3), "weight_decay": 0.01 * (k % 2)}
+                for k, seed in enumerate(seed_list)
+            ]
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 runs = [train(parse_trial_config({**base, "seed": seed}), log=None) for seed in seed_list]
@@ -261,40 +332,79 @@ def seeds(args, rows) -> None:
                 train_members(parse_trial_config(base), members, log=None)
                 own.append(time.perf_counter() - start)
             sep, bat, mine = statistics.median(separate), statistics.median(batched), statistics.median(own)
-            print(f"{label:32s} {size:6s} {n:3d} {sep:11.1f} {bat:10.1f} {bat / sep:17.2f} "
-                  f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f} {mine:9.1f} {mine / bat:15.2f}", flush=True)
+            print(
+                f"{label:32s} {size:6s} {n:3d} {sep:11.1f} {bat:10.1f} {bat / sep:17.2f} "
+                f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f} {mine:9.1f} {mine / bat:15.2f}",
+                flush=True,
+            )
 
 
 def layer(args) -> None:
     device = torch.device(args.device)
-    print("\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer")
-    print(f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}")
+    print(
+        "\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer"
+    )
+    print(
+        f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}"
+    )
     for d_model, heads, d_ff, length, batch in LAYER_SHAPES:
-        t_ndr, t_ref, ratio = layer_ratio(d_model, heads, d_ff, length, batch, device, repeats=max(3, args.steps))
-        print(f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}", flush=True)
+        t_ndr, t_ref, ratio = layer_ratio(
+            d_model, heads, d_ff, length, batch, device, repeats=max(3, args.steps)
+        )
+        print(
+            f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}",
+            flush=True,
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sizes", default="paper,small", help="paper, small or both, comma-separated")
     parser.add_argument("--sections", default="models,curve,packing,seeds,layer")
-    parser.add_argument("--models", default=None, help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
-                        "every model; on a CPU, ctl / ndr alone for packing and seeds)")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="comma-separated row labels to keep, e.g. 'ctl / ndr' (default: "
+        "every model; on a CPU, ctl / ndr alone for packing and seeds)",
+    )
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--fp32", action="store_true", help="float32 matmuls on CUDA (the default is TF32)")
-    parser.add_argument("--compile", nargs="?", const=True, default=False, choices=COMPILE_MODES,
-                        help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): the models "
-                             "section's compiled column; the curve section's stacks compiled (captured as one CUDA graph unless --no-graphs or the mode graphs them itself)")
-    parser.add_argument("--no-graphs", action="store_true", help="cuda_graphs: false (a stack's compiled kernels launched one by one)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="over every row's config, e.g. fused_feed_forward=true (a key the row's model lacks is refused)")
+    parser.add_argument(
+        "--compile",
+        nargs="?",
+        const=True,
+        default=False,
+        choices=COMPILE_MODES,
+        help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): the models "
+        "section's compiled column; the curve section's stacks compiled (captured as one CUDA graph unless --no-graphs or the mode graphs them itself)",
+    )
+    parser.add_argument(
+        "--no-graphs",
+        action="store_true",
+        help="cuda_graphs: false (a stack's compiled kernels launched one by one)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="over every row's config, e.g. fused_feed_forward=true (a key the row's model lacks is refused)",
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seeds-n", default="5", help="seed counts to batch, comma-separated")
     parser.add_argument("--quick", action="store_true", help="3 steps, 1 repeat")
-    parser.add_argument("--packed", default="1,2,4,8", help="packing: how many trials at once, comma-separated")
-    parser.add_argument("--pack-members", default="1", help="packing: each trial's stack of seeds, comma-separated (1: a plain trial)")
+    parser.add_argument(
+        "--packed", default="1,2,4,8", help="packing: how many trials at once, comma-separated"
+    )
+    parser.add_argument(
+        "--pack-members",
+        default="1",
+        help="packing: each trial's stack of seeds, comma-separated (1: a plain trial)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -312,9 +422,11 @@ def main() -> None:
 
     chosen(None)  # a name no row has stops the run here, before its header
 
-    print(f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}"
-          + "".join(f", {assignment}" for assignment in args.set))
+    print(
+        f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}"
+        + "".join(f", {assignment}" for assignment in args.set)
+    )
     if "models" in sections:
         models(args, chosen(None))
     # Every model on a GPU; on a CPU (minutes per paper-size row) the NDR alone unless --models says.

@@ -10,6 +10,7 @@ once (one CPU each), then prints
 and the time from `launch` to the first trial running. Trial time is Tune's time_total_s of each
 trial, read back from MLflow; the wall time includes starting Ray and writing the best configs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,13 @@ from pathlib import Path
 
 import yaml
 
-TASK = {"train_size": 4000, "eval_size": 200, "train_depths": [1, 3], "ood_valid_depths": [4, 5], "test_depths": [6, 6]}
+TASK = {
+    "train_size": 4000,
+    "eval_size": 200,
+    "train_depths": [1, 3],
+    "ood_valid_depths": [4, 5],
+    "test_depths": [6, 6],
+}
 MODEL = {"d_model": 64, "n_layers": 4, "n_heads": 4, "batch_size": 64, "threads": 1}
 
 
@@ -30,13 +37,17 @@ def calibrate_steps_per_s() -> float:
     from trainables.train import train
 
     reports = []
-    cfg = parse_trial_config({"task": "ctl", "model": "ndr", "task_options": TASK, "n_iters": 150, "eval_every": 50, **MODEL})
+    cfg = parse_trial_config(
+        {"task": "ctl", "model": "ndr", "task_options": TASK, "n_iters": 150, "eval_every": 50, **MODEL}
+    )
     train(cfg, report=lambda m, s: reports.append(m), log=None)
     return reports[-1]["steps_per_s"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pairs", type=int, default=1, help="model/task pairs in the launch")
     parser.add_argument("--trials", type=int, default=4, help="trials per pair")
     parser.add_argument("--concurrent", type=int, default=2)
@@ -45,15 +56,23 @@ def main() -> None:
 
     speed = calibrate_steps_per_s()
     n_iters = max(100, int(speed * args.seconds / 50) * 50)
-    print(f"calibration: {speed:.1f} steps/s alone -> {n_iters} iterations per trial (~{args.seconds:.0f} s)", flush=True)
+    print(
+        f"calibration: {speed:.1f} steps/s alone -> {n_iters} iterations per trial (~{args.seconds:.0f} s)",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"sqlite:///{tmp}/mlflow.db"
         spec = {
             "name": "orchestration-benchmark",
             "tasks": [{"task": "ctl", "variant": f"bench{k}", "options": TASK} for k in range(args.pairs)],
             "models": ["ndr"],
-            "budget": {"trials": args.trials, "max_concurrent": args.concurrent, "cluster_concurrent": args.concurrent,
-                       "n_iters": n_iters, "eval_every": max(50, n_iters // 5)},
+            "budget": {
+                "trials": args.trials,
+                "max_concurrent": args.concurrent,
+                "cluster_concurrent": args.concurrent,
+                "n_iters": n_iters,
+                "eval_every": max(50, n_iters // 5),
+            },
             "scheduler": {"name": "fifo"},
             "resources": {"cpu": 1},
             "fixed": MODEL,
@@ -65,8 +84,13 @@ def main() -> None:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec))
         start = time.time()
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "launch", str(path)], check=True, cwd=tmp,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "launch", str(path)],
+            check=True,
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wall = time.time() - start
 
         from mlflow.tracking import MlflowClient
@@ -76,8 +100,13 @@ def main() -> None:
         runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kind") == "trial"]
         trial_time = sum(r.data.metrics["time_total_s"] for r in runs)
         first_start = min(r.info.start_time for r in runs) / 1000
-        spans = sorted((r.info.start_time / 1000 - start, r.info.end_time / 1000 - start, r.data.metrics["time_total_s"]) for r in runs)
-    print(f"pairs {args.pairs}, trials {len(runs)}, concurrent {args.concurrent}, total trial time {trial_time:.1f} s, launch wall time {wall:.1f} s")
+        spans = sorted(
+            (r.info.start_time / 1000 - start, r.info.end_time / 1000 - start, r.data.metrics["time_total_s"])
+            for r in runs
+        )
+    print(
+        f"pairs {args.pairs}, trials {len(runs)}, concurrent {args.concurrent}, total trial time {trial_time:.1f} s, launch wall time {wall:.1f} s"
+    )
     print(f"cluster utilization: {trial_time / (wall * args.concurrent):.3f}")
     print(f"launch -> first trial running: {first_start - start:.1f} s")
     print("trial spans (MLflow run start / end, s after launch; Tune time_total_s):")

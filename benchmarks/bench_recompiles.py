@@ -14,6 +14,7 @@ A trial's `key=value`s (space-separated) override the row's config, as a search'
 trials are separated by ";". The default mimics a search over rates and sizes (search_spaces/ctl.yaml
 searches both).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,17 @@ import dataclasses
 import logging
 import time
 
+from bench_trainables import chosen_rows, model_rows
 from torch._dynamo.utils import counters
 
-from bench_trainables import chosen_rows, model_rows
 from trainables.batched import Stack
 from trainables.config import TrainConfig, parse_trial_config, set_override
 from trainables.tasks import load_task
 from trainables.train import setup_device, synchronize, train
 
-SEARCH_LIKE = "dropout=0.1; dropout=0.3; d_model=32; dropout=0.2 d_model=32; n_layers=3; dropout=0.45 n_layers=3"
+SEARCH_LIKE = (
+    "dropout=0.1; dropout=0.3; d_model=32; dropout=0.2 d_model=32; n_layers=3; dropout=0.45 n_layers=3"
+)
 
 
 class LimitHits(logging.Handler):
@@ -46,7 +49,13 @@ class LimitHits(logging.Handler):
 def stack_trial(cfg: TrainConfig, members: int, steps: int) -> set[int]:
     """`steps` steps of a stack of `members` seeds: -> the batch widths it trained on."""
     device = setup_device(cfg)
-    stack = Stack(cfg, [{"seed": seed} for seed in range(members)], load_task(cfg.task, cfg.task_options), device, log=None)
+    stack = Stack(
+        cfg,
+        [{"seed": seed} for seed in range(members)],
+        load_task(cfg.task, cfg.task_options),
+        device,
+        log=None,
+    )
     widths = set()
     for _ in range(steps):
         batch = stack.next_batch()
@@ -63,16 +72,22 @@ def single_trial(cfg: TrainConfig) -> set[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="ctl / ndr")
     parser.add_argument("--size", default="small", choices=("small", "paper"))
-    parser.add_argument("--members", type=int, default=2, help="1: each trial a plain trial (compiled as a single model)")
+    parser.add_argument(
+        "--members", type=int, default=2, help="1: each trial a plain trial (compiled as a single model)"
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--trials", default=SEARCH_LIKE)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="over every trial's config")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="over every trial's config"
+    )
     args = parser.parse_args()
-    (_, _, _, _, flat), = [row for row in chosen_rows(model_rows(), args.model) if row[3] == args.size]
+    ((_, _, _, _, flat),) = [row for row in chosen_rows(model_rows(), args.model) if row[3] == args.size]
     limit_hits = LimitHits()
     logging.getLogger("torch._dynamo").addHandler(limit_hits)
     print(f"{'trial':32s} {'widths':>12s} {'compiles':>9s} {'seconds':>8s} {'past limit':>11s}")
@@ -83,8 +98,11 @@ def main() -> None:
         cfg = parse_trial_config(config)
         compiled_before, start = counters["frames"]["ok"], time.perf_counter()
         widths = single_trial(cfg) if args.members == 1 else stack_trial(cfg, args.members, args.steps)
-        print(f"{trial.strip():32s} {','.join(map(str, sorted(widths))) or '-':>12s} {counters['frames']['ok'] - compiled_before:9d} "
-              f"{time.perf_counter() - start:8.1f} {'yes' if limit_hits.hits else 'no':>11s}", flush=True)
+        print(
+            f"{trial.strip():32s} {','.join(map(str, sorted(widths))) or '-':>12s} {counters['frames']['ok'] - compiled_before:9d} "
+            f"{time.perf_counter() - start:8.1f} {'yes' if limit_hits.hits else 'no':>11s}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

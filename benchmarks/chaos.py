@@ -18,6 +18,7 @@ warnings), and faults that never fired (the launch finished first; reported, not
 prints them and exits 1 if any other is not zero. `--short` (4 trials of 100 steps per pair instead of
 20 of 300, one fault of each kind but the outage) is what tests/test_chaos.py runs in CI.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,11 +41,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from nodes import Cluster  # noqa: E402 - the cluster the tests start too
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
-TASK = {"train_size": 600, "eval_size": 40, "train_depths": [1, 2], "ood_valid_depths": [3, 3], "test_depths": [4, 4]}
+TASK = {
+    "train_size": 600,
+    "eval_size": 40,
+    "train_depths": [1, 2],
+    "ood_valid_depths": [3, 3],
+    "test_depths": [4, 4],
+}
 MODELS = ("lstm", "transformer", "ndr")
 EVAL_EVERY = 20
 OUTAGE_S = 45  # longer than retries.RETRY_DELAYS_S (31 s) in all
-EXPECTED_EXIT = {"driver_kill": -signal.SIGKILL, "sigint": 130, "outage": 4}  # how a driver the fault hits ends
+EXPECTED_EXIT = {
+    "driver_kill": -signal.SIGKILL,
+    "sigint": 130,
+    "outage": 4,
+}  # how a driver the fault hits ends
 
 
 class Database:
@@ -59,7 +70,11 @@ class Database:
         self.uri = f"postgresql+psycopg://postgres@127.0.0.1:5432/{self.name}"
 
     def terminate(self) -> int:
-        return len(self.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (self.name,)).fetchall())
+        return len(
+            self.admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (self.name,)
+            ).fetchall()
+        )
 
     def allow(self, allowed: bool) -> None:
         self.admin.execute(f"ALTER DATABASE {self.name} ALLOW_CONNECTIONS {str(allowed).lower()}")
@@ -73,21 +88,40 @@ class Database:
 def schedule(rng: random.Random, short: bool) -> list[tuple[str, float]]:
     """(fault, seconds after the previous fault or its driver's start) in a seeded order; driver
     faults end a driver, so each is followed by a resume."""
-    kinds = ["driver_kill", "sigint", "node_kill", "pg_terminate"] + ([] if short else
-                                                                        ["outage", "driver_kill", "sigint", "node_kill", "pg_terminate",
-                                                                         "pg_terminate", "node_kill"])
+    kinds = ["driver_kill", "sigint", "node_kill", "pg_terminate"] + (
+        []
+        if short
+        else ["outage", "driver_kill", "sigint", "node_kill", "pg_terminate", "pg_terminate", "node_kill"]
+    )
     rng.shuffle(kinds)
     return [(kind, round(rng.uniform(5, 10), 1)) for kind in kinds]
 
 
 def write_spec(folder: Path, uri: str, trials_per_pair: int, n_iters: int, seed: int) -> Path:
     data = {
-        "name": f"chaos-{uuid.uuid4().hex[:6]}", "tasks": [{"task": "ctl", "variant": "tiny", "options": TASK}], "models": list(MODELS),
-        "budget": {"trials": trials_per_pair, "max_concurrent": 2, "n_iters": n_iters, "eval_every": EVAL_EVERY, "max_failures": 20},
-        "scheduler": {"name": "asha", "grace_period": 2 * EVAL_EVERY, "reduction_factor": 2}, "seed": seed,
-        "resources": {"cpu": 1}, "fixed": {"batch_size": 16}, "warm_start": False,
-        "space": {"lr": {"loguniform": [1e-4, 1e-3]}, "d_model": {"choice": [16, 32]}, "n_layers": {"int": [1, 2]}, "n_heads": {"choice": [1, 2]}},
-        "tracking": {"uri": uri}, "storage_path": str(folder / "runs"),
+        "name": f"chaos-{uuid.uuid4().hex[:6]}",
+        "tasks": [{"task": "ctl", "variant": "tiny", "options": TASK}],
+        "models": list(MODELS),
+        "budget": {
+            "trials": trials_per_pair,
+            "max_concurrent": 2,
+            "n_iters": n_iters,
+            "eval_every": EVAL_EVERY,
+            "max_failures": 20,
+        },
+        "scheduler": {"name": "asha", "grace_period": 2 * EVAL_EVERY, "reduction_factor": 2},
+        "seed": seed,
+        "resources": {"cpu": 1},
+        "fixed": {"batch_size": 16},
+        "warm_start": False,
+        "space": {
+            "lr": {"loguniform": [1e-4, 1e-3]},
+            "d_model": {"choice": [16, 32]},
+            "n_layers": {"int": [1, 2]},
+            "n_heads": {"choice": [1, 2]},
+        },
+        "tracking": {"uri": uri},
+        "storage_path": str(folder / "runs"),
     }
     path = folder / "space.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -97,13 +131,21 @@ def write_spec(folder: Path, uri: str, trials_per_pair: int, n_iters: int, seed:
 def start_driver(args: list[str], folder: Path, env: dict, n: int):
     log = folder / f"driver-{n}.log"
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=folder, env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", *args],
+            cwd=folder,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     process.log, process.started = log, time.monotonic()
     return process
 
 
-def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Database, deadline_s: float) -> tuple[list[dict], list]:
+def run_with_faults(
+    faults, folder: Path, path: Path, cluster: Cluster, db: Database, deadline_s: float
+) -> tuple[list[dict], list]:
     """Launch, then fire `faults` while drivers run, resuming after each driver fault, until a
     driver finishes the launch. -> (one record per driver: its fault, exit status and log; the
     faults that never fired, because the launch finished first)."""
@@ -152,7 +194,9 @@ def run_with_faults(faults, folder: Path, path: Path, cluster: Cluster, db: Data
         drivers.append(record)
         if record["exit"] == 0 or [d["exit"] for d in drivers[-3:]] == [2, 2, 2]:
             return drivers, pending  # finished, or refused three times running: the audit says which
-        if (launch_dir / "launch.json").exists():  # a driver killed before it registered the launch left nothing to resume
+        if (
+            launch_dir / "launch.json"
+        ).exists():  # a driver killed before it registered the launch left nothing to resume
             command = ["resume", str(launch_dir), "--address", cluster.address]
     return drivers, pending
 
@@ -162,11 +206,17 @@ def ours(line: str, path: Path) -> bool:
     forwards it, behind its "(trial pid=...)" prefix), and Ray's notice of a node marked dead,
     which the node faults cause and which says so."""
     line = re.sub(r"^(\x1b\[\d+m)?\(trial pid=\d+\)(\x1b\[0m)? (?=\[trial\])", "", line)
-    return (not line.strip() or line.startswith(("[", "  ", f"{path}: ", "orchestrator: ")) or "(raylet)" in line
-            or "raylet has lagging heartbeats" in line)
+    return (
+        not line.strip()
+        or line.startswith(("[", "  ", f"{path}: ", "orchestrator: "))
+        or "(raylet)" in line
+        or "raylet has lagging heartbeats" in line
+    )
 
 
-def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int, unfired: list) -> dict[str, int]:
+def audit(
+    folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int, unfired: list
+) -> dict[str, int]:
     import optuna
     from mlflow.tracking import MlflowClient
 
@@ -176,11 +226,29 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(spec["name"])
     runs = client.search_runs([experiment.experiment_id], max_results=10_000) if experiment else []
-    trials = [r for r in runs if r.data.tags.get("kind") == "trial" and r.data.tags.get("trial_status") != "lost"]
-    counts = dict.fromkeys(["trials lost", "trials duplicated", "steps missing", "steps repeated", "runs in a wrong state",
-                            "optuna trials in a wrong state", "optuna trials duplicated", "launch not finished", "drivers ended wrongly",
-                            "checkpoints missing", "console lines not ours", "faults not fired"], 0)
-    counts["faults not fired"] = len(unfired)  # a soak that finished before its faults proved nothing about them
+    trials = [
+        r for r in runs if r.data.tags.get("kind") == "trial" and r.data.tags.get("trial_status") != "lost"
+    ]
+    counts = dict.fromkeys(
+        [
+            "trials lost",
+            "trials duplicated",
+            "steps missing",
+            "steps repeated",
+            "runs in a wrong state",
+            "optuna trials in a wrong state",
+            "optuna trials duplicated",
+            "launch not finished",
+            "drivers ended wrongly",
+            "checkpoints missing",
+            "console lines not ours",
+            "faults not fired",
+        ],
+        0,
+    )
+    counts["faults not fired"] = len(
+        unfired
+    )  # a soak that finished before its faults proved nothing about them
     by_pair: dict[str, list] = {}
     for run in trials:
         by_pair.setdefault(run.data.tags["pair"], []).append(run)
@@ -199,12 +267,20 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
         expected = set(range(EVAL_EVERY, last + 1, EVAL_EVERY))
         counts["steps repeated"] += len(steps) - len(set(steps))
         counts["steps missing"] += len(expected - set(steps))
-        trial_dir = folder / "runs" / "chaos" / "tune" / f"{run.data.tags['pair']}_{run.data.tags['trial_id']}"
+        trial_dir = (
+            folder / "runs" / "chaos" / "tune" / f"{run.data.tags['pair']}_{run.data.tags['trial_id']}"
+        )
         if not any(trial_dir.glob("checkpoint_*")):
             counts["checkpoints missing"] += 1
     launch = [r for r in runs if r.data.tags.get("kind") == "launch"]
-    state = json.loads((folder / "runs" / "chaos" / "launch.json").read_text())["state"] if (folder / "runs" / "chaos" / "launch.json").exists() else None
-    counts["launch not finished"] = int(state != "finished" or len(launch) != 1 or launch[0].info.status != "FINISHED")
+    state = (
+        json.loads((folder / "runs" / "chaos" / "launch.json").read_text())["state"]
+        if (folder / "runs" / "chaos" / "launch.json").exists()
+        else None
+    )
+    counts["launch not finished"] = int(
+        state != "finished" or len(launch) != 1 or launch[0].info.status != "FINISHED"
+    )
 
     url, engine = search_store(uri, folder / "runs" / "chaos")
     storage = optuna.storages.RDBStorage(url, engine_kwargs=engine)
@@ -217,7 +293,10 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
     for record in drivers[:-1]:
         if record["exit"] != EXPECTED_EXIT.get(record["fault"], "no fault ends a driver"):
             counts["drivers ended wrongly"] += 1
-            print(f"[audit] a driver hit by {record['fault']} exited {record['exit']}: {record['log']}", flush=True)
+            print(
+                f"[audit] a driver hit by {record['fault']} exited {record['exit']}: {record['log']}",
+                flush=True,
+            )
     if drivers[-1]["exit"] != 0:
         counts["drivers ended wrongly"] += 1
         print(f"[audit] the last driver exited {drivers[-1]['exit']}: {drivers[-1]['log']}", flush=True)
@@ -234,29 +313,45 @@ def audit(folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--trials-per-pair", type=int, default=20, help=f"trials of each of the {len(MODELS)} pairs")
-    parser.add_argument("--short", action="store_true", help="4 trials per pair and one fault of each kind but the outage (CI)")
+    parser.add_argument(
+        "--trials-per-pair", type=int, default=20, help=f"trials of each of the {len(MODELS)} pairs"
+    )
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help="4 trials per pair and one fault of each kind but the outage (CI)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder and the database")
     args = parser.parse_args()
     trials_per_pair, n_iters = (4, 100) if args.short else (args.trials_per_pair, 300)
     faults = schedule(random.Random(args.seed), args.short)
-    print(f"[chaos] seed {args.seed}: {len(MODELS)} pairs x {trials_per_pair} trials of {n_iters} steps on a head and 2 worker nodes, "
-          f"PostgreSQL tracking; faults (kind, seconds after the previous one or the driver's start): {faults}", flush=True)
+    print(
+        f"[chaos] seed {args.seed}: {len(MODELS)} pairs x {trials_per_pair} trials of {n_iters} steps on a head and 2 worker nodes, "
+        f"PostgreSQL tracking; faults (kind, seconds after the previous one or the driver's start): {faults}",
+        flush=True,
+    )
     folder = Path(tempfile.mkdtemp(prefix="chaos-"))
     os.environ.setdefault("SYSGEN_DATA_CACHE", str(folder / "data"))
     db, cluster = Database(), Cluster(workers=2)
     started = time.monotonic()
     try:
         path = write_spec(folder, db.uri, trials_per_pair, n_iters, args.seed)
-        drivers, unfired = run_with_faults(faults, folder, path, cluster, db, deadline_s=600 if args.short else 1800)
+        drivers, unfired = run_with_faults(
+            faults, folder, path, cluster, db, deadline_s=600 if args.short else 1800
+        )
         counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters, unfired)
     finally:
         cluster.stop()
         if not args.keep:
             db.drop()
-    print(f"[chaos] {len(drivers)} drivers, {(time.monotonic() - started) / 60:.1f} min; work folder {folder}", flush=True)
+    print(
+        f"[chaos] {len(drivers)} drivers, {(time.monotonic() - started) / 60:.1f} min; work folder {folder}",
+        flush=True,
+    )
     for name, count in counts.items():
         print(f"  {name:32s} {count}", flush=True)
     if not args.keep:

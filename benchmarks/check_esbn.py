@@ -5,6 +5,7 @@ to build a cell.
 
     python benchmarks/check_esbn.py [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,12 +40,24 @@ def main() -> None:
             disagree += int((answers != split.labels).sum())
         train, test = task.splits["train"], task.splits["test"]
         types = np.bincount(train.depths)
-        rows.append({"problem": problem, "m": holdout, "train": len(train), "distinct train": len({tuple(r) for r in train.image_ids.tolist()}),
-                     "test": len(test), "train types": "/".join(map(str, types)), "checked": checked, "disagreements": disagree,
-                     "build s": round(seconds, 2)})
+        rows.append(
+            {
+                "problem": problem,
+                "m": holdout,
+                "train": len(train),
+                "distinct train": len({tuple(r) for r in train.image_ids.tolist()}),
+                "test": len(test),
+                "train types": "/".join(map(str, types)),
+                "checked": checked,
+                "disagreements": disagree,
+                "build s": round(seconds, 2),
+            }
+        )
     table = pd.DataFrame(rows)
     print(table.to_string(index=False))
-    print(f"trials checked: {table['checked'].sum():,}; disagreements with the evaluator: {table['disagreements'].sum()}")
+    print(
+        f"trials checked: {table['checked'].sum():,}; disagreements with the evaluator: {table['disagreements'].sum()}"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ distribution, and how often the authors' "closest" (A's own distance taken as 99
 
     python benchmarks/check_sort_of_clevr.py [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,26 +30,49 @@ def main() -> None:
     config = soc.SortOfClevrConfig(seed=args.seed)
     task = soc.build(config)
     paper = soc.build(soc.SortOfClevrConfig(seed=args.seed, authors_closest=False))
-    splits = {"train": task.splits["train"], "validation": task.splits["iid_valid"], "test": task.splits["test"]}
+    splits = {
+        "train": task.splits["train"],
+        "validation": task.splits["iid_valid"],
+        "test": task.splits["test"],
+    }
     rows = []
     for name, split in splits.items():
         disagreements = 0
         for k in tqdm(range(len(split)), desc=f"evaluating {name}", mininterval=5):
             image = split.image_ids[k]
-            disagreements += soc.CLASSES[split.labels[k]] != evaluate(split.centres[image], split.shapes[image], split.questions[k])
-        rows.append({"split": name, "images": len(split.images), "questions": len(split), "disagreements": disagreements})
+            disagreements += soc.CLASSES[split.labels[k]] != evaluate(
+                split.centres[image], split.shapes[image], split.questions[k]
+            )
+        rows.append(
+            {
+                "split": name,
+                "images": len(split.images),
+                "questions": len(split),
+                "disagreements": disagreements,
+            }
+        )
     print(pd.DataFrame(rows).to_string(index=False), "\n")
 
     train = splits["train"]
     subtypes = train.questions[:, soc.SUBTYPE_AT :].argmax(-1)
-    frame = pd.DataFrame({"type": [TYPES[d] for d in train.depths], "subtype": subtypes, "answer": [soc.CLASSES[a] for a in train.labels]})
+    frame = pd.DataFrame(
+        {
+            "type": [TYPES[d] for d in train.depths],
+            "subtype": subtypes,
+            "answer": [soc.CLASSES[a] for a in train.labels],
+        }
+    )
     print("training questions per type and subtype (fractions):")
     print(pd.crosstab(frame["type"], frame["subtype"], normalize="all").round(4).to_string(), "\n")
     print("answers per type (fractions of the type's questions):")
-    print(pd.crosstab(frame["type"], frame["answer"], normalize="index")[soc.CLASSES].round(3).to_string(), "\n")
+    print(
+        pd.crosstab(frame["type"], frame["answer"], normalize="index")[soc.CLASSES].round(3).to_string(), "\n"
+    )
     closest = (train.depths == soc.BINARY) & (subtypes == 0)
     changed = (train.labels[closest] != paper.splits["train"].labels[closest]).mean()
-    print(f"closest-shape questions whose answer the authors' 999 changes: {changed:.1%} of {closest.sum():,}")
+    print(
+        f"closest-shape questions whose answer the authors' 999 changes: {changed:.1%} of {closest.sum():,}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ elementwise work is not counted). Then the sustained TFLOP/s that `--rate` membe
 need, to set beside a GPU's peak (H100 SXM dense: about 67 float32, 495 TF32, 990 bf16). Runs on
 the CPU: the count does not depend on the device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,16 +44,23 @@ def step_gflop(task_model: str, batches: int) -> tuple[int, list[int], list[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--presets", default="ctl/ndr,ctl/transformer", help="task/model, comma-separated")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--rate", type=float, default=1000.0, help="member-steps/s to price")
     args = parser.parse_args()
-    print(f"{'task/model':28s} {'params':>9s} {'batch widths':>14s} {'GFLOP/step':>11s} {f'TFLOP/s at {args.rate:,.0f}/s':>18s}")
+    print(
+        f"{'task/model':28s} {'params':>9s} {'batch widths':>14s} {'GFLOP/step':>11s} {f'TFLOP/s at {args.rate:,.0f}/s':>18s}"
+    )
     for task_model in args.presets.split(","):
         params, widths, gflops = step_gflop(task_model.strip(), args.batches)
         median = statistics.median(gflops)
-        print(f"{task_model:28s} {params:9,d} {','.join(map(str, widths)):>14s} {median:11.1f} {median * args.rate / 1e3:18.1f}", flush=True)
+        print(
+            f"{task_model:28s} {params:9,d} {','.join(map(str, widths)):>14s} {median:11.1f} {median * args.rate / 1e3:18.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

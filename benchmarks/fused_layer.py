@@ -25,6 +25,7 @@ Cuts (`--fused CUT`):
 - `layer`: the whole layer step as one kernel, the floor: it reads h and the weights and writes
   the next h.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -56,13 +57,18 @@ def _call_part(key: str, inputs: list[Tensor], member_dims: list[int], autocast:
             out = fn(module, *xs[:n])
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    with torch.autocast(inputs[0].device.type, dtype=getattr(torch, autocast or "float32"), enabled=bool(autocast)):
+    with torch.autocast(
+        inputs[0].device.type, dtype=getattr(torch, autocast or "float32"), enabled=bool(autocast)
+    ):
         if all(d == -1 for d in member_dims):
             return body(*inputs)
         # Member by member, not vmapped: a compiled graph runs its custom ops with functorch off.
         # The members draw their dropout one after the other, as a vmapped draw lays them out.
         members = max(t.shape[d] for t, d in zip(inputs, member_dims) if d != -1)
-        outs = [body(*(t if d == -1 else t.select(d, k) for t, d in zip(inputs, member_dims))) for k in range(members)]
+        outs = [
+            body(*(t if d == -1 else t.select(d, k) for t, d in zip(inputs, member_dims)))
+            for k in range(members)
+        ]
         return [torch.stack(column) for column in zip(*outs)]
 
 
@@ -84,10 +90,14 @@ def _part_op(n: int):
     op = torch.library.custom_op(f"sysgen_whatif::part{n}", forward, mutates_args=(), schema=schema)
 
     @op.register_fake
-    def _(key, *args):  # shaped as the part's first tensor; written in the products' dtype where a product reads it
+    def _(
+        key, *args
+    ):  # shaped as the part's first tensor; written in the products' dtype where a product reads it
         *inputs, member_dims, autocast = args
         products = PARTS[key][3] and autocast
-        return torch.empty_like(inputs[0], dtype=getattr(torch, autocast) if products else None), torch.empty(RNG_STATE_BYTES, dtype=torch.uint8)
+        return torch.empty_like(inputs[0], dtype=getattr(torch, autocast) if products else None), torch.empty(
+            RNG_STATE_BYTES, dtype=torch.uint8
+        )
 
     def setup(ctx, inputs, output):
         ctx.key, *tensors, ctx.member_dims, ctx.autocast = inputs
@@ -102,7 +112,7 @@ def _part_op(n: int):
 
     def batched(info, in_dims, key, *args):
         *inputs, member_dims, autocast = args
-        out = op(key, *inputs, [-1 if d is None else d for d in in_dims[1:n + 1]], autocast)
+        out = op(key, *inputs, [-1 if d is None else d for d in in_dims[1 : n + 1]], autocast)
         return out, (0, None)
 
     torch.library.register_vmap(op, batched)
@@ -114,8 +124,9 @@ _PART_OPS: dict[int, object] = {}
 
 
 @torch.library.custom_op("sysgen_whatif::part_backward", mutates_args=())
-def part_backward(key: str, inputs: list[Tensor], member_dims: list[int], autocast: str, state: Tensor,
-                  grads: list[Tensor]) -> list[Tensor]:
+def part_backward(
+    key: str, inputs: list[Tensor], member_dims: list[int], autocast: str, state: Tensor, grads: list[Tensor]
+) -> list[Tensor]:
     """-> each input's gradient (an empty tensor for one that takes none: masks, indices)."""
     wanted = [i for i, t in enumerate(inputs) if t.is_floating_point()]
 
@@ -144,16 +155,25 @@ def kernel(fn, layer: Layer, path: str, uses: tuple[str, ...] = ("",), to_produc
     `uses` (prefixes; all by default), and returns fn's outputs. The call reads them from the layer
     it is given: a stack's copy of the model runs with its members' parameters swapped in."""
     module = layer.get_submodule(path)
-    names = [name for name, _ in itertools.chain(module.named_parameters(), module.named_buffers())
-             if any(name == u or name.startswith(f"{u}.") or not u for u in uses)]
+    names = [
+        name
+        for name, _ in itertools.chain(module.named_parameters(), module.named_buffers())
+        if any(name == u or name.startswith(f"{u}.") or not u for u in uses)
+    ]
     key = f"{fn.__name__}#{next(_keys)}"
     PARTS[key] = (fn, module, names, to_products)
-    n_tensors = sum(p.default is p.empty for p in inspect.signature(fn).parameters.values()) - 1  # past the module
+    n_tensors = (
+        sum(p.default is p.empty for p in inspect.signature(fn).parameters.values()) - 1
+    )  # past the module
     op = _part_op(n_tensors + len(names))  # made here: not while torch.compile traces
 
     def call(layer: Layer, *tensors):
         module, device = layer.get_submodule(path), tensors[0].device.type
-        autocast = str(torch.get_autocast_dtype(device)).removeprefix("torch.") if torch.is_autocast_enabled(device) else ""
+        autocast = (
+            str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+            if torch.is_autocast_enabled(device)
+            else ""
+        )
         inputs = [*tensors, *(attrgetter(name)(module) for name in names)]
         out = op(key, *inputs, [-1] * len(inputs), autocast)
         return out[0]
@@ -162,6 +182,7 @@ def kernel(fn, layer: Layer, path: str, uses: tuple[str, ...] = ("",), to_produc
 
 
 # The layer's parts: the model's own code, cut where a kernel would be -----------------------------
+
 
 def _ff_first(ff, x):  # the first product's epilogue: bias, ReLU, dropout, in the product's dtype as Linear's
     return ff[2](ff[1](x + ff[0].bias.to(x.dtype)))
@@ -199,17 +220,42 @@ def install(cut: str, set_attribute=setattr) -> None:
         raise ValueError(f"--fused: one of {', '.join(CUTS)}, got {cut!r}")
     build, whole = Layer.__init__, Layer.forward
 
-    def _layer(layer, h, key_padding):  # the layer as the model has it; its attention weights and gate are for plots
+    def _layer(
+        layer, h, key_padding
+    ):  # the layer as the model has it; its attention weights and gate are for plots
         return whole(layer, h, key_padding)[0]
 
     def init(layer: Layer, *args, **kwargs):
         build(layer, *args, **kwargs)
-        layer.parts = {name: kernel(fn, layer, path, uses, to_products) for name, fn, path, uses, to_products in [
-            ("ff_first", _ff_first, "ff", ("0.bias", "2"), False), ("gate_first", _ff_first, "gate", ("0.bias", "2"), False),
-            ("residual_norm", _residual_norm, "", ("attention.out.bias", "norm_attention", "dropout"), True),
-            ("gated_update", _gated_update, "", ("ff.3.bias", "gate.3.bias", "norm_update", "update_dropout", "gate_drop"), False),
-            ("attention", _attention, "attention", ("",), True), ("ff", _feed_forward, "ff", ("",), True),
-            ("gate", _feed_forward, "gate", ("",), True), ("layer", _layer, "", ("",), False)]} if ndr(layer) else {}
+        layer.parts = (
+            {
+                name: kernel(fn, layer, path, uses, to_products)
+                for name, fn, path, uses, to_products in [
+                    ("ff_first", _ff_first, "ff", ("0.bias", "2"), False),
+                    ("gate_first", _ff_first, "gate", ("0.bias", "2"), False),
+                    (
+                        "residual_norm",
+                        _residual_norm,
+                        "",
+                        ("attention.out.bias", "norm_attention", "dropout"),
+                        True,
+                    ),
+                    (
+                        "gated_update",
+                        _gated_update,
+                        "",
+                        ("ff.3.bias", "gate.3.bias", "norm_update", "update_dropout", "gate_drop"),
+                        False,
+                    ),
+                    ("attention", _attention, "attention", ("",), True),
+                    ("ff", _feed_forward, "ff", ("",), True),
+                    ("gate", _feed_forward, "gate", ("",), True),
+                    ("layer", _layer, "", ("",), False),
+                ]
+            }
+            if ndr(layer)
+            else {}
+        )
 
     def forward(layer: Layer, h: Tensor, key_padding: Tensor):
         def run(name, *tensors):

@@ -10,6 +10,7 @@ file's alpha (Holm over its cells, minimum effect); a night exits 1 when any fil
 Printed: the rate at the shares the file gets, and at the whole alpha for each file (as before
 nightly_files split it), side by side on the same draws' seeds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,27 @@ from orchestrator.report import stats
 
 
 def flagged(rng: np.random.Generator, cells: int, seeds: int, sd: float, alpha: float, report) -> bool:
-    pairs = [((c,), list(0.8 + sd * rng.standard_normal(seeds)), list(0.8 + sd * rng.standard_normal(seeds)), False) for c in range(cells)]
+    pairs = [
+        (
+            (c,),
+            list(0.8 + sd * rng.standard_normal(seeds)),
+            list(0.8 + sd * rng.standard_normal(seeds)),
+            False,
+        )
+        for c in range(cells)
+    ]
     return any(c.regressed for c in stats.regressions(pairs, alpha, report.min_effect, report.test))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("file", nargs="?", default="deploy/nightly.yaml")
     parser.add_argument("--nights", type=int, default=1000)
-    parser.add_argument("--sd", type=float, default=0.03, help="seed-to-seed standard deviation of a cell's test score")
+    parser.add_argument(
+        "--sd", type=float, default=0.03, help="seed-to-seed standard deviation of a cell's test score"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")  # scipy's precision notes on near-tied draws
     files = []
@@ -40,12 +53,25 @@ def main() -> None:
         study = load_study(path, text)
         cells = sum(math.prod(len(v) for v in pair.grid.values()) for pair in study.pairs)
         files.append((path, cells, len(study.seeds), study.report))
-        print(f"{path}: {cells} cells x {len(study.seeds)} seeds, {study.report.test} at alpha {study.report.alpha:g}")
+        print(
+            f"{path}: {cells} cells x {len(study.seeds)} seeds, {study.report.test} at alpha {study.report.alpha:g}"
+        )
     shared = [report.alpha for *_, report in files]
-    for label, alphas in (("as nightly_files shares alpha", shared), ("each file at the whole alpha", [a * len(files) for a in shared])):
+    for label, alphas in (
+        ("as nightly_files shares alpha", shared),
+        ("each file at the whole alpha", [a * len(files) for a in shared]),
+    ):
         rng = np.random.default_rng(0)
-        rate = sum(any(flagged(rng, cells, seeds, args.sd, alpha, report) for (_, cells, seeds, report), alpha in zip(files, alphas))
-                   for _ in range(args.nights)) / args.nights
+        rate = (
+            sum(
+                any(
+                    flagged(rng, cells, seeds, args.sd, alpha, report)
+                    for (_, cells, seeds, report), alpha in zip(files, alphas)
+                )
+                for _ in range(args.nights)
+            )
+            / args.nights
+        )
         print(f"{label}: {rate:.3f} of {args.nights} unchanged nights exit 1")
 
 

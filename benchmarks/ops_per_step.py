@@ -22,6 +22,7 @@ backward's and the optimizer's included. Views (which launch nothing) are counte
 depend on the device only where an operator has a device-specific decomposition (on CUDA, torch's
 own dropout is one fused operator, on the CPU three).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import torch
-from torch.utils._pytree import tree_leaves
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from fused_layer import CUTS, install
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
 from trainables.batched import Stack
 from trainables.config import parse_trial_config, preset, set_override
 from trainables.tasks import load_task
@@ -60,8 +61,13 @@ class CountOperators(TorchDispatchMode):
             name = func.overloadpacket.__name__
             self.computed[name] += 1
             # an expanded input is read at its own size; an in-place output is also an input
-            self.moved[name] += sum(t.untyped_storage().nbytes() if t.stride() and 0 in t.stride() else t.numel() * t.element_size()
-                                    for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor))
+            self.moved[name] += sum(
+                t.untyped_storage().nbytes()
+                if t.stride() and 0 in t.stride()
+                else t.numel() * t.element_size()
+                for t in tree_leaves((args, kwargs, out))
+                if isinstance(t, torch.Tensor)
+            )
         return out
 
 
@@ -116,22 +122,31 @@ def in_bf16(tensors: dict) -> dict:
     return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
 
 
-def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None, fused: bool = False) -> None:
+def count(
+    cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str | None = None, fused: bool = False
+) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
     if bf16_activations:  # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
         forward = stack.forward
-        stack.forward = lambda params, buffers, batch: forward(in_bf16(params), in_bf16(buffers), batch).float()
+        stack.forward = lambda params, buffers, batch: forward(
+            in_bf16(params), in_bf16(buffers), batch
+        ).float()
     cfg = stack.cfg  # compile and bf16 as the stack runs them (auto decided for this device)
     if (kernels or fused) and not cfg.compile:  # our ops count as one kernel each only in a compiled graph
-        raise SystemExit(f"ops_per_step.py: {'--kernels' if kernels else '--fused'} counts compiled kernels: add --set compile=true")
+        raise SystemExit(
+            f"ops_per_step.py: {'--kernels' if kernels else '--fused'} counts compiled kernels: add --set compile=true"
+        )
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
     batch = stack.next_batch()
     width = f" x {batch['tokens'].shape[-1]} tokens" if "tokens" in batch else ""
     where = f"{cfg.task}/{cfg.model}, {n} member(s) on {device}, batch {cfg.batch_size}{width}"
-    if cfg.compile:  # Inductor sums each kernel's reads and writes as it compiles, where its metrics log is on
+    if (
+        cfg.compile
+    ):  # Inductor sums each kernel's reads and writes as it compiles, where its metrics log is on
         from torch._functorch import config as functorch_config
-        from torch._inductor import compile_fx, config as inductor_config, metrics
+        from torch._inductor import compile_fx, metrics
+        from torch._inductor import config as inductor_config
 
         # A graph loaded from the compile caches brings its byte total back but not its kernels.
         inductor_config.fx_graph_cache = functorch_config.enable_autograd_cache = False
@@ -143,8 +158,10 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str |
         stack.run(batch)
     if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
         stop_watching()
-        print(f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
-              f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products")
+        print(
+            f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
+            f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products"
+        )
         by_line = Counter()
         for node, words in metrics.nodes_num_elem:  # (scheduler node, its bytes / 4)
             by_line[f"{kind_of(node):28s}  {model_line(node)}"] += 4 * words
@@ -152,42 +169,73 @@ def count(cfg, n: int, rows: int, bf16_activations: bool = False, kernels: str |
         for line, moved in by_line.most_common(rows):
             print(f"{moved / 1e9:7.3f}  {line}")
         if kernels:
-            print(f"\nkernels whose model line holds {kernels!r}: MB moved, then each buffer read or written (MB)")
+            print(
+                f"\nkernels whose model line holds {kernels!r}: MB moved, then each buffer read or written (MB)"
+            )
             for kind, line, name, accesses in buffers:
                 if kernels in line:
-                    print(f"{sum(accesses.values()) / 1e6:8.2f}  {kind:28s} {name[:40]:40s} "
-                          + ", ".join(f"{buffer} {size / 1e6:.2f}" for buffer, size in accesses.items()))
+                    print(
+                        f"{sum(accesses.values()) / 1e6:8.2f}  {kind:28s} {name[:40]:40s} "
+                        + ", ".join(f"{buffer} {size / 1e6:.2f}" for buffer, size in accesses.items())
+                    )
         return
     with CountOperators() as mode:
         stack.run(batch)
-    print(f"\n{where}: {sum(mode.computed.values())} operators per step (and {mode.views} views), "
-          f"{sum(mode.moved.values()) / 1e9:.3f} GB read and written")
+    print(
+        f"\n{where}: {sum(mode.computed.values())} operators per step (and {mode.views} views), "
+        f"{sum(mode.moved.values()) / 1e9:.3f} GB read and written"
+    )
     print(f"{'operators':>9}  {'GB':>7}  operator")
     for name, _ in mode.moved.most_common(rows):
         print(f"{mode.computed[name]:9d}  {mode.moved[name] / 1e9:7.3f}  {name}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="ctl/ndr", help="task/model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--members", default="1,4,20")
     parser.add_argument("--rows", type=int, default=20)
-    parser.add_argument("--set", action="append", default=[], help="key=value over the preset (default: batch_size=32, a small train set)")
-    parser.add_argument("--bf16-activations", action="store_true",
-                        help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16")
-    parser.add_argument("--fused", metavar="CUT", choices=CUTS,
-                        help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)")
-    parser.add_argument("--kernels", metavar="TEXT", help="with compile=true: each kernel whose model line holds TEXT "
-                        "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        help="key=value over the preset (default: batch_size=32, a small train set)",
+    )
+    parser.add_argument(
+        "--bf16-activations",
+        action="store_true",
+        help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16",
+    )
+    parser.add_argument(
+        "--fused",
+        metavar="CUT",
+        choices=CUTS,
+        help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)",
+    )
+    parser.add_argument(
+        "--kernels",
+        metavar="TEXT",
+        help="with compile=true: each kernel whose model line holds TEXT "
+        "(e.g. transformer.py:298), with the bytes of every buffer it reads and writes",
+    )
     args = parser.parse_args()
     task, model = args.preset.split("/")
     flat = preset(task, model)
-    flat = {**flat, "device": args.device, "batch_size": 32, "task_options": {**flat.get("task_options", {}), "train_size": 2000}}
+    flat = {
+        **flat,
+        "device": args.device,
+        "batch_size": 32,
+        "task_options": {**flat.get("task_options", {}), "train_size": 2000},
+    }
     for assignment in args.set:
         set_override(flat, assignment)
     cfg = parse_trial_config(flat)
-    if args.fused:  # a what-if: parts of NDR's layer as kernels of our own (fused_layer.py), for every count below
+    if (
+        args.fused
+    ):  # a what-if: parts of NDR's layer as kernels of our own (fused_layer.py), for every count below
         install(args.fused)
     for n in (int(n) for n in args.members.split(",")):
         count(cfg, n, args.rows, args.bf16_activations, args.kernels, bool(args.fused))

@@ -11,6 +11,7 @@ launch would: trainables.batched), and at every evaluation the script prints eac
 float32's standard errors of the difference (seed noise). TF32 changes nothing on a CPU: run it on
 the GPU a launch will use (docs/measurements.md has the commands).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,17 +26,23 @@ from trainables.batched import train_members
 from trainables.config import parse_trial_config, preset, set_override
 from trainables.kinds import LOWER_IS_BETTER
 
-PRECISIONS = {"fp32": {"tf32": False, "bf16": False}, "tf32": {"tf32": True, "bf16": False}, "bf16": {"bf16": True, "tf32": False}}
+PRECISIONS = {
+    "fp32": {"tf32": False, "bf16": False},
+    "tf32": {"tf32": True, "bf16": False},
+    "bf16": {"bf16": True, "tf32": False},
+}
 
 
 def score_of(metrics: dict) -> str:
     """The task's score (acc, token_acc, l1, ...): the one its OOD validation reports."""
-    return next(k[len("ood_valid_"):] for k in metrics if k.startswith("ood_valid_"))
+    return next(k[len("ood_valid_") :] for k in metrics if k.startswith("ood_valid_"))
 
 
 def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]]:
     """Iteration -> each seed's metrics at that evaluation."""
-    cfg = parse_trial_config({"compile": False, **flat, **PRECISIONS[precision]})  # uncompiled unless --set compile=...
+    cfg = parse_trial_config(
+        {"compile": False, **flat, **PRECISIONS[precision]}
+    )  # uncompiled unless --set compile=...
     out: dict[int, list[dict]] = {}
     start = time.perf_counter()
 
@@ -43,11 +50,18 @@ def curves(flat: dict, seeds: list[int], precision: str) -> dict[int, list[dict]
         iteration = per_member[0]["iteration"]
         out[iteration] = [dict(m) for m in per_member]
         key = f"ood_valid_{score_of(per_member[0])}"
-        print(f"[{precision}] iteration {iteration:,} after {time.perf_counter() - start:.0f} s: {key} "
-              + " ".join(f"{m[key]:.3f}" for m in per_member),
-              file=sys.stderr, flush=True)
+        print(
+            f"[{precision}] iteration {iteration:,} after {time.perf_counter() - start:.0f} s: {key} "
+            + " ".join(f"{m[key]:.3f}" for m in per_member),
+            file=sys.stderr,
+            flush=True,
+        )
 
-    print(f"[{precision}] training {len(seeds)} seeds stacked, {cfg.n_iters:,} iterations", file=sys.stderr, flush=True)
+    print(
+        f"[{precision}] training {len(seeds)} seeds stacked, {cfg.n_iters:,} iterations",
+        file=sys.stderr,
+        flush=True,
+    )
     train_members(cfg, [{"seed": seed} for seed in seeds], report=report, log=None)
     return out
 
@@ -71,28 +85,46 @@ def read_curves(path: str) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            out.setdefault(int(row.pop("iteration")), []).append({k: float(v) for k, v in row.items() if k not in ("precision", "seed")})
+            out.setdefault(int(row.pop("iteration")), []).append(
+                {k: float(v) for k, v in row.items() if k not in ("precision", "seed")}
+            )
     return out
 
 
 def within_noise(values: list[float], reference: list[float]) -> bool:
     """The means differ by at most two standard errors of their difference (seed noise)."""
-    spread = (statistics.variance(values) / len(values) + statistics.variance(reference) / len(reference)) ** 0.5
+    spread = (
+        statistics.variance(values) / len(values) + statistics.variance(reference) / len(reference)
+    ) ** 0.5
     return abs(statistics.fmean(values) - statistics.fmean(reference)) <= 2 * spread + 1e-9
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="ctl/ndr", help="task/model: the paper's setting (trainables.config.preset)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (repeatable; YAML values)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--preset", default="ctl/ndr", help="task/model: the paper's setting (trainables.config.preset)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key (repeatable; YAML values)",
+    )
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--precisions", default="fp32,tf32,bf16")
     parser.add_argument("--n-iters", type=int, default=None, help="default: the preset's")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--csv", help="also write every evaluation of every seed here")
-    parser.add_argument("--parallel", action="store_true", help="train the precisions at once, a process each, on the "
-                        "same device: a stack of a few members leaves a GPU idle part of each step (issue 21's lease of "
-                        "15 minutes fits NDR's fp32 and TF32 curves this way, not one after the other)")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="train the precisions at once, a process each, on the "
+        "same device: a stack of a few members leaves a GPU idle part of each step (issue 21's lease of "
+        "15 minutes fits NDR's fp32 and TF32 curves this way, not one after the other)",
+    )
     args = parser.parse_args()
     task, model = args.preset.split("/")
     flat = preset(task, model)
@@ -105,8 +137,10 @@ def main() -> None:
     else:
         runs = {p: curves(flat, seeds, p) for p in precisions}
     metric = score_of(next(iter(runs[precisions[0]].values()))[0])
-    print(f"{args.preset}, seeds {seeds}: ood_valid_{metric} / iid_valid_{metric}, mean ± std over seeds"
-          f" ({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better); '~' within seed noise of fp32, '!' not")
+    print(
+        f"{args.preset}, seeds {seeds}: ood_valid_{metric} / iid_valid_{metric}, mean ± std over seeds"
+        f" ({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better); '~' within seed noise of fp32, '!' not"
+    )
     print(f"{'iteration':>9s} " + " ".join(f"{p:>27s}" for p in precisions))
     verdicts = {p: [] for p in precisions}
     for iteration in sorted(runs[precisions[0]]):
@@ -118,18 +152,33 @@ def main() -> None:
             same = len(seeds) < 2 or within_noise(ood, reference)
             verdicts[p].append(same)
             spread = statistics.stdev(ood) if len(ood) > 1 else 0.0
-            cells.append(f"{statistics.fmean(ood):.3f}±{spread:.3f} / {statistics.fmean(iid):.3f} {'~' if same else '!'}")
+            cells.append(
+                f"{statistics.fmean(ood):.3f}±{spread:.3f} / {statistics.fmean(iid):.3f} {'~' if same else '!'}"
+            )
         print(f"{iteration:9d} " + " ".join(f"{c:>27s}" for c in cells))
     for p in precisions[1:]:
-        print(f"{p}: within seed noise of {precisions[0]} at {sum(verdicts[p])} of {len(verdicts[p])} evaluations")
+        print(
+            f"{p}: within seed noise of {precisions[0]} at {sum(verdicts[p])} of {len(verdicts[p])} evaluations"
+        )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["precision", "seed", "iteration", f"ood_valid_{metric}", f"iid_valid_{metric}", "loss"])
+            writer.writerow(
+                ["precision", "seed", "iteration", f"ood_valid_{metric}", f"iid_valid_{metric}", "loss"]
+            )
             for p in precisions:
                 for iteration, members in sorted(runs[p].items()):
                     for seed, m in zip(seeds, members):
-                        writer.writerow([p, seed, iteration, m[f"ood_valid_{metric}"], m[f"iid_valid_{metric}"], m["loss"]])
+                        writer.writerow(
+                            [
+                                p,
+                                seed,
+                                iteration,
+                                m[f"ood_valid_{metric}"],
+                                m[f"iid_valid_{metric}"],
+                                m["loss"],
+                            ]
+                        )
 
 
 if __name__ == "__main__":

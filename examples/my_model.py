@@ -39,13 +39,19 @@ class Block(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.qkv, self.out = nn.Linear(cfg.d_model, 3 * cfg.d_model), nn.Linear(cfg.d_model, cfg.d_model)
         self.bias = nn.Embedding(2 * cfg.max_distance + 1, cfg.n_heads)
-        self.ff = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.ReLU(), nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.ReLU(), nn.Linear(4 * cfg.d_model, cfg.d_model)
+        )
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, h: torch.Tensor, padding: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         b, t, d = h.shape
-        q, k, v = self.qkv(self.norm1(h)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        distance = (positions[None] - positions[:, None]).clamp(-self.max_distance, self.max_distance) + self.max_distance
+        q, k, v = (
+            self.qkv(self.norm1(h)).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        )
+        distance = (positions[None] - positions[:, None]).clamp(
+            -self.max_distance, self.max_distance
+        ) + self.max_distance
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + self.bias(distance).permute(2, 0, 1)
         scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
         mixed = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
@@ -64,10 +70,14 @@ class RelBiasTransformer(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(len(task.vocab), cfg.d_model)
         self.features = nn.Linear(task.n_features, cfg.d_model) if task.n_features else None
-        self.query = nn.Parameter(torch.randn(cfg.d_model) * 0.02)  # an output slot, before the bias tells slots apart
+        self.query = nn.Parameter(
+            torch.randn(cfg.d_model) * 0.02
+        )  # an output slot, before the bias tells slots apart
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, task.n_classes if task.kind is SEQUENCE_CLASSIFICATION else len(task.vocab))
+        self.head = nn.Linear(
+            cfg.d_model, task.n_classes if task.kind is SEQUENCE_CLASSIFICATION else len(task.vocab)
+        )
 
     def encode(self, h: torch.Tensor, padding: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -89,6 +99,9 @@ class RelBiasTransformer(nn.Module):
             return self.head(self.encode(h, padding, positions)[:, 0])
         h = torch.cat([h, self.query.expand(h.shape[0], n_out, -1)], dim=1)
         slots = torch.arange(n_out, device=tokens.device)
-        unread = slots[None] >= (target_lengths if target_lengths is not None else torch.full_like(lengths, n_out))[:, None]
+        unread = (
+            slots[None]
+            >= (target_lengths if target_lengths is not None else torch.full_like(lengths, n_out))[:, None]
+        )
         padding, positions = torch.cat([padding, unread], dim=1), torch.cat([positions, slots])
         return self.head(self.encode(h, padding, positions)[:, -n_out:])

@@ -1,5 +1,6 @@
 """`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard | accept | list`:
 one entry point for the service."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ class UsageError(Exception):
         self.where, self.message = where, message
 
     @classmethod
-    def of_spec(cls, e) -> "UsageError":
+    def of_spec(cls, e) -> UsageError:
         return cls(e.reason, f"{e.path}: {e.key}: ")
 
 
@@ -83,7 +84,9 @@ def cmd_train(args) -> int:
     try:
         check_builds(cfg)  # the same check a launch's space gets
     except ConfigError as e:
-        raise UsageError(f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}") from None
+        raise UsageError(
+            f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}"
+        ) from None
     from trainables.train import pick_device, train
 
     try:
@@ -94,12 +97,23 @@ def cmd_train(args) -> int:
     metrics = train(cfg)
     # The final metrics as JSON (other tools read it), rounded to what a reader compares; a diverged
     # run's NaN loss and missing best are null (JSON has no NaN: jq and others refuse Python's).
-    print(json.dumps({k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v for k, v in metrics.items()},
-                     indent=2, sort_keys=True, allow_nan=False))
+    print(
+        json.dumps(
+            {
+                k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
+                for k, v in metrics.items()
+            },
+            indent=2,
+            sort_keys=True,
+            allow_nan=False,
+        )
+    )
     return 0 if metrics["status"] == "completed" else 1
 
 
-def validated(spec_file: str, tracking_uri: str | None = None, storage: str | None = None, text: str | None = None):
+def validated(
+    spec_file: str, tracking_uri: str | None = None, storage: str | None = None, text: str | None = None
+):
     """The Study of `spec_file` (or of `text`, read as that file), with `tracking_uri` and `storage`
     overriding the file's, and its text, with the tracking store reachable; UsageError otherwise."""
     from .plan.spec import SpecError, load_study
@@ -114,14 +128,18 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     if storage:
         # The endpoint of an object store stays the file's: the flag moves the data, not the server.
         flag = TrialStorage(storage)
-        study = dataclasses.replace(study, storage=TrialStorage(storage, study.storage.endpoint) if flag.is_object_store else flag)
+        study = dataclasses.replace(
+            study, storage=TrialStorage(storage, study.storage.endpoint) if flag.is_object_store else flag
+        )
         try:
             study.storage.validate()
         except ValueError as e:
             raise UsageError(f"--storage: {e}") from None
     if tracking_uri and redact(tracking_uri) != tracking_uri:
-        raise UsageError("--tracking-uri: holds a password, which `ps` shows every user of this machine for as long as the launch "
-                         "runs; set MLFLOW_TRACKING_URI to this URI instead")
+        raise UsageError(
+            "--tracking-uri: holds a password, which `ps` shows every user of this machine for as long as the launch "
+            "runs; set MLFLOW_TRACKING_URI to this URI instead"
+        )
     from_env = os.environ.get("MLFLOW_TRACKING_URI")
     # The flag, then the environment (where a password can stay out of files and command lines), then the file.
     uri = normalize_store(tracking_uri or from_env or study.tracking.uri)
@@ -129,7 +147,11 @@ def validated(spec_file: str, tracking_uri: str | None = None, storage: str | No
     try:
         check_store(study.tracking.uri)
     except TrackingError as e:
-        where = "--tracking-uri" if tracking_uri else ("MLFLOW_TRACKING_URI" if from_env else f"{spec_file}: tracking.uri")
+        where = (
+            "--tracking-uri"
+            if tracking_uri
+            else ("MLFLOW_TRACKING_URI" if from_env else f"{spec_file}: tracking.uri")
+        )
         raise UsageError(f"{where}: {e}") from None
     return study, text if text is not None else Path(spec_file).read_text()
 
@@ -153,21 +175,27 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
     try:
         conn = socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s)
     except (OSError, ValueError) as e:
-        raise UsageError(f"--address: no Ray cluster answers at {address} within {timeout_s:.0f} s ({e})") from None
+        raise UsageError(
+            f"--address: no Ray cluster answers at {address} within {timeout_s:.0f} s ({e})"
+        ) from None
     with conn:
         try:
             conn.sendall(HTTP2_PREFACE)
             conn.recv(1)  # a byte, or b"" where it closed: either way it answered, and Ray says what it is
         except TimeoutError:
-            raise UsageError(f"--address: {address} accepted a connection but sent nothing back within {timeout_s:.0f} s: "
-                             "no Ray cluster answers there") from None
+            raise UsageError(
+                f"--address: {address} accepted a connection but sent nothing back within {timeout_s:.0f} s: "
+                "no Ray cluster answers there"
+            ) from None
         except OSError:
             pass  # it reset the connection: an answer too
     from ray._private.services import find_node_ids  # the raylets running here, as ray.init looks for them
 
     if not find_node_ids():
-        raise UsageError(f"--address: this machine is not a node of the Ray cluster at {address}, and a driver runs on one: "
-                         f"join it first with `ray start --address {address} --num-cpus=0` (trials never run there; deploy/README.md)")
+        raise UsageError(
+            f"--address: this machine is not a node of the Ray cluster at {address}, and a driver runs on one: "
+            f"join it first with `ray start --address {address} --num-cpus=0` (trials never run there; deploy/README.md)"
+        )
 
 
 def check_writable(folder: Path, where: str) -> None:
@@ -200,7 +228,9 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
         raise UsageError(f"{path}: ablations: expected a list of ablation files, got {files!r}")
     if not isinstance(budget, dict):
-        raise UsageError(f"{path}: budget: expected a mapping (n_iters, eval_every, max_concurrent, ...), got {budget!r}")
+        raise UsageError(
+            f"{path}: budget: expected a mapping (n_iters, eval_every, max_concurrent, ...), got {budget!r}"
+        )
     try:  # here, or the first listed file would be blamed for it
         parse_budget(budget, path)
     except SpecError as e:
@@ -213,25 +243,31 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         if str(listed) in (file for file, _ in out):  # its night would run twice, on the same seeds
             raise UsageError(f"{path}: ablations[{k}]: {name} is listed twice")
         data = read_yaml(listed)
-        if isinstance(data, dict) and budget and isinstance(data.get("budget") or {}, dict):  # else load_study names the bad budget
+        if (
+            isinstance(data, dict) and budget and isinstance(data.get("budget") or {}, dict)
+        ):  # else load_study names the bad budget
             data["budget"] = {**(data.get("budget") or {}), **budget}
         own = data.get("report") if isinstance(data, dict) else None
         alpha = (own or {}).get("alpha", Report.alpha) if isinstance(own or {}, dict) else None
         if len(files) > 1 and isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
             # A night exits 1 when any file regresses: the files share its false-alarm rate.
             data["report"] = {**(own or {}), "alpha": alpha / len(files)}
-        out.append((str(listed), f"# {listed} with the budget of {path}{' and 1/' + str(len(files)) + ' of its alpha' if len(files) > 1 else ''}\n"
-                    + yaml.safe_dump(data, sort_keys=False)))
+        out.append(
+            (
+                str(listed),
+                f"# {listed} with the budget of {path}{' and 1/' + str(len(files)) + ' of its alpha' if len(files) > 1 else ''}\n"
+                + yaml.safe_dump(data, sort_keys=False),
+            )
+        )
     return out
 
 
 def cmd_launch(args) -> int:
     """`launch FILE`, or `nightly FILE`: each ablation FILE covers, as tonight's night of its own."""
-    from .run import launch
-
     from .plan.spec import name_problem
     from .plan.storage import StorageError
     from .record.state import SEED_STRIDE
+    from .run import launch
 
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
@@ -241,17 +277,25 @@ def cmd_launch(args) -> int:
         study, text = validated(file, args.tracking_uri, args.storage, text)
         args.store_uri = study.tracking.uri
         if nightly and not study.is_ablation:
-            raise UsageError(f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search")
+            raise UsageError(
+                f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search"
+            )
         check_writable(Path(study.storage_path), f"{file}: storage_path")
-        if not study.storage.is_object_store:  # a dry run checks it here; a launch also on every node (launch.check_storage)
+        if (
+            not study.storage.is_object_store
+        ):  # a dry run checks it here; a launch also on every node (launch.check_storage)
             from .record.stores import unwritable
 
             problem = unwritable(Path(study.storage.uri).expanduser())
             if problem:
-                raise UsageError(f"{'--storage' if args.storage else f'{file}: storage'}: cannot write trial storage in {study.storage.uri} ({problem})")
+                raise UsageError(
+                    f"{'--storage' if args.storage else f'{file}: storage'}: cannot write trial storage in {study.storage.uri} ({problem})"
+                )
         if args.launch_id and (Path(study.storage_path) / args.launch_id / "launch.json").exists():
-            raise UsageError(f"--launch-id: launch {args.launch_id} exists in {study.storage_path}; "
-                             f"`orchestrator resume {args.launch_id}` goes on with it, another id starts a new one")
+            raise UsageError(
+                f"--launch-id: launch {args.launch_id} exists in {study.storage_path}; "
+                f"`orchestrator resume {args.launch_id}` goes on with it, another id starts a new one"
+            )
         night = nights_so_far(Path(study.storage_path), study.experiment, file) if nightly else None
         plans.append((study, text, night))
     if nightly and args.launch_id and len(plans) > 1:
@@ -261,14 +305,20 @@ def cmd_launch(args) -> int:
     for study, text, night in plans:
         print(describe_study(study), flush=True)
         if night is not None:
-            print(f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
-                  f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})", flush=True)
+            print(
+                f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
+                f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})",
+                flush=True,
+            )
         if args.dry_run:
             from .run.cost import describe_cost, on_cluster
 
             if args.calibrate:
                 where = f", on nodes of the cluster at {args.address}" if on_cluster(args.address) else ""
-                print(f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs){where}", flush=True)
+                print(
+                    f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs){where}",
+                    flush=True,
+                )
             for line in describe_cost(study, args.calibrate, args.address):
                 print(line, flush=True)
             continue
@@ -292,30 +342,43 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
     from .record.state import readable_launches
 
     states = readable_launches(storage_path)
-    return sum(1 for s in states if s.experiment == experiment and s.night is not None and Path(s.spec_file).name == Path(file).name)
+    return sum(
+        1
+        for s in states
+        if s.experiment == experiment and s.night is not None and Path(s.spec_file).name == Path(file).name
+    )
 
 
 def cmd_resume(args) -> int:
     from .plan.storage import StorageError
-    from .record.state import SNAPSHOT_MODULES, driver, misplaced
     from .record.optuna_store import search_store
     from .record.runs import launch_trial_runs
+    from .record.state import SNAPSHOT_MODULES, driver, misplaced
     from .run import launch
 
     state = load_state(args, writes_store=True)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
-        raise UsageError(f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
-                         "snapshot of the launch names the modules of the service that began it (1: before the split into "
-                         "plan/run/record/report, commit 1f0f7de); resume it with that service, or launch the file again "
-                         "(its MLflow runs stay where they are)")
+        raise UsageError(
+            f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
+            "snapshot of the launch names the modules of the service that began it (1: before the split into "
+            "plan/run/record/report, commit 1f0f7de); resume it with that service, or launch the file again "
+            "(its MLflow runs stay where they are)"
+        )
     alive, where = driver(state.dir)
     if alive:
-        raise UsageError(f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress")
-    if state.moved_from and (state.recorded["tracking_uri"], state.recorded["storage"], search_store(state.recorded["tracking_uri"], state.moved_from, create=False)[0]) \
-            != (state.tracking_uri, state.storage, search_store(state.tracking_uri, state.dir, create=False)[0]):
+        raise UsageError(
+            f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress"
+        )
+    if state.moved_from and (
+        state.recorded["tracking_uri"],
+        state.recorded["storage"],
+        search_store(state.recorded["tracking_uri"], state.moved_from, create=False)[0],
+    ) != (state.tracking_uri, state.storage, search_store(state.tracking_uri, state.dir, create=False)[0]):
         # Tune restored the trials of a moved launch with their old storage, and each failed for good
-        raise UsageError(f"{state.dir}: moved here from {state.moved_from} with its store or checkpoints; Tune's snapshot names "
-                         "their old places, so it resumes only there: move it back to resume it (status, report, best and export read it here)")
+        raise UsageError(
+            f"{state.dir}: moved here from {state.moved_from} with its store or checkpoints; Tune's snapshot names "
+            "their old places, so it resumes only there: move it back to resume it (status, report, best and export read it here)"
+        )
     if wrong := misplaced(state.dir):
         raise UsageError(f"{wrong}: a launch's folders and files are the service's to write")
     # Read before Ray starts: the file as launched (DamagedLaunch where it no longer loads), its
@@ -335,8 +398,8 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     """The launch `args` name, its tracking store checked: it answers and holds MLflow's tables,
     and with `writes_store` (`resume`) a SQLite file is writable too; with `uses_store` False
     (`accept`, which only writes launch.json) neither checked nor its password asked for."""
-    from .record.state import LaunchState, find_launch
     from .record.secrets import redact
+    from .record.state import LaunchState, find_launch
     from .record.stores import TrackingError, check_store, missing_sqlite_file, reveal, store_exists
 
     try:
@@ -348,9 +411,15 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     args.store_uri = state.tracking_uri
     database = missing_sqlite_file(state.tracking_uri)
     if database:  # opening it would make an empty store and show no trials
-        moved = f", nor at {state.here(Path(database))}, where the launch folder's move from {state.moved_from} puts it" if state.moved_from else ""
-        raise UsageError(f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()}{moved} "
-                         "(run where the launch ran, or copy its database there)")
+        moved = (
+            f", nor at {state.here(Path(database))}, where the launch folder's move from {state.moved_from} puts it"
+            if state.moved_from
+            else ""
+        )
+        raise UsageError(
+            f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()}{moved} "
+            "(run where the launch ran, or copy its database there)"
+        )
     try:  # one line where a server or database cannot answer, not its client's traceback (the
         # SQLite file is there: it may be only readable to this user, which check_store refuses);
         # check_store reveals the password as it connects, and a command that does not connect still needs it
@@ -360,7 +429,9 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
         else:
             check_store(state.tracking_uri)
         if not store_exists(state.tracking_uri):  # reading it through MLflow would write its tables into it
-            raise TrackingError(f"{redact(state.tracking_uri)} holds no MLflow store (an empty file, or another program's database)")
+            raise TrackingError(
+                f"{redact(state.tracking_uri)} holds no MLflow store (an empty file, or another program's database)"
+            )
         if sqlite and writes_store:  # a read needs the file readable only
             check_store(state.tracking_uri)
     except TrackingError as e:
@@ -382,7 +453,9 @@ def cmd_status(args) -> int:
     running = "running" if driver_now[0] else "unfinished"
     (cell_status if plan["ablation"] else trial_status)(state, plan, running)
     if running == "unfinished" and state.state != "finished":
-        print(f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues them)")
+        print(
+            f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues them)"
+        )
     return 0
 
 
@@ -390,24 +463,36 @@ def trial_status(state, plan: dict, running: str) -> None:
     """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
     from .record.summaries import confirmed_text, pair_summaries
 
-    summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
-    asha = plan.get("asha", True)  # a launch.json from before `asha` was saved: its trials may have been stopped
+    summaries = pair_summaries(
+        state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
+    )
+    asha = plan.get(
+        "asha", True
+    )  # a launch.json from before `asha` was saved: its trials may have been stopped
 
     def stopped(value) -> str:
         return f" {value:>8}" if asha else ""
 
-    print(f"{'pair':40s} {'done':>5s}{stopped('stopped')} {running:>10s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance")
+    print(
+        f"{'pair':40s} {'done':>5s}{stopped('stopped')} {running:>10s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance"
+    )
     for pair in plan["pairs"]:
         s = summaries.get(pair["name"], {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:10d} {s['failed']:7d} {pair['trials']:4d} "
-              f"{best:>8s} {test:>10s}  {pair['chance']}")
+        print(
+            f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:10d} {s['failed']:7d} {pair['trials']:4d} "
+            f"{best:>8s} {test:>10s}  {pair['chance']}"
+        )
         if s.get("confirmed"):
             print(f"{'':40s} {confirmed_text(s['confirmed'])}")
     diverged = ", ".join(f"{name} {s['diverged']}" for name, s in summaries.items() if s.get("diverged"))
-    print("(" + ("'stopped': ended early by ASHA; " if asha else "") + (f"'failed' counts those that diverged ({diverged}); " if diverged else "")
-          + "'of': the pair's trials)")
+    print(
+        "("
+        + ("'stopped': ended early by ASHA; " if asha else "")
+        + (f"'failed' counts those that diverged ({diverged}); " if diverged else "")
+        + "'of': the pair's trials)"
+    )
 
 
 def cell_status(state, plan: dict, running: str) -> None:
@@ -421,26 +506,50 @@ def cell_status(state, plan: dict, running: str) -> None:
     def spread(values: list[float]) -> str:
         if not values:
             return "-"
-        return f"{statistics.fmean(values):.4f}" + (f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else "")
+        return f"{statistics.fmean(values):.4f}" + (
+            f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
+        )
 
-    summaries = cell_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+    summaries = cell_summaries(
+        state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
+    )
     test = f"test_{plan['score']}_at_best"
     width = max(len(plan["metric"]), len(test), len("0.0000 ± 0.0000")) + 2
-    print(f"{'pair / grid cell':40s} {'done':>5s} {running:>10s} {'failed':>7s} {'of':>4s} {plan['metric']:>{width}s} {test:>{width}s}")
+    print(
+        f"{'pair / grid cell':40s} {'done':>5s} {running:>10s} {'failed':>7s} {'of':>4s} {plan['metric']:>{width}s} {test:>{width}s}"
+    )
     for pair in plan["pairs"]:
         cells = summaries.get(pair["name"], {})
-        grid = pair.get("grid")  # None in a launch.json from before grids were saved: only the cells its runs name
-        planned = {cell_name(dict(zip(grid, values))) for values in itertools.product(*grid.values())} if grid is not None else set()
+        grid = pair.get(
+            "grid"
+        )  # None in a launch.json from before grids were saved: only the cells its runs name
+        planned = (
+            {cell_name(dict(zip(grid, values))) for values in itertools.product(*grid.values())}
+            if grid is not None
+            else set()
+        )
         names = sorted(planned | set(cells), key=cell_order)
-        seeds = plan["seeds"] if "seeds" in plan else pair["trials"] // max(1, len(names))  # an old plan: right once every cell has started
+        seeds = (
+            plan["seeds"] if "seeds" in plan else pair["trials"] // max(1, len(names))
+        )  # an old plan: right once every cell has started
         print(f"{pair['name']} ({pair['chance']})")
         for name in names:
             c = cells.get(name, {"done": 0, "running": 0, "failed": 0, "metric": [], "test": []})
-            print(f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} {c['failed']:7d} {seeds:4d} "
-                  f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}")
-    diverged = ", ".join(f"{name} {c['diverged']}" for pair in summaries.values() for name, c in sorted(pair.items(), key=lambda e: cell_order(e[0]))
-                         if c.get("diverged"))
-    print("(" + (f"'failed' counts seeds that diverged ({diverged}); " if diverged else "") + "'of': the cell's seeds; mean ± std over its done seeds)")
+            print(
+                f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} {c['failed']:7d} {seeds:4d} "
+                f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}"
+            )
+    diverged = ", ".join(
+        f"{name} {c['diverged']}"
+        for pair in summaries.values()
+        for name, c in sorted(pair.items(), key=lambda e: cell_order(e[0]))
+        if c.get("diverged")
+    )
+    print(
+        "("
+        + (f"'failed' counts seeds that diverged ({diverged}); " if diverged else "")
+        + "'of': the cell's seeds; mean ± std over its done seeds)"
+    )
 
 
 def cmd_accept(args) -> int:
@@ -448,7 +557,9 @@ def cmd_accept(args) -> int:
     nights compare with this night instead of the last one before it."""
     state = load_state(args, uses_store=False)
     if state.night is None:
-        raise UsageError(f"accept: launch {state.launch_id} is no night of the nightly job; nights compare with nights")
+        raise UsageError(
+            f"accept: launch {state.launch_id} is no night of the nightly job; nights compare with nights"
+        )
     if not state.regressed:
         raise UsageError(f"accept: night {state.launch_id} flagged no regression; it is already a baseline")
     state.accepted = True
@@ -464,8 +575,10 @@ def cmd_best(args) -> int:
 
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
-        raise UsageError(f"best: launch {state.launch_id} is an ablation, whose answer is per cell over seeds: "
-                         f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}")
+        raise UsageError(
+            f"best: launch {state.launch_id} is an ablation, whose answer is per cell over seeds: "
+            f"orchestrator status {state.launch_id} or orchestrator report {state.launch_id}"
+        )
     if args.ablation:  # refused before anything is written
         try:
             studies = searched_and_ablation(state, Path(args.ablation))
@@ -478,7 +591,9 @@ def cmd_best(args) -> int:
     answered = {path.stem for path in written}
     for pair in [p["name"] for p in state.the_plan()["pairs"] if p["name"] not in answered]:
         s = summaries.get(pair, {})
-        print(f"no best config for {pair}: none of its trials completed ({failed_text(s)}; {s.get('stopped', 0)} stopped early)")
+        print(
+            f"no best config for {pair}: none of its trials completed ({failed_text(s)}; {s.get('stopped', 0)} stopped early)"
+        )
     if args.ablation:
         try:
             path, lines = write_ablation(state, Path(args.ablation), summaries, studies)
@@ -496,22 +611,30 @@ def cmd_report(args) -> int:
 
     state = load_state(args)
     if args.compare and not state.study().is_ablation:
-        raise UsageError(f"--compare: launch {state.launch_id} is a search; launches compare cell by cell only as ablations")
+        raise UsageError(
+            f"--compare: launch {state.launch_id} is a search; launches compare cell by cell only as ablations"
+        )
     previous = None
     if args.compare == "previous":
         previous = previous_launch(state)
         if previous is None:
-            raise UsageError(f"--compare previous: no finished launch of {Path(state.spec_file).name} in {state.experiment} under {state.dir.parent} before {state.launch_id}; "
-                             "nothing to compare with")
+            raise UsageError(
+                f"--compare previous: no finished launch of {Path(state.spec_file).name} in {state.experiment} under {state.dir.parent} before {state.launch_id}; "
+                "nothing to compare with"
+            )
     elif args.compare:
         previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))
         # A search, or a launch of other pairs, shares no cell: its verdict was "no regression in 0 cells", exit 0.
         theirs = previous.the_plan()
         if not theirs["ablation"]:
-            raise UsageError(f"--compare: launch {previous.launch_id} is a search; launches compare cell by cell only as ablations")
+            raise UsageError(
+                f"--compare: launch {previous.launch_id} is a search; launches compare cell by cell only as ablations"
+            )
         if not {p["name"] for p in theirs["pairs"]} & {p["name"] for p in state.the_plan()["pairs"]}:
-            raise UsageError(f"--compare: launch {previous.launch_id} ({previous.spec_file}) has no model/task pair of {state.launch_id} "
-                             f"({state.spec_file}); nothing to compare")
+            raise UsageError(
+                f"--compare: launch {previous.launch_id} ({previous.spec_file}) has no model/task pair of {state.launch_id} "
+                f"({state.spec_file}); nothing to compare"
+            )
     paths, regressions = write_report(state, previous)
     for path in paths:
         print(path)
@@ -551,15 +674,19 @@ def cmd_dashboard(args) -> int:
     try:
         import optuna_dashboard
     except ImportError:
-        raise UsageError("dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'") from None
+        raise UsageError(
+            "dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'"
+        ) from None
     from .record.optuna_store import read_only_view, search_storage
     from .record.stores import TrackingError
 
     state = load_state(args)
     plan = state.the_plan()
     if plan["ablation"]:
-        raise UsageError(f"dashboard: launch {state.launch_id} is an ablation, whose grid runs without Optuna; "
-                         "`orchestrator report` or `orchestrator export` show its runs")
+        raise UsageError(
+            f"dashboard: launch {state.launch_id} is an ablation, whose grid runs without Optuna; "
+            "`orchestrator report` or `orchestrator export` show its runs"
+        )
     names = {state.optuna_study_name(pair["name"]) for pair in plan["pairs"]}
     try:
         storage = read_only_view(search_storage(state.tracking_uri, state.dir, read_only=True), names)
@@ -579,8 +706,8 @@ def cmd_dashboard(args) -> int:
 def cmd_list(args) -> int:
     """What a researcher can name in a file or on the command line, without importing Ray."""
     from trainables.config import preset_models
-    from trainables.models import MODELS
     from trainables.kinds import KINDS
+    from trainables.models import MODELS
     from trainables.tasks import TASKS
 
     if args.what == "tasks":
@@ -588,7 +715,9 @@ def cmd_list(args) -> int:
         scores_width = max(len("/".join(kind.scores)) for kind in KINDS.values())
         for name, spec in TASKS.items():
             options = ", ".join(f.name for f in dataclasses.fields(spec.config))
-            print(f"{name:22s} {spec.kind.name:{kind_width}s} scores {'/'.join(spec.kind.scores):{scores_width}s} options: {options}")
+            print(
+                f"{name:22s} {spec.kind.name:{kind_width}s} scores {'/'.join(spec.kind.scores):{scores_width}s} options: {options}"
+            )
     elif args.what == "models":
         for name, spec in MODELS.items():
             print(f"{name:24s} {', '.join(map(str, spec.kinds)):42s} {spec.description}")
@@ -598,7 +727,9 @@ def cmd_list(args) -> int:
     else:
         from .record.state import DamagedLaunch, LaunchState, driver, started_at
 
-        folders = sorted(Path(args.storage_path).glob("*/launch.json"), key=started_at)  # as `status` finds the last one
+        folders = sorted(
+            Path(args.storage_path).glob("*/launch.json"), key=started_at
+        )  # as `status` finds the last one
         if not folders:
             print(f"no launches in {args.storage_path}/")
         for path in folders:
@@ -610,7 +741,11 @@ def cmd_list(args) -> int:
             alive, _ = driver(path.parent)
             shown = "running" if alive else ("driver gone" if state.state == "running" else state.state)
             # A night's verdict: which night `orchestrator accept` could take.
-            verdict = {None: "", False: "  (no regression)", True: "  (regressed, accepted)" if state.accepted else "  (regressed)"}[state.regressed]
+            verdict = {
+                None: "",
+                False: "  (no regression)",
+                True: "  (regressed, accepted)" if state.accepted else "  (regressed)",
+            }[state.regressed]
             if state.night is not None and state.state == "finished" and state.regressed is None:
                 verdict = "  (no earlier night to compare with)"
             print(f"{state.launch_id:48s} {shown:12s} {state.experiment:28s} {state.spec_file}{verdict}")
@@ -622,12 +757,18 @@ def own_resources(study, pair) -> str:
     if pair.resources == study.resources:
         return ""
     gpu = f", {pair.resources.gpu:g} GPU" if pair.resources.gpu else ""
-    return f"; each trial {pair.resources.cpu:g} CPU{gpu}" + "".join(f", {v:g} {k}" for k, v in pair.resources.custom.items() if v)
+    return f"; each trial {pair.resources.cpu:g} CPU{gpu}" + "".join(
+        f", {v:g} {k}" for k, v in pair.resources.custom.items() if v
+    )
 
 
 def own_values(pair) -> str:
     """A pair's per_pair values in words for the plan ("" where it has none)."""
-    return "; its own values (per_pair): " + ", ".join(f"{k}={v}" for k, v in pair.own_values.items()) if pair.own_values else ""
+    return (
+        "; its own values (per_pair): " + ", ".join(f"{k}={v}" for k, v in pair.own_values.items())
+        if pair.own_values
+        else ""
+    )
 
 
 def unstopped(study, pair) -> str:
@@ -646,25 +787,40 @@ def describe_study(study) -> str:
     stacking = decide(study, use_gpu=None)  # printed before the launch knows whether trials get GPUs
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
-        lines = [f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
-                 f"{study.budget.max_concurrent} at a time per pair; MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {stacking.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
-                  for p, n in zip(study.pairs, cells)]
+        lines = [
+            f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
+            f"{study.budget.max_concurrent} at a time per pair; MLflow {redact(study.tracking.uri)}"
+        ]
+        lines += [
+            f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {stacking.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
+            for p, n in zip(study.pairs, cells)
+        ]
     else:
-        lines = [f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
-                 f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"]
-        lines += [f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking.search_stacking(p)}{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}" for p in study.pairs]
+        lines = [
+            f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
+            f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"
+        ]
+        lines += [
+            f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking.search_stacking(p)}{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}"
+            for p in study.pairs
+        ]
         if study.confirm.top_k:
-            lines.append(f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
-                         "the pair's answer is the best candidate's mean")
-    lines.append(f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one")
+            lines.append(
+                f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
+                "the pair's answer is the best candidate's mean"
+            )
+    lines.append(
+        f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one"
+    )
     lines += [f"  skipped (incompatible): {s}" for s in study.skipped]
     lines += [f"  unused: {u}" for u in study.unused]
     return "\n".join(lines)
 
 
-ADDRESS = {"default": os.environ.get("RAY_ADDRESS"),
-           "help": "join this Ray cluster, HOST:PORT or auto (default: $RAY_ADDRESS, else start a new local instance)"}
+ADDRESS = {
+    "default": os.environ.get("RAY_ADDRESS"),
+    "help": "join this Ray cluster, HOST:PORT or auto (default: $RAY_ADDRESS, else start a new local instance)",
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -683,39 +839,84 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     for name, text, example in [
-        ("launch", "search every model/task pair of a search-space file (or run an ablation file) on Ray Tune", "search_spaces/ctl.yaml"),
-        ("nightly", "run an ablation file (or each ablation a nightly file lists) as tonight's night: new seeds, a report "
-                    "compared by a test across seeds with the last finished night that flagged no regression (or whose "
-                    "regression was accepted), dated beside the previous nights' (exit 1 on a regression)", "ablations/ndr_cpu_ctl.yaml"),
+        (
+            "launch",
+            "search every model/task pair of a search-space file (or run an ablation file) on Ray Tune",
+            "search_spaces/ctl.yaml",
+        ),
+        (
+            "nightly",
+            "run an ablation file (or each ablation a nightly file lists) as tonight's night: new seeds, a report "
+            "compared by a test across seeds with the last finished night that flagged no regression (or whose "
+            "regression was accepted), dated beside the previous nights' (exit 1 on a regression)",
+            "ablations/ndr_cpu_ctl.yaml",
+        ),
     ]:
         p = sub.add_parser(name, help=text)
-        what = "a search-space or ablation YAML" if name == "launch" else "an ablation YAML, or a nightly file (deploy/nightly.yaml: ablations and a budget)"
+        what = (
+            "a search-space or ablation YAML"
+            if name == "launch"
+            else "an ablation YAML, or a nightly file (deploy/nightly.yaml: ablations and a budget)"
+        )
         p.add_argument("file", help=f"{what}, e.g. {example}")
         p.add_argument("--address", **ADDRESS)
         p.add_argument("--tracking-uri", help="override the file's tracking.uri")
-        p.add_argument("--storage", help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)")
-        p.add_argument("--launch-id", help="name the launch (default: <name>-<timestamp>, or <name>-night-<timestamp>)")
-        p.add_argument("--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing")
-        p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
-                       help="with --dry-run: time no training steps; estimate from the step rates of earlier trials in the tracking store")
+        p.add_argument(
+            "--storage",
+            help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)",
+        )
+        p.add_argument(
+            "--launch-id", help="name the launch (default: <name>-<timestamp>, or <name>-night-<timestamp>)"
+        )
+        p.add_argument(
+            "--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing"
+        )
+        p.add_argument(
+            "--no-calibrate",
+            dest="calibrate",
+            action="store_false",
+            help="with --dry-run: time no training steps; estimate from the step rates of earlier trials in the tracking store",
+        )
         p.set_defaults(func=cmd_launch)
 
-    p = sub.add_parser("list", help="the tasks, models and presets one can name, or the launches under --storage-path")
+    p = sub.add_parser(
+        "list", help="the tasks, models and presets one can name, or the launches under --storage-path"
+    )
     p.add_argument("what", choices=["tasks", "models", "presets", "launches"])
     p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
     p.set_defaults(func=cmd_list)
 
     for name, func, text in [
         ("resume", cmd_resume, "continue a launch whose driver stopped"),
-        ("status", cmd_status, "whether the driver is alive; per pair trials done / stopped early / running / failed and the best so far "
-                               "(an ablation's per grid cell)"),
+        (
+            "status",
+            cmd_status,
+            "whether the driver is alive; per pair trials done / stopped early / running / failed and the best so far "
+            "(an ablation's per grid cell)",
+        ),
         ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
-        ("report", cmd_report, "a launch's report: a search's per pair (best trial, trials, curves, importances, confirmed candidates), "
-                               "an ablation's per cell statistics over seeds, beside the papers' numbers, plots, attention maps "
-                               "(exit 1 on a regression vs --compare)"),
-        ("export", cmd_export, "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per run"),
-        ("dashboard", cmd_dashboard, "optuna-dashboard on a search launch's Optuna studies (pip install -e '.[dashboard]')"),
-        ("accept", cmd_accept, "a night that regressed on purpose: the nights after it compare with it, not with the last night before it"),
+        (
+            "report",
+            cmd_report,
+            "a launch's report: a search's per pair (best trial, trials, curves, importances, confirmed candidates), "
+            "an ablation's per cell statistics over seeds, beside the papers' numbers, plots, attention maps "
+            "(exit 1 on a regression vs --compare)",
+        ),
+        (
+            "export",
+            cmd_export,
+            "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per run",
+        ),
+        (
+            "dashboard",
+            cmd_dashboard,
+            "optuna-dashboard on a search launch's Optuna studies (pip install -e '.[dashboard]')",
+        ),
+        (
+            "accept",
+            cmd_accept,
+            "a night that regressed on purpose: the nights after it compare with it, not with the last night before it",
+        ),
     ]:
         p = sub.add_parser(name, help=text)
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the one started last)")
@@ -723,16 +924,26 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resume":
             p.add_argument("--address", **ADDRESS)
         if name == "best":
-            p.add_argument("--ablation", help="an ablation file: also write it with each pair's winning values (per_pair) to <launch>/best/<its stem>_tuned.yaml")
+            p.add_argument(
+                "--ablation",
+                help="an ablation file: also write it with each pair's winning values (per_pair) to <launch>/best/<its stem>_tuned.yaml",
+            )
         if name == "report":
-            p.add_argument("--compare", help="another launch (id or folder), or 'previous' for the last finished launch of the same file")
+            p.add_argument(
+                "--compare",
+                help="another launch (id or folder), or 'previous' for the last finished launch of the same file",
+            )
         if name == "export":
             # Checked by cmd_export, not by argparse's choices: bad input is one line, exit status 2.
             p.add_argument("--format", help="csv or parquet (default: --output's extension, else csv)")
             p.add_argument("--output", help="the file to write (default: <launch>/export/runs.<format>)")
         if name == "dashboard":
             p.add_argument("--port", type=port_number, default=8080, help="default: 8080")
-            p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine only)")
+            p.add_argument(
+                "--host",
+                default="127.0.0.1",
+                help="the address to listen on (default: 127.0.0.1, this machine only)",
+            )
         p.set_defaults(func=func)
     return parser
 
@@ -766,7 +977,9 @@ class OutlivesItsReader:
     def _reader_gone(self) -> None:
         to_devnull(self._stream)  # what the stream still buffers goes there too
         other = sys.stderr if self._name == "stdout" else sys.stdout
-        other.write("[launch] the console's reader is gone; the launch goes on: `orchestrator status` shows its progress\n")
+        other.write(
+            "[launch] the console's reader is gone; the launch goes on: `orchestrator status` shows its progress\n"
+        )
         other.flush()
 
     def __getattr__(self, name: str):
@@ -774,24 +987,38 @@ class OutlivesItsReader:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .record.state import DamagedLaunch
     from .record.retries import StoreUnavailable
     from .record.secrets import redact_secrets
+    from .record.state import DamagedLaunch
     from .record.stores import damaged_store
     from .run.cluster import ClusterUnreachable
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, DamagedLaunch, ClusterUnreachable) as e:  # a message may echo a bad value, secrets and all
+    except (
+        UsageError,
+        DamagedLaunch,
+        ClusterUnreachable,
+    ) as e:  # a message may echo a bad value, secrets and all
         where, message = (e.where, e.message) if isinstance(e, UsageError) else ("", str(e))
         print(f"orchestrator: error: {where}{redact_secrets(message)}", file=sys.stderr)
         return 2
-    except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:  # a launch folder's report/ or best/ made a file
-        print(f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the service's to write", file=sys.stderr)
+    except (
+        FileExistsError,
+        NotADirectoryError,
+        IsADirectoryError,
+    ) as e:  # a launch folder's report/ or best/ made a file
+        print(
+            f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the service's to write",
+            file=sys.stderr,
+        )
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
-        print(f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again once the store answers", file=sys.stderr)
+        print(
+            f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again once the store answers",
+            file=sys.stderr,
+        )
         from .run.launch import EXIT_STORE_UNREACHABLE
 
         return EXIT_STORE_UNREACHABLE
@@ -806,8 +1033,10 @@ def main(argv: list[str] | None = None) -> int:
         if damage is None:
             raise
         store = getattr(args, "store_uri", None)  # the store the command opened: load_state and launch say
-        print(f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's database is damaged: {damage}",
-              file=sys.stderr)
+        print(
+            f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's database is damaged: {damage}",
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -830,6 +1059,7 @@ def redeliver_lost_interrupts() -> None:
 def redact_tracebacks() -> None:
     """A traceback (a defect, or a library's error this command does not expect) printed without
     the secrets its messages may hold: a store's error names its URI, password and all."""
+
     def hook(kind, value, tb) -> None:
         from .record.secrets import redact_secrets
 
@@ -845,7 +1075,10 @@ def console() -> None:
     redact_tracebacks()
     redeliver_lost_interrupts()
     if sys.argv[1:2] in (["launch"], ["nightly"], ["resume"]):
-        sys.stdout, sys.stderr = OutlivesItsReader(sys.stdout, "stdout"), OutlivesItsReader(sys.stderr, "stderr")
+        sys.stdout, sys.stderr = (
+            OutlivesItsReader(sys.stdout, "stdout"),
+            OutlivesItsReader(sys.stderr, "stderr"),
+        )
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code)

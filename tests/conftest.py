@@ -1,19 +1,27 @@
 """Shared fixtures: the headless browser that checks the pages a researcher reads; the data sets users bring; a throwaway PostgreSQL database."""
+
 import os
 import shutil
 from types import SimpleNamespace
 
 import pytest
 
-BROWSER_HINT = ("no Chromium found: install it (Debian/Ubuntu: apt-get install chromium, as .ci/run does) or point "
-                "CHROMIUM at a Chrome or Chromium binary")
+BROWSER_HINT = (
+    "no Chromium found: install it (Debian/Ubuntu: apt-get install chromium, as .ci/run does) or point "
+    "CHROMIUM at a Chrome or Chromium binary"
+)
 
 
 @pytest.fixture()
 def chromium() -> str:
     """The Chromium binary; without one the test is skipped with how to get one, or fails where
     SYSGEN_REQUIRE_BROWSER is set (CI installs one and must not skip the check)."""
-    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    found = (
+        os.environ.get("CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
     if not found:
         (pytest.fail if os.environ.get("SYSGEN_REQUIRE_BROWSER") else pytest.skip)(BROWSER_HINT)
     return found
@@ -38,7 +46,9 @@ def downloaded_data(tmp_path, monkeypatch):
     babi.mkdir()
     multi30k.mkdir()
     for number in range(1, 21):
-        (babi / f"qa{number}_task_train.txt").write_text("1 Mary went to the kitchen.\n2 Where is Mary?\tkitchen\t1\n")
+        (babi / f"qa{number}_task_train.txt").write_text(
+            "1 Mary went to the kitchen.\n2 Where is Mary?\tkitchen\t1\n"
+        )
     for part in ("train", "val", "test_2016_flickr"):
         (multi30k / f"{part}.en").write_text("A dog runs.\nA dog and a man run.\n")
         (multi30k / f"{part}.de").write_text("Ein Hund rennt.\nEin Hund und ein Mann rennen.\n")
@@ -60,7 +70,9 @@ def postgres_database():
     admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True)
     admin.execute(f"CREATE DATABASE {name}")
     try:
-        yield SimpleNamespace(name=name, uri=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", admin=admin)
+        yield SimpleNamespace(
+            name=name, uri=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", admin=admin
+        )
     finally:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()

@@ -1,6 +1,7 @@
 """A real multi-node Ray cluster on this machine, shared by tests/test_cluster.py and the chaos soak
 (benchmarks/chaos.py). Nodes are started with `ray start`, each in a process group of its own,
 stopped by killing that group: never with `ray stop`, which would stop every Ray on the machine."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,15 @@ class Cluster:
         self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths live under it
         # Ray 2.60 enables token authentication on a local head: every node and the driver share one token.
-        self.env = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2,
-                    "RAY_TMPDIR": self.tmp, "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            **(env or {}),
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2,
+            "RAY_TMPDIR": self.tmp,
+            "RAY_DEDUP_LOGS": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.groups: list[int] = []
         self.start("--head", f"--port={self.port}", "--include-dashboard=false", "--num-cpus=0")
         self.workers = [self.worker() for _ in range(workers)]
@@ -53,11 +61,27 @@ class Cluster:
         process group."""
         command = [RAY, "start", *args]
         if hide is not None:
-            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                       f'mount -t tmpfs tmpfs "{hide}" && exec "$@"', "sh", *command]
+            command = [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f'mount -t tmpfs tmpfs "{hide}" && exec "$@"',
+                "sh",
+                *command,
+            ]
         if hostname is not None:
             command = ["unshare", "--uts", "sh", "-c", f'hostname "{hostname}" && exec "$@"', "sh", *command]
-        node = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+        node = subprocess.Popen(
+            command,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+        )
         self.groups.append(node.pid)
         out, _ = node.communicate(timeout=120)
         if node.returncode:

@@ -1,6 +1,7 @@
 """bAbI read from files in the standard format that the test writes: questions with their stories,
 answers of one word or a list, the length-sorted split of PANM App. D.4, and one line when the
 folder is missing, in a launch as in a trial."""
+
 from __future__ import annotations
 
 import random
@@ -13,10 +14,16 @@ from orchestrator import cli
 from trainables.tasks import babi, load_task, task_config
 from trainables.train import TrainConfig, train
 
-PEOPLE, PLACES, THINGS = ["Mary", "John", "Sandra", "Daniel"], ["kitchen", "garden", "hallway", "office"], ["apple", "football", "milk"]
+PEOPLE, PLACES, THINGS = (
+    ["Mary", "John", "Sandra", "Daniel"],
+    ["kitchen", "garden", "hallway", "office"],
+    ["apple", "football", "milk"],
+)
 
 
-def write_task(folder: Path, number: int, name: str, part: str, stories: int, rng: random.Random) -> list[tuple[list[str], list[str]]]:
+def write_task(
+    folder: Path, number: int, name: str, part: str, stories: int, rng: random.Random
+) -> list[tuple[list[str], list[str]]]:
     """Stories of 1..6 moves, a question after every second one: "Where is X?" (qa1) or "What is X
     carrying?" (qa8, a list answer, 'nothing' when empty), in the files' own layout. -> each
     question's (words of its story's statements so far, then of the question; its answer's words)."""
@@ -38,8 +45,11 @@ def write_task(folder: Path, number: int, name: str, part: str, stories: int, rn
             story += split(statement)
             if move % 2 == 1:
                 n += 1
-                question, answer = (f"Where is {person}?", where.get(person, "nowhere")) if number == 1 else \
-                    (f"What is {person} carrying?", ",".join(carrying[person]) or "nothing")
+                question, answer = (
+                    (f"Where is {person}?", where.get(person, "nowhere"))
+                    if number == 1
+                    else (f"What is {person} carrying?", ",".join(carrying[person]) or "nothing")
+                )
                 lines.append(f"{n} {question}{' ' if number == 1 else ''}\t{answer}\t{n - 1}")
                 samples.append((story + split(question), answer.lower().split(",")))
     (folder / f"qa{number}_{name}_{part}.txt").write_text("\n".join(lines) + "\n")
@@ -80,7 +90,10 @@ def test_length_sorted_split_per_task(data):
     questions are some of those, unless held out."""
     everything = babi.read_tasks(data, (1, 8))
     for held_out in (False, True):
-        task = load_task("babi", {"data_dir": str(data), "tasks": [1, 8], "train_fraction": 0.5, "hold_out_validation": held_out})
+        task = load_task(
+            "babi",
+            {"data_dir": str(data), "tasks": [1, 8], "train_fraction": 0.5, "hold_out_validation": held_out},
+        )
 
         def rows(split: str, number: int) -> list[tuple]:
             s = task.splits[split]
@@ -98,14 +111,26 @@ def test_length_sorted_split_per_task(data):
 
 def test_a_missing_folder_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("BABI_DATA", raising=False)
-    with pytest.raises(ValueError, match=r"data_dir: '\$BABI_DATA' names an unset environment variable: set it to the folder holding bAbI's qa1_"):
+    with pytest.raises(
+        ValueError,
+        match=r"data_dir: '\$BABI_DATA' names an unset environment variable: set it to the folder holding bAbI's qa1_",
+    ):
         task_config("babi", {})
     with pytest.raises(ValueError, match="has no qa2_"):
         task_config("babi", {"data_dir": str(tmp_path), "tasks": [2]})
     spec = tmp_path / "babi.yaml"
-    spec.write_text(yaml.safe_dump({"name": "babi-missing", "metric": "best_ood_valid_seq_acc",
-                                    "tasks": [{"task": "babi", "options": {"data_dir": str(tmp_path / "nowhere")}}],
-                                    "models": ["transformer_enc_dec"], "seeds": [0], "tracking": {"uri": f"sqlite:///{tmp_path}/m.db"}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "babi-missing",
+                "metric": "best_ood_valid_seq_acc",
+                "tasks": [{"task": "babi", "options": {"data_dir": str(tmp_path / "nowhere")}}],
+                "models": ["transformer_enc_dec"],
+                "seeds": [0],
+                "tracking": {"uri": f"sqlite:///{tmp_path}/m.db"},
+            }
+        )
+    )
     assert cli.main(["launch", str(spec), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tasks[0].options: data_dir: no folder" in err[0]
@@ -114,8 +139,25 @@ def test_a_missing_folder_is_one_line(tmp_path, monkeypatch, capsys):
 
 def test_the_environment_names_the_folder_and_a_model_trains(data, monkeypatch):
     monkeypatch.setenv("BABI_DATA", str(data))
-    cfg = TrainConfig(task="babi", model="transformer_enc_dec_panm", task_options={"tasks": [1, 8]}, optimizer="adam", lr=1e-3,
-                      batch_size=16, n_iters=4, eval_every=2, grad_clip=None, threads=1,
-                      model_options={"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 2, "hidden": 16, "mlp_hidden": 16})
+    cfg = TrainConfig(
+        task="babi",
+        model="transformer_enc_dec_panm",
+        task_options={"tasks": [1, 8]},
+        optimizer="adam",
+        lr=1e-3,
+        batch_size=16,
+        n_iters=4,
+        eval_every=2,
+        grad_clip=None,
+        threads=1,
+        model_options={
+            "d_model": 32,
+            "n_heads": 4,
+            "encoder_layers": 1,
+            "decoder_layers": 2,
+            "hidden": 16,
+            "mlp_hidden": 16,
+        },
+    )
     metrics = train(cfg, log=None)
     assert 0 <= metrics["test_seq_acc_final"] <= 1

@@ -1,4 +1,5 @@
 """Bad input never gets through: mutated shipped files are launchable or refused with one line."""
+
 import contextlib
 import io
 import json
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchestrator import cli
 
@@ -15,9 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted([*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "ablations").glob("*.yaml")])
 
 odd_values = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(-2.0, 2.0, allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.floats(-2.0, 2.0, allow_nan=False),
     st.sampled_from(["", "it's", "../x", "a b", "ndr", "copy", "lstm", "sqlite:///x.db", "1e-3", "a\"b"]),
-    st.lists(st.integers(-3, 100), max_size=3), st.dictionaries(st.sampled_from(["low", "x", "uniform"]), st.integers(-1, 3), max_size=2),
+    st.lists(st.integers(-3, 100), max_size=3),
+    st.dictionaries(st.sampled_from(["low", "x", "uniform"]), st.integers(-1, 3), max_size=2),
 )
 
 
@@ -48,7 +54,9 @@ def mutated_files(draw):
         if action == "delete":
             del parent[last]
         elif action == "rename" and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["nme", "modles", "n_layer", "lr ", "grid", "optimiser"]))] = parent.pop(last)
+            parent[draw(st.sampled_from(["nme", "modles", "n_layer", "lr ", "grid", "optimiser"]))] = (
+                parent.pop(last)
+            )
         elif action == "reverse" and isinstance(parent[last], list):
             parent[last] = parent[last][::-1]
         else:
@@ -68,7 +76,11 @@ def run_in(folder: Path, argv: list[str]) -> tuple[int, io.StringIO, io.StringIO
         os.chdir(cwd)
 
 
-@settings(max_examples=int(os.environ.get("BAD_INPUT_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("BAD_INPUT_EXAMPLES", 60)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(mutated_files())
 def test_a_mutated_file_is_launchable_or_refused_in_one_line_with_nothing_written(tmp_path_factory, case):
     name, text = case
@@ -86,10 +98,19 @@ def test_a_mutated_file_is_launchable_or_refused_in_one_line_with_nothing_writte
     assert set(os.listdir(folder)) == before, "a refused file wrote something"
 
 
-GOOD = {"tasks": [{"task": "ctl", "variant": "fwd"}], "models": ["ndr", "lstm"],
-        "budget": {"trials": 2, "max_concurrent": 1, "n_iters": 10, "eval_every": 5},
-        "space": {"lr": {"loguniform": [1e-4, 1e-3]}}, "tracking": {"uri": "sqlite:///store/mlflow.db"}}
-ABLATION = {**{k: v for k, v in GOOD.items() if k != "space"}, "models": ["lstm"], "grid": {"lr": [1e-3]}, "seeds": [1, 2]}
+GOOD = {
+    "tasks": [{"task": "ctl", "variant": "fwd"}],
+    "models": ["ndr", "lstm"],
+    "budget": {"trials": 2, "max_concurrent": 1, "n_iters": 10, "eval_every": 5},
+    "space": {"lr": {"loguniform": [1e-4, 1e-3]}},
+    "tracking": {"uri": "sqlite:///store/mlflow.db"},
+}
+ABLATION = {
+    **{k: v for k, v in GOOD.items() if k != "space"},
+    "models": ["lstm"],
+    "grid": {"lr": [1e-3]},
+    "seeds": [1, 2],
+}
 
 
 def refused(folder: Path, argv: list[str]) -> str:
@@ -104,44 +125,112 @@ def refused(folder: Path, argv: list[str]) -> str:
 
 # Rules, each caught where every value of its kind is checked (a case here stands for its rule).
 SPEC_CASES = {
-    "a fixed value the space replaces": ({**GOOD, "fixed": {"lr": "abc"}}, "fixed (fwd__ndr): lr: expected a number"),
-    "a switch that is not true or false": ({**GOOD, "fixed": {"tf32": "yes please"}}, "fixed (fwd__ndr): tf32: expected true or false"),
-    "a training value out of range": ({**GOOD, "fixed": {"batch_size": 0}}, "fixed (fwd__ndr): batch_size: must be at least 1"),
-    "a negative custom resource": ({**GOOD, "resources": {"custom": {"slot": -2}}}, "resources.custom.slot: must be a finite non-negative number"),
+    "a fixed value the space replaces": (
+        {**GOOD, "fixed": {"lr": "abc"}},
+        "fixed (fwd__ndr): lr: expected a number",
+    ),
+    "a switch that is not true or false": (
+        {**GOOD, "fixed": {"tf32": "yes please"}},
+        "fixed (fwd__ndr): tf32: expected true or false",
+    ),
+    "a training value out of range": (
+        {**GOOD, "fixed": {"batch_size": 0}},
+        "fixed (fwd__ndr): batch_size: must be at least 1",
+    ),
+    "a negative custom resource": (
+        {**GOOD, "resources": {"custom": {"slot": -2}}},
+        "resources.custom.slot: must be a finite non-negative number",
+    ),
     "an infinite resource": ({**GOOD, "resources": {"cpu": float("inf")}}, "resources.cpu: must be a finite"),
-    "a range to infinity": ({**GOOD, "space": {"lr": {"loguniform": [1e-4, float("inf")]}}}, "space.lr.loguniform: expected [low, high] finite numbers"),
-    "a model value no trial can use": ({**GOOD, "fixed": {"gate_drop": 5}}, "fixed (fwd__ndr): gate_drop: must be at least 0 and less than 1"),
-    "a searched trial length": ({**GOOD, "space": {"n_iters": {"int": [10, 20]}}}, "space.n_iters: a trial's length is not searched"),
+    "a range to infinity": (
+        {**GOOD, "space": {"lr": {"loguniform": [1e-4, float("inf")]}}},
+        "space.lr.loguniform: expected [low, high] finite numbers",
+    ),
+    "a model value no trial can use": (
+        {**GOOD, "fixed": {"gate_drop": 5}},
+        "fixed (fwd__ndr): gate_drop: must be at least 0 and less than 1",
+    ),
+    "a searched trial length": (
+        {**GOOD, "space": {"n_iters": {"int": [10, 20]}}},
+        "space.n_iters: a trial's length is not searched",
+    ),
     "no seeds": ({**ABLATION, "seeds": []}, "seeds: expected a non-empty list of distinct integers"),
     "a seed twice": ({**ABLATION, "seeds": [1, 1]}, "seeds: expected a non-empty list of distinct integers"),
     "a seed a trial refuses": ({**ABLATION, "seeds": [-1]}, "seeds: seed: must be at least 0"),
-    "a confirmation seed a trial refuses": ({**GOOD, "confirm": {"top_k": 1, "seeds": [2**40]}}, "confirm.seeds: seed: must be at least 0"),
+    "a confirmation seed a trial refuses": (
+        {**GOOD, "confirm": {"top_k": 1, "seeds": [2**40]}},
+        "confirm.seeds: seed: must be at least 0",
+    ),
     "a store that is a folder": ({**GOOD, "tracking": {"uri": "sqlite:///folder"}}, "tracking.uri: "),
     "a store that is not SQLite": ({**GOOD, "tracking": {"uri": "sqlite:///notes.txt"}}, "tracking.uri: "),
     # found by a review: tracebacks, and values that only a trial would have refused
-    "task options that are not a mapping": ({**GOOD, "fixed": {"task_options": 5}}, "fixed (fwd__ndr): task_options: expected a mapping"),
-    "a trial length in a grid": ({**ABLATION, "grid": {"n_iters": [5, 10]}}, "grid.n_iters: a trial's length is not a grid key"),
+    "task options that are not a mapping": (
+        {**GOOD, "fixed": {"task_options": 5}},
+        "fixed (fwd__ndr): task_options: expected a mapping",
+    ),
+    "a trial length in a grid": (
+        {**ABLATION, "grid": {"n_iters": [5, 10]}},
+        "grid.n_iters: a trial's length is not a grid key",
+    ),
     "a grid value twice": ({**ABLATION, "grid": {"lr": [1e-3, 1e-3]}}, "grid.lr: repeated values"),
-    "a grid value twice, as an integer and a float": ({**ABLATION, "grid": {"dropout": [0, 0.0]}}, "grid.dropout: repeated values"),
-    "a choice twice, as an integer and a float": ({**GOOD, "space": {"n_layers": {"choice": [2, 2.0]}}}, "space.n_layers.choice: repeated values"),
+    "a grid value twice, as an integer and a float": (
+        {**ABLATION, "grid": {"dropout": [0, 0.0]}},
+        "grid.dropout: repeated values",
+    ),
+    "a choice twice, as an integer and a float": (
+        {**GOOD, "space": {"n_layers": {"choice": [2, 2.0]}}},
+        "space.n_layers.choice: repeated values",
+    ),
     "a model twice": ({**GOOD, "models": ["ndr", "ndr"]}, "models[1]: ndr appears twice"),
-    "a float range over a whole number": ({**GOOD, "space": {"batch_size": {"uniform": [1, 4]}}}, "space.batch_size=1.5 (fwd__ndr): batch_size: expected an integer"),
+    "a float range over a whole number": (
+        {**GOOD, "space": {"batch_size": {"uniform": [1, 4]}}},
+        "space.batch_size=1.5 (fwd__ndr): batch_size: expected an integer",
+    ),
     "head counts inside a range that do not divide d_model": (
         {**GOOD, "models": ["transformer"], "fixed": {"d_model": 128}, "space": {"n_heads": {"int": [1, 8]}}},
-        "space.n_heads=3 (fwd__transformer): d_model=128 is not divisible by n_heads=3"),
-    "a bad low end of a range is not blamed on fixed": ({**GOOD, "space": {"dropout": {"uniform": [-0.5, 0.5]}}}, "space.dropout=-0.5 (fwd__ndr): dropout: must be"),
-    "a bad first grid cell is not blamed on fixed": ({**ABLATION, "grid": {"dropout": [1.5, 0.1]}}, "grid.dropout=1.5 (fwd__lstm): dropout: must be"),
-    "a warm start that is not a switch": ({**GOOD, "warm_start": "no"}, "warm_start: expected true or false, got 'no'"),
+        "space.n_heads=3 (fwd__transformer): d_model=128 is not divisible by n_heads=3",
+    ),
+    "a bad low end of a range is not blamed on fixed": (
+        {**GOOD, "space": {"dropout": {"uniform": [-0.5, 0.5]}}},
+        "space.dropout=-0.5 (fwd__ndr): dropout: must be",
+    ),
+    "a bad first grid cell is not blamed on fixed": (
+        {**ABLATION, "grid": {"dropout": [1.5, 0.1]}},
+        "grid.dropout=1.5 (fwd__lstm): dropout: must be",
+    ),
+    "a warm start that is not a switch": (
+        {**GOOD, "warm_start": "no"},
+        "warm_start: expected true or false, got 'no'",
+    ),
     "a name that is not text": ({**GOOD, "name": None}, "name: expected a name, got None"),
-    "a GPU in a grid no trial gets": ({**ABLATION, "grid": {"device": ["cpu", "cuda"]}}, "grid.device: cuda needs a GPU, and resources.gpu gives its trials none"),
-    "a GPU in a space no trial gets": ({**GOOD, "space": {"device": {"choice": ["cuda", "cpu"]}}}, "space.device: cuda needs a GPU"),
-    "an exponent YAML reads as text": ({**GOOD, "space": {"lr": {"loguniform": ["125e-6", 1.0e-3]}}}, "space.lr.loguniform: expected [low, high] finite numbers, "
-                                       "got ['125e-6', 0.001] (YAML reads 125e-6 as text: write 1.25e-04)"),
+    "a GPU in a grid no trial gets": (
+        {**ABLATION, "grid": {"device": ["cpu", "cuda"]}},
+        "grid.device: cuda needs a GPU, and resources.gpu gives its trials none",
+    ),
+    "a GPU in a space no trial gets": (
+        {**GOOD, "space": {"device": {"choice": ["cuda", "cpu"]}}},
+        "space.device: cuda needs a GPU",
+    ),
+    "an exponent YAML reads as text": (
+        {**GOOD, "space": {"lr": {"loguniform": ["125e-6", 1.0e-3]}}},
+        "space.lr.loguniform: expected [low, high] finite numbers, "
+        "got ['125e-6', 0.001] (YAML reads 125e-6 as text: write 1.25e-04)",
+    ),
     # a reason that names no key of the file (torch's "embed_dim must be divisible by num_heads") points at the value probed
-    "a later grid cell whose reason names no key": ({**ABLATION, "models": ["transformer_seq2seq"], "tasks": [{"task": "copy", "variant": "fwd"}],
-                                                    "metric": "best_ood_valid_token_acc", "grid": {"d_model": [64, 60]}},
-                                                   "grid.d_model=60 (fwd__transformer_seq2seq): "),
-    "trial storage under a file": ({**GOOD, "storage": "notes.txt/trials"}, "storage: cannot write trial storage in"),
+    "a later grid cell whose reason names no key": (
+        {
+            **ABLATION,
+            "models": ["transformer_seq2seq"],
+            "tasks": [{"task": "copy", "variant": "fwd"}],
+            "metric": "best_ood_valid_token_acc",
+            "grid": {"d_model": [64, 60]},
+        },
+        "grid.d_model=60 (fwd__transformer_seq2seq): ",
+    ),
+    "trial storage under a file": (
+        {**GOOD, "storage": "notes.txt/trials"},
+        "storage: cannot write trial storage in",
+    ),
 }
 
 
@@ -156,15 +245,25 @@ def test_every_value_a_file_gives_is_checked(tmp_path):
         assert line.startswith(f"orchestrator: error: {path}: {reason}"), (name, line)
 
 
-TRAIN_CASES = {"batch_size=0": "batch_size: must be at least 1", "eval_every=0": "eval_every: must be at least 1",
-               "seed=-1": "seed: must be at least 0", "device=tpu": "device: must be auto, cpu, cuda",
-               "n_layers=-2": "n_layers: must be at least 1", "dropout=2": "dropout: must be at least 0 and less than 1",
-               "threads=0": "threads: must be at least 1", "lr=abc": "lr: expected a number",
-               "bf16=maybe": "bf16: must be one of auto, false, true",
-               "lr=[1": "--set 'lr=[1': the value is not YAML", "lr.x=1": "--set 'lr.x=1': lr is", "model=[a]": "model: expected a name",
-               "task_options=5": "task_options: expected a mapping", "lr=null": "lr: expected a number, got null",
-               "lr=.nan": "lr: must be a finite number", "threads=100000000": "threads: must be at least 1 and at most 1024",
-               "batch_size=true": "batch_size: expected a number, got true"}
+TRAIN_CASES = {
+    "batch_size=0": "batch_size: must be at least 1",
+    "eval_every=0": "eval_every: must be at least 1",
+    "seed=-1": "seed: must be at least 0",
+    "device=tpu": "device: must be auto, cpu, cuda",
+    "n_layers=-2": "n_layers: must be at least 1",
+    "dropout=2": "dropout: must be at least 0 and less than 1",
+    "threads=0": "threads: must be at least 1",
+    "lr=abc": "lr: expected a number",
+    "bf16=maybe": "bf16: must be one of auto, false, true",
+    "lr=[1": "--set 'lr=[1': the value is not YAML",
+    "lr.x=1": "--set 'lr.x=1': lr is",
+    "model=[a]": "model: expected a name",
+    "task_options=5": "task_options: expected a mapping",
+    "lr=null": "lr: expected a number, got null",
+    "lr=.nan": "lr: must be a finite number",
+    "threads=100000000": "threads: must be at least 1 and at most 1024",
+    "batch_size=true": "batch_size: expected a number, got true",
+}
 
 
 def test_train_set_gets_the_checks_of_a_launch(tmp_path):
@@ -175,15 +274,24 @@ def test_train_set_gets_the_checks_of_a_launch(tmp_path):
 
 
 # Model values the constructors took and the first step (or never) failed on.
-MODEL_CASES = {("ctl/ndr", "n_layers=0"): "n_layers: must be at least 1", ("ctl/ndr", "ff_multiplier=0"): "ff_multiplier: must be greater than 0",
-               ("ctl/ndr", "gate_bias_init=.nan"): "gate_bias_init: must be a finite number", ("ctl/ndr", "act_threshold=1.5"): "act_threshold: must be",
-               ("copy/panm", "address_bits=200"): "address_bits: must be at least 1 and at most 62", ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0",
-               ("ctl/ndr", "n_layers=null"): "n_layers: expected a number, got null", ("ctl/ndr", "d_model=true"): "d_model: expected a number, got true",
-               # checked by building it: an LSTM of 10^6 layers took minutes and most of the memory, a PANM of 10^6 Mode-2
-               # heads more than 20 s (mutations drew both)
-               ("ctl/lstm", "n_layers=1000000"): "n_layers: must be at least 1 and at most 1000",
-               ("copy/panm", "mode2_heads=1000000"): "mode2_heads: must be at least 0 and at most 1000",
-               ("scan/transformer_enc_dec", "decoder_layers=5000"): "decoder_layers: must be at least 1 and at most 1000"}
+MODEL_CASES = {
+    ("ctl/ndr", "n_layers=0"): "n_layers: must be at least 1",
+    ("ctl/ndr", "ff_multiplier=0"): "ff_multiplier: must be greater than 0",
+    ("ctl/ndr", "gate_bias_init=.nan"): "gate_bias_init: must be a finite number",
+    ("ctl/ndr", "act_threshold=1.5"): "act_threshold: must be",
+    ("copy/panm", "address_bits=200"): "address_bits: must be at least 1 and at most 62",
+    ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0",
+    ("ctl/ndr", "n_layers=null"): "n_layers: expected a number, got null",
+    ("ctl/ndr", "d_model=true"): "d_model: expected a number, got true",
+    # checked by building it: an LSTM of 10^6 layers took minutes and most of the memory, a PANM of 10^6 Mode-2
+    # heads more than 20 s (mutations drew both)
+    ("ctl/lstm", "n_layers=1000000"): "n_layers: must be at least 1 and at most 1000",
+    ("copy/panm", "mode2_heads=1000000"): "mode2_heads: must be at least 0 and at most 1000",
+    (
+        "scan/transformer_enc_dec",
+        "decoder_layers=5000",
+    ): "decoder_layers: must be at least 1 and at most 1000",
+}
 
 
 def test_model_values_no_trial_can_use_are_refused(tmp_path):
@@ -195,13 +303,20 @@ def test_model_values_no_trial_can_use_are_refused(tmp_path):
 def test_yaml_that_pyyaml_lets_through_as_other_errors_is_one_line(tmp_path):
     """A list as a key, nesting past the recursion limit, an integer past Python's digit limit: PyYAML
     raised TypeError, RecursionError and ValueError for these, tracebacks instead of the line."""
-    for name, text in {"list_key": "name: x\n? [a, b]\n: 1\n", "deep": "a: " + "[" * 3000 + "\n",
-                       "long_int": "seed: " + "9" * 5000 + "\n"}.items():
+    for name, text in {
+        "list_key": "name: x\n? [a, b]\n: 1\n",
+        "deep": "a: " + "[" * 3000 + "\n",
+        "long_int": "seed: " + "9" * 5000 + "\n",
+    }.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(text)
         for argv in (["launch", str(path), "--dry-run", "--no-calibrate"], ["train", str(path)]):
             line = refused(tmp_path, argv)
-            assert line.startswith(f"orchestrator: error: {path}") and "malformed YAML" in line, (name, argv, line)
+            assert line.startswith(f"orchestrator: error: {path}") and "malformed YAML" in line, (
+                name,
+                argv,
+                line,
+            )
 
 
 def test_a_trial_files_yaml_error_names_its_line_as_a_launch_files_does(tmp_path):
@@ -209,42 +324,82 @@ def test_a_trial_files_yaml_error_names_its_line_as_a_launch_files_does(tmp_path
     path = tmp_path / "trial.yaml"
     path.write_text("task: ctl\nmodel: [lstm\n")
     for argv in (["launch", str(path), "--dry-run", "--no-calibrate"], ["train", str(path)]):
-        assert refused(tmp_path, argv) == f"orchestrator: error: {path}: line 3: malformed YAML: expected ',' or ']', but got '<stream end>'"
+        assert (
+            refused(tmp_path, argv)
+            == f"orchestrator: error: {path}: line 3: malformed YAML: expected ',' or ']', but got '<stream end>'"
+        )
 
 
 def test_bad_arguments_are_one_line_too(tmp_path):
     """argparse printed its usage before the error: several lines."""
-    for argv in (["list", "zz"], ["launch"], ["frob"], ["train", "ctl/ndr", "--set"], ["status", "--bogus"], ["dashboard", "--port", "99999"]):
+    for argv in (
+        ["list", "zz"],
+        ["launch"],
+        ["frob"],
+        ["train", "ctl/ndr", "--set"],
+        ["status", "--bogus"],
+        ["dashboard", "--port", "99999"],
+    ):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
             cli.main(argv)
         lines = err.getvalue().strip().splitlines()
-        assert exit_.value.code == 2 and len(lines) == 1 and lines[0].startswith("orchestrator") and "error: " in lines[0], (argv, lines)
+        assert (
+            exit_.value.code == 2
+            and len(lines) == 1
+            and lines[0].startswith("orchestrator")
+            and "error: " in lines[0]
+        ), (argv, lines)
 
 
 def test_a_damaged_launch_record_is_one_line_and_does_not_hide_the_others(tmp_path):
     """Its plan too: `status` and `best` read it without parsing the spec, and gave tracebacks."""
     storage = tmp_path / "runs"
-    record = {"launch_id": "x", "experiment": "e", "spec_file": "s.yaml", "spec_text": "", "tracking_uri": "sqlite:///m.db",
-              "parent_run_id": "r"}
+    record = {
+        "launch_id": "x",
+        "experiment": "e",
+        "spec_file": "s.yaml",
+        "spec_text": "",
+        "tracking_uri": "sqlite:///m.db",
+        "parent_run_id": "r",
+    }
     plan = {"metric": "m", "mode": "max", "score": "acc", "ablation": False}
     pair = {"name": "p", "trials": 3, "chance": 0.25, "grid": {}}
-    plans = {"plan_a_list": [], "plan_keys_missing": {"metric": "m"}, "plan_without_mode": {k: v for k, v in plan.items() if k != "mode"} | {"pairs": []},
-             "plan_pairs_wrong": {**plan, "pairs": [{"trials": 3}]},
-             "plan_pair_without_chance": {**plan, "pairs": [{k: v for k, v in pair.items() if k != "chance"}]},
-             "plan_pair_grid_wrong": {**plan, "pairs": [{**pair, "grid": [1]}]}, "plan_score_a_list": {**plan, "pairs": [], "score": []}}
+    plans = {
+        "plan_a_list": [],
+        "plan_keys_missing": {"metric": "m"},
+        "plan_without_mode": {k: v for k, v in plan.items() if k != "mode"} | {"pairs": []},
+        "plan_pairs_wrong": {**plan, "pairs": [{"trials": 3}]},
+        "plan_pair_without_chance": {**plan, "pairs": [{k: v for k, v in pair.items() if k != "chance"}]},
+        "plan_pair_grid_wrong": {**plan, "pairs": [{**pair, "grid": [1]}]},
+        "plan_score_a_list": {**plan, "pairs": [], "score": []},
+    }
     # A field of another type: `"launch_id": 5` was read as a launch the store holds no runs of, and
     # `report` wrote an empty report over the launch's; each of the others was a traceback.
-    retyped = {"launch_id_a_number": {"launch_id": 5}, "experiment_a_number": {"experiment": 7}, "tracking_uri_a_number": {"tracking_uri": 3},
-               "state_a_number": {"state": 7}, "stack_sizes_a_list": {"stack_sizes": [1]}, "regressed_a_list": {"regressed": []},
-               "created_text": {"created": "yesterday"}}
-    damaged = {"not_json": "{", "a_list": "[]", "fields_missing": "{}", "nested_past_the_parser": "[" * 200_000 + "]" * 200_000,
-               **{k: json.dumps({**record, "plan": v}) for k, v in plans.items()}, **{k: json.dumps({**record, **v}) for k, v in retyped.items()}}
+    retyped = {
+        "launch_id_a_number": {"launch_id": 5},
+        "experiment_a_number": {"experiment": 7},
+        "tracking_uri_a_number": {"tracking_uri": 3},
+        "state_a_number": {"state": 7},
+        "stack_sizes_a_list": {"stack_sizes": [1]},
+        "regressed_a_list": {"regressed": []},
+        "created_text": {"created": "yesterday"},
+    }
+    damaged = {
+        "not_json": "{",
+        "a_list": "[]",
+        "fields_missing": "{}",
+        "nested_past_the_parser": "[" * 200_000 + "]" * 200_000,
+        **{k: json.dumps({**record, "plan": v}) for k, v in plans.items()},
+        **{k: json.dumps({**record, **v}) for k, v in retyped.items()},
+    }
     for launch_id, text in damaged.items():
         (storage / launch_id).mkdir(parents=True)
         (storage / launch_id / "launch.json").write_text(text)
         line = refused(tmp_path, ["status", "--storage-path", str(storage), launch_id])
-        assert line.startswith(f"orchestrator: error: {storage / launch_id}/launch.json: not a launch record"), line
+        assert line.startswith(
+            f"orchestrator: error: {storage / launch_id}/launch.json: not a launch record"
+        ), line
         if launch_id.startswith("plan"):
             assert "plan" in line.split("not a launch record", 1)[1], line
             assert refused(tmp_path, ["best", "--storage-path", str(storage), launch_id]) == line
@@ -271,11 +426,15 @@ def test_a_pair_without_a_paper_setting_plans_at_the_trials_default_length(tmp_p
     assert "30,000" in out.getvalue() or "30000" in out.getvalue(), out.getvalue()
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has the GPU the case asks for")
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="this machine has the GPU the case asks for"
+)
 def test_training_on_a_gpu_this_machine_lacks_is_one_line(tmp_path):
     """A GPU launch's best config re-run here (`orchestrator train runs/<launch>/best/<pair>.yaml`) crashed in torch."""
     line = refused(tmp_path, ["train", "ctl/lstm", "--set", "n_iters=2", "--set", "device=cuda"])
-    assert line.startswith("orchestrator: error: ctl/lstm: device: cuda, but torch finds 0 CUDA device(s) here"), line
+    assert line.startswith(
+        "orchestrator: error: ctl/lstm: device: cuda, but torch finds 0 CUDA device(s) here"
+    ), line
 
 
 def test_a_launch_id_in_use_is_refused_not_overwritten(tmp_path):
@@ -284,7 +443,9 @@ def test_a_launch_id_in_use_is_refused_not_overwritten(tmp_path):
     (tmp_path / "runs" / "taken").mkdir(parents=True)
     (tmp_path / "runs" / "taken" / "launch.json").write_text("{}")
     line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate", "--launch-id", "taken"])
-    assert line.startswith("orchestrator: error: --launch-id: launch taken exists in runs; `orchestrator resume taken`"), line
+    assert line.startswith(
+        "orchestrator: error: --launch-id: launch taken exists in runs; `orchestrator resume taken`"
+    ), line
 
 
 def test_accept_writes_launch_json_without_the_stores_password(tmp_path, monkeypatch):
@@ -292,8 +453,18 @@ def test_accept_writes_launch_json_without_the_stores_password(tmp_path, monkeyp
     from orchestrator.record.state import LaunchState
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    night = LaunchState("night-2", tmp_path / "runs" / "night-2", "nightly", "n.yaml", "", "postgresql+psycopg://u:***@127.0.0.1/x", "r",
-                        state="finished", night=1, regressed=True)
+    night = LaunchState(
+        "night-2",
+        tmp_path / "runs" / "night-2",
+        "nightly",
+        "n.yaml",
+        "",
+        "postgresql+psycopg://u:***@127.0.0.1/x",
+        "r",
+        state="finished",
+        night=1,
+        regressed=True,
+    )
     night.dir.mkdir(parents=True)
     night.save()
     code, out, err = run_in(tmp_path, ["accept", "--storage-path", "runs", "night-2"])
@@ -316,7 +487,9 @@ def test_trial_storage_under_home_is_checked_where_the_launch_puts_it(tmp_path, 
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump({**GOOD, "storage": "~/trials"}))
     line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
-    assert line.startswith(f"orchestrator: error: {path}: storage: cannot write trial storage in ~/trials ({tmp_path / 'home_is_a_file'} is not"), line
+    assert line.startswith(
+        f"orchestrator: error: {path}: storage: cannot write trial storage in ~/trials ({tmp_path / 'home_is_a_file'} is not"
+    ), line
 
 
 def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_path, monkeypatch, capsys):
@@ -331,4 +504,5 @@ def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_pat
     monkeypatch.setattr(cli, "cmd_status", unreachable)
     assert cli.main(["status"]) == EXIT_STORE_UNREACHABLE
     assert capsys.readouterr().err.splitlines() == [
-        "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run the command again once the store answers"]
+        "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run the command again once the store answers"
+    ]

@@ -1,23 +1,22 @@
 """Members stacked with torch.func (trainables/batched.py) against separate runs of each member."""
+
 import copy
 import gc
 import weakref
 
 import pytest
 import torch
+from test_train import TINY_BY_KIND, TINY_TASK, TOY, tiny
 from torch.func import functional_call, stack_module_state, vmap
 
 from trainables import batched
 from trainables.batched import Stack, clip_per_member, member_state_dict, train_members, train_seeds
-from trainables.graphs import bucket_widths
-from trainables.models import BATCHABLE_MODELS, batchable
 from trainables.config import parse_trial_config
-from trainables.models import build_model
+from trainables.graphs import bucket_widths
+from trainables.kinds import SET_REGRESSION, VISUAL_QUESTION_ANSWERING
+from trainables.models import BATCHABLE_MODELS, batchable, build_model
 from trainables.tasks import load_task
 from trainables.train import train
-
-from test_train import TINY_BY_KIND, TINY_TASK, TOY, tiny
-from trainables.kinds import SET_REGRESSION, VISUAL_QUESTION_ANSWERING
 
 NO_DROPOUT = {"dropout": 0.0, "query_dropout": 0.0}
 
@@ -48,8 +47,18 @@ def test_batched_seeds_equal_separate_runs(model):
 def test_batched_set_regression_equals_separate_runs():
     """The Compositional Attention paper's set layer (Table 6's retrieval ablation)."""
     task, options = TINY_BY_KIND[SET_REGRESSION]
-    flat = {"task": task, "model": "transformer_compositional", "task_options": options, "n_iters": 12, "eval_every": 6,
-            "batch_size": 16, "lr": 1e-3, "d_model": 16, "n_heads": 2, "n_retrievals": 2}
+    flat = {
+        "task": task,
+        "model": "transformer_compositional",
+        "task_options": options,
+        "n_iters": 12,
+        "eval_every": 6,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "d_model": 16,
+        "n_heads": 2,
+        "n_retrievals": 2,
+    }
     batched = train_seeds(parse_trial_config(flat), [1, 2], log=None)
     for seed in (1, 2):
         close(train(parse_trial_config({**flat, "seed": seed}), log=None), batched[seed])
@@ -59,9 +68,22 @@ def test_batched_set_regression_equals_separate_runs():
 def test_batched_sort_of_clevr_equals_separate_runs(retrieval_scores):
     """The Compositional Attention paper's Sort-of-CLEVR model: a convolution, pre-norm layers."""
     task, options = TINY_BY_KIND[VISUAL_QUESTION_ANSWERING]
-    flat = {"task": task, "model": "transformer_compositional", "task_options": options, "n_iters": 12, "eval_every": 6,
-            "batch_size": 16, "lr": 1e-3, "d_model": 16, "n_heads": 2, "n_layers": 2, "n_retrievals": 2, "retrieval_dim": 4,
-            "retrieval_scores": retrieval_scores, **NO_DROPOUT}
+    flat = {
+        "task": task,
+        "model": "transformer_compositional",
+        "task_options": options,
+        "n_iters": 12,
+        "eval_every": 6,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "d_model": 16,
+        "n_heads": 2,
+        "n_layers": 2,
+        "n_retrievals": 2,
+        "retrieval_dim": 4,
+        "retrieval_scores": retrieval_scores,
+        **NO_DROPOUT,
+    }
     batched = train_seeds(parse_trial_config(flat), [1, 2], log=None)
     for seed in (1, 2):
         close(train(parse_trial_config({**flat, "seed": seed}), log=None), batched[seed])
@@ -72,13 +94,23 @@ def test_members_with_their_own_learning_rate_decay_and_clipping_equal_separate_
     """One stack of members that differ in seed, learning rate, weight decay and gradient clipping:
     each equals the run of its own config alone (the issue's "a stacked group with different
     learning rates / weight decays equals separate runs")."""
-    members = [{"seed": 0, "lr": 1e-3, "weight_decay": 0.0, "grad_clip": 5.0},
-               {"seed": 0, "lr": 3e-3, "weight_decay": 0.1, "grad_clip": 0.05},
-               {"seed": 2, "lr": 3e-4, "weight_decay": 0.01, "grad_clip": None}]
-    cfg = tiny("transformer_rel", optimizer=optimizer, momentum=0.9 if optimizer == "rmsprop" else 0.0, **NO_DROPOUT)
+    members = [
+        {"seed": 0, "lr": 1e-3, "weight_decay": 0.0, "grad_clip": 5.0},
+        {"seed": 0, "lr": 3e-3, "weight_decay": 0.1, "grad_clip": 0.05},
+        {"seed": 2, "lr": 3e-4, "weight_decay": 0.01, "grad_clip": None},
+    ]
+    cfg = tiny(
+        "transformer_rel", optimizer=optimizer, momentum=0.9 if optimizer == "rmsprop" else 0.0, **NO_DROPOUT
+    )
     stacked = train_members(cfg, members, log=None)
     for member, metrics in zip(members, stacked):
-        close(train(tiny("transformer_rel", optimizer=optimizer, momentum=cfg.momentum, **member, **NO_DROPOUT), log=None), metrics)
+        close(
+            train(
+                tiny("transformer_rel", optimizer=optimizer, momentum=cfg.momentum, **member, **NO_DROPOUT),
+                log=None,
+            ),
+            metrics,
+        )
     assert len({m["loss"] for m in stacked}) == len(members)
 
 
@@ -90,8 +122,12 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3, "weight_decay": 0.1}]
     eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
     still_compiled = []
-    compiled = train_members(tiny("ndr", compile=True, **NO_DROPOUT), members, log=None,
-                             report=lambda metrics, state, compiled: still_compiled.append(compiled))
+    compiled = train_members(
+        tiny("ndr", compile=True, **NO_DROPOUT),
+        members,
+        log=None,
+        report=lambda metrics, state, compiled: still_compiled.append(compiled),
+    )
     assert still_compiled == [True, True]
     for a, b in zip(eager, compiled):
         assert b["loss"] == pytest.approx(a["loss"], rel=0.01)
@@ -107,7 +143,11 @@ def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process(fres
     members = [{"seed": 0}, {"seed": 1}]
     with torch._dynamo.config.patch(recompile_limit=1):
         for compiled, d_model in enumerate((16, 32), start=1):
-            results = train_members(tiny("ndr", compile=True, d_model=d_model, n_iters=2, eval_every=2, **NO_DROPOUT), members, log=None)
+            results = train_members(
+                tiny("ndr", compile=True, d_model=d_model, n_iters=2, eval_every=2, **NO_DROPOUT),
+                members,
+                log=None,
+            )
             assert [r["status"] for r in results] == ["completed"] * 2
             assert fresh_compiles() == compiled
 
@@ -118,7 +158,9 @@ def test_compiled_stacks_of_other_rates_share_their_compiled_step(fresh_compiles
     two or three trials. Rates live in tensors in every compiled stack."""
     members = [{"seed": 0}, {"seed": 1}]  # the same batches, so the same widths, in both
     for rates in ({"dropout": 0.1, "gate_drop": 0.1}, {"dropout": 0.3, "gate_drop": 0.0}):
-        results = train_members(tiny("ndr", compile=True, n_iters=2, eval_every=2, **rates), members, log=None)
+        results = train_members(
+            tiny("ndr", compile=True, n_iters=2, eval_every=2, **rates), members, log=None
+        )
         assert [r["status"] for r in results] == ["completed"] * 2
         assert fresh_compiles() == 1
 
@@ -151,15 +193,25 @@ def test_a_compiled_stack_pads_its_batches_to_a_few_widths():
     """Compiled code is compiled once per shape. A stack compiled without a CUDA graph (on a CPU,
     under a cosine schedule, with cuda_graphs: false) took each batch at its own width: the
     authors' length-bucketed batches, one width after another, compiled the step at each."""
-    deeper = {"task_options": {**TINY_TASK, "train_depths": [1, 6], "ood_valid_depths": [7, 7], "test_depths": [8, 8]},
-              "length_bucketed": True, "batch_size": 4}
+    deeper = {
+        "task_options": {
+            **TINY_TASK,
+            "train_depths": [1, 6],
+            "ood_valid_depths": [7, 7],
+            "test_depths": [8, 8],
+        },
+        "length_bucketed": True,
+        "batch_size": 4,
+    }
     cfg = tiny("ndr", compile=True, **deeper)
     task = load_task(cfg.task, cfg.task_options)
     stack = Stack(cfg, [{"seed": 0}, {"seed": 1}], task, torch.device("cpu"), log=None)
     widths = {stack.next_batch()["tokens"].shape[-1] for _ in range(50)}
     assert widths <= set(bucket_widths(task.splits["train"].arrays["tokens"].shape[1]))
     unbucketed = Stack(tiny("ndr", **deeper), [{"seed": 0}, {"seed": 1}], task, torch.device("cpu"), log=None)
-    assert len({unbucketed.next_batch()["tokens"].shape[-1] for _ in range(50)}) > len(widths)  # what it would have compiled
+    assert len({unbucketed.next_batch()["tokens"].shape[-1] for _ in range(50)}) > len(
+        widths
+    )  # what it would have compiled
 
 
 INDUCTOR_ERROR = "expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ..."  # the GPU's, abridged
@@ -179,12 +231,15 @@ class FailsBackward(torch.autograd.Function):
 
 def compile_that_fails(where: str):
     """A torch.compile whose compiled function fails in its forward or in its backward."""
+
     def compile(fn, **_):
         def run(*args):
             if where == "forward":
                 raise AssertionError(INDUCTOR_ERROR)
             return FailsBackward.apply(fn(*args))
+
         return run
+
     return compile
 
 
@@ -196,28 +251,46 @@ def test_a_compiled_step_that_fails_leaves_an_auto_compiled_stack_training_uncom
     from trainables.config import TrainConfig
 
     settled = TrainConfig.settled
-    monkeypatch.setattr(TrainConfig, "settled", lambda self, device_type, members=1: settled(self, "cuda", members))
+    monkeypatch.setattr(
+        TrainConfig, "settled", lambda self, device_type, members=1: settled(self, "cuda", members)
+    )
     members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]
     eager = train_members(tiny("ndr", **NO_DROPOUT), members, log=None)
     monkeypatch.setattr(torch, "compile", compile_that_fails(where))
     lines = []
     still_compiled, states = [], []  # what each evaluation reports: the launch tags the trial's runs with it
-    failed_over = train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=lines.append,
-                                report=lambda metrics, state, compiled: (still_compiled.append(compiled), states.append(state())))
+    failed_over = train_members(
+        tiny("ndr", compile="auto", **NO_DROPOUT),
+        members,
+        log=lines.append,
+        report=lambda metrics, state, compiled: (still_compiled.append(compiled), states.append(state())),
+    )
     assert still_compiled == [False, False]
     # Restored from a checkpoint, it trains uncompiled from the start, as it did before.
     restored_lines = []
-    train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=restored_lines.append, resume_state=states[0],
-                  report=lambda metrics, state, compiled: still_compiled.append(compiled))
+    train_members(
+        tiny("ndr", compile="auto", **NO_DROPOUT),
+        members,
+        log=restored_lines.append,
+        resume_state=states[0],
+        report=lambda metrics, state, compiled: still_compiled.append(compiled),
+    )
     assert [line for line in restored_lines if "compiled step failed" in line] == [
-        "[ctl/ndr] its compiled step failed before the checkpoint; training on uncompiled"]
+        "[ctl/ndr] its compiled step failed before the checkpoint; training on uncompiled"
+    ]
     assert still_compiled[2:] == [False]
     for a, b in zip(eager, failed_over):
         close(a, b)
-    assert any("parameters each on cpu, compiled;" in line for line in lines)  # what compile and bf16 resolved to
+    assert any(
+        "parameters each on cpu, compiled;" in line for line in lines
+    )  # what compile and bf16 resolved to
     said = [line for line in lines if "compiled step failed" in line]
-    assert said == ["[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at dim=0); training on uncompiled"]
-    with pytest.warns(UserWarning, match="compiled step failed"):  # where the trial logs nothing, as a launch's do
+    assert said == [
+        "[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at dim=0); training on uncompiled"
+    ]
+    with pytest.warns(
+        UserWarning, match="compiled step failed"
+    ):  # where the trial logs nothing, as a launch's do
         train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members, log=None)
     lines.clear()
     train_members(tiny("ndr", compile="auto", **NO_DROPOUT), members[:1], log=lines.append)
@@ -236,11 +309,17 @@ def test_a_cosine_schedule_stacked_equals_separate_runs():
     optimizer's own) and members with their own lr (scaled after the step) each equal their run
     alone, which a constant rate does not."""
     cosine = dict(optimizer="adamw", lr_schedule="cosine", **NO_DROPOUT)
-    for members in ([{"seed": 0}, {"seed": 1}], [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 4e-3, "weight_decay": 0.1}]):
+    for members in (
+        [{"seed": 0}, {"seed": 1}],
+        [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 4e-3, "weight_decay": 0.1}],
+    ):
         stacked = train_members(tiny("transformer_rel", **cosine), members, log=None)
         for member, metrics in zip(members, stacked):
             close(train(tiny("transformer_rel", **{**cosine, **member}), log=None), metrics)
-    constant = train(tiny("transformer_rel", **{**cosine, "lr_schedule": "constant"}, seed=1, lr=4e-3, weight_decay=0.1), log=None)
+    constant = train(
+        tiny("transformer_rel", **{**cosine, "lr_schedule": "constant"}, seed=1, lr=4e-3, weight_decay=0.1),
+        log=None,
+    )
     assert constant["loss"] != pytest.approx(stacked[1]["loss"], rel=1e-4)
 
 
@@ -260,7 +339,9 @@ def test_each_seed_draws_its_own_dropout():
 
     def run(training: bool) -> torch.Tensor:
         skeleton.train(training)
-        return vmap(lambda p, b: functional_call(skeleton, (p, b), (tokens, lengths)), randomness="different")(params, buffers)
+        return vmap(
+            lambda p, b: functional_call(skeleton, (p, b), (tokens, lengths)), randomness="different"
+        )(params, buffers)
 
     trained = run(True)
     assert not torch.allclose(trained[0], trained[1])
@@ -292,7 +373,12 @@ def test_clipping_is_each_members_own(by):
 def test_resume_from_a_batched_snapshot_continues_exactly():
     states = {}
     cfg = tiny("transformer_rel", length_bucketed=True)
-    full = train_seeds(cfg, [0, 1], report=lambda metrics, state, compiled: states.setdefault(metrics[0]["iteration"], state()), log=None)
+    full = train_seeds(
+        cfg,
+        [0, 1],
+        report=lambda metrics, state, compiled: states.setdefault(metrics[0]["iteration"], state()),
+        log=None,
+    )
     resumed = train_seeds(cfg, [0, 1], resume_state=states[6], log=None)
     for seed in (0, 1):
         assert resumed[seed]["loss"] == pytest.approx(full[seed]["loss"], rel=1e-5)
@@ -341,13 +427,18 @@ def test_a_diverged_seed_stops_alone():
     assert final[0]["status"] == "completed" and final[0]["iteration"] == 12
     assert [r[0]["iteration"] for r in reports] == [4, 8, 12]
     resumed = train_seeds(cfg, [0, 1], resume_state=states[8], log=None)
-    assert (resumed[1]["status"], resumed[1]["iteration"]) == ("diverged", 4) and resumed[0]["status"] == "completed"
+    assert (resumed[1]["status"], resumed[1]["iteration"]) == ("diverged", 4) and resumed[0][
+        "status"
+    ] == "completed"
 
 
-@pytest.mark.parametrize("flat, reason", [
-    ({"model": "lstm"}, "host-side control flow"),
-    ({"model": "ndr", "act": "graves"}, "adaptive computation time"),
-])
+@pytest.mark.parametrize(
+    "flat, reason",
+    [
+        ({"model": "lstm"}, "host-side control flow"),
+        ({"model": "ndr", "act": "graves"}, "adaptive computation time"),
+    ],
+)
 def test_models_that_cannot_be_batched_say_why(flat, reason):
     assert reason in batchable(flat)
     with pytest.raises(ValueError, match=reason):
@@ -393,17 +484,27 @@ def test_a_groups_throughput_counts_the_stack_of_its_rest():
             stacks[-1] += 1
         return members / sum(n / rate_at(curve, n) for n in stacks)
 
-    curves = [[(1, 46.7), (2, 79.0), (4, 132.4), (5, 134.9)], [(1, 9.0), (2, 17.5), (4, 33.0), (8, 60.0), (16, 64.0), (20, 66.0)]]
+    curves = [
+        [(1, 46.7), (2, 79.0), (4, 132.4), (5, 134.9)],
+        [(1, 9.0), (2, 17.5), (4, 33.0), (8, 60.0), (16, 64.0), (20, 66.0)],
+    ]
     for curve in curves:
         for members in (5, 7, 20, 23):
             for size, _ in curve:
                 assert group_rate(curve, members, size) == pytest.approx(slow(curve, members, size))
     # NDR on CTL backward, measured in a launch on an H100: three and two would take 45% longer than five
     assert knee(curves[0], members=5) == 5 and knee(curves[0], members=8) == 4
-    assert stack_cuts(5, 4) == [3, 2] and stack_cuts(9, 4) == [4, 3, 2] and stack_cuts(5, 2) == [2, 2, 1] and stack_cuts(4, 4) == [4]
+    assert (
+        stack_cuts(5, 4) == [3, 2]
+        and stack_cuts(9, 4) == [4, 3, 2]
+        and stack_cuts(5, 2) == [2, 2, 1]
+        and stack_cuts(4, 4) == [4]
+    )
 
 
-@pytest.mark.parametrize("model, rates", [("transformer_rel", {"dropout": 0.3, "query_dropout": 0.2}), ("ndr", {"gate_drop": 0.4})])
+@pytest.mark.parametrize(
+    "model, rates", [("transformer_rel", {"dropout": 0.3, "query_dropout": 0.2}), ("ndr", {"gate_drop": 0.4})]
+)
 def test_each_member_drops_at_its_own_rate(model, rates):
     """Members that differ only in dropout (or gate-drop) rates share a stack: the member at rate 0
     equals its run alone, with no dropout at all; the member beside it in the same stack does drop."""

@@ -3,6 +3,7 @@ cluster with PostgreSQL tracking through a driver SIGKILL, a Ctrl-C, a worker no
 terminated database connections, each followed by what a user would do; its audit of MLflow,
 Optuna, the checkpoints and the console must count zero everywhere. The full soak (60 trials, an
 outage longer than the retries) is run by hand: see docs/measurements.md."""
+
 import re
 import subprocess
 import sys
@@ -15,7 +16,11 @@ pytestmark = pytest.mark.slow
 
 def test_short_chaos_soak_audits_clean():
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "chaos.py"
-    out = subprocess.run([sys.executable, str(script), "--short", "--seed", "11"], capture_output=True, text=True, timeout=1200)
+    out = subprocess.run(
+        [sys.executable, str(script), "--short", "--seed", "11"], capture_output=True, text=True, timeout=1200
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "console lines not ours           0" in out.stdout and "faults not fired" in out.stdout
-    assert re.search(r"^  faults not fired +\d+$", out.stdout, re.M), out.stdout[-2000:]  # counted, not just named
+    assert re.search(r"^  faults not fired +\d+$", out.stdout, re.M), out.stdout[
+        -2000:
+    ]  # counted, not just named

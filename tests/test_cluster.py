@@ -1,6 +1,7 @@
 """A real multi-node Ray cluster on this machine, and faults caused for real: a worker node that
 cannot see the driver's disk, a node killed mid-trial, a driver killed the moment a checkpoint is
 pruned, SIGINT to a launch, PostgreSQL connections terminated mid-launch (the nodes: tests/nodes.py)."""
+
 import json
 import os
 import shutil
@@ -14,13 +15,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from nodes import RAY, Cluster, free_port
 from test_service import foreign_lines, optuna_trial_states, orchestrator, spec, trial_runs
 
 pytestmark = pytest.mark.slow
 
-S3_ENV = {"AWS_ACCESS_KEY_ID": "sysgen-test", "AWS_SECRET_ACCESS_KEY": "sysgen-test-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "sysgen-test",
+    "AWS_SECRET_ACCESS_KEY": "sysgen-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @pytest.fixture
@@ -35,8 +39,14 @@ def popen_launch(*args, cwd, env):
     a pipe nobody reads while the test waits would fill up and stall it."""
     log = Path(cwd) / f"driver-{uuid.uuid4().hex[:6]}.log"
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
-                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", *args],
+            cwd=cwd,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     process.log = log
     return process
 
@@ -93,7 +103,11 @@ def check_complete(uri: str, path: Path, trials: int, n_iters: int, eval_every: 
         assert run.data.tags["trial_status"] == "completed", run.data.tags
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")]
         assert steps == list(range(eval_every, n_iters + 1, eval_every)), steps
-    states = optuna_trial_states(uri.rsplit(".", 1)[0] + ".optuna.db", experiment) if uri.startswith("sqlite") else None
+    states = (
+        optuna_trial_states(uri.rsplit(".", 1)[0] + ".optuna.db", experiment)
+        if uri.startswith("sqlite")
+        else None
+    )
     if states is not None:
         assert all(s == "COMPLETE" for pair in states.values() for s in pair), states
     return children
@@ -110,7 +124,20 @@ def cluster_with_a_blind_node(tmp_path, cluster) -> tuple[Path, str, Path]:
     runs.mkdir()
     cluster.worker(hide=runs)  # the second "machine" sees an empty folder there
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    return runs, uri, spec(tmp_path, uri, trials=3, concurrent=2, n_iters=STORAGE_ITERS, eval_every=STORAGE_EVERY, cpu=1, models=("ndr",))
+    return (
+        runs,
+        uri,
+        spec(
+            tmp_path,
+            uri,
+            trials=3,
+            concurrent=2,
+            n_iters=STORAGE_ITERS,
+            eval_every=STORAGE_EVERY,
+            cpu=1,
+            models=("ndr",),
+        ),
+    )
 
 
 MEASURED_TWICE = """
@@ -133,8 +160,14 @@ def test_a_measurement_given_a_gpu_runs_in_a_worker_process_of_its_own(cluster):
     a measurement's worker stayed for the next task, holding its CUDA context and memory on the GPU the trials train
     on (and the device it started with). A GPU declared to Ray here: none is touched."""
     cluster.start(f"--address={cluster.address}", "--num-cpus=1", "--num-gpus=1")
-    done = subprocess.run([sys.executable, "-c", MEASURED_TWICE, cluster.address], env=cluster.env, cwd=Path(__file__).parent.parent,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURED_TWICE, cluster.address],
+        env=cluster.env,
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = done.stdout.split()
     assert first != second
@@ -151,14 +184,34 @@ def test_a_driver_must_run_on_a_node_of_the_cluster(tmp_path, cluster):
     path = spec(tmp_path, uri, trials=2, concurrent=1, n_iters=20, eval_every=10, cpu=1)
     elsewhere = ["unshare", "--pid", "--fork", "--mount-proc"]
     command = f"{sys.executable} -m orchestrator.cli launch {path} --address {cluster.address}"
-    refused = subprocess.run([*elsewhere, "sh", "-c", command], cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [*elsewhere, "sh", "-c", command],
+        cwd=tmp_path,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert refused.stderr.strip() == (f"orchestrator: error: --address: this machine is not a node of the Ray cluster at {cluster.address}, "
-                                      f"and a driver runs on one: join it first with `ray start --address {cluster.address} --num-cpus=0` "
-                                      "(trials never run there; deploy/README.md)")
+    assert refused.stderr.strip() == (
+        f"orchestrator: error: --address: this machine is not a node of the Ray cluster at {cluster.address}, "
+        f"and a driver runs on one: join it first with `ray start --address {cluster.address} --num-cpus=0` "
+        "(trials never run there; deploy/README.md)"
+    )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
-    joined = subprocess.run([*elsewhere, "sh", "-c", f"{RAY} start --address {cluster.address} --num-cpus=0 --num-gpus=0 > /dev/null && {command}"],
-                            cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=600)
+    joined = subprocess.run(
+        [
+            *elsewhere,
+            "sh",
+            "-c",
+            f"{RAY} start --address {cluster.address} --num-cpus=0 --num-gpus=0 > /dev/null && {command}",
+        ],
+        cwd=tmp_path,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert joined.returncode == 0, (joined.stdout + joined.stderr)[-3000:]
     check_complete(uri, path, trials=2, n_iters=20, eval_every=10)
 
@@ -169,10 +222,16 @@ def test_storage_every_node_must_see(tmp_path, cluster, monkeypatch):
     carries a launch through SIGINT and resume to the end."""
     runs, uri, path = cluster_with_a_blind_node(tmp_path, cluster)
     n_iters, every = STORAGE_ITERS, STORAGE_EVERY
-    refused = orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env, check=False)
+    refused = orchestrator(
+        "launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env, check=False
+    )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     [line] = [l for l in refused.stderr.splitlines() if l.startswith("orchestrator:")]
-    assert line.startswith(f"orchestrator: error: {path}: storage: node ") and "cannot see" in line and "deploy/README.md" in line
+    assert (
+        line.startswith(f"orchestrator: error: {path}: storage: node ")
+        and "cannot see" in line
+        and "deploy/README.md" in line
+    )
     assert list(runs.iterdir()) == []  # no launch folder, no marker left behind
     assert not (tmp_path / "mlflow.db").exists()  # nor a store
 
@@ -180,21 +239,42 @@ def test_storage_every_node_must_see(tmp_path, cluster, monkeypatch):
     import pyarrow.fs
 
     port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=cluster.env)
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=cluster.env,
+    )
     try:
-        for key, value in S3_ENV.items():  # this process's S3 clients read them; later tests of the worker must not
+        for (
+            key,
+            value,
+        ) in S3_ENV.items():  # this process's S3 clients read them; later tests of the worker must not
             monkeypatch.setenv(key, value)
         deadline = time.time() + 120  # the server imports for seconds, longer on loaded cores
         while True:
             try:
-                pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True).create_dir("ckpt")
+                pyarrow.fs.S3FileSystem(
+                    endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
+                ).create_dir("ckpt")
                 break
             except OSError:
-                assert time.time() < deadline and server.poll() is None, "the object-store server did not answer"
+                assert time.time() < deadline and server.poll() is None, (
+                    "the object-store server did not answer"
+                )
                 time.sleep(0.2)
-        s3 = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=n_iters, eval_every=every, cpu=1, models=("ndr",),
-                  storage={"uri": "s3://ckpt/sweeps", "endpoint": f"http://127.0.0.1:{port}"})
+        s3 = spec(
+            tmp_path,
+            uri,
+            trials=3,
+            concurrent=2,
+            n_iters=n_iters,
+            eval_every=every,
+            cpu=1,
+            models=("ndr",),
+            storage={"uri": "s3://ckpt/sweeps", "endpoint": f"http://127.0.0.1:{port}"},
+        )
         driver = popen_launch("launch", str(s3), "--address", cluster.address, cwd=tmp_path, env=cluster.env)
         fs = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http")
         wait_for_checkpoint(None, driver, fs=fs, path="ckpt/sweeps")
@@ -214,10 +294,21 @@ def test_a_trial_no_node_can_hold_is_refused(tmp_path, cluster):
     line naming the key, before a launch folder or a store exists."""
     cluster.worker()
     path = spec(tmp_path, f"sqlite:///{tmp_path}/mlflow.db", trials=1, concurrent=1, cpu=2)
-    out = orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env, check=False, timeout=120)
+    out = orchestrator(
+        "launch",
+        str(path),
+        "--address",
+        cluster.address,
+        cwd=tmp_path,
+        env_extra=cluster.env,
+        check=False,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
-    assert out.stderr.strip() == (f"orchestrator: error: {path}: resources.cpu: a trial asks for 2 CPU; no node of the cluster has that "
-                                  "much (the most on one node: 1)")
+    assert out.stderr.strip() == (
+        f"orchestrator: error: {path}: resources.cpu: a trial asks for 2 CPU; no node of the cluster has that "
+        "much (the most on one node: 1)"
+    )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
@@ -229,14 +320,25 @@ def test_storage_on_a_path_every_node_sees(tmp_path, cluster):
     n_iters, every = STORAGE_ITERS, STORAGE_EVERY
     shared = Path(tempfile.mkdtemp(prefix="sysgen-shared-", dir="/tmp"))  # outside the hidden folder
     try:
-        driver = popen_launch("launch", str(path), "--address", cluster.address, "--storage", str(shared), cwd=tmp_path, env=cluster.env)
+        driver = popen_launch(
+            "launch",
+            str(path),
+            "--address",
+            cluster.address,
+            "--storage",
+            str(shared),
+            cwd=tmp_path,
+            env=cluster.env,
+        )
         wait_for_checkpoint(shared, driver)
         out = interrupt_then_resume(driver, tmp_path, cluster.env, cluster.address)
         assert "resuming from" in out
         children = check_complete(uri, path, trials=3, n_iters=n_iters, eval_every=every)
         assert len({r.data.tags["node_id"] for r in children}) == 2  # both nodes ran trials
         launch_id = next(runs.glob("*/launch.json")).parent.name
-        assert len(list((shared / launch_id / "tune").glob("tiny__ndr_*/checkpoint_*"))) == 3  # the last of each trial
+        assert (
+            len(list((shared / launch_id / "tune").glob("tiny__ndr_*/checkpoint_*"))) == 3
+        )  # the last of each trial
         assert not list(runs.glob("*/tune"))
     finally:
         shutil.rmtree(shared, ignore_errors=True)
@@ -260,7 +362,11 @@ def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
     assert driver.returncode == 0, out[-3000:]
     assert "restarting it from its last checkpoint" in out
     # The failure in our words; of Ray's, only its notice that the node was marked dead (and why).
-    assert [line for line in foreign_lines(out, path) if "(raylet)" not in line and "raylet has lagging heartbeats" not in line] == [], out[-3000:]
+    assert [
+        line
+        for line in foreign_lines(out, path)
+        if "(raylet)" not in line and "raylet has lagging heartbeats" not in line
+    ] == [], out[-3000:]
     [run] = check_complete(uri, path, trials=1, n_iters=n_iters, eval_every=every)
     assert run.data.tags["node_id"] != before.data.tags["node_id"]  # finished elsewhere
 
@@ -308,8 +414,16 @@ def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
     n_iters, every = 600, 50
     # One trial at a time: two at once, the third starts as the first ends, and the second may end
     # or not before Ctrl-C (CI saw "1 of 3", rightly): the count is the test, not the race.
-    path = spec(tmp_path, uri, trials=3, concurrent=1, n_iters=n_iters, eval_every=every, models=("lstm",),
-                space={"lr": {"loguniform": [1e-4, 1e-3]}})
+    path = spec(
+        tmp_path,
+        uri,
+        trials=3,
+        concurrent=1,
+        n_iters=n_iters,
+        eval_every=every,
+        models=("lstm",),
+        space={"lr": {"loguniform": [1e-4, 1e-3]}},
+    )
     driver = popen_launch("launch", str(path), cwd=tmp_path, env=os.environ)
     wait_for_line(driver, "trial 3/3] it ")
     # Pressed again and again until the driver has exited: every moment of the stop, the exit's
@@ -320,7 +434,9 @@ def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
         time.sleep(0.1)
     out = finish(driver, timeout=10)
     assert driver.returncode == 130, out[-3000:]
-    assert "[launch] interrupted with 2 of 3 runs ended; nothing is lost: orchestrator resume" in out, out[-3000:]
+    assert "[launch] interrupted with 2 of 3 runs ended; nothing is lost: orchestrator resume" in out, out[
+        -3000:
+    ]
     assert foreign_lines(out, path) == [], out[-3000:]
     launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
     assert json.loads((launch_dir / "launch.json").read_text())["state"] == "interrupted"
@@ -328,8 +444,13 @@ def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
     _, [parent], children = trial_runs(uri, experiment)
     assert parent.info.status == "KILLED" and parent.data.tags["launch_status"] == "interrupted"
     assert sorted((r.data.tags["trial_status"], r.info.status) for r in children) == [
-        ("completed", "FINISHED"), ("completed", "FINISHED"), ("interrupted", "KILLED")]
-    best_before = max(r.data.metrics["best_ood_valid_acc"] for r in children if r.data.tags["trial_status"] == "completed")
+        ("completed", "FINISHED"),
+        ("completed", "FINISHED"),
+        ("interrupted", "KILLED"),
+    ]
+    best_before = max(
+        r.data.metrics["best_ood_valid_acc"] for r in children if r.data.tags["trial_status"] == "completed"
+    )
 
     done = orchestrator("resume", str(launch_dir), cwd=tmp_path)
     resumed = done.stdout
@@ -380,7 +501,9 @@ def test_launch_survives_postgresql_dropping_its_connections(tmp_path, postgres_
     wait_for_checkpoint(tmp_path / "runs", driver)
     terminated = busy = 0
     while driver.poll() is None:
-        cut = postgres_database.admin.execute("SELECT pg_terminate_backend(pid), state FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+        cut = postgres_database.admin.execute(
+            "SELECT pg_terminate_backend(pid), state FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchall()
         terminated += len(cut)
         busy += sum(state != "idle" for _, state in cut)
         time.sleep(0.2)
@@ -397,7 +520,9 @@ def test_launch_survives_postgresql_dropping_its_connections(tmp_path, postgres_
 
 
 @pytest.mark.long  # 165 s in CI; test_launch_survives_postgresql_dropping_its_connections causes the store's faults by default
-def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(tmp_path, postgres_database):
+def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(
+    tmp_path, postgres_database
+):
     """The database refuses every connection for longer than the store retries (about 31 s): the
     driver stops with one line naming the store and the resume command (exit status 4), leaving
     the launch `failed`. A resume whose database goes as Tune reads its state back stops so too
@@ -411,13 +536,17 @@ def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_lin
     wait_for_checkpoint(tmp_path / "runs", driver)
     admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
     while driver.poll() is None:  # connections opened before the switch go too
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
+        )
         time.sleep(1)
     out = finish(driver)
     assert driver.returncode == 4, out[-3000:]  # not 1: a nightly reads that as a regression
     assert foreign_lines(out, path) == [], out[-3000:]
     error = [line for line in out.splitlines() if line.startswith("orchestrator: error: ")]
-    assert len(error) == 1 and " unreachable for " in error[0] and "orchestrator resume " in error[0], out[-3000:]
+    assert len(error) == 1 and " unreachable for " in error[0] and "orchestrator resume " in error[0], out[
+        -3000:
+    ]
     launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
     assert json.loads((launch_dir / "launch.json").read_text())["state"] == "failed"
     admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
@@ -428,7 +557,9 @@ def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_lin
         time.sleep(0.02)
     admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
     while driver.poll() is None:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
+        )
         time.sleep(1)
     out = finish(driver)
     assert driver.returncode == 4 and foreign_lines(out, path) == [], out[-3000:]
@@ -447,21 +578,46 @@ def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_p
     CPU's, which is what this test can run; the path is the GPU one."""
     cluster.start(f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    path = spec(tmp_path, uri, trials=4, concurrent=1, n_iters=20, eval_every=10, models=("transformer",),
-                tasks=[{"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}],
-                metric="best_ood_valid_l1", mode="min", space={"lr": {"loguniform": [1e-4, 1e-2]}},
-                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, resources={"cpu": 1, "gpu": 1})
+    path = spec(
+        tmp_path,
+        uri,
+        trials=4,
+        concurrent=1,
+        n_iters=20,
+        eval_every=10,
+        models=("transformer",),
+        tasks=[
+            {"task": "contextual_retrieval", "variant": "cr", "options": {"train_size": 300, "eval_size": 30}}
+        ],
+        metric="best_ood_valid_l1",
+        mode="min",
+        space={"lr": {"loguniform": [1e-4, 1e-2]}},
+        fixed={"batch_size": 16, "d_model": 16, "n_heads": 2},
+        resources={"cpu": 1, "gpu": 1},
+    )
     out = orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env)
     launch = json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())
     size = launch["stack_sizes"]["cr__transformer"]
     assert launch["batch_seeds"] is True and size in (1, 2, 4)
     # The declared GPU's node has this machine's CPU build of torch: said once, before the trials.
-    assert sum("finds no CUDA (a CPU-only build): trials that hold a GPU there train on its CPU" in line for line in out.stdout.splitlines()) == 1
-    assert f"[launch] stack size of cr__transformer: {size}, where the member-steps/s of its 4 members (a stack of the rest included) level off (1: " in out.stdout
+    assert (
+        sum(
+            "finds no CUDA (a CPU-only build): trials that hold a GPU there train on its CPU" in line
+            for line in out.stdout.splitlines()
+        )
+        == 1
+    )
+    assert (
+        f"[launch] stack size of cr__transformer: {size}, where the member-steps/s of its 4 members (a stack of the rest included) level off (1: "
+        in out.stdout
+    )
     experiment = yaml.safe_load(path.read_text())["name"]
     _, _, runs = trial_runs(uri, experiment)
     assert len(runs) == 4 and len({r.data.tags["trial_id"] for r in runs}) == -(-4 // size)
-    assert sorted(optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["cr__transformer"]) == ["COMPLETE"] * 4
+    assert (
+        sorted(optuna_trial_states(f"sqlite:///{tmp_path}/mlflow.optuna.db", experiment)["cr__transformer"])
+        == ["COMPLETE"] * 4
+    )
 
 
 @pytest.mark.long  # its parts have fast tests (test_spec); this one checks that Ray honours each pair's request
@@ -471,15 +627,29 @@ def test_each_pair_asks_for_its_own_share_of_a_gpu(tmp_path, cluster):
     and no LSTM trial runs beside the Transformer's."""
     cluster.start(f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    path = spec(tmp_path, uri, concurrent=2, n_iters=150, eval_every=50, cpu=1, models=("transformer", "lstm"), space={},
-                seeds=[0, 1], batch_seeds=True, budget={"max_concurrent": 2, "n_iters": 150, "eval_every": 50, "stack_size": 2},
-                fixed={"batch_size": 16, "d_model": 16, "n_heads": 2}, resources={"cpu": 1, "gpu": 1},
-                per_model={"lstm": {"resources": {"gpu": 0.5}}})
+    path = spec(
+        tmp_path,
+        uri,
+        concurrent=2,
+        n_iters=150,
+        eval_every=50,
+        cpu=1,
+        models=("transformer", "lstm"),
+        space={},
+        seeds=[0, 1],
+        batch_seeds=True,
+        budget={"max_concurrent": 2, "n_iters": 150, "eval_every": 50, "stack_size": 2},
+        fixed={"batch_size": 16, "d_model": 16, "n_heads": 2},
+        resources={"cpu": 1, "gpu": 1},
+        per_model={"lstm": {"resources": {"gpu": 0.5}}},
+    )
     orchestrator("launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env)
     _, _, runs = trial_runs(uri, yaml.safe_load(path.read_text())["name"])
     spans = {}
     for run in runs:
-        spans.setdefault((run.data.tags["pair"], run.data.tags["trial_id"]), (run.info.start_time, run.info.end_time))
+        spans.setdefault(
+            (run.data.tags["pair"], run.data.tags["trial_id"]), (run.info.start_time, run.info.end_time)
+        )
     lstm = [span for (pair, _), span in spans.items() if pair.endswith("__lstm")]
     transformer = [span for (pair, _), span in spans.items() if pair.endswith("__transformer")]
     assert len(lstm) == 2 and len(transformer) == 1, spans  # the Transformer's two seeds stacked in one trial
@@ -495,11 +665,22 @@ def test_a_dry_run_with_address_times_the_trials_on_the_clusters_nodes(tmp_path,
     estimate of a GPU's."""
     cluster.start(f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1", hostname="gpu-node-7")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    path = spec(tmp_path, uri, trials=2, models=("lstm", "ndr"), resources={"cpu": 1, "gpu": 1},
-                per_model={"lstm": {"resources": {"gpu": 0}}}, space={"lr": {"loguniform": [1e-4, 1e-3]}})
-    out = orchestrator("launch", str(path), "--dry-run", "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env).stdout
+    path = spec(
+        tmp_path,
+        uri,
+        trials=2,
+        models=("lstm", "ndr"),
+        resources={"cpu": 1, "gpu": 1},
+        per_model={"lstm": {"resources": {"gpu": 0}}},
+        space={"lr": {"loguniform": [1e-4, 1e-3]}},
+    )
+    out = orchestrator(
+        "launch", str(path), "--dry-run", "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env
+    ).stdout
     lstm = next(line for line in out.splitlines() if line.startswith("  cost of tiny__lstm: "))
     ndr = next(line for line in out.splitlines() if line.startswith("  cost of tiny__ndr: "))
     assert " s per step on gpu-node-7 -> at most " in lstm, out
-    assert ndr.endswith("not timed: its trials train on GPUs and torch on gpu-node-7, a node with GPUs, finds no CUDA"), out
+    assert ndr.endswith(
+        "not timed: its trials train on GPUs and torch on gpu-node-7, a node with GPUs, finds no CUDA"
+    ), out
     assert "1 pair(s) without an estimate left out" in out and not (tmp_path / "runs").exists(), out

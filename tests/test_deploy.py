@@ -3,6 +3,7 @@ against KubeRay's own CRD schemas (v1.7.0, in deploy/schemas/), the Kubernetes o
 Kubernetes' schemas (kubernetes-validate), both strict (an unknown field is an error, as with
 `kubectl apply --validate=strict`), the systemd units with `systemd-analyze verify`; and every
 command they run parses as ours, naming files that exist."""
+
 import gzip
 import re
 import shlex
@@ -32,7 +33,11 @@ def strict(schema):
     and no `additionalProperties` (or preserve-unknown-fields) take no others."""
     if isinstance(schema, dict):
         schema = {k: strict(v) for k, v in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
     elif isinstance(schema, list):
         schema = [strict(s) for s in schema]
@@ -90,7 +95,9 @@ def test_the_commands_deploy_runs_are_ours_and_name_files_that_exist():
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     shell = container["command"][-1]
     # A driver runs on a Ray node: the nightly's pod joins the cluster first, with nothing for trials.
-    assert container["command"][:2] == ["bash", "-c"] and shell.startswith("ray start --address=sysgen-search-head-svc:6379 --num-cpus=0 --num-gpus=0 && ")
+    assert container["command"][:2] == ["bash", "-c"] and shell.startswith(
+        "ray start --address=sysgen-search-head-svc:6379 --num-cpus=0 --num-gpus=0 && "
+    )
     commands += orchestrator_commands(shell)
     service = (DEPLOY / "systemd" / "sysgen-nightly.service").read_text()
     commands += orchestrator_commands(re.search(r"^ExecStart=(.*)$", service, re.M).group(1))
@@ -119,10 +126,14 @@ def test_the_systemd_units_verify(tmp_path):
 def test_the_image_leaves_out_what_git_leaves_out():
     """deploy/Dockerfile copies the checkout; Docker reads .dockerignore, not .gitignore: without it
     a local .venv (gigabytes of torch), launch folders and MLflow databases went into the image."""
+
     def patterns(name: str) -> set[str]:
         lines = (ROOT / name).read_text().splitlines()
-        return {line.strip().lstrip("/").removeprefix("**/") for line in lines if line.strip() and not line.startswith("#")}
+        return {
+            line.strip().lstrip("/").removeprefix("**/")
+            for line in lines
+            if line.strip() and not line.startswith("#")
+        }
 
     assert patterns(".gitignore") <= patterns(".dockerignore")
     assert ".git" not in patterns(".dockerignore")  # the code version comes from it
-

@@ -1,5 +1,6 @@
 """trainables' Dropout (a uniform-noise mask on the CPU) against the definition: each element kept
 with probability 1 - p and then scaled by 1 / (1 - p), else zero; the identity outside training."""
+
 import math
 
 import torch
@@ -56,8 +57,12 @@ def test_stacked_members_drop_at_their_own_rates_and_scale_by_them():
     rates, n = torch.tensor([0.0, 0.1, 0.5]), 200_000
     for module, scaled in ((Dropout(0.3), True), (GateDrop(0.3), False)):
         module.train().rate_in_tensor = True
-        out = vmap(lambda rate, x: functional_call(module, {"rate": rate}, (x,)), randomness="different")(rates, torch.ones(3, n, 1))
+        out = vmap(lambda rate, x: functional_call(module, {"rate": rate}, (x,)), randomness="different")(
+            rates, torch.ones(3, n, 1)
+        )
         for rate, member in zip(rates.tolist(), out[..., 0]):
             kept = member[member != 0]
-            assert abs(len(kept) / n - (1 - rate)) < 5 * math.sqrt(max(rate * (1 - rate), 1e-12) / n) + 1e-12, (module, rate)
+            assert (
+                abs(len(kept) / n - (1 - rate)) < 5 * math.sqrt(max(rate * (1 - rate), 1e-12) / n) + 1e-12
+            ), (module, rate)
             torch.testing.assert_close(kept, torch.full_like(kept, 1 / (1 - rate) if scaled else 1.0))

@@ -1,5 +1,6 @@
 """Dyck next-symbol prediction: the generators against an independent evaluator, the stack RNN
 against a direct per-sample implementation of its equations, and the models' causality."""
+
 from __future__ import annotations
 
 import collections
@@ -10,10 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.models import build_model
-from trainables.tasks import load_task, task_config
-from trainables.tasks import dyck
 from trainables.kinds import NEXT_SYMBOL_SETS, SEQUENCE_TO_SEQUENCE
+from trainables.models import build_model
+from trainables.tasks import dyck, load_task, task_config
 from trainables.train import TrainConfig, train
 
 PAIRS = {"(": ")", "[": "]", "{": "}"}
@@ -41,18 +41,28 @@ def strings_of(split, task) -> list[str]:
     return ["".join(task.decode(row)) for row in split.sequences()]
 
 
-@pytest.mark.parametrize("options", [{"n_pairs": 2, "max_train_length": 10}, {"n_pairs": 3, "max_train_length": 20, "test_multipliers": [2, 4]}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"n_pairs": 2, "max_train_length": 10},
+        {"n_pairs": 3, "max_train_length": 20, "test_multipliers": [2, 4]},
+    ],
+)
 def test_every_string_is_balanced_and_its_targets_are_what_may_follow(options):
     task = load_task("dyck", {**options, "train_size": 1500, "eval_size": 300})
     config = task_config("dyck", options)
-    assert set(task.splits) == {"train", "iid_valid", "ood_valid"} | {f"test_{n}" for n in config.test_lengths}
+    assert set(task.splits) == {"train", "iid_valid", "ood_valid"} | {
+        f"test_{n}" for n in config.test_lengths
+    }
     for name, split in task.splits.items():
         strings = strings_of(split, task)
         for string, targets in zip(strings, split.targets):
             assert reduced(string) == "", (name, string)
             for t in range(len(string)):
-                assert {task.classes[k] for k in np.flatnonzero(targets[t])} == allowed_next(string[: t + 1], config.n_pairs), (string, t)
-            assert not targets[len(string):].any()
+                assert {task.classes[k] for k in np.flatnonzero(targets[t])} == allowed_next(
+                    string[: t + 1], config.n_pairs
+                ), (string, t)
+            assert not targets[len(string) :].any()
         lengths = [len(s) for s in strings]
         if name.startswith("test_"):
             assert set(lengths) == {int(name[5:])}
@@ -97,7 +107,11 @@ def test_strings_of_a_test_length_follow_the_grammar_conditioned_on_that_length(
     assert set(counts) <= set(words)
     for w in words:  # each frequency within 5 standard errors of its probability
         expected = exact[w] / weights[n]
-        assert abs(counts[w] / draws - expected) < 5 * np.sqrt(expected * (1 - expected) / draws), (w, counts[w] / draws, expected)
+        assert abs(counts[w] / draws - expected) < 5 * np.sqrt(expected * (1 - expected) / draws), (
+            w,
+            counts[w] / draws,
+            expected,
+        )
 
 
 def test_training_strings_are_the_authors_capped_draws():
@@ -116,7 +130,11 @@ def test_training_strings_are_distinct_where_the_grammar_has_room():
     of them of length 2."""
     for n_pairs, longest in ((2, 6), (3, 6), (2, 8)):
         alphabet = [c for o in list(PAIRS)[:n_pairs] for c in (o, PAIRS[o])]
-        enumerated = sum(reduced("".join(w)) == "" for n in range(2, longest + 1, 2) for w in itertools.product(alphabet, repeat=n))
+        enumerated = sum(
+            reduced("".join(w)) == ""
+            for n in range(2, longest + 1, 2)
+            for w in itertools.product(alphabet, repeat=n)
+        )
         assert dyck.strings_up_to(n_pairs, longest) == enumerated
     assert dyck.strings_up_to(2, 10) == 1618
     task = load_task("dyck", {"n_pairs": 3, "max_train_length": 20, "train_size": 3000, "eval_size": 10})
@@ -125,8 +143,18 @@ def test_training_strings_are_distinct_where_the_grammar_has_room():
     assert train.lengths.min() == 2 and train.lengths.max() == 20 and train.lengths.mean() > 12
 
 
-@pytest.mark.parametrize("options", [{"n_pairs": 0}, {"n_pairs": 8}, {"p": 0.6, "q": 0.4}, {"q": 0}, {"max_train_length": 9},
-                                     {"test_multipliers": [0]}, {"train_size": 0}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"n_pairs": 0},
+        {"n_pairs": 8},
+        {"p": 0.6, "q": 0.4},
+        {"q": 0},
+        {"max_train_length": 9},
+        {"test_multipliers": [0]},
+        {"train_size": 0},
+    ],
+)
 def test_bad_options_name_the_key(options):
     key = next(iter(options))
     with pytest.raises(ValueError, match=key):
@@ -163,9 +191,16 @@ def test_the_stack_rnn_equals_its_equations():
             torch.testing.assert_close(batched[k], direct_stack_rnn(net.cell, net.readout, x))
 
 
-@pytest.mark.parametrize("model, options", [("stack_rnn", {}), ("lstm", {"d_model": 8, "dropout": 0.0}),
-                                            ("panm", {"controller": "srnn", "hidden": 8, "pointer_hidden": 32}), ("panm", {"controller": "lstm", "hidden": 8}),
-                                            ("panm", {"controller": "gru", "hidden": 16, "mode1_heads": 3, "mode2_heads": 2})])
+@pytest.mark.parametrize(
+    "model, options",
+    [
+        ("stack_rnn", {}),
+        ("lstm", {"d_model": 8, "dropout": 0.0}),
+        ("panm", {"controller": "srnn", "hidden": 8, "pointer_hidden": 32}),
+        ("panm", {"controller": "lstm", "hidden": 8}),
+        ("panm", {"controller": "gru", "hidden": 16, "mode1_heads": 3, "mode2_heads": 2}),
+    ],
+)
 def test_an_answer_depends_only_on_the_symbols_read_so_far(model, options):
     torch.manual_seed(0)
     task = load_task("dyck", {"train_size": 20, "eval_size": 20})
@@ -194,7 +229,9 @@ def test_the_presets_panm_has_the_papers_pointer_units_beside_the_stack_rnns_cor
 
 
 def test_a_sequence_is_right_when_every_position_set_is():
-    targets = torch.tensor([[[1, 0, 1, 1], [1, 1, 1, 0], [0, 0, 0, 0]], [[1, 0, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0]]])
+    targets = torch.tensor(
+        [[[1, 0, 1, 1], [1, 1, 1, 0], [0, 0, 0, 0]], [[1, 0, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0]]]
+    )
     logits = torch.where(targets > 0, 2.0, -2.0)
     logits[1, 1, 1] = 0.5  # one symbol of the second sequence's second position on the wrong side of 0.5
     logits[0, 2] = 5.0  # padding after the first sequence's two positions does not count
@@ -217,7 +254,9 @@ def test_losses_of_per_position_outputs_against_their_sums():
                 squared += (1 / (1 + math.exp(-out[b, t, s].item())) - targets[b, t, s].item()) ** 2
                 cells += 1
     batch = {"targets": targets, "target_lengths": torch.tensor(lengths)}
-    assert NEXT_SYMBOL_SETS.loss(out, batch).item() == pytest.approx(squared / cells, rel=1e-6)  # the losses run in float32
+    assert NEXT_SYMBOL_SETS.loss(out, batch).item() == pytest.approx(
+        squared / cells, rel=1e-6
+    )  # the losses run in float32
 
     tokens = torch.randint(0, 5, (3, 4))
     nll, count = 0.0, 0
@@ -230,8 +269,18 @@ def test_losses_of_per_position_outputs_against_their_sums():
 
 
 def test_the_stack_rnn_learns_dyck2_and_is_scored_per_test_length():
-    cfg = TrainConfig(task="dyck", model="stack_rnn", task_options={"train_size": 2000, "eval_size": 200},
-                      optimizer="adam", lr=1e-2, batch_size=16, n_iters=1500, eval_every=1500, grad_clip=None, threads=1)
+    cfg = TrainConfig(
+        task="dyck",
+        model="stack_rnn",
+        task_options={"train_size": 2000, "eval_size": 200},
+        optimizer="adam",
+        lr=1e-2,
+        batch_size=16,
+        n_iters=1500,
+        eval_every=1500,
+        grad_clip=None,
+        threads=1,
+    )
     metrics = train(cfg, log=None)
     assert metrics["iid_valid_seq_acc_final"] > 0.9, metrics
     assert {f"test_{n}_seq_acc_at_best" for n in (12, 20, 40, 80)} <= set(metrics)
@@ -242,11 +291,21 @@ def test_the_reports_pointer_map_reads_panm_on_a_dyck_string(tmp_path):
     from trainables.config import parse_trial_config
     from trainables.train import make_model
 
-    config = {"task": "dyck", "model": "panm", "task_options": {"train_size": 20, "eval_size": 5}, "controller": "srnn", "hidden": 8}
+    config = {
+        "task": "dyck",
+        "model": "panm",
+        "task_options": {"train_size": 20, "eval_size": 5},
+        "controller": "srnn",
+        "hidden": 8,
+    }
     cfg = parse_trial_config(config)
     state = make_model(cfg, load_task(cfg.task, cfg.task_options)).state_dict()
     task, names, caption, activations = activations_of(config, state)
-    assert len(names) == 80 and set(names) <= set(task.classes)  # the longest test string, one slot per symbol
-    assert activations["mode1"][0].shape == (1, 2, 80) and activations["mode1"][0][0, :, 1:].sum() == 0  # step 1 sees slot 1 only
+    assert len(names) == 80 and set(names) <= set(
+        task.classes
+    )  # the longest test string, one slot per symbol
+    assert (
+        activations["mode1"][0].shape == (1, 2, 80) and activations["mode1"][0][0, :, 1:].sum() == 0
+    )  # step 1 sees slot 1 only
     path, _ = plot_pointers("dyck__panm", names, activations, tmp_path)
     assert path.stat().st_size > 0

@@ -2,6 +2,7 @@
 descriptions (Compositional Attention App. C.5, Webb et al. Sec. 4), the hold-out of objects, the
 set sizes of the authors' combinatorics, trial types balanced as theirs; context normalisation against its
 equation; the model on every problem."""
+
 from __future__ import annotations
 
 import itertools
@@ -59,9 +60,16 @@ def test_held_out_objects_appear_only_in_testing(tasks, problem, holdout):
 
 
 # The authors' sizes (taylorwwebb/emergent_symbols tasks/*.py): what their objects allow, capped at 10,000.
-SIZES = {("same_different", 0): (18810, 990), ("same_different", 50): (4900, 4900), ("same_different", 85): (420, 10000),
-         ("same_different", 95): (40, 10000), ("rmts", 95): (480, 10000), ("distribution_of_3", 95): (360, 10000),
-         ("identity_rules", 95): (8640, 10000), ("identity_rules", 0): (10000, 10000)}
+SIZES = {
+    ("same_different", 0): (18810, 990),
+    ("same_different", 50): (4900, 4900),
+    ("same_different", 85): (420, 10000),
+    ("same_different", 95): (40, 10000),
+    ("rmts", 95): (480, 10000),
+    ("distribution_of_3", 95): (360, 10000),
+    ("identity_rules", 95): (8640, 10000),
+    ("identity_rules", 0): (10000, 10000),
+}
 
 
 @pytest.mark.parametrize("cell", SIZES)
@@ -79,8 +87,13 @@ def test_trial_types_are_balanced_and_answers_spread(tasks, problem, holdout):
         split = tasks[problem, holdout].splits[name]
         counts = np.bincount(split.depths, minlength=len(esbn.TRIAL_TYPES[problem]))
         if (problem, holdout, name) == ("rmts", 85, "train"):
-            same, different = math.comb(15, 4) * 4 * 3 * 2 * 2, math.comb(15, 5) * math.comb(5, 2) * 2 * math.comb(3, 2) * 2 * 2
-            assert (same, different) == (65520, 720720) and abs(counts[0] / len(split) - same / (same + different)) < 0.001
+            same, different = (
+                math.comb(15, 4) * 4 * 3 * 2 * 2,
+                math.comb(15, 5) * math.comb(5, 2) * 2 * math.comb(3, 2) * 2 * 2,
+            )
+            assert (same, different) == (65520, 720720) and abs(
+                counts[0] / len(split) - same / (same + different)
+            ) < 0.001
         else:
             assert counts.max() - counts.min() <= 1
         share = np.bincount(split.labels, minlength=len(esbn.CLASSES[problem])) / len(split)
@@ -94,7 +107,10 @@ def test_trials_are_distinct_where_the_objects_allow(tasks):
     for problem in esbn.PROBLEMS:
         splits = tasks[problem, 0].splits
         key = (lambda row: tuple(row[:5])) if problem == "distribution_of_3" else tuple
-        train, test = {key(r) for r in splits["train"].image_ids.tolist()}, {key(r) for r in splits["test"].image_ids.tolist()}
+        train, test = (
+            {key(r) for r in splits["train"].image_ids.tolist()},
+            {key(r) for r in splits["test"].image_ids.tolist()},
+        )
         assert not train & test, problem
     same = tasks["same_different", 0].splits
     assert len({r[0] for r, t in zip(same["train"].image_ids.tolist(), same["train"].depths) if t == 0}) == 95
@@ -138,23 +154,43 @@ def test_context_norm_is_the_equation(segment):
 @pytest.mark.parametrize("model", ["transformer", "transformer_compositional"])
 @pytest.mark.parametrize("problem", esbn.PROBLEMS)
 def test_the_model_reads_each_problem(model, problem):
-    task = load_task("esbn", {"problem": problem, "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32})
-    net = build_model(model, {"d_model": 32, "n_heads": 4, "n_layers": 1, "context_norm": "pairs" if problem == "rmts" else "sequence"}, task)
+    task = load_task(
+        "esbn", {"problem": problem, "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32}
+    )
+    net = build_model(
+        model,
+        {
+            "d_model": 32,
+            "n_heads": 4,
+            "n_layers": 1,
+            "context_norm": "pairs" if problem == "rmts" else "sequence",
+        },
+        task,
+    )
     images = task.splits["train"].images[task.splits["train"].image_ids[:3]]
     assert net(torch.from_numpy(images)).shape == (3, len(esbn.CLASSES[problem]))
-    assert all(float(m.bias.detach().abs().max()) == 0 for m in net.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None)
+    assert all(
+        float(m.bias.detach().abs().max()) == 0
+        for m in net.modules()
+        if isinstance(m, torch.nn.Linear) and m.bias is not None
+    )
 
 
 @torch.no_grad()
 def test_the_image_encoder_is_the_authors():
     """Webb et al.'s encoder: three 4 x 4 convolutions of 32 channels, stride 2, padding 1, each
     through a ReLU (32 -> 16 -> 8 -> 4 pixels a side), then 512 -> 256 -> d, each through a ReLU."""
-    task = load_task("esbn", {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32})
+    task = load_task(
+        "esbn",
+        {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32},
+    )
     net = build_model("transformer", {"d_model": 16, "n_heads": 4, "n_layers": 1}, task)
     torch.manual_seed(1)
     for p in net.encoder.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    images = torch.from_numpy(task.splits["train"].images[task.splits["train"].image_ids[0]])  # (T, 32, 32, 1)
+    images = torch.from_numpy(
+        task.splits["train"].images[task.splits["train"].image_ids[0]]
+    )  # (T, 32, 32, 1)
     x = images.permute(0, 3, 1, 2).float() / 255
     convs = [m for m in net.encoder if isinstance(m, torch.nn.Conv2d)]
     linears = [m for m in net.encoder if isinstance(m, torch.nn.Linear)]
@@ -175,7 +211,10 @@ def test_the_model_wires_its_parts_as_the_authors():
     the mean over the sequence through a ReLU hidden layer to the logits."""
     from trainables.models.transformer import sinusoids
 
-    task = load_task("esbn", {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32})
+    task = load_task(
+        "esbn",
+        {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32},
+    )
     net = build_model("transformer", {"d_model": 16, "n_heads": 4, "n_layers": 2}, task).eval()
     torch.manual_seed(0)
     for p in net.parameters():
@@ -184,18 +223,38 @@ def test_the_model_wires_its_parts_as_the_authors():
     logits = net(images)
     for b in range(3):
         codes = net.encoder(images[b].permute(0, 3, 1, 2).float() / 255)  # (T, d)
-        standard = (codes - codes.mean(0)) / (codes.var(0) + 1e-8).sqrt()  # the unbiased variance (Webb et al.)
+        standard = (codes - codes.mean(0)) / (
+            codes.var(0) + 1e-8
+        ).sqrt()  # the unbiased variance (Webb et al.)
         h = (net.gamma * standard + net.beta + sinusoids(torch.arange(len(codes)), 16))[None]
         for _ in range(2):
-            h = torch.nn.functional.layer_norm(net.layer(h, torch.zeros(1, len(codes), dtype=torch.bool))[0], (16,), net.norm.weight, net.norm.bias)
-        expected = net.readout.weight @ torch.relu(net.hidden.weight @ h[0].mean(0) + net.hidden.bias) + net.readout.bias
+            h = torch.nn.functional.layer_norm(
+                net.layer(h, torch.zeros(1, len(codes), dtype=torch.bool))[0],
+                (16,),
+                net.norm.weight,
+                net.norm.bias,
+            )
+        expected = (
+            net.readout.weight @ torch.relu(net.hidden.weight @ h[0].mean(0) + net.hidden.bias)
+            + net.readout.bias
+        )
         torch.testing.assert_close(logits[b], expected)
 
 
 def test_same_different_is_learnt_in_a_few_hundred_steps():
     """At m = 50 (50 training objects) both attentions tell same from different on unseen objects."""
     for model in ("transformer", "transformer_compositional"):
-        cfg = TrainConfig(task="esbn", model=model, task_options={"problem": "same_different", "holdout": 50, "eval_size": 500},
-                          optimizer="adam", lr=5e-4, batch_size=32, n_iters=300, eval_every=300, grad_clip=None, threads=1,
-                          model_options={"d_model": 64, "n_heads": 4, "n_layers": 1, "dropout": 0.0, "query_dropout": 0.0})
+        cfg = TrainConfig(
+            task="esbn",
+            model=model,
+            task_options={"problem": "same_different", "holdout": 50, "eval_size": 500},
+            optimizer="adam",
+            lr=5e-4,
+            batch_size=32,
+            n_iters=300,
+            eval_every=300,
+            grad_clip=None,
+            threads=1,
+            model_options={"d_model": 64, "n_heads": 4, "n_layers": 1, "dropout": 0.0, "query_dropout": 0.0},
+        )
         assert train(cfg, log=None)["test_acc_final"] > 0.9, model

@@ -1,6 +1,7 @@
 """`orchestrator export` and `orchestrator dashboard` on a real SQLite store: the exported table
 equals the runs as written (one row each, typed config, the last value of each metric), and the
 dashboard serves the launch's Optuna studies."""
+
 import json
 import socket
 import subprocess
@@ -12,15 +13,31 @@ import urllib.request
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from nodes import free_port
 
 from orchestrator import cli
 from orchestrator.record import export
 from orchestrator.record.state import LaunchState
 
-from nodes import free_port
-
-IDENTITY = ["run_id", "run_name", "start_time", "end_time", "trial_id", "pair", "model", "task", "variant", "phase", "trial_status"]
-RAN_AS = ("code_version", "device", "compile", "bf16")  # tags after the identity: the code, and how the trial ran
+IDENTITY = [
+    "run_id",
+    "run_name",
+    "start_time",
+    "end_time",
+    "trial_id",
+    "pair",
+    "model",
+    "task",
+    "variant",
+    "phase",
+    "trial_status",
+]
+RAN_AS = (
+    "code_version",
+    "device",
+    "compile",
+    "bf16",
+)  # tags after the identity: the code, and how the trial ran
 
 
 def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[LaunchState, dict[str, dict]]:
@@ -29,16 +46,48 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
     client = MlflowClient(uri)
     exp_id = client.create_experiment("search_test")
     parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch"})
-    client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "pair", "pair": "ctl__ndr"})  # a summary, no trial
-    client.create_run(exp_id, tags={"launch_id": "another", "kind": "trial", "pair": "ctl__ndr", "trial_config": "{}"})
+    client.create_run(
+        exp_id, tags={"launch_id": launch_id, "kind": "pair", "pair": "ctl__ndr"}
+    )  # a summary, no trial
+    client.create_run(
+        exp_id, tags={"launch_id": "another", "kind": "trial", "pair": "ctl__ndr", "trial_config": "{}"}
+    )
     expected = {}
 
-    def trial(pair: str, model: str, config: dict, status: str, curves: dict[str, list[float]], phase="search", **cell):
+    def trial(
+        pair: str,
+        model: str,
+        config: dict,
+        status: str,
+        curves: dict[str, list[float]],
+        phase="search",
+        **cell,
+    ):
         name = f"{pair} #{len(expected) + 1}"
-        config = {"task": "ctl", "model": model, "task_options": {"direction": "backward", "max_depth": 6}, **config}
-        tags = {"mlflow.parentRunId": parent.info.run_id, "launch_id": launch_id, "kind": "trial", "trial_id": f"t{len(expected)}",
-                "pair": pair, "model": model, "task": "ctl", "variant": "ctl_backward", "phase": phase, "trial_status": status,
-                "trial_config": json.dumps(config), "code_version": "abc1234", "device": "cuda:0", "compile": "default", "bf16": "true", **cell}
+        config = {
+            "task": "ctl",
+            "model": model,
+            "task_options": {"direction": "backward", "max_depth": 6},
+            **config,
+        }
+        tags = {
+            "mlflow.parentRunId": parent.info.run_id,
+            "launch_id": launch_id,
+            "kind": "trial",
+            "trial_id": f"t{len(expected)}",
+            "pair": pair,
+            "model": model,
+            "task": "ctl",
+            "variant": "ctl_backward",
+            "phase": phase,
+            "trial_status": status,
+            "trial_config": json.dumps(config),
+            "code_version": "abc1234",
+            "device": "cuda:0",
+            "compile": "default",
+            "bf16": "true",
+            **cell,
+        }
         run = client.create_run(exp_id, run_name=name, tags=tags)
         for metric, values in curves.items():
             for step, value in enumerate(values):
@@ -46,20 +95,60 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
         client.set_terminated(run.info.run_id, "FAILED" if status == "failed" else "FINISHED")
         flat = {f"params.{k}": v for k, v in config.items() if k != "task_options"}
         flat |= {f"params.task_options.{k}": v for k, v in config["task_options"].items()}
-        expected[run.info.run_id] = {"run_name": name, **{k: v for k, v in tags.items() if k in IDENTITY or k in RAN_AS}, "bf16": True, **flat,
-                                     **{f"metrics.{m}": values[-1] for m, values in curves.items()},
-                                     **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed", "member", "diverged_at")},
-                                     **({"cell": cell["cell"]} if "cell" in cell else {})}
+        expected[run.info.run_id] = {
+            "run_name": name,
+            **{k: v for k, v in tags.items() if k in IDENTITY or k in RAN_AS},
+            "bf16": True,
+            **flat,
+            **{f"metrics.{m}": values[-1] for m, values in curves.items()},
+            **{k: int(v) for k, v in cell.items() if k in ("candidate", "seed", "member", "diverged_at")},
+            **({"cell": cell["cell"]} if "cell" in cell else {}),
+        }
 
     ndr = {"lr": 3e-4, "n_layers": 8, "dropout": 0.1, "seed": 0}
-    trial("ctl__ndr", "ndr", ndr, "completed", {"loss": [2.0, 0.5], "best_ood_valid_acc": [0.4, 0.9], "test_acc_at_best": [0.88]})
-    trial("ctl__ndr", "ndr", {**ndr, "lr": 1e-3, "n_layers": 4}, "early_stopped", {"loss": [2.5], "best_ood_valid_acc": [0.3]})
+    trial(
+        "ctl__ndr",
+        "ndr",
+        ndr,
+        "completed",
+        {"loss": [2.0, 0.5], "best_ood_valid_acc": [0.4, 0.9], "test_acc_at_best": [0.88]},
+    )
+    trial(
+        "ctl__ndr",
+        "ndr",
+        {**ndr, "lr": 1e-3, "n_layers": 4},
+        "early_stopped",
+        {"loss": [2.5], "best_ood_valid_acc": [0.3]},
+    )
     trial("ctl__ndr", "ndr", {**ndr, "lr": 5e-3}, "failed", {})
-    trial("ctl__ndr", "ndr", {**ndr, "lr": 5e-2}, "diverged", {"loss": [2.0], "best_ood_valid_acc": [0.2]}, diverged_at="200")
-    trial("ctl__lstm", "lstm", {"lr": 1e-3, "hidden": 256, "seed": 0}, "completed", {"loss": [1.0, 0.2, 0.1], "best_ood_valid_acc": [0.7, 1.0, 1.0]})
+    trial(
+        "ctl__ndr",
+        "ndr",
+        {**ndr, "lr": 5e-2},
+        "diverged",
+        {"loss": [2.0], "best_ood_valid_acc": [0.2]},
+        diverged_at="200",
+    )
+    trial(
+        "ctl__lstm",
+        "lstm",
+        {"lr": 1e-3, "hidden": 256, "seed": 0},
+        "completed",
+        {"loss": [1.0, 0.2, 0.1], "best_ood_valid_acc": [0.7, 1.0, 1.0]},
+    )
     for seed in (1000, 1001):  # the candidate's seeds stacked in one trial: its members 0 and 1
-        trial("ctl__ndr", "ndr", {**ndr, "seed": seed}, "completed", {"best_ood_valid_acc": [0.8 + seed % 2 / 10], "test_acc_at_best": [0.7]},
-              phase="confirm", cell="candidate 1", candidate="0", seed=str(seed), member=str(seed - 1000))
+        trial(
+            "ctl__ndr",
+            "ndr",
+            {**ndr, "seed": seed},
+            "completed",
+            {"best_ood_valid_acc": [0.8 + seed % 2 / 10], "test_acc_at_best": [0.7]},
+            phase="confirm",
+            cell="candidate 1",
+            candidate="0",
+            seed=str(seed),
+            member=str(seed - 1000),
+        )
     return bare_launch(tmp_path, uri, launch_id, parent.info.run_id), expected
 
 
@@ -67,9 +156,26 @@ def bare_launch(tmp_path, uri: str, launch_id: str = "search-1", parent_run_id: 
     """The launch folder of a search of two pairs (its runs, if any, are the caller's), beside its store."""
     MlflowClient(uri).search_experiments()  # the store a launch leaves, even one without runs
     (tmp_path / launch_id).mkdir()
-    state = LaunchState(launch_id, tmp_path / launch_id, "search_test", "search_spaces/x.yaml", "", uri, parent_run_id, state="finished",
-                        plan={"metric": "best_ood_valid_acc", "mode": "max", "score": "acc", "ablation": False,
-                              "pairs": [{"name": "ctl__ndr", "trials": 3, "chance": "-"}, {"name": "ctl__lstm", "trials": 1, "chance": "-"}]})
+    state = LaunchState(
+        launch_id,
+        tmp_path / launch_id,
+        "search_test",
+        "search_spaces/x.yaml",
+        "",
+        uri,
+        parent_run_id,
+        state="finished",
+        plan={
+            "metric": "best_ood_valid_acc",
+            "mode": "max",
+            "score": "acc",
+            "ablation": False,
+            "pairs": [
+                {"name": "ctl__ndr", "trials": 3, "chance": "-"},
+                {"name": "ctl__lstm", "trials": 1, "chance": "-"},
+            ],
+        },
+    )
     state.save()
     return state
 
@@ -82,7 +188,9 @@ def same(found, wanted) -> bool:
 
 def check_table(frame: pd.DataFrame, expected: dict[str, dict]) -> None:
     assert sorted(frame["run_id"]) == sorted(expected)  # one row per trial run of this launch, no other run
-    columns = set(IDENTITY) | {"cell", "candidate", "seed", *RAN_AS} | {k for row in expected.values() for k in row}
+    columns = (
+        set(IDENTITY) | {"cell", "candidate", "seed", *RAN_AS} | {k for row in expected.values() for k in row}
+    )
     assert set(frame.columns) == columns
     assert list(frame.columns[: len(IDENTITY)]) == IDENTITY
     assert frame["start_time"].is_monotonic_increasing
@@ -99,9 +207,16 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     state, expected = search_launch(tmp_path, uri)
     # As fast as `status`: neither Ray nor torch is imported.
-    probe = ("import sys; from orchestrator import cli; code = cli.main(sys.argv[1:]); "
-             "print(sorted(m for m in ('ray', 'torch') if m in sys.modules)); sys.exit(code)")
-    out = subprocess.run([sys.executable, "-c", probe, "export", "--storage-path", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    probe = (
+        "import sys; from orchestrator import cli; code = cli.main(sys.argv[1:]); "
+        "print(sorted(m for m in ('ray', 'torch') if m in sys.modules)); sys.exit(code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "export", "--storage-path", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     path, shape, imported = out.stdout.splitlines()
     assert path == str(state.dir / "export" / "runs.csv") and imported == "[]"
@@ -117,15 +232,27 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     assert str(parquet["seed"].dtype) == "Int64" and str(parquet["member"].dtype) == "Int64"
     assert str(parquet["params.n_layers"].dtype) == "Int64" and str(parquet["params.lr"].dtype) == "float64"
     mixed = [{"n_layers": 4, "task_options": {"depth": 2, "p": 1}}, {"task_options": {"depth": 3, "p": 0.5}}]
-    assert export.whole_number_keys(mixed) == {"params.n_layers", "params.task_options.depth"}  # p is a float in one run
+    assert export.whole_number_keys(mixed) == {
+        "params.n_layers",
+        "params.task_options.depth",
+    }  # p is a float in one run
     assert (parquet["end_time"] >= parquet["start_time"]).all()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--format", "xlsx"], "orchestrator: error: --format: unknown format 'xlsx'; expected csv or parquet"),
-    (["--output", "{tmp}/a-file/runs.csv"], "orchestrator: error: --output: cannot write {tmp}/a-file/runs.csv ({tmp}/a-file is not a writable folder)"),
-    (["--output", "{tmp}"], "orchestrator: error: --output: cannot write {tmp} ({tmp} is a folder)"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--format", "xlsx"],
+            "orchestrator: error: --format: unknown format 'xlsx'; expected csv or parquet",
+        ),
+        (
+            ["--output", "{tmp}/a-file/runs.csv"],
+            "orchestrator: error: --output: cannot write {tmp}/a-file/runs.csv ({tmp}/a-file is not a writable folder)",
+        ),
+        (["--output", "{tmp}"], "orchestrator: error: --output: cannot write {tmp} ({tmp} is a folder)"),
+    ],
+)
 def test_export_refuses_bad_input_in_one_line(tmp_path, capsys, flags, message):
     bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
     (tmp_path / "a-file").write_text("")
@@ -138,7 +265,9 @@ def test_export_refuses_bad_input_in_one_line(tmp_path, capsys, flags, message):
 def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict | None]:
     data = None if body is None else json.dumps(body).encode()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method), timeout=10) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, data=data, method=method), timeout=10
+        ) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, None
@@ -155,13 +284,35 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
     store = f"sqlite:///{tmp_path}/mlflow.optuna.db"
     optuna.create_study(study_name="search_test/another-launch/ctl__ndr", storage=store)
     for pair, best in (("ctl__ndr", 0.9), ("ctl__lstm", 1.0)):
-        study = optuna.create_study(study_name=state.optuna_study_name(pair), storage=store, direction="maximize")
-        study.add_trial(optuna.trial.create_trial(params={"lr": 1e-3}, distributions={"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)},
-                                                  value=best))
-    optuna.load_study(study_name=state.optuna_study_name("ctl__ndr"), storage=store).ask()  # a trial running, for "tell"
+        study = optuna.create_study(
+            study_name=state.optuna_study_name(pair), storage=store, direction="maximize"
+        )
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": 1e-3},
+                distributions={"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)},
+                value=best,
+            )
+        )
+    optuna.load_study(
+        study_name=state.optuna_study_name("ctl__ndr"), storage=store
+    ).ask()  # a trial running, for "tell"
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "dashboard", "--storage-path", str(tmp_path), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "dashboard",
+            "--storage-path",
+            str(tmp_path),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, answer = time.monotonic() + 300, None
         while answer is None and time.monotonic() < deadline and server.poll() is None:
@@ -172,7 +323,10 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
             except OSError:
                 time.sleep(0.3)
         assert answer is not None, f"no answer on port {port}; exit status {server.poll()}"
-        assert sorted(s["study_name"] for s in answer["study_summaries"]) == ["search_test/search-1/ctl__lstm", "search_test/search-1/ctl__ndr"]
+        assert sorted(s["study_name"] for s in answer["study_summaries"]) == [
+            "search_test/search-1/ctl__lstm",
+            "search_test/search-1/ctl__ndr",
+        ]
         api = f"http://127.0.0.1:{port}/api"
         ids = {s.study_name: s._study_id for s in optuna.get_all_study_summaries(store)}
         own, other = ids["search_test/search-1/ctl__ndr"], ids["search_test/another-launch/ctl__ndr"]
@@ -180,15 +334,23 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
         assert status == 200 and len(detail["trials"]) == 2
         assert request(f"{api}/studies/{other}")[0] == 404
         done, running = (t["trial_id"] for t in sorted(detail["trials"], key=lambda t: t["number"]))
-        for method, path, body in [("POST", "/studies", {"study_name": "new", "directions": ["minimize"]}),
-                                   ("POST", f"/studies/{own}/rename", {"study_name": "renamed"}), ("DELETE", f"/studies/{own}", None),
-                                   ("PUT", f"/studies/{own}/note", {"version": 1, "body": "x"}),
-                                   ("POST", f"/trials/{done}/user-attrs", {"user_attrs": {"a": 1}}),
-                                   ("POST", f"/trials/{running}/tell", {"state": "Complete", "values": [0.5]})]:
+        for method, path, body in [
+            ("POST", "/studies", {"study_name": "new", "directions": ["minimize"]}),
+            ("POST", f"/studies/{own}/rename", {"study_name": "renamed"}),
+            ("DELETE", f"/studies/{own}", None),
+            ("PUT", f"/studies/{own}/note", {"version": 1, "body": "x"}),
+            ("POST", f"/trials/{done}/user-attrs", {"user_attrs": {"a": 1}}),
+            ("POST", f"/trials/{running}/tell", {"state": "Complete", "values": [0.5]}),
+        ]:
             assert request(api + path, method, body)[0] >= 400, (method, path)
         after = optuna.get_all_study_summaries(store)
-        assert sorted(s.study_name for s in after) == sorted(ids) and {s.study_name: s.n_trials for s in after} == {
-            "search_test/another-launch/ctl__ndr": 0, "search_test/search-1/ctl__lstm": 1, "search_test/search-1/ctl__ndr": 2}
+        assert sorted(s.study_name for s in after) == sorted(ids) and {
+            s.study_name: s.n_trials for s in after
+        } == {
+            "search_test/another-launch/ctl__ndr": 0,
+            "search_test/search-1/ctl__lstm": 1,
+            "search_test/search-1/ctl__ndr": 2,
+        }
         trials = optuna.load_study(study_name="search_test/search-1/ctl__ndr", storage=store).trials
         assert trials[0].user_attrs == {} and trials[1].state == optuna.trial.TrialState.RUNNING
     finally:
@@ -200,7 +362,9 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
 def test_dashboard_without_the_extra_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # import fails as when the extra is missing
     assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.splitlines() == ["orchestrator: error: dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'"]
+    assert capsys.readouterr().err.splitlines() == [
+        "orchestrator: error: dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'"
+    ]
 
 
 def test_dashboard_refuses_an_ablation_and_a_taken_port(tmp_path, capsys):
@@ -208,19 +372,26 @@ def test_dashboard_refuses_an_ablation_and_a_taken_port(tmp_path, capsys):
     import optuna
 
     state = bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
-    optuna.create_study(study_name=state.optuna_study_name("ctl__ndr"), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db")  # its search store
+    optuna.create_study(
+        study_name=state.optuna_study_name("ctl__ndr"), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db"
+    )  # its search store
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         assert cli.main(["dashboard", "--storage-path", str(tmp_path), "--port", str(port)]) == 2
     # Bottle says where it would listen before it binds; the last line is ours.
-    assert capsys.readouterr().err.splitlines()[-1] == f"orchestrator: error: --port: cannot listen on 127.0.0.1:{port} (Address already in use)"
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == f"orchestrator: error: --port: cannot listen on 127.0.0.1:{port} (Address already in use)"
+    )
     state.plan["ablation"] = True
     state.save()
     assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.splitlines() == ["orchestrator: error: dashboard: launch search-1 is an ablation, whose grid runs without Optuna; "
-                                                    "`orchestrator report` or `orchestrator export` show its runs"]
+    assert capsys.readouterr().err.splitlines() == [
+        "orchestrator: error: dashboard: launch search-1 is an ablation, whose grid runs without Optuna; "
+        "`orchestrator report` or `orchestrator export` show its runs"
+    ]
 
 
 def test_dashboard_of_a_launch_whose_search_store_is_gone_is_one_line(tmp_path, capsys):
@@ -230,5 +401,6 @@ def test_dashboard_of_a_launch_whose_search_store_is_gone_is_one_line(tmp_path, 
     assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == [
-        f"orchestrator: error: dashboard: no search store (Optuna) at {tmp_path}/mlflow.optuna.db: the launch's studies were kept there"]
+        f"orchestrator: error: dashboard: no search store (Optuna) at {tmp_path}/mlflow.optuna.db: the launch's studies were kept there"
+    ]
     assert not (tmp_path / "mlflow.optuna.db").exists()

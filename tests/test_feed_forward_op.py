@@ -1,6 +1,7 @@
 """The feed-forward sublayer as one op (trainables/models/feed_forward_op.py, `fused_feed_forward`):
 its Triton kernels in Triton's interpreter (no GPU here), its CPU path, and a model built with it
 against the same model without."""
+
 import itertools
 import os
 import subprocess
@@ -8,12 +9,11 @@ import sys
 
 import pytest
 import torch
+from test_train import tiny
 
 from trainables.batched import Stack
 from trainables.models.feed_forward_op import feed_forward, keep_on_cpu, reference
 from trainables.tasks import load_task
-
-from test_train import tiny
 
 NO_DROPOUT = {"dropout": 0.0, "query_dropout": 0.0}
 SIZES = {"d_model": 64, "ff_multiplier": 2}  # the kernels' smallest: a gate's hidden layer of 64
@@ -21,8 +21,12 @@ SIZES = {"d_model": 64, "ff_multiplier": 2}  # the kernels' smallest: a gate's h
 
 def sublayer(members=2, rows=100, d=32, hidden=128, seed=0):
     torch.manual_seed(seed)
-    return (torch.randn(members, rows, d, requires_grad=True), (torch.randn(members, hidden, d) / d ** 0.5).requires_grad_(),
-            (0.1 * torch.randn(members, hidden)).requires_grad_(), (torch.randn(members, d, hidden) / hidden ** 0.5).requires_grad_())
+    return (
+        torch.randn(members, rows, d, requires_grad=True),
+        (torch.randn(members, hidden, d) / d**0.5).requires_grad_(),
+        (0.1 * torch.randn(members, hidden)).requires_grad_(),
+        (torch.randn(members, d, hidden) / hidden**0.5).requires_grad_(),
+    )
 
 
 def in_the_interpreter() -> None:
@@ -35,7 +39,10 @@ def in_the_interpreter() -> None:
     from trainables.models import feed_forward_triton as kernels
 
     # one block each: the autotuner times its candidates on a GPU only
-    kernels._forward.configs, kernels._backward_rows.configs = kernels.configs([(64, 32, 1, 4)]), kernels.configs([(64, 32, 1, 4)])
+    kernels._forward.configs, kernels._backward_rows.configs = (
+        kernels.configs([(64, 32, 1, 4)]),
+        kernels.configs([(64, 32, 1, 4)]),
+    )
     a, w1, b1, w2 = sublayer()
     rate, seed = torch.tensor([0.0, 0.4]), torch.tensor([7, 8])
     grad = torch.randn_like(a)
@@ -64,14 +71,19 @@ def test_the_triton_kernels_compute_the_sublayer_and_its_gradients():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the kernels compiled for a GPU (benchmarks/gpu_session.sh runs this there)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="the kernels compiled for a GPU (benchmarks/gpu_session.sh runs this there)",
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_on_cuda_the_op_computes_the_sublayer_and_its_gradients(dtype):
     """The op on CUDA, through autograd: what the interpreter checks, compiled for the GPU, in bf16
     too. tl.dot rounds float32 to TF32, so within TF32's (or bf16's) rounding."""
     from trainables.models import feed_forward_triton as kernels
 
-    a, w1, b1, w2 = (t.detach().cuda().requires_grad_() for t in sublayer(members=3, rows=1000, d=256, hidden=512))
+    a, w1, b1, w2 = (
+        t.detach().cuda().requires_grad_() for t in sublayer(members=3, rows=1000, d=256, hidden=512)
+    )
     a_in = a.to(dtype)
     rate, seed = torch.tensor([0.0, 0.1, 0.5], device="cuda"), torch.tensor([1, 2, 3], device="cuda")
     y = feed_forward(a_in, w1, b1, w2, rate, seed)
@@ -85,7 +97,10 @@ def test_on_cuda_the_op_computes_the_sublayer_and_its_gradients(dtype):
     grad = torch.randn_like(y)
     # A unit whose sum is within float32's rounding of 0 may still fall on either side of the ReLU
     # (on an H200 one of 1.5 million did, in bf16): its row's gradient in a is left out.
-    pre = torch.matmul(rounded[0].detach().double(), rounded[1].detach().double().transpose(-1, -2)) + rounded[2].detach().double()[:, None]
+    pre = (
+        torch.matmul(rounded[0].detach().double(), rounded[1].detach().double().transpose(-1, -2))
+        + rounded[2].detach().double()[:, None]
+    )
     clear = ~(pre.abs() < 1e-5).any(-1)
     assert clear.float().mean() > 0.95
     got_grads = torch.autograd.grad(y, [a, w1, b1, w2], grad)
@@ -104,11 +119,20 @@ def test_every_kernel_has_a_block_that_fits_a_gpus_shared_memory_at_every_width(
     from trainables.models import feed_forward_triton as kernels
     from trainables.models.feed_forward_op import HIDDEN_BLOCK, WIDEST
 
-    for tuned, (dtype, precision), d in itertools.product((kernels._forward, kernels._backward_rows, kernels._backward_weights),
-                                                         [("bf16", "tf32"), ("fp32", "tf32"), ("fp32", "ieee")], (64, 128, 256, WIDEST)):
+    for tuned, (dtype, precision), d in itertools.product(
+        (kernels._forward, kernels._backward_rows, kernels._backward_weights),
+        [("bf16", "tf32"), ("fp32", "tf32"), ("fp32", "ieee")],
+        (64, 128, 256, WIDEST),
+    ):
         assert all(HIDDEN_BLOCK % config.kwargs["BF"] == 0 for config in tuned.configs)
         compiled = kernels.compile_for_sm90(tuned, tuned.configs[-1], dtype, d, precision)
-        assert compiled.metadata.shared <= kernels.SHARED_MEMORY_LIMIT, (tuned.fn.__name__, dtype, precision, d, compiled.metadata.shared)
+        assert compiled.metadata.shared <= kernels.SHARED_MEMORY_LIMIT, (
+            tuned.fn.__name__,
+            dtype,
+            precision,
+            d,
+            compiled.metadata.shared,
+        )
 
 
 def test_the_cpu_path_redraws_each_members_mask_in_its_backward():
@@ -121,10 +145,14 @@ def test_the_cpu_path_redraws_each_members_mask_in_its_backward():
     keep = keep_on_cpu(a.shape[1], w1.shape[1], rate, seed)
     expected = reference(a, w1, b1, w2, rate, keep)
     torch.testing.assert_close(y, expected)
-    for got, want in zip(torch.autograd.grad(y, [a, w1, b1, w2], grad), torch.autograd.grad(expected, [a, w1, b1, w2], grad)):
+    for got, want in zip(
+        torch.autograd.grad(y, [a, w1, b1, w2], grad), torch.autograd.grad(expected, [a, w1, b1, w2], grad)
+    ):
         torch.testing.assert_close(got, want)
     assert [round(m.float().mean().item(), 1) for m in keep] == [0.9, 0.5]
-    assert not torch.equal(feed_forward(a, w1, b1, w2, rate, torch.tensor([5, 6])), y)  # other seeds, other masks
+    assert not torch.equal(
+        feed_forward(a, w1, b1, w2, rate, torch.tensor([5, 6])), y
+    )  # other seeds, other masks
 
 
 def step(cfg, members):
@@ -158,14 +186,22 @@ def test_each_member_of_a_stack_drops_at_its_own_rate_through_the_op(monkeypatch
     members = [{"seed": 0, "dropout": 0.0}, {"seed": 1, "dropout": 0.5}]
     losses, _ = step(tiny("ndr", query_dropout=0.0, **SIZES), members)
     drawn = []
-    monkeypatch.setattr(feed_forward_op, "keep_on_cpu",
-                        lambda rows, hidden, rate, seed: drawn.append((rate.tolist(), seed.tolist())) or keep_on_cpu(rows, hidden, rate, seed))
+    monkeypatch.setattr(
+        feed_forward_op,
+        "keep_on_cpu",
+        lambda rows, hidden, rate, seed: (
+            drawn.append((rate.tolist(), seed.tolist())) or keep_on_cpu(rows, hidden, rate, seed)
+        ),
+    )
     fused_losses, _ = step(tiny("ndr", query_dropout=0.0, fused_feed_forward=True, **SIZES), members)
     torch.testing.assert_close(fused_losses[0], losses[0])
     assert fused_losses[1] != losses[1]
     # two feed-forwards a layer step, each drawn in the forward and again in the backward
     assert len(drawn) == 2 * 2 * 2 and all(rate == [0.0, 0.5] for rate, _ in drawn)
-    assert all(len(set(seed)) == 2 for _, seed in drawn) and len({tuple(seed) for _, seed in drawn}) == len(drawn) // 2
+    assert (
+        all(len(set(seed)) == 2 for _, seed in drawn)
+        and len({tuple(seed) for _, seed in drawn}) == len(drawn) // 2
+    )
 
 
 def test_evaluating_through_the_op_leaves_torchs_generator_where_it_was():
@@ -186,18 +222,20 @@ def test_evaluating_through_the_op_leaves_torchs_generator_where_it_was():
 def test_every_model_that_takes_the_key_runs_its_feed_forwards_through_the_op():
     """A key accepted and then ignored would train what the file did not ask for: where a model has
     no feed-forward of ours (the paper's set layer), the key is refused."""
+    from test_train import TINY_BY_KIND
+
     from trainables.config import parse_trial_config
+    from trainables.kinds import SET_REGRESSION
     from trainables.models import MODELS, build_model
     from trainables.models.transformer import FeedForward, TransformerConfig
-
-    from test_train import TINY_BY_KIND
-    from trainables.kinds import SET_REGRESSION
 
     for name, spec in MODELS.items():
         # the task kinds with a small task here; the image tasks' models are built of VQA's layers and Layer
         for kind in [k for k in spec.kinds if k in TINY_BY_KIND] if spec.config is TransformerConfig else ():
             task, options = TINY_BY_KIND[kind]
-            cfg = parse_trial_config({"task": task, "model": name, "task_options": options, "fused_feed_forward": True, **SIZES})
+            cfg = parse_trial_config(
+                {"task": task, "model": name, "task_options": options, "fused_feed_forward": True, **SIZES}
+            )
             if kind is SET_REGRESSION and cfg.model_options.get("set_layer", "paper") == "paper":
                 with pytest.raises(ValueError, match="no feed-forward of ours"):
                     build_model(name, cfg.model_options, load_task(task, options))

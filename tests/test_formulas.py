@@ -1,4 +1,5 @@
 """Every attention/gating formula of the NDR paper against a direct, slow implementation of its equation."""
+
 import math
 
 import pytest
@@ -13,7 +14,6 @@ from trainables.models.transformer import (
     geometric_order,
     sinusoids,
 )
-
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +143,9 @@ def test_geometric_scores_with_direction_encoding(shared):
                     side = 0 if i <= j else 1  # W_LR for i <= j, W_RL otherwise
                     direction = w[side, hd] @ h[bi, i] + b[side, hd]
                     s = 0 if shared else hd
-                    expected[bi, hd, i, j] = att.alpha[s] * (q[bi, i, hd] @ k[bi, j, hd]) + att.beta[s] * direction + att.gamma[s]
+                    expected[bi, hd, i, j] = (
+                        att.alpha[s] * (q[bi, i, hd] @ k[bi, j, hd]) + att.beta[s] * direction + att.gamma[s]
+                    )
     torch.testing.assert_close(att.scores(h), expected)
 
 
@@ -229,9 +231,13 @@ def test_attention_output_and_the_plain_layer_position_by_position(attention):
                     weights = {j: math.exp(scores[bi, hd, i, j]) / total for j in keys}
                 mixed.append(sum(weights[j] * v[bi, j, hd] for j in keys))
             attended = att.out.weight @ torch.cat(mixed) + att.out.bias
-            a = torch.nn.functional.layer_norm(h[bi, i] + attended, (d,), layer.norm_attention.weight, layer.norm_attention.bias)
+            a = torch.nn.functional.layer_norm(
+                h[bi, i] + attended, (d,), layer.norm_attention.weight, layer.norm_attention.bias
+            )
             ff = layer.ff[3].weight @ torch.relu(layer.ff[0].weight @ a + layer.ff[0].bias) + layer.ff[3].bias
-            expected[bi, i] = torch.nn.functional.layer_norm(a + ff, (d,), layer.norm_ff.weight, layer.norm_ff.bias)
+            expected[bi, i] = torch.nn.functional.layer_norm(
+                a + ff, (d,), layer.norm_ff.weight, layer.norm_ff.bias
+            )
     out, _, gate = layer(h, padding)
     assert gate is None
     torch.testing.assert_close(out, expected)
@@ -260,13 +266,19 @@ def test_copy_gate_equations(attention):
     h = torch.randn(2, 5, 12)
     padding = torch.zeros(2, 5, dtype=torch.bool)
     attended, _ = layer.attention(h, padding)
-    a = torch.nn.functional.layer_norm(h + attended, (12,), layer.norm_attention.weight, layer.norm_attention.bias)
+    a = torch.nn.functional.layer_norm(
+        h + attended, (12,), layer.norm_attention.weight, layer.norm_attention.bias
+    )
 
     def ffn(block, x):  # Eq. 5
         return block[3](torch.relu(block[0](x)))
 
     u = ffn(layer.ff, a)
-    u = torch.tanh(u) if attention == "rel" else torch.nn.functional.layer_norm(u, (12,), layer.norm_update.weight, layer.norm_update.bias)
+    u = (
+        torch.tanh(u)
+        if attention == "rel"
+        else torch.nn.functional.layer_norm(u, (12,), layer.norm_update.weight, layer.norm_update.bias)
+    )
     g = torch.sigmoid(ffn(layer.gate, a))
     out, _, gate = layer(h, padding)
     torch.testing.assert_close(gate, g)
@@ -306,7 +318,11 @@ def test_gated_layer_drops_out_where_the_paper_says(attention, monkeypatch):
     assert sorted(drawn) == ["attention.query_dropout", "dropout", "ff.2", "gate.2"]
 
     att = layer.attention
-    q, k, v = heads_of(att.query, h, heads), heads_of(att.key, h, heads), heads_of(att.value, h, heads)  # (B, N, H, dh)
+    q, k, v = (
+        heads_of(att.query, h, heads),
+        heads_of(att.key, h, heads),
+        heads_of(att.value, h, heads),
+    )  # (B, N, H, dh)
     query_masks = [mask.transpose(1, 2) for _, mask in drawn["attention.query_dropout"]]  # each (B, N, H, dh)
     scale = 1 / math.sqrt(d // heads)
     scores = torch.zeros(2, heads, n, n)
@@ -317,24 +333,39 @@ def test_gated_layer_drops_out_where_the_paper_says(attention, monkeypatch):
                     if attention == "geometric":
                         qi = q[bi, i, hd] * query_masks[0][bi, i, hd]
                         side = 0 if i <= j else 1
-                        direction = att.direction.weight.view(2, heads, d)[side, hd] @ h[bi, i] + att.direction.bias.view(2, heads)[side, hd]
-                        scores[bi, hd, i, j] = att.alpha[0] * (qi @ k[bi, j, hd]) + att.beta[0] * direction + att.gamma[0]
+                        direction = (
+                            att.direction.weight.view(2, heads, d)[side, hd] @ h[bi, i]
+                            + att.direction.bias.view(2, heads)[side, hd]
+                        )
+                        scores[bi, hd, i, j] = (
+                            att.alpha[0] * (qi @ k[bi, j, hd]) + att.beta[0] * direction + att.gamma[0]
+                        )
                     else:
                         content_query = (q[bi, i, hd] + att.content_bias[hd]) * query_masks[0][bi, i, hd]
                         position_query = (q[bi, i, hd] + att.pos_bias[hd]) * query_masks[1][bi, i, hd]
-                        pos_key = (att.pos_key.weight @ sinusoids(torch.tensor([i - j]), d)[0]).view(heads, -1)[hd]
-                        scores[bi, hd, i, j] = (content_query @ k[bi, j, hd] + position_query @ pos_key) * scale
+                        pos_key = (att.pos_key.weight @ sinusoids(torch.tensor([i - j]), d)[0]).view(
+                            heads, -1
+                        )[hd]
+                        scores[bi, hd, i, j] = (
+                            content_query @ k[bi, j, hd] + position_query @ pos_key
+                        ) * scale
     scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
     weights = slow_geometric(scores) if attention == "geometric" else scores.softmax(-1)
     mixed = torch.einsum("bhij,bjhd->bihd", weights, v).reshape(2, n, d)
     attended = att.out(mixed) * drawn["dropout"][0][1]
-    a = torch.nn.functional.layer_norm(h + attended, (d,), layer.norm_attention.weight, layer.norm_attention.bias)
+    a = torch.nn.functional.layer_norm(
+        h + attended, (d,), layer.norm_attention.weight, layer.norm_attention.bias
+    )
 
     def ffn(block, mask):  # Eq. 5, its hidden units dropped
         return block[3](torch.relu(block[0](a)) * mask)
 
     u = ffn(layer.ff, drawn["ff.2"][0][1])
-    u = torch.tanh(u) if attention == "rel" else torch.nn.functional.layer_norm(u, (d,), layer.norm_update.weight, layer.norm_update.bias)
+    u = (
+        torch.tanh(u)
+        if attention == "rel"
+        else torch.nn.functional.layer_norm(u, (d,), layer.norm_update.weight, layer.norm_update.bias)
+    )
     g = torch.sigmoid(ffn(layer.gate, drawn["gate.2"][0][1]))
     torch.testing.assert_close(out, g * u + (1 - g) * h)
 
@@ -377,7 +408,10 @@ def test_closed_copy_gate_copies_its_input():
 
 # ---------- Compositional attention (Mittal et al., Eq. 7-14) ----------
 
-def slow_compositional(att: Attention, h: torch.Tensor, source: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+
+def slow_compositional(
+    att: Attention, h: torch.Tensor, source: torch.Tensor | None = None, causal: bool = False
+) -> torch.Tensor:
     """Eq. 7-14 written out per search i and retrieval j, one sample at a time; keys and values
     from `source` where given (a decoder reading its encoder), position n seeing keys 0..n if `causal`."""
     S, R, d, d_r = att.n_heads, att.n_retrievals, att.d_head, att.retrieval_dim
@@ -386,16 +420,27 @@ def slow_compositional(att: Attention, h: torch.Tensor, source: torch.Tensor | N
         q, k = heads_of(att.query, x, S), heads_of(att.key, y, S)  # (N, S, d), (M, S, d)
         v = heads_of(att.value, y, R)  # (M, R, d)
         q_bar = heads_of(att.retrieval_query, x, S)  # (N, S, d_r)
-        future = torch.tensor([[m > n for m in range(len(y))] for n in range(len(x))]) if causal else torch.zeros(len(x), len(y), dtype=torch.bool)
+        future = (
+            torch.tensor([[m > n for m in range(len(y))] for n in range(len(x))])
+            if causal
+            else torch.zeros(len(x), len(y), dtype=torch.bool)
+        )
         searches = []
         for i in range(S):
-            search = torch.softmax((q[:, i] @ k[:, i].T / math.sqrt(d)).masked_fill(future, -math.inf), dim=-1)  # Eq. 8
+            search = torch.softmax(
+                (q[:, i] @ k[:, i].T / math.sqrt(d)).masked_fill(future, -math.inf), dim=-1
+            )  # Eq. 8
             retrievals = [search @ v[:, j] for j in range(R)]  # Eq. 10
             if att.retrieval_scores == "dot":
                 keys = torch.stack([att.retrieval_key(r) for r in retrievals], 1)  # (N, R, d_r), Eq. 11-12
-                scores = torch.softmax(torch.einsum("nk,nrk->nr", q_bar[:, i], keys) / math.sqrt(d_r), dim=-1)  # Eq. 13
+                scores = torch.softmax(
+                    torch.einsum("nk,nrk->nr", q_bar[:, i], keys) / math.sqrt(d_r), dim=-1
+                )  # Eq. 13
             else:  # the authors' Table 8: a linear score of the retrieval query beside each retrieved value
-                scores = torch.softmax(torch.cat([att.retrieval_score(torch.cat([q_bar[:, i], r], -1)) for r in retrievals], -1), dim=-1)
+                scores = torch.softmax(
+                    torch.cat([att.retrieval_score(torch.cat([q_bar[:, i], r], -1)) for r in retrievals], -1),
+                    dim=-1,
+                )
             searches.append(sum(scores[:, j : j + 1] * retrievals[j] for j in range(R)))
         out.append(att.out(torch.cat(searches, -1)))  # Eq. 14
     return torch.stack(out)
@@ -404,7 +449,9 @@ def slow_compositional(att: Attention, h: torch.Tensor, source: torch.Tensor | N
 @pytest.mark.parametrize("retrieval_scores", ["dot", "mlp"])
 def test_compositional_attention_against_its_equations(retrieval_scores):
     torch.manual_seed(3)
-    att = Attention("compositional", 12, 3, 0.0, 0.0, n_retrievals=4, retrieval_dim=5, retrieval_scores=retrieval_scores).eval()
+    att = Attention(
+        "compositional", 12, 3, 0.0, 0.0, n_retrievals=4, retrieval_dim=5, retrieval_scores=retrieval_scores
+    ).eval()
     h = torch.randn(2, 6, 12, requires_grad=True)
     padding = torch.zeros(2, 6, dtype=torch.bool)
     fast, _ = att(h, padding)
@@ -413,7 +460,9 @@ def test_compositional_attention_against_its_equations(retrieval_scores):
     (g_fast,) = torch.autograd.grad(fast.sum(), h)
     (g_slow,) = torch.autograd.grad(slow.sum(), h)
     torch.testing.assert_close(g_fast, g_slow)
-    assert torch.allclose(att.last_value_scores.sum(-1), torch.ones(2, 3, 6))  # value scores: a distribution over R
+    assert torch.allclose(
+        att.last_value_scores.sum(-1), torch.ones(2, 3, 6)
+    )  # value scores: a distribution over R
 
 
 @pytest.mark.parametrize("retrieval_scores", ["dot", "mlp"])
@@ -421,10 +470,17 @@ def test_compositional_attention_reading_another_sequence_and_causal_against_its
     """The encoder-decoder's two other uses (enc_dec.py): cross-attention to the encoder's output, and
     a decoder's causal self-attention."""
     torch.manual_seed(5)
-    att = Attention("compositional", 12, 3, 0.0, 0.0, n_retrievals=2, retrieval_dim=5, retrieval_scores=retrieval_scores).eval()
+    att = Attention(
+        "compositional", 12, 3, 0.0, 0.0, n_retrievals=2, retrieval_dim=5, retrieval_scores=retrieval_scores
+    ).eval()
     h, memory = torch.randn(2, 4, 12), torch.randn(2, 7, 12)
-    torch.testing.assert_close(att(h, torch.zeros(2, 7, dtype=torch.bool), source=memory)[0], slow_compositional(att, h, source=memory))
-    torch.testing.assert_close(att(h, torch.zeros(2, 4, dtype=torch.bool), causal=True)[0], slow_compositional(att, h, causal=True))
+    torch.testing.assert_close(
+        att(h, torch.zeros(2, 7, dtype=torch.bool), source=memory)[0],
+        slow_compositional(att, h, source=memory),
+    )
+    torch.testing.assert_close(
+        att(h, torch.zeros(2, 4, dtype=torch.bool), causal=True)[0], slow_compositional(att, h, causal=True)
+    )
 
 
 def test_one_search_one_retrieval_is_one_head_attention():
@@ -452,14 +508,22 @@ def slow_set_attention(att, h: torch.Tensor) -> torch.Tensor:
         for i in range(n):
             parts = []
             for s in range(S):
-                logits = torch.stack([q[i, s] @ k[j, s] / math.sqrt(att.d_search) if j != i else torch.tensor(-math.inf) for j in range(n)])
+                logits = torch.stack(
+                    [
+                        q[i, s] @ k[j, s] / math.sqrt(att.d_search) if j != i else torch.tensor(-math.inf)
+                        for j in range(n)
+                    ]
+                )
                 weights = torch.softmax(logits, 0)
                 if R is None:
                     parts.append(weights @ v[:, s])
                     continue
                 retrieved = [weights @ v[:, r] for r in range(R)]
                 query = heads_of(att.retrieval_query, x[i : i + 1], S)[0, s]
-                choice = torch.softmax(torch.stack([query @ att.retrieval_key(r) / math.sqrt(att.d_search) for r in retrieved]), 0)
+                choice = torch.softmax(
+                    torch.stack([query @ att.retrieval_key(r) / math.sqrt(att.d_search) for r in retrieved]),
+                    0,
+                )
                 parts.append(sum(c * r for c, r in zip(choice, retrieved)))
             rows.append(att.out(torch.cat([*parts, att.own(x[i])])))
         out.append(torch.stack(rows))
@@ -480,6 +544,7 @@ def test_paper_shaped_set_attention_against_its_equations(retrievals):
 
 # ---------- PANM (Le et al., Sec. 2.2-2.3) ----------
 
+
 def test_address_bank_binary_codes():
     from trainables.models.panm import address_bank
 
@@ -488,7 +553,11 @@ def test_address_bank_binary_codes():
     assert as_int.tolist() == [[3, 4, 5, 6], [1022, 1023, 0, 1]]  # consecutive, mod 2^b
     assert set(bank.unique().tolist()) == {0.0, 1.0}
     small = address_bank(torch.tensor([2]), 3, bits=4)
-    assert small[0].long().tolist() == [[0, 0, 1, 0], [0, 0, 1, 1], [0, 1, 0, 0]]  # the paper's example, p_B = 2... 4
+    assert small[0].long().tolist() == [
+        [0, 0, 1, 0],
+        [0, 0, 1, 1],
+        [0, 1, 0, 0],
+    ]  # the paper's example, p_B = 2... 4
 
 
 def test_one_hot_mode1_pointer_dereferences_exactly_its_slot():
@@ -519,7 +588,10 @@ def test_panm_heads_are_configurable_including_zero():
 
     tokens, lengths = torch.randint(3, 13, (2, 6)), torch.tensor([6, 4])
     for mode1, mode2 in [(0, 0), (0, 1), (1, 0), (2, 1), (3, 2)]:
-        model = PANM(PANMConfig(d_model=16, hidden=16, mlp_hidden=8, mode1_heads=mode1, mode2_heads=mode2), vocab_size=13).eval()
+        model = PANM(
+            PANMConfig(d_model=16, hidden=16, mlp_hidden=8, mode1_heads=mode1, mode2_heads=mode2),
+            vocab_size=13,
+        ).eval()
         out, trace = model(tokens, lengths, 5, return_activations=True)
         assert out.shape == (2, 5, 13) and torch.isfinite(out).all()
         if mode1:
@@ -547,11 +619,19 @@ def slow_gru(cell: torch.nn.GRUCell, x: list[float], h: list[float]) -> list[flo
 def slow_mlp(net, v: list[float]) -> list[float]:
     """One hidden ReLU layer, weight by weight."""
     first, last = net[0], net[2]
-    hidden = [max(0.0, float(first.bias[i]) + sum(float(first.weight[i, j]) * v[j] for j in range(len(v)))) for i in range(first.out_features)]
-    return [float(last.bias[i]) + sum(float(last.weight[i, j]) * hidden[j] for j in range(len(hidden))) for i in range(last.out_features)]
+    hidden = [
+        max(0.0, float(first.bias[i]) + sum(float(first.weight[i, j]) * v[j] for j in range(len(v))))
+        for i in range(first.out_features)
+    ]
+    return [
+        float(last.bias[i]) + sum(float(last.weight[i, j]) * hidden[j] for j in range(len(hidden)))
+        for i in range(last.out_features)
+    ]
 
 
-def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int, base: int = 0, inputs=None) -> list[list[float]]:
+def slow_panm_decode(
+    model, memory: torch.Tensor, length: int, n_steps: int, base: int = 0, inputs=None
+) -> list[list[float]]:
     """PANM's decoding of one sample from Sec. 2.2-2.3, slot by slot: the address bank A[n] = n in
     b bits (base 0 at evaluation); Pointer Units h_t = GRU(p_{t-1}, h_{t-1}) (Eq. 1), w_t[n] =
     softmax_n(s cos(h_t, g^a(A[n]))) (Eq. 2), p_t = sum_n w_t[n] A[n] (Eq. 3), *p_t = sum_n w_t[n] M[n];
@@ -568,7 +648,11 @@ def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int, bas
     sharp_a, sharp_c = (math.exp(v) for v in model.log_sharpness.tolist())
 
     def cos(a, b):
-        return sum(x * y for x, y in zip(a, b)) / max(math.sqrt(sum(x * x for x in a)), 1e-12) / max(math.sqrt(sum(y * y for y in b)), 1e-12)
+        return (
+            sum(x * y for x, y in zip(a, b))
+            / max(math.sqrt(sum(x * x for x in a)), 1e-12)
+            / max(math.sqrt(sum(y * y for y in b)), 1e-12)
+        )
 
     def softmax(scores):
         top = max(scores)
@@ -595,7 +679,9 @@ def slow_panm_decode(model, memory: torch.Tensor, length: int, n_steps: int, bas
             q = slow_mlp(g, mode1 or control)
             values.append(read(softmax([sharp_c * cos(q, M[n]) for n in range(length)])))
         flat = [v for value in values for v in value]
-        control = slow_gru(model.controller, flat + ([float(v) for v in inputs[t]] if inputs is not None else []), control)
+        control = slow_gru(
+            model.controller, flat + ([float(v) for v in inputs[t]] if inputs is not None else []), control
+        )
         outputs.append(slow_mlp(model.output, flat + control))
     return outputs
 
@@ -605,8 +691,18 @@ def test_panm_decoding_against_its_equations(mode1, mode2):
     from trainables.models.panm import PANM, PANMConfig
 
     torch.manual_seed(0)
-    model = PANM(PANMConfig(d_model=6, hidden=6, mlp_hidden=5, address_bits=4, mode1_heads=mode1, mode2_heads=mode2, sharpness=3.0),
-                 vocab_size=7).eval()
+    model = PANM(
+        PANMConfig(
+            d_model=6,
+            hidden=6,
+            mlp_hidden=5,
+            address_bits=4,
+            mode1_heads=mode1,
+            mode2_heads=mode2,
+            sharpness=3.0,
+        ),
+        vocab_size=7,
+    ).eval()
     tokens, lengths = torch.randint(3, 7, (2, 5)), torch.tensor([5, 3])
     with torch.no_grad():
         out = model(tokens, lengths, 4)
@@ -627,22 +723,52 @@ def test_panm_training_base_no_mode1_heads_and_a_decoder_input_against_its_equat
     bases = torch.tensor([13, 6])  # 13 + 4 wraps around 2^4
     monkeypatch.setattr(torch, "randint", lambda *args, **kwargs: bases)
     for mode1, mode2, inputs in [(2, 1, None), (0, 2, None), (2, 1, z)]:
-        model = PointerDecoder(PANMConfig(d_model=6, hidden=6, mlp_hidden=5, address_bits=4, mode1_heads=mode1, mode2_heads=mode2,
-                                          sharpness=3.0), vocab_size=7, input_size=0 if inputs is None else 3).train()
+        model = PointerDecoder(
+            PANMConfig(
+                d_model=6,
+                hidden=6,
+                mlp_hidden=5,
+                address_bits=4,
+                mode1_heads=mode1,
+                mode2_heads=mode2,
+                sharpness=3.0,
+            ),
+            vocab_size=7,
+            input_size=0 if inputs is None else 3,
+        ).train()
         with torch.no_grad():
             state = model.begin(memory, lengths)
             out = torch.stack([model.step(state, None if inputs is None else inputs[t]) for t in range(4)], 1)
             for b in range(2):
-                expected = torch.tensor(slow_panm_decode(model, memory[b], int(lengths[b]), 4, base=int(bases[b]),
-                                                         inputs=None if inputs is None else inputs[:, b]))
-                assert torch.allclose(out[b], expected, atol=1e-5), (mode1, mode2, b, (out[b] - expected).abs().max())
+                expected = torch.tensor(
+                    slow_panm_decode(
+                        model,
+                        memory[b],
+                        int(lengths[b]),
+                        4,
+                        base=int(bases[b]),
+                        inputs=None if inputs is None else inputs[:, b],
+                    )
+                )
+                assert torch.allclose(out[b], expected, atol=1e-5), (
+                    mode1,
+                    mode2,
+                    b,
+                    (out[b] - expected).abs().max(),
+                )
 
 
 # ---------- DNC (Graves et al. 2016, Methods; Csordás & Schmidhuber 2019) ----------
 
+
 def slow_dnc_step(state: dict, xi: dict, deallocate: bool, sharpen_links: bool) -> dict:
     """One memory step of a single sample, cell by cell, from the papers' equations."""
-    M, u_prev, p_prev, L_prev = state["memory"][0], state["usage"][0], state["precedence"][0], state["links"][0]
+    M, u_prev, p_prev, L_prev = (
+        state["memory"][0],
+        state["usage"][0],
+        state["precedence"][0],
+        state["links"][0],
+    )
     w_r_prev, w_w_prev = state["read_weights"][0], state["write_weights"][0]
     N, R = M.shape[0], w_r_prev.shape[0]
     eps = 1e-6
@@ -654,8 +780,18 @@ def slow_dnc_step(state: dict, xi: dict, deallocate: bool, sharpen_links: bool) 
         scores = torch.tensor([beta * cosine(memory[i], key) for i in range(N)])
         return torch.softmax(scores, 0)
 
-    psi = torch.tensor([math.prod(1 - float(xi["free_gates"][0, r]) * float(w_r_prev[r, i]) for r in range(R)) for i in range(N)])
-    u = torch.tensor([(float(u_prev[i]) + float(w_w_prev[i]) - float(u_prev[i]) * float(w_w_prev[i])) * float(psi[i]) for i in range(N)])
+    psi = torch.tensor(
+        [
+            math.prod(1 - float(xi["free_gates"][0, r]) * float(w_r_prev[r, i]) for r in range(R))
+            for i in range(N)
+        ]
+    )
+    u = torch.tensor(
+        [
+            (float(u_prev[i]) + float(w_w_prev[i]) - float(u_prev[i]) * float(w_w_prev[i])) * float(psi[i])
+            for i in range(N)
+        ]
+    )
     # Allocation: free list phi = cells by ascending usage.
     u_eps = u * (1 - eps) + eps
     phi = sorted(range(N), key=lambda i: float(u_eps[i]))
@@ -677,25 +813,36 @@ def slow_dnc_step(state: dict, xi: dict, deallocate: bool, sharpen_links: bool) 
     for i in range(N):
         for j in range(N):
             if i != j:
-                L[i, j] = (1 - float(w_w[i]) - float(w_w[j])) * float(L_prev[i, j]) + float(w_w[i]) * float(p_prev[j])
+                L[i, j] = (1 - float(w_w[i]) - float(w_w[j])) * float(L_prev[i, j]) + float(w_w[i]) * float(
+                    p_prev[j]
+                )
     p = (1 - float(w_w.sum())) * p_prev + w_w
     reads, weights = [], []
     for r in range(R):
         f = torch.tensor([sum(float(L[i, j]) * float(w_r_prev[r, j]) for j in range(N)) for i in range(N)])
         b = torch.tensor([sum(float(L[j, i]) * float(w_r_prev[r, j]) for j in range(N)) for i in range(N)])
         if sharpen_links:
+
             def sharp(d, s):
                 d = d + eps
                 d = (d / d.max()) ** s
                 return d / max(float(d.sum()), eps)
+
             f, b = sharp(f, float(xi["sharpness"][0, 0, r])), sharp(b, float(xi["sharpness"][0, 1, r]))
         c = content(M_new, xi["read_keys"][0, r], float(xi["read_strengths"][0, r]))
         pi = xi["read_modes"][0, r]
         w = pi[0] * b + pi[1] * c + pi[2] * f
         weights.append(w)
         reads.append(sum(float(w[i]) * M_new[i] for i in range(N)))
-    return {"memory": M_new, "usage": u, "precedence": p, "links": L, "write_weights": w_w,
-            "read_weights": torch.stack(weights), "reads": torch.stack(reads)}
+    return {
+        "memory": M_new,
+        "usage": u,
+        "precedence": p,
+        "links": L,
+        "write_weights": w_w,
+        "read_weights": torch.stack(weights),
+        "reads": torch.stack(reads),
+    }
 
 
 @pytest.mark.parametrize("deallocate,sharpen_links", [(True, True), (False, False)])
@@ -703,12 +850,20 @@ def test_dnc_memory_step_matches_its_equations(deallocate, sharpen_links):
     from trainables.models.dnc import DNCConfig, DNCMemory
 
     torch.manual_seed(4)
-    memory = DNCMemory(DNCConfig(d_model=6, n_cells=5, n_read_heads=2, deallocate=deallocate, sharpen_links=sharpen_links))
+    memory = DNCMemory(
+        DNCConfig(d_model=6, n_cells=5, n_read_heads=2, deallocate=deallocate, sharpen_links=sharpen_links)
+    )
     state = memory.initial_state(1, "cpu")
     # A state mid-sequence: some memory, usage, links and weights.
-    state = {"memory": torch.randn(1, 5, 6), "usage": torch.rand(1, 5), "precedence": torch.softmax(torch.randn(1, 5), -1) * 0.8,
-             "links": torch.rand(1, 5, 5) * 0.2 * (1 - torch.eye(5)), "read_weights": torch.softmax(torch.randn(1, 2, 5), -1),
-             "write_weights": torch.softmax(torch.randn(1, 5), -1) * 0.9, "reads": torch.zeros(1, 2, 6)}
+    state = {
+        "memory": torch.randn(1, 5, 6),
+        "usage": torch.rand(1, 5),
+        "precedence": torch.softmax(torch.randn(1, 5), -1) * 0.8,
+        "links": torch.rand(1, 5, 5) * 0.2 * (1 - torch.eye(5)),
+        "read_weights": torch.softmax(torch.randn(1, 2, 5), -1),
+        "write_weights": torch.softmax(torch.randn(1, 5), -1) * 0.9,
+        "reads": torch.zeros(1, 2, 6),
+    }
     xi = memory.interface(torch.randn(1, memory.interface_size) * 2)
     fast = memory(state, xi)
     slow = slow_dnc_step(state, xi, deallocate, sharpen_links)
@@ -725,7 +880,9 @@ def test_dnc_interface_squashes_each_field_as_the_papers_say():
     from trainables.models.dnc import DNCConfig, DNCMemory
 
     R, W = 2, 3
-    memory = DNCMemory(DNCConfig(d_model=W, n_cells=4, n_read_heads=R, sharpen_links=True, masked_addressing=True))
+    memory = DNCMemory(
+        DNCConfig(d_model=W, n_cells=4, n_read_heads=R, sharpen_links=True, masked_addressing=True)
+    )
     torch.manual_seed(5)
     vector = torch.randn(1, memory.interface_size) * 2
     values = iter(vector[0].tolist())
@@ -737,12 +894,21 @@ def test_dnc_interface_squashes_each_field_as_the_papers_say():
         total = sum(math.exp(x) for x in xs)
         return [math.exp(x) / total for x in xs]
 
-    expected = {"read_keys": [take(W) for _ in range(R)], "read_strengths": [oneplus(x) for x in take(R)], "write_key": take(W),
-                "write_strength": [oneplus(x) for x in take(1)], "erase": [sigmoid(x) for x in take(W)], "write": take(W),
-                "free_gates": [sigmoid(x) for x in take(R)], "allocation_gate": [sigmoid(x) for x in take(1)],
-                "write_gate": [sigmoid(x) for x in take(1)], "read_modes": [softmax(take(3)) for _ in range(R)],
-                "sharpness": [[oneplus(x) for x in take(R)] for _ in range(2)],
-                "read_masks": [[sigmoid(x) for x in take(W)] for _ in range(R)], "write_mask": [sigmoid(x) for x in take(W)]}
+    expected = {
+        "read_keys": [take(W) for _ in range(R)],
+        "read_strengths": [oneplus(x) for x in take(R)],
+        "write_key": take(W),
+        "write_strength": [oneplus(x) for x in take(1)],
+        "erase": [sigmoid(x) for x in take(W)],
+        "write": take(W),
+        "free_gates": [sigmoid(x) for x in take(R)],
+        "allocation_gate": [sigmoid(x) for x in take(1)],
+        "write_gate": [sigmoid(x) for x in take(1)],
+        "read_modes": [softmax(take(3)) for _ in range(R)],
+        "sharpness": [[oneplus(x) for x in take(R)] for _ in range(2)],
+        "read_masks": [[sigmoid(x) for x in take(W)] for _ in range(R)],
+        "write_mask": [sigmoid(x) for x in take(W)],
+    }
     assert next(values, None) is None  # every value of the vector read
     xi = memory.interface(vector)
     assert set(xi) == set(expected)
@@ -757,14 +923,23 @@ def test_dnc_masked_content_addressing():
     from trainables.models.dnc import EPS, content_weights
 
     torch.manual_seed(7)
-    memory, keys, strengths, masks = torch.randn(2, 5, 4), torch.randn(2, 3, 4), torch.rand(2, 3) * 5 + 1, torch.rand(2, 3, 4)
+    memory, keys, strengths, masks = (
+        torch.randn(2, 5, 4),
+        torch.randn(2, 3, 4),
+        torch.rand(2, 3) * 5 + 1,
+        torch.rand(2, 3, 4),
+    )
     for mask in (masks, None):
         expected = torch.zeros(2, 3, 5)
         for b in range(2):
             for h in range(3):
                 m = mask[b, h] if mask is not None else torch.ones(4)
                 key = keys[b, h] * m
-                cos = [float((memory[b, i] * m) @ key) / (float((memory[b, i] * m).norm()) * float(key.norm()) + EPS) for i in range(5)]
+                cos = [
+                    float((memory[b, i] * m) @ key)
+                    / (float((memory[b, i] * m).norm()) * float(key.norm()) + EPS)
+                    for i in range(5)
+                ]
                 e = [math.exp(float(strengths[b, h]) * c) for c in cos]
                 expected[b, h] = torch.tensor([v / sum(e) for v in e])
         torch.testing.assert_close(content_weights(memory, keys, strengths, mask), expected)
@@ -772,13 +947,16 @@ def test_dnc_masked_content_addressing():
 
 # ---------- ACT (NDR paper App. A, Eq. 11-15) ----------
 
+
 @pytest.mark.parametrize("variant", ["graves", "dehghani"])
 def test_act_halting_matches_its_definition(variant):
     from trainables.models.transformer import UniversalTransformerClassifier
 
     torch.manual_seed(5)
     cfg = TransformerConfig(d_model=8, n_heads=2, act=variant, act_threshold=0.99)
-    model = UniversalTransformerClassifier(cfg, "softmax", False, vocab_size=10, n_classes=3, pad_id=0, bos_id=1, eos_id=2)
+    model = UniversalTransformerClassifier(
+        cfg, "softmax", False, vocab_size=10, n_classes=3, pad_id=0, bos_id=1, eos_id=2
+    )
     with torch.no_grad():  # some columns halt early, some reach the last step
         model.halting.bias.fill_(-1.5)
         model.halting.weight.normal_(std=1.0)
@@ -802,11 +980,16 @@ def test_act_halting_matches_its_definition(variant):
             if padding[b, i]:
                 assert torch.equal(out[b, i], torch.zeros(8)) and remainders[b, i] == 0
                 continue
-            p = [torch.sigmoid(model.halting(states[t][b, i])).item() for t in range(t_max)]  # p_t from the state before step t
+            p = [
+                torch.sigmoid(model.halting(states[t][b, i])).item() for t in range(t_max)
+            ]  # p_t from the state before step t
             reached = [t for t in range(t_max) if sum(p[: t + 1]) >= 0.99]
             halt = reached[0] if reached else (t_max - 1 if variant == "graves" else None)  # Eq. 12, 0-based
             halts.add("early" if reached and reached[0] < t_max - 1 else "late")
-            weights = [p[t] if halt is None or t < halt else (1 - sum(p[:halt]) if t == halt else 0.0) for t in range(t_max)]
+            weights = [
+                p[t] if halt is None or t < halt else (1 - sum(p[:halt]) if t == halt else 0.0)
+                for t in range(t_max)
+            ]
             if variant == "graves":
                 expected = sum(weights[t] * states[t + 1][b, i] for t in range(t_max))  # Eq. 15
             else:
@@ -824,8 +1007,12 @@ def test_act_ponder_cost_is_alpha_over_n_times_the_summed_remainders():
     from trainables.models.transformer import UniversalTransformerClassifier
 
     torch.manual_seed(6)
-    cfg = TransformerConfig(d_model=8, n_heads=2, n_layers=5, act="graves", act_threshold=0.99, act_loss_weight=0.03)
-    model = UniversalTransformerClassifier(cfg, "softmax", False, vocab_size=10, n_classes=3, pad_id=0, bos_id=1, eos_id=2)
+    cfg = TransformerConfig(
+        d_model=8, n_heads=2, n_layers=5, act="graves", act_threshold=0.99, act_loss_weight=0.03
+    )
+    model = UniversalTransformerClassifier(
+        cfg, "softmax", False, vocab_size=10, n_classes=3, pad_id=0, bos_id=1, eos_id=2
+    )
     seen = []
     adaptive = model.adaptive
     model.adaptive = lambda *args: seen.append(adaptive(*args)) or seen[-1]
@@ -858,7 +1045,9 @@ def test_sinusoids_are_vaswani_et_al_s_equations():
     for row, pos in enumerate(positions.tolist()):
         for k in range(d):
             angle = pos / 10000 ** ((k - k % 2) / d)
-            assert float(out[row, k]) == pytest.approx(math.sin(angle) if k % 2 == 0 else math.cos(angle), abs=1e-5)
+            assert float(out[row, k]) == pytest.approx(
+                math.sin(angle) if k % 2 == 0 else math.cos(angle), abs=1e-5
+            )
 
 
 def test_cosine_learning_rate_is_loshchilov_and_hutters_annealing_to_zero():
@@ -868,12 +1057,18 @@ def test_cosine_learning_rate_is_loshchilov_and_hutters_annealing_to_zero():
     from trainables.config import parse_trial_config
     from trainables.train import lr_factor
 
-    cfg = parse_trial_config({"task": "copy", "model": "lstm_seq2seq", "lr": 3e-3, "n_iters": 50, "lr_schedule": "cosine"})
+    cfg = parse_trial_config(
+        {"task": "copy", "model": "lstm_seq2seq", "lr": 3e-3, "n_iters": 50, "lr_schedule": "cosine"}
+    )
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.n_iters)
     for iteration in range(1, cfg.n_iters + 1):
-        assert cfg.lr * lr_factor(cfg, iteration) == pytest.approx(optimizer.param_groups[0]["lr"], rel=1e-9, abs=1e-15)
-        assert lr_factor(cfg, iteration) == pytest.approx((1 + math.cos(math.pi * (iteration - 1) / cfg.n_iters)) / 2)
+        assert cfg.lr * lr_factor(cfg, iteration) == pytest.approx(
+            optimizer.param_groups[0]["lr"], rel=1e-9, abs=1e-15
+        )
+        assert lr_factor(cfg, iteration) == pytest.approx(
+            (1 + math.cos(math.pi * (iteration - 1) / cfg.n_iters)) / 2
+        )
         optimizer.step()
         scheduler.step()
     assert lr_factor(parse_trial_config({"task": "copy", "model": "lstm_seq2seq"}), 7) == 1.0

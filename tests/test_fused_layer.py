@@ -1,12 +1,12 @@
 """benchmarks/fused_layer.py's what-if (ops_per_step.py --fused): NDR's layer with parts as opaque
 ops must compute what the layer does, or its byte count would be of another step. Each op
 recomputes its part in its backward, its dropout redrawn from the generator state it saved."""
+
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-
 from test_feed_forward_op import step
 from test_train import tiny
 
@@ -14,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import fused_layer  # noqa: E402
 
 
-@pytest.mark.parametrize("cut, dropout", [("elementwise", 0.3), ("feed_forwards", 0.3), ("sublayers", 0.3), ("layer", 0.0)])
+@pytest.mark.parametrize(
+    "cut, dropout", [("elementwise", 0.3), ("feed_forwards", 0.3), ("sublayers", 0.3), ("layer", 0.0)]
+)
 def test_the_layer_cut_into_opaque_parts_trains_as_the_layer_does(cut, dropout, monkeypatch):
     """A stack of two members (their own learning rates), with dropout and gate-drop where each
     part draws its masks after the one before it, so in the order the stacked layer draws them

@@ -1,12 +1,18 @@
 """The code's layering: trainables never import the orchestrator, and the orchestrator's packages
 import one way (plan <- record <- report <- run <- cli), and no module of either reaches
 itself through the modules it imports."""
+
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Each package and what it may import besides itself.
-ALLOWED = {"plan": set(), "record": {"plan"}, "report": {"plan", "record"}, "run": {"plan", "record", "report"}}
+ALLOWED = {
+    "plan": set(),
+    "record": {"plan"},
+    "report": {"plan", "record"},
+    "run": {"plan", "record", "report"},
+}
 
 
 def orchestrator_imports(path: Path) -> set[str]:
@@ -40,8 +46,13 @@ def test_the_orchestrator_packages_import_one_way():
 def test_every_spelling_of_an_import_is_seen(tmp_path, monkeypatch):
     package = tmp_path / "orchestrator" / "plan"
     package.mkdir(parents=True)
-    spellings = {"from orchestrator import run": {"run"}, "from orchestrator.run import launch": {"run"},
-                 "import orchestrator.run.launch": {"run"}, "from ..run import launch": {"run"}, "from . import spec": {"plan"}}
+    spellings = {
+        "from orchestrator import run": {"run"},
+        "from orchestrator.run import launch": {"run"},
+        "import orchestrator.run.launch": {"run"},
+        "from ..run import launch": {"run"},
+        "from . import spec": {"plan"},
+    }
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     for code, packages in spellings.items():
         (package / "spec.py").write_text(f"def f():\n    {code}\n")
@@ -49,17 +60,30 @@ def test_every_spelling_of_an_import_is_seen(tmp_path, monkeypatch):
 
 
 def test_trainables_import_nothing_from_the_orchestrator():
-    wrong = [str(p.relative_to(ROOT)) for p in (ROOT / "trainables").rglob("*.py")
-             if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "orchestrator" in ast.unparse(n) for n in ast.walk(ast.parse(p.read_text())))]
+    wrong = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "trainables").rglob("*.py")
+        if any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) and "orchestrator" in ast.unparse(n)
+            for n in ast.walk(ast.parse(p.read_text()))
+        )
+    ]
     assert not wrong, wrong
 
 
 def test_trainables_import_neither_ray_nor_mlflow_nor_optuna():
     """Their glue stays in the orchestrator: a model or task runs with torch alone (as on the GPU machine)."""
     glue = ("ray", "mlflow", "optuna")
-    wrong = [f"{p.relative_to(ROOT)}: {ast.unparse(n)}" for p in (ROOT / "trainables").rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
-             if isinstance(n, ast.Import) and any(a.name.split(".")[0] in glue for a in n.names)
-             or isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").split(".")[0] in glue]
+    wrong = [
+        f"{p.relative_to(ROOT)}: {ast.unparse(n)}"
+        for p in (ROOT / "trainables").rglob("*.py")
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.Import)
+        and any(a.name.split(".")[0] in glue for a in n.names)
+        or isinstance(n, ast.ImportFrom)
+        and n.level == 0
+        and (n.module or "").split(".")[0] in glue
+    ]
     assert not wrong, wrong
 
 
@@ -78,7 +102,11 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])]) if node.level else node.module
+            base = (
+                ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+                if node.level
+                else node.module
+            )
             found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
     return found & known
 

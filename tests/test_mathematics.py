@@ -1,5 +1,6 @@
 """The mathematics task: every answer of the dataset's generator, as our task stores it, against an
 evaluator that reads the question in English and computes the answer itself."""
+
 from __future__ import annotations
 
 import re
@@ -8,21 +9,34 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from trainables.tasks import load_task, task_config
-from trainables.tasks import mathematics
+from trainables.tasks import load_task, mathematics, task_config
 
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 # add_or_sub's question forms -> the answer from the two numbers in the order they are written.
-SUMS = [(r"(?:What is |Calculate |Work out )?{a} ?\+ ?{b}[.?]?", lambda a, b: a + b),
-        (r"(?:What is |Calculate |Work out )?{a} - {b}[.?]?", lambda a, b: a - b),
-        (r"(?:Add|Add together|Put together|Sum|Total of) {a} and {b}\.", lambda a, b: a + b),
-        (r"What is {a} plus {b}\?", lambda a, b: a + b),
-        (r"What is {a} (?:minus|take away) {b}\?", lambda a, b: a - b),
-        (r"What is the (?:difference|distance) between {a} and {b}\?", lambda a, b: abs(a - b)),
-        (r"Subtract {a} from {b}\.", lambda a, b: b - a),
-        (r"What is {a} less than {b}\?", lambda a, b: b - a)]
-PLACES = ["units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands", "millions", "ten millions",
-          "hundred millions", "billions", "ten billions", "hundred billions"]
+SUMS = [
+    (r"(?:What is |Calculate |Work out )?{a} ?\+ ?{b}[.?]?", lambda a, b: a + b),
+    (r"(?:What is |Calculate |Work out )?{a} - {b}[.?]?", lambda a, b: a - b),
+    (r"(?:Add|Add together|Put together|Sum|Total of) {a} and {b}\.", lambda a, b: a + b),
+    (r"What is {a} plus {b}\?", lambda a, b: a + b),
+    (r"What is {a} (?:minus|take away) {b}\?", lambda a, b: a - b),
+    (r"What is the (?:difference|distance) between {a} and {b}\?", lambda a, b: abs(a - b)),
+    (r"Subtract {a} from {b}\.", lambda a, b: b - a),
+    (r"What is {a} less than {b}\?", lambda a, b: b - a),
+]
+PLACES = [
+    "units",
+    "tens",
+    "hundreds",
+    "thousands",
+    "ten thousands",
+    "hundred thousands",
+    "millions",
+    "ten millions",
+    "hundred millions",
+    "billions",
+    "ten billions",
+    "hundred billions",
+]
 
 
 def evaluate(module: str, question: str) -> Decimal:
@@ -67,7 +81,9 @@ def test_the_generator_leaves_the_global_random_states_alone():
     np.random.seed(5)
     first = mathematics.draw("train", "add_or_sub", 30, random.Random(0))
     assert (random.random(), np.random.random()) == expected
-    assert mathematics.draw("train", "add_or_sub", 30, random.Random(0)) == first  # and is seeded by its own stream
+    assert (
+        mathematics.draw("train", "add_or_sub", 30, random.Random(0)) == first
+    )  # and is seeded by its own stream
 
 
 @pytest.mark.parametrize("options", [{"module": "mul"}, {"train_size": 0}, {"eval_size": -1}])
@@ -79,11 +95,23 @@ def test_bad_options_name_the_key(options):
 def test_the_report_finds_table_13_beside_the_extrapolation_column():
     from orchestrator.report.report import published_for
 
-    config = {"task_options": {"module": "place_value"}, "d_model": 512, "universal": True, "relative_positions": True}
+    config = {
+        "task_options": {"module": "place_value"},
+        "d_model": 512,
+        "universal": True,
+        "relative_positions": True,
+    }
     grid = {"universal": [False, True], "relative_positions": [False, True]}
-    cell = published_for("transformer_enc_dec", "mathematics", None, "test_extrapolate_seq_acc_final", grid, config)
+    cell = published_for(
+        "transformer_enc_dec", "mathematics", None, "test_extrapolate_seq_acc_final", grid, config
+    )
     assert (cell["table"], cell["mean"], cell["std"]) == ("Table 13", 0.75, 0.10)
     for other in ("test_seq_acc_final", "test_extrapolate_seq_acc_at_best", "test_interpolate_seq_acc_final"):
         assert published_for("transformer_enc_dec", "mathematics", None, other, grid, config) is None, other
     small = {**config, "d_model": 64}  # a CPU-scale run is not put beside the paper's
-    assert published_for("transformer_enc_dec", "mathematics", None, "test_extrapolate_seq_acc_final", grid, small) is None
+    assert (
+        published_for(
+            "transformer_enc_dec", "mathematics", None, "test_extrapolate_seq_acc_final", grid, small
+        )
+        is None
+    )

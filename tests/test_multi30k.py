@@ -1,6 +1,7 @@
 """Multi30K read from files in the standard layout that the test writes: the length-sorted split
 (PANM Sec. 3.4), the training part's vocabulary with <unk>, perplexity against its definition, and
 one line when the folder is missing."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,9 @@ import random
 import pytest
 import torch
 
+from trainables.kinds import TRANSLATION
 from trainables.tasks import load_task, multi30k, task_config
 from trainables.tasks.base import Task
-from trainables.kinds import TRANSLATION
 from trainables.train import TrainConfig, ratios, train
 
 NOUNS = [("dog", "hund"), ("man", "mann"), ("woman", "frau"), ("ball", "ball"), ("street", "straße")]
@@ -36,7 +37,11 @@ def test_length_sorted_split_and_vocabulary(data):
     pairs = multi30k.read_pairs(data, ("train", "val", "test_2016_flickr"))
     splits = task.splits
     assert len(splits["train"]) + len(splits["iid_valid"]) + len(splits["test"]) == len(pairs) == 160
-    assert len(splits["test"]) == 80 and max(splits["train"].lengths.max(), splits["iid_valid"].lengths.max()) <= splits["test"].lengths.min()
+    assert (
+        len(splits["test"]) == 80
+        and max(splits["train"].lengths.max(), splits["iid_valid"].lengths.max())
+        <= splits["test"].lengths.min()
+    )
     decoded = task.decode(splits["test"].targets[0][: splits["test"].target_lengths[0]])
     assert decoded[0] == "ein" and decoded[-1] == "<eos>"
     assert "<unk>" in task.vocab and "straße" in task.vocab and "hund" in task.vocab
@@ -87,12 +92,34 @@ def test_a_missing_folder_or_file_is_one_line(tmp_path, monkeypatch):
 
 
 def test_models_train_and_score_perplexity(data):
-    for model, options in (("transformer_enc_dec", {}), ("transformer_enc_dec_panm", {"hidden": 16, "mlp_hidden": 16})):
-        cfg = TrainConfig(task="multi30k", model=model, task_options={"data_dir": str(data)}, optimizer="adam", lr=1e-3,
-                          batch_size=16, n_iters=30, eval_every=10, grad_clip=1.0, threads=1,
-                          model_options={"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 2, "dropout": 0.0, **options})
+    for model, options in (
+        ("transformer_enc_dec", {}),
+        ("transformer_enc_dec_panm", {"hidden": 16, "mlp_hidden": 16}),
+    ):
+        cfg = TrainConfig(
+            task="multi30k",
+            model=model,
+            task_options={"data_dir": str(data)},
+            optimizer="adam",
+            lr=1e-3,
+            batch_size=16,
+            n_iters=30,
+            eval_every=10,
+            grad_clip=1.0,
+            threads=1,
+            model_options={
+                "d_model": 32,
+                "n_heads": 4,
+                "encoder_layers": 1,
+                "decoder_layers": 2,
+                "dropout": 0.0,
+                **options,
+            },
+        )
         metrics = train(cfg, log=None)
-        assert 1 < metrics["test_perplexity_final"] < len(load_task("multi30k", {"data_dir": str(data)}).vocab), model
+        assert (
+            1 < metrics["test_perplexity_final"] < len(load_task("multi30k", {"data_dir": str(data)}).vocab)
+        ), model
         # Three evaluations: the best checkpoint is the one of lowest perplexity, not of highest.
         assert metrics["best_ood_valid_perplexity"] <= metrics["iid_valid_perplexity_final"] + 1e-9
 
@@ -101,5 +128,15 @@ def test_every_score_of_a_trial_reaches_mlflow():
     """Perplexity's metrics were once dropped on the way to the store (a list of suffixes without it)."""
     from orchestrator.record.runs import numeric_metrics
 
-    result = {"best_ood_valid_perplexity": 3.2, "iid_valid_perplexity": 3.0, "train_token_acc": 0.5, "done": True, "trial_id": "x"}
-    assert numeric_metrics(result) == {"best_ood_valid_perplexity": 3.2, "iid_valid_perplexity": 3.0, "train_token_acc": 0.5}
+    result = {
+        "best_ood_valid_perplexity": 3.2,
+        "iid_valid_perplexity": 3.0,
+        "train_token_acc": 0.5,
+        "done": True,
+        "trial_id": "x",
+    }
+    assert numeric_metrics(result) == {
+        "best_ood_valid_perplexity": 3.2,
+        "iid_valid_perplexity": 3.0,
+        "train_token_acc": 0.5,
+    }

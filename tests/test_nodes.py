@@ -1,4 +1,5 @@
 """The test cluster's helpers (tests/nodes.py)."""
+
 import nodes
 
 

@@ -1,5 +1,6 @@
 """The pieces that put every pair of a launch in one Tune experiment, and the checkpoint fallback,
 without Ray running (the whole path runs in test_service.py and test_cluster.py)."""
+
 import math
 import pickle
 from types import SimpleNamespace
@@ -45,7 +46,9 @@ def test_pairs_take_turns_within_their_own_limits_and_budgets():
 
 def test_pair_search_state_survives_a_save_and_restore(tmp_path):
     def fresh():
-        return PairSearch({"a": Counting(), "b": Counting()}, {"a": 2, "b": 2}, max_concurrent=1, metric="m", mode="max")
+        return PairSearch(
+            {"a": Counting(), "b": Counting()}, {"a": 2, "b": 2}, max_concurrent=1, metric="m", mode="max"
+        )
 
     search = fresh()
     search.suggest("t0"), search.suggest("t1")
@@ -83,10 +86,15 @@ def test_a_pruned_checkpoint_falls_back_to_the_newest_that_exists(tmp_path):
     fs = pyarrow.fs.LocalFileSystem()
     for name in ("checkpoint_000003", "checkpoint_000004"):
         (tmp_path / name).mkdir()
-    named = _TrainingResult(checkpoint=Checkpoint(str(tmp_path / "checkpoint_000002"), filesystem=fs), metrics={"training_iteration": 3})
+    named = _TrainingResult(
+        checkpoint=Checkpoint(str(tmp_path / "checkpoint_000002"), filesystem=fs),
+        metrics={"training_iteration": 3},
+    )
     found = newest_existing_checkpoint(named)
     assert found.checkpoint.path == str(tmp_path / "checkpoint_000004") and found.metrics == named.metrics
-    present = _TrainingResult(checkpoint=Checkpoint(str(tmp_path / "checkpoint_000003"), filesystem=fs), metrics={})
+    present = _TrainingResult(
+        checkpoint=Checkpoint(str(tmp_path / "checkpoint_000003"), filesystem=fs), metrics={}
+    )
     assert newest_existing_checkpoint(present) is present
     for name in ("checkpoint_000003", "checkpoint_000004"):
         (tmp_path / name).rmdir()
@@ -96,16 +104,19 @@ def test_a_pruned_checkpoint_falls_back_to_the_newest_that_exists(tmp_path):
 SPACE = "tasks: [ctl]\nmodels: [ndr]\nspace: {lr: {loguniform: [1.0e-4, 1.0e-3]}}\n"
 
 
-@pytest.mark.parametrize("extra, key", [
-    ("storage_path: s3://bucket/runs\n", "storage_path"),
-    ("storage: ftp://host/x\n", "storage"),
-    ("storage: s3://KEY:hunter2@bucket/x\n", "storage"),
-    ("storage: {uri: /mnt/x, endpoint: http://minio:9000}\n", "storage"),
-    ("storage: {uri: s3://bucket/x, endpoint: minio:9000}\n", "storage"),
-    ("storage: {uri: s3://bucket/x, region: eu}\n", "storage.region"),
-    ("budget: {max_failures: -1}\n", "budget.max_failures"),
-    ("budget: {cluster_concurrent: 0}\n", "budget.cluster_concurrent"),
-])
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ("storage_path: s3://bucket/runs\n", "storage_path"),
+        ("storage: ftp://host/x\n", "storage"),
+        ("storage: s3://KEY:hunter2@bucket/x\n", "storage"),
+        ("storage: {uri: /mnt/x, endpoint: http://minio:9000}\n", "storage"),
+        ("storage: {uri: s3://bucket/x, endpoint: minio:9000}\n", "storage"),
+        ("storage: {uri: s3://bucket/x, region: eu}\n", "storage.region"),
+        ("budget: {max_failures: -1}\n", "budget.max_failures"),
+        ("budget: {cluster_concurrent: 0}\n", "budget.cluster_concurrent"),
+    ],
+)
 def test_bad_storage_and_fault_settings_are_one_line_errors(tmp_path, extra, key):
     path = tmp_path / "space.yaml"
     path.write_text(SPACE + extra)
@@ -138,9 +149,16 @@ def test_a_proposal_a_killed_driver_left_is_adopted_not_duplicated(tmp_path):
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)}
+
     def searcher():
-        return TruncationAwareOptunaSearch(space=space, storage=storage, study_name="s", metric="acc", mode="max",
-                                           sampler=optuna.samplers.TPESampler(seed=0))
+        return TruncationAwareOptunaSearch(
+            space=space,
+            storage=storage,
+            study_name="s",
+            metric="acc",
+            mode="max",
+            sampler=optuna.samplers.TPESampler(seed=0),
+        )
 
     dead = searcher()
     orphan = dead.suggest("a")  # asked, then the driver died before Tune's snapshot
@@ -156,11 +174,21 @@ def stacked_searcher(storage, stack: int, runs: int, space=None, base=None):
 
     from orchestrator.run.search import TruncationAwareOptunaSearch
 
-    space = space or {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
-                      "n_layers": optuna.distributions.IntDistribution(2, 8)}
-    return TruncationAwareOptunaSearch(space=space, storage=storage, study_name="s", metric="acc", mode="max",
-                                       sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2),
-                                       stack=stack, runs=runs, base=base or {"model": "ndr"})
+    space = space or {
+        "lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+        "n_layers": optuna.distributions.IntDistribution(2, 8),
+    }
+    return TruncationAwareOptunaSearch(
+        space=space,
+        storage=storage,
+        study_name="s",
+        metric="acc",
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2),
+        stack=stack,
+        runs=runs,
+        base=base or {"model": "ndr"},
+    )
 
 
 def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own_end(tmp_path):
@@ -180,33 +208,77 @@ def test_a_stacked_search_asks_tpe_once_per_member_and_tells_each_member_its_own
     assert search.suggest("d") == Searcher.FINISHED
     for config in configs:
         assert set(config) == {"n_layers", MEMBERS_KEY} and all(set(m) == {"lr"} for m in config[MEMBERS_KEY])
-        assert len({m["lr"] for m in config[MEMBERS_KEY]}) == len(config[MEMBERS_KEY])  # TPE's own proposals, not one copied
+        assert len({m["lr"] for m in config[MEMBERS_KEY]}) == len(
+            config[MEMBERS_KEY]
+        )  # TPE's own proposals, not one copied
     study = optuna.load_study(study_name="s", storage=storage)
     trials = study.get_trials()
     assert len(trials) == 7
-    stacked = [{**{k: v for k, v in configs[0].items() if k != MEMBERS_KEY}, **m} for m in configs[0][MEMBERS_KEY]]
+    stacked = [
+        {**{k: v for k, v in configs[0].items() if k != MEMBERS_KEY}, **m} for m in configs[0][MEMBERS_KEY]
+    ]
     assert [t.params for t in trials[:3]] == stacked
 
     # Trial a: member 0 completes, member 1 diverged at iteration 40 (and keeps reporting its last
     # metrics while the others train on), member 2 completes. Trial b: ASHA stops it.
     def result_at(iteration, status):
         members = [(0.9, status, iteration), (0.2, "diverged", 40), (0.5, status, iteration)]
-        return {"iteration": iteration, "training_iteration": 1, "acc": 0.9, "status": status,
-                **{member_key(k, key): v for k, m in enumerate(members) for key, v in zip(("acc", "status", "iteration"), m)}}
+        return {
+            "iteration": iteration,
+            "training_iteration": 1,
+            "acc": 0.9,
+            "status": status,
+            **{
+                member_key(k, key): v
+                for k, m in enumerate(members)
+                for key, v in zip(("acc", "status", "iteration"), m)
+            },
+        }
+
     search.on_trial_result("a", result_at(60, "running"))
     result = result_at(100, "completed")
     search.on_trial_result("a", result)
     search.on_trial_complete("a", result)
-    stopped = {"iteration": 50, "training_iteration": 1, "acc": 0.4, "status": "running",
-               **{member_key(k, key): v for k in range(2) for key, v in (("acc", 0.1 * k), ("status", "running"))}}
+    stopped = {
+        "iteration": 50,
+        "training_iteration": 1,
+        "acc": 0.4,
+        "status": "running",
+        **{member_key(k, key): v for k in range(2) for key, v in (("acc", 0.1 * k), ("status", "running"))},
+    }
     search.on_trial_complete("b", stopped)
-    search.on_trial_complete("c", {"iteration": 100, "training_iteration": 1, "acc": 0.7, "status": "completed",
-                                   **{member_key(k, key): v for k in range(2) for key, v in (("acc", 0.7 - 0.1 * k), ("status", "completed"))}})
+    search.on_trial_complete(
+        "c",
+        {
+            "iteration": 100,
+            "training_iteration": 1,
+            "acc": 0.7,
+            "status": "completed",
+            **{
+                member_key(k, key): v
+                for k in range(2)
+                for key, v in (("acc", 0.7 - 0.1 * k), ("status", "completed"))
+            },
+        },
+    )
     trials = study.get_trials()
-    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "COMPLETE", "PRUNED", "PRUNED", "COMPLETE", "COMPLETE"]
+    assert [t.state.name for t in trials] == [
+        "COMPLETE",
+        "PRUNED",
+        "COMPLETE",
+        "PRUNED",
+        "PRUNED",
+        "COMPLETE",
+        "COMPLETE",
+    ]
     assert [t.value for t in trials if t.state.name == "COMPLETE"] == [0.9, 0.5, 0.7, 0.6]
-    assert trials[1].intermediate_values == {40: 0.2}  # where it diverged, as its own trial would have stopped
-    assert [t.intermediate_values for t in trials[3:5]] == [{50: 0.0}, {50: 0.1}]  # each its own, at the iteration
+    assert trials[1].intermediate_values == {
+        40: 0.2
+    }  # where it diverged, as its own trial would have stopped
+    assert [t.intermediate_values for t in trials[3:5]] == [
+        {50: 0.0},
+        {50: 0.1},
+    ]  # each its own, at the iteration
 
 
 def test_a_stack_a_killed_driver_proposed_is_adopted_whole(tmp_path):
@@ -231,13 +303,24 @@ def test_a_resumed_search_proposes_no_trial_it_tried_already(tmp_path):
     from orchestrator.run.search import PairSearch, TruncationAwareOptunaSearch
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
-    space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
-             "d_model": optuna.distributions.CategoricalDistribution([64, 128, 256])}
+    space = {
+        "lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
+        "d_model": optuna.distributions.CategoricalDistribution([64, 128, 256]),
+    }
 
     def searcher(name, warm_start=None):
-        pair = TruncationAwareOptunaSearch(space=space, storage=storage, study_name=name, metric="acc", mode="max",
-                                           points_to_evaluate=warm_start, sampler=optuna.samplers.TPESampler(seed=0),
-                                           stack=2, runs=8, base={"model": "transformer"})
+        pair = TruncationAwareOptunaSearch(
+            space=space,
+            storage=storage,
+            study_name=name,
+            metric="acc",
+            mode="max",
+            points_to_evaluate=warm_start,
+            sampler=optuna.samplers.TPESampler(seed=0),
+            stack=2,
+            runs=8,
+            base={"model": "transformer"},
+        )
         return PairSearch({"p": pair}, {"p": 4}, 4, "acc", "max")
 
     def lrs(name):
@@ -258,7 +341,11 @@ def test_a_resumed_search_proposes_no_trial_it_tried_already(tmp_path):
     again = searcher("no_snapshot", warm)
     assert again.suggest("u1") == lost
     again.suggest("u2")
-    assert len(lrs("no_snapshot")) == 4 and len(set(lrs("no_snapshot"))) == 4 and lrs("no_snapshot").count(1e-4) == 1
+    assert (
+        len(lrs("no_snapshot")) == 4
+        and len(set(lrs("no_snapshot"))) == 4
+        and lrs("no_snapshot").count(1e-4) == 1
+    )
 
 
 @pytest.mark.parametrize("stack", [1, 2])
@@ -274,11 +361,16 @@ def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_o
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
 
     def search():
-        return PairSearch({"p": stacked_searcher(storage, stack=stack, runs=stack)}, {"p": 1}, 1, "acc", "max")
+        return PairSearch(
+            {"p": stacked_searcher(storage, stack=stack, runs=stack)}, {"p": 1}, 1, "acc", "max"
+        )
 
     def result(iteration, acc, status):
         own = {"iteration": iteration, "acc": acc, "status": status}
-        return {"training_iteration": 1, **({member_key(k, key): v for k in range(stack) for key, v in own.items()} if stack > 1 else own)}
+        return {
+            "training_iteration": 1,
+            **({member_key(k, key): v for k in range(stack) for key, v in own.items()} if stack > 1 else own),
+        }
 
     first = search()
     first.suggest("a")
@@ -292,7 +384,9 @@ def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_o
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert [t.state.name for t in trials] == ["FAIL"] * stack + ["COMPLETE"] * stack
     assert [t.params for t in trials[stack:]] == [t.params for t in trials[:stack]]
-    assert [(t.value, t.intermediate_values) for t in trials[stack:]] == [(0.9, {50: 0.4, 100: 0.8, 150: 0.9})] * stack
+    assert [(t.value, t.intermediate_values) for t in trials[stack:]] == [
+        (0.9, {50: 0.4, 100: 0.8, 150: 0.9})
+    ] * stack
     assert resumed.suggest("b") == Searcher.FINISHED and not resumed.live
 
 
@@ -304,22 +398,35 @@ def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_
 
     from orchestrator.record.runs import member_key, member_result, numeric_metrics
 
-    members = [{"status": "running", "iteration": 100, "acc": 0.9, "best_acc": 0.9},
-               {"status": "diverged", "iteration": 20, "best_acc": math.nan}]
-    result = {"iteration": 100, "training_iteration": 1, "acc": 0.9, "status": "running", "node_id": "n1",
-              **{member_key(k, key): v for k, m in enumerate(members) for key, v in m.items()}}
+    members = [
+        {"status": "running", "iteration": 100, "acc": 0.9, "best_acc": 0.9},
+        {"status": "diverged", "iteration": 20, "best_acc": math.nan},
+    ]
+    result = {
+        "iteration": 100,
+        "training_iteration": 1,
+        "acc": 0.9,
+        "status": "running",
+        "node_id": "n1",
+        **{member_key(k, key): v for k, m in enumerate(members) for key, v in m.items()},
+    }
     assert member_result(result, 0)["acc"] == 0.9
     own = member_result(result, 1)
     assert own["status"] == "diverged" and own["node_id"] == "n1" and "acc" not in own
     assert numeric_metrics(own) == {}
-    assert numeric_metrics({**own, "gpu_memory_mib": 812.5}) == {"gpu_memory_mib": 812.5}  # a CUDA trial's peak
+    assert numeric_metrics({**own, "gpu_memory_mib": 812.5}) == {
+        "gpu_memory_mib": 812.5
+    }  # a CUDA trial's peak
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=2, runs=2)
     search.suggest("a")
     search.on_trial_result("a", result)
     search.on_trial_complete("a", {**result, "status": "completed", member_key(0, "status"): "completed"})
     trials = optuna.load_study(study_name="s", storage=storage).trials
-    assert [(t.state.name, t.intermediate_values) for t in trials] == [("COMPLETE", {100: 0.9}), ("PRUNED", {})]
+    assert [(t.state.name, t.intermediate_values) for t in trials] == [
+        ("COMPLETE", {100: 0.9}),
+        ("PRUNED", {}),
+    ]
     alone = stacked_searcher(storage, stack=1, runs=1)
     alone.suggest("b")
     diverged = {"iteration": 20, "training_iteration": 1, "acc": math.nan, "status": "diverged"}
@@ -355,8 +462,10 @@ def test_a_suggestion_whose_model_cannot_stack_trains_alone(tmp_path):
     from orchestrator.run.search import MEMBERS_KEY
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
-    space = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
-             "act": optuna.distributions.CategoricalDistribution(["none", "act"])}
+    space = {
+        "lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+        "act": optuna.distributions.CategoricalDistribution(["none", "act"]),
+    }
     search = stacked_searcher(storage, stack=4, runs=12, space=space)
     configs = [search.suggest(str(k)) for k in range(12)]
     configs = [c for c in configs if c != Searcher.FINISHED]
@@ -377,12 +486,23 @@ def test_an_upload_that_lost_a_renamed_temporary_file_stays_off_the_console():
         try:
             raise error
         except Exception:
-            return logging.LogRecord("ray.tune.execution.experiment_state", logging.ERROR, __file__, 1,
-                                     "Saving experiment state to storage at '/x/tune' failed with exception: ", None, sys.exc_info())
+            return logging.LogRecord(
+                "ray.tune.execution.experiment_state",
+                logging.ERROR,
+                __file__,
+                1,
+                "Saving experiment state to storage at '/x/tune' failed with exception: ",
+                None,
+                sys.exc_info(),
+            )
 
-    lost = FileNotFoundError("Failed to open local file '/tmp/ray/artifacts/tune/driver_artifacts/.1d57-tmp-searcher-state-2026.pkl'")
+    lost = FileNotFoundError(
+        "Failed to open local file '/tmp/ray/artifacts/tune/driver_artifacts/.1d57-tmp-searcher-state-2026.pkl'"
+    )
     assert not superseded_sync(record(lost))
-    assert superseded_sync(record(FileNotFoundError("Failed to open local file '/x/experiment_state-2026.json'")))
+    assert superseded_sync(
+        record(FileNotFoundError("Failed to open local file '/x/experiment_state-2026.json'"))
+    )
     assert superseded_sync(record(PermissionError("denied: /x/.1d57-tmp-searcher-state.pkl")))
 
 
@@ -404,13 +524,28 @@ def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run
     assert [t.user_attrs[RUN_ATTR] for t in study.trials] == ["a/0", "a/1", "b/0", "b/1", "c"]
 
     def run(trial_id, status, acc, member=None):
-        tags = {"trial_id": trial_id, STATUS_TAG: status, **({"member": str(member)} if member is not None else {})}
+        tags = {
+            "trial_id": trial_id,
+            STATUS_TAG: status,
+            **({"member": str(member)} if member is not None else {}),
+        }
         return SimpleNamespace(data=SimpleNamespace(tags=tags, metrics={"acc": acc}))
 
-    runs = [run("a", "completed", 0.7, 0), run("a", "diverged", 0.3, 1), run("b", "completed", 0.8, 0), run("b", "early_stopped", 0.4, 1)]
+    runs = [
+        run("a", "completed", 0.7, 0),
+        run("a", "diverged", 0.3, 1),
+        run("b", "completed", 0.8, 0),
+        run("b", "early_stopped", 0.4, 1),
+    ]
     settle_proposals(storage, "s", runs, "acc")  # "c" has no run: a proposal no trial took
     trials = optuna.load_study(study_name="s", storage=storage).trials
-    assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 0.7), ("PRUNED", None), ("COMPLETE", 0.8), ("PRUNED", None), ("FAIL", None)]
+    assert [(t.state.name, t.value) for t in trials] == [
+        ("COMPLETE", 0.7),
+        ("PRUNED", None),
+        ("COMPLETE", 0.8),
+        ("PRUNED", None),
+        ("FAIL", None),
+    ]
 
 
 def test_a_stack_optuna_was_told_the_end_of_reports_it_again_after_a_resume_without_failing(tmp_path):
@@ -429,7 +564,11 @@ def test_a_stack_optuna_was_told_the_end_of_reports_it_again_after_a_resume_with
 
     def result(iteration, status):
         own = {"iteration": iteration, "acc": iteration / 100, "status": status}
-        return {"training_iteration": 1, **own, **{member_key(k, key): v for k in range(2) for key, v in own.items()}}
+        return {
+            "training_iteration": 1,
+            **own,
+            **{member_key(k, key): v for k in range(2) for key, v in own.items()},
+        }
 
     first = search()
     first.suggest("a")

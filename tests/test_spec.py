@@ -1,8 +1,9 @@
 """Bad input: one clear line naming the file, key and reason, exit status 2, nothing launched or written."""
+
 import dataclasses
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -52,30 +53,61 @@ def test_good_file_builds_pairs_with_per_model_spaces(tmp_path):
     study = load_study(write(tmp_path, GOOD))
     by_name = {p.name: p for p in study.pairs}
     assert set(by_name) == {"fwd__ndr", "fwd__lstm"}
-    assert "n_heads" in by_name["fwd__ndr"].space and "n_heads" not in by_name["fwd__lstm"].space  # an LSTM has no heads
+    assert (
+        "n_heads" in by_name["fwd__ndr"].space and "n_heads" not in by_name["fwd__lstm"].space
+    )  # an LSTM has no heads
     assert by_name["fwd__ndr"].base["n_iters"] == 10
     assert by_name["fwd__ndr"].warm_start == {"lr": 1.5e-4, "n_heads": 1}  # Table 7: NDR row
-    assert load_study(write(tmp_path, with_(space={"attention_dropout": {"uniform": [0.0, 0.5]}}))).pairs[0].warm_start == {"attention_dropout": 0.0}
+    assert load_study(write(tmp_path, with_(space={"attention_dropout": {"uniform": [0.0, 0.5]}}))).pairs[
+        0
+    ].warm_start == {"attention_dropout": 0.0}
 
 
 def test_a_pairs_own_values_go_over_the_files_and_its_models(tmp_path):
     """per_pair.<pair>.fixed (a search's winners, from `best --ablation`) over `fixed` and
     per_model's, for that pair alone; its space and an ablation's grid still vary their keys."""
-    study = load_study(write(tmp_path, with_(fixed={"lr": 0.5, "dropout": 0.2}, per_model={"ndr": {"fixed": {"lr": 0.4}}}, space={},
-                                             per_pair={"fwd__ndr": {"fixed": {"lr": 0.003, "n_layers": 4}}})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                fixed={"lr": 0.5, "dropout": 0.2},
+                per_model={"ndr": {"fixed": {"lr": 0.4}}},
+                space={},
+                per_pair={"fwd__ndr": {"fixed": {"lr": 0.003, "n_layers": 4}}},
+            ),
+        )
+    )
     ndr, lstm = (next(p for p in study.pairs if p.model == m) for m in ("ndr", "lstm"))
-    assert (ndr.base["lr"], ndr.base["n_layers"], ndr.base["dropout"], lstm.base["lr"]) == (0.003, 4, 0.2, 0.5)
-    ablation = load_study(write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0], per_pair={"fwd__ndr": {"fixed": {"n_layers": 8, "lr": 0.003}}})))
+    assert (ndr.base["lr"], ndr.base["n_layers"], ndr.base["dropout"], lstm.base["lr"]) == (
+        0.003,
+        4,
+        0.2,
+        0.5,
+    )
+    ablation = load_study(
+        write(
+            tmp_path,
+            with_(
+                space={},
+                grid={"n_layers": [2, 4]},
+                seeds=[0],
+                per_pair={"fwd__ndr": {"fixed": {"n_layers": 8, "lr": 0.003}}},
+            ),
+        )
+    )
     ndr = next(p for p in ablation.pairs if p.model == "ndr")
     assert ndr.grid == {"n_layers": [2, 4]} and "n_layers" not in ndr.base and ndr.base["lr"] == 0.003
     from orchestrator.cli import describe_study
 
-    assert "  pair fwd__ndr: grid over n_layers (2 cells; " in describe_study(ablation) and describe_study(ablation).split("\n")[1].endswith(
-        "; its own values (per_pair): lr=0.003")
+    assert "  pair fwd__ndr: grid over n_layers (2 cells; " in describe_study(ablation) and describe_study(
+        ablation
+    ).split("\n")[1].endswith("; its own values (per_pair): lr=0.003")
 
 
 def test_warm_start_is_moved_into_the_space(tmp_path):
-    study = load_study(write(tmp_path, with_(space={"d_model": {"choice": [128, 256, 512]}, "n_layers": {"int": [4, 20]}})))
+    study = load_study(
+        write(tmp_path, with_(space={"d_model": {"choice": [128, 256, 512]}, "n_layers": {"int": [4, 20]}}))
+    )
     lstm = next(p for p in study.pairs if p.model == "lstm")
     assert lstm.warm_start == {"d_model": 256, "n_layers": 4}  # Table 7: 200 and 1, nearest in the space
     ndr = next(p for p in study.pairs if p.model == "ndr")
@@ -94,32 +126,73 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(space={"lr": {"uniform": [0.1, 0.1]}}), "space.lr.uniform: empty or inverted range"),
         (with_(space={"lr": {"loguniform": [0, 1e-3]}}), "low must be positive"),
         (with_(space={"n_heads": {"choice": []}}), "space.n_heads.choice: expected a non-empty list"),
-        (with_(space={"n_head": {"choice": [1, 2]}}), "space.n_head: no model in this file has this parameter (did you mean 'n_heads'?)"),
+        (
+            with_(space={"n_head": {"choice": [1, 2]}}),
+            "space.n_head: no model in this file has this parameter (did you mean 'n_heads'?)",
+        ),
         (with_(space={"lr": {"gaussian": [0, 1]}}), "space.lr: unknown distribution 'gaussian'"),
-        (with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}), "space.n_heads: 3 heads do not divide d_model 128"),
+        (
+            with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}),
+            "space.n_heads: 3 heads do not divide d_model 128",
+        ),
         (with_(budget={"trials": 0}), "budget.trials: must be a finite positive number"),
         (with_(budget={"trails": 3}), "budget.trails: unknown key (did you mean 'trials'?)"),
-        (with_(scheduler={"name": "ashaa"}), "scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?)"),
+        (
+            with_(scheduler={"name": "ashaa"}),
+            "scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?)",
+        ),
         (with_(per_model={"bilstm": {"space": {}}}), "per_model.bilstm: model is not in this file's models"),
         (with_(fixed={"batch_sise": 3}), "did you mean 'batch_size'"),
         (with_(tracking={"uri": "mongodb://x"}), "tracking.uri: expected sqlite"),
         (with_(metric="accuracy"), "metric: unknown metric"),
         (with_(mode="min"), "mode: best_ood_valid_acc measures acc, so mode must be max, got 'min'"),
-        (with_(tasks=[{"task": "contextual_retrieval"}], models=["transformer"], metric="best_ood_valid_l1", mode="max", space={}),
-         "mode: best_ood_valid_l1 measures l1, so mode must be min"),
+        (
+            with_(
+                tasks=[{"task": "contextual_retrieval"}],
+                models=["transformer"],
+                metric="best_ood_valid_l1",
+                mode="max",
+                space={},
+            ),
+            "mode: best_ood_valid_l1 measures l1, so mode must be min",
+        ),
         (with_(grid={"n_layers": [2, 4]}), "grid: an ablation (grid/seeds) runs every combination"),
-        (with_(space={}, grid={"n_layerz": [2, 4]}), "grid.n_layerz: no model in this file has this parameter (did you mean 'n_layers'?)"),
+        (
+            with_(space={}, grid={"n_layerz": [2, 4]}),
+            "grid.n_layerz: no model in this file has this parameter (did you mean 'n_layers'?)",
+        ),
         (with_(space={}, grid={"n_layers": []}), "grid.n_layers: expected a non-empty list"),
-        (with_(space={}, grid={"n_layers": [2]}, seeds="0-4"), "seeds: expected a non-empty list of distinct integers"),
+        (
+            with_(space={}, grid={"n_layers": [2]}, seeds="0-4"),
+            "seeds: expected a non-empty list of distinct integers",
+        ),
         # Values a trial would reject, found by building its task config and model before launch.
-        (with_(tasks=[{"task": "ctl", "options": {"direction": "sideways"}}]), "tasks[0].options: direction: must be one of forward, backward"),
-        (with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]), "p_subexpression: must be a probability in [0, 1)"),
-        (with_(tasks=[{"task": "ctl", "options": {"train_depths": [4, 2]}}]), "train_depths: must be [low, high] with 1 <= low <= high"),
-        (with_(tasks=[{"task": "listops", "options": {"train_size": 0}}]), "train_size: must be a positive integer, got 0"),
-        (with_(space={"dropout": {"uniform": [0.0, 1.5]}}), "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5"),
+        (
+            with_(tasks=[{"task": "ctl", "options": {"direction": "sideways"}}]),
+            "tasks[0].options: direction: must be one of forward, backward",
+        ),
+        (
+            with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]),
+            "p_subexpression: must be a probability in [0, 1)",
+        ),
+        (
+            with_(tasks=[{"task": "ctl", "options": {"train_depths": [4, 2]}}]),
+            "train_depths: must be [low, high] with 1 <= low <= high",
+        ),
+        (
+            with_(tasks=[{"task": "listops", "options": {"train_size": 0}}]),
+            "train_size: must be a positive integer, got 0",
+        ),
+        (
+            with_(space={"dropout": {"uniform": [0.0, 1.5]}}),
+            "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5",
+        ),
         (with_(fixed={"d_model": -8}), "fixed (fwd__ndr): "),
         # Grid keys combine: each value builds with the other key's first, the last cell does not.
-        (with_(space={}, per_model={"ndr": {"grid": {"d_model": [16, 12], "n_heads": [4, 8]}}}), "grid.d_model=12, grid.n_heads=8 (fwd__ndr): "),
+        (
+            with_(space={}, per_model={"ndr": {"grid": {"d_model": [16, 12], "n_heads": [4, 8]}}}),
+            "grid.d_model=12, grid.n_heads=8 (fwd__ndr): ",
+        ),
         (with_(fixed={"optimizer": "sgd"}), "optimizer: must be one of adamw, adam, rmsprop"),
         # Text that would end up in MLflow filters or paths.
         (with_(name="it's"), "name: \"it's\" must be 1-100 letters, digits"),
@@ -129,33 +202,76 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(budget={"n_iters": "many"}), "budget.n_iters: expected int or null, got 'many'"),
         (with_(tracking={"uri": None}), "tracking.uri: expected str, got None"),
         (with_(per_model={"ndr": 3}), "per_model.ndr: expected a mapping"),
-        (with_(per_model={"lstm": {"resources": {"gpu": 2}}}), "per_model.lstm.resources.gpu: a trial uses at most one GPU; got 2"),
-        (with_(per_model={"lstm": {"resources": {"gpus": 0.5}}}), "per_model.lstm.resources.gpus: unknown key (did you mean 'gpu'?)"),
+        (
+            with_(per_model={"lstm": {"resources": {"gpu": 2}}}),
+            "per_model.lstm.resources.gpu: a trial uses at most one GPU; got 2",
+        ),
+        (
+            with_(per_model={"lstm": {"resources": {"gpus": 0.5}}}),
+            "per_model.lstm.resources.gpus: unknown key (did you mean 'gpu'?)",
+        ),
         (with_(per_model={"lstm": {"resources": 0.5}}), "per_model.lstm.resources: expected a mapping"),
         # Ray hides the GPUs from a trial that asks for none: CUDA would fail at its first step.
-        (with_(fixed={"device": "cuda"}), "fixed.device: cuda needs a GPU, and resources.gpu gives its trials none"),
-        (with_(resources={"gpu": 1}, per_model={"lstm": {"fixed": {"device": "cuda:0"}, "resources": {"gpu": 0}}}),
-         "per_model.lstm.fixed.device: cuda:0 needs a GPU, and per_model.lstm.resources.gpu gives its trials none"),
+        (
+            with_(fixed={"device": "cuda"}),
+            "fixed.device: cuda needs a GPU, and resources.gpu gives its trials none",
+        ),
+        (
+            with_(
+                resources={"gpu": 1},
+                per_model={"lstm": {"fixed": {"device": "cuda:0"}, "resources": {"gpu": 0}}},
+            ),
+            "per_model.lstm.fixed.device: cuda:0 needs a GPU, and per_model.lstm.resources.gpu gives its trials none",
+        ),
         (with_(models=[["ndr"]]), "models[0]: unknown model"),
-        (with_(per_pair={"fwd__ndrr": {"fixed": {"lr": 0.1}}}), "per_pair.fwd__ndrr: not a pair of this file (did you mean 'fwd__ndr'?); its pairs: fwd__ndr, fwd__lstm"),
-        (with_(per_pair={"fwd__lstm": {"fixed": {"n_heads": 2}}}), "per_pair.fwd__lstm.fixed.n_heads: not a parameter of lstm"),
-        (with_(per_pair={"fwd__lstm": {"lr": 0.1}}), "per_pair.fwd__lstm: expected {fixed: {key: value, ...}}, got {'lr': 0.1}"),
+        (
+            with_(per_pair={"fwd__ndrr": {"fixed": {"lr": 0.1}}}),
+            "per_pair.fwd__ndrr: not a pair of this file (did you mean 'fwd__ndr'?); its pairs: fwd__ndr, fwd__lstm",
+        ),
+        (
+            with_(per_pair={"fwd__lstm": {"fixed": {"n_heads": 2}}}),
+            "per_pair.fwd__lstm.fixed.n_heads: not a parameter of lstm",
+        ),
+        (
+            with_(per_pair={"fwd__lstm": {"lr": 0.1}}),
+            "per_pair.fwd__lstm: expected {fixed: {key: value, ...}}, got {'lr': 0.1}",
+        ),
         (with_(per_pair={"fwd__lstm": {"fixed": {"lr": "fast"}}}), "fixed (fwd__lstm): "),
         ("name: a\nname: b\n", "line 2: malformed YAML: duplicate key 'name'"),
         # Keys the file sets with keys of its own: they changed what a pair trained, or were overwritten.
         (with_(fixed={"task": "listops"}), "fixed.task: the file's tasks set it"),
-        (with_(per_model={"ndr": {"fixed": {"model": "transformer"}}}), "per_model.ndr.fixed.model: the file's models set it"),
-        (with_(fixed={"seed": "abc"}), "fixed.seed: the file's seed (a search's trials) and seeds (an ablation's) set it"),
-        (with_(space={"lr": {"loguniform": [1e-4, 1e-3]}, "seed": {"choice": [0, 1]}}), "space.seed: the file's seed"),
-        (with_(per_model={"ndr": {"space": {"task": {"choice": ["ctl", "listops"]}}}}), "per_model.ndr.space.task: the file's tasks set it"),
+        (
+            with_(per_model={"ndr": {"fixed": {"model": "transformer"}}}),
+            "per_model.ndr.fixed.model: the file's models set it",
+        ),
+        (
+            with_(fixed={"seed": "abc"}),
+            "fixed.seed: the file's seed (a search's trials) and seeds (an ablation's) set it",
+        ),
+        (
+            with_(space={"lr": {"loguniform": [1e-4, 1e-3]}, "seed": {"choice": [0, 1]}}),
+            "space.seed: the file's seed",
+        ),
+        (
+            with_(per_model={"ndr": {"space": {"task": {"choice": ["ctl", "listops"]}}}}),
+            "per_model.ndr.space.task: the file's tasks set it",
+        ),
         (with_(space={}, grid={"task": ["ctl", "listops"]}), "grid.task: the file's tasks set it"),
-        (with_(per_pair={"fwd__lstm": {"fixed": {"task": "listops"}}}), "per_pair.fwd__lstm.fixed.task: the file's tasks set it"),
+        (
+            with_(per_pair={"fwd__lstm": {"fixed": {"task": "listops"}}}),
+            "per_pair.fwd__lstm.fixed.task: the file's tasks set it",
+        ),
         # A key of the file's space may be one some of its models lack (heads of an LSTM); a model's own space may not.
-        (with_(per_model={"lstm": {"space": {"n_heads": {"choice": [1, 2]}}}}), "per_model.lstm.space.n_heads: not a parameter of lstm"),
+        (
+            with_(per_model={"lstm": {"space": {"n_heads": {"choice": [1, 2]}}}}),
+            "per_model.lstm.space.n_heads: not a parameter of lstm",
+        ),
         # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
-        (with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2], report={"test": "mannwhitney"}),
-         "report.test: mannwhitney with 3 seeds a side can flag no regression among 4 cell(s) at alpha 0.05: its smallest p, 1/20, "
-         "Holm-corrected over them is 0.2; use welch, more seeds or fewer cells"),
+        (
+            with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2], report={"test": "mannwhitney"}),
+            "report.test: mannwhitney with 3 seeds a side can flag no regression among 4 cell(s) at alpha 0.05: its smallest p, 1/20, "
+            "Holm-corrected over them is 0.2; use welch, more seeds or fewer cells",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
@@ -168,7 +284,12 @@ def test_bad_input_is_one_clear_line(tmp_path, content, fragment):
 
 def test_mann_whitney_is_taken_where_it_can_flag_a_regression(tmp_path):
     # 5 seeds: 1/252 at best, x 4 cells (2 models x 2 layer counts) = 0.016 < 0.05.
-    study = load_study(write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2, 3, 4], report={"test": "mannwhitney"})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2, 3, 4], report={"test": "mannwhitney"}),
+        )
+    )
     assert study.report.test == "mannwhitney"
 
 
@@ -178,12 +299,23 @@ def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_p
     from orchestrator.cli import nightly_files
 
     for name, alpha in (("a.yaml", None), ("b.yaml", 0.1)):
-        write(tmp_path, with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1], report={"alpha": alpha} if alpha else {}), name)
+        write(
+            tmp_path,
+            with_(
+                space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1], report={"alpha": alpha} if alpha else {}
+            ),
+            name,
+        )
     nightly = write(tmp_path, {"ablations": ["a.yaml", "b.yaml"], "budget": {"n_iters": 20}}, "nightly.yaml")
     texts = [yaml.safe_load(text) for _, text in nightly_files(str(nightly))]
-    assert [t["report"]["alpha"] for t in texts] == [0.025, 0.05] and all(t["budget"]["n_iters"] == 20 for t in texts)
+    assert [t["report"]["alpha"] for t in texts] == [0.025, 0.05] and all(
+        t["budget"]["n_iters"] == 20 for t in texts
+    )
     alone = write(tmp_path, {"ablations": ["a.yaml"]}, "alone.yaml")
-    assert nightly_files(str(alone))[0][1] is not None and "alpha" not in yaml.safe_load(nightly_files(str(alone))[0][1])["report"]
+    assert (
+        nightly_files(str(alone))[0][1] is not None
+        and "alpha" not in yaml.safe_load(nightly_files(str(alone))[0][1])["report"]
+    )
     # A file listed twice would run its night twice on the same seeds (and halve the alpha); a bad
     # budget of the nightly file (its type or its value) is its own, not the first listed file's.
     twice = write(tmp_path, {"ablations": ["a.yaml", "./a.yaml"]}, "twice.yaml")
@@ -192,16 +324,28 @@ def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_p
     # A listed file's YAML error names its line and the parser's reason, as a launch of it does.
     write(tmp_path, "tasks: [ctl\nmodels: [", "broken.yaml")
     lists_broken = write(tmp_path, {"ablations": ["broken.yaml"]}, "lists_broken.yaml")
-    for file, at_fault, reason in ((twice, twice, "ablations[1]: ./a.yaml is listed twice"), (bad_budget, bad_budget, "budget.n_iters: expected int"),
-                                   (negative, negative, "budget.n_iters: must be a finite positive number, got -1"),
-                                   (lists_broken, tmp_path / "broken.yaml", "line 2: malformed YAML: expected ',' or ']', but got ':'")):
+    for file, at_fault, reason in (
+        (twice, twice, "ablations[1]: ./a.yaml is listed twice"),
+        (bad_budget, bad_budget, "budget.n_iters: expected int"),
+        (negative, negative, "budget.n_iters: must be a finite positive number, got -1"),
+        (lists_broken, tmp_path / "broken.yaml", "line 2: malformed YAML: expected ',' or ']', but got ':'"),
+    ):
         out = run_cli("nightly", str(file), "--dry-run", "--no-calibrate", cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {at_fault}: {reason}"), out.stderr
+        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {at_fault}: {reason}"), (
+            out.stderr
+        )
 
 
 def run_cli(*args, cwd, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_a_file_that_is_no_text_file_is_one_line_too(tmp_path):
@@ -210,13 +354,22 @@ def test_a_file_that_is_no_text_file_is_one_line_too(tmp_path):
     latin = tmp_path / "latin.yaml"
     latin.write_bytes(b"# r\xe9sum\xe9\nname: x\n")
     (tmp_path / "folder.yaml").mkdir()
-    for path, reason in ((tmp_path / "folder.yaml", "a folder, not a file"), (latin, "not UTF-8 text (byte 3)")):
+    for path, reason in (
+        (tmp_path / "folder.yaml", "a folder, not a file"),
+        (latin, "not UTF-8 text (byte 3)"),
+    ):
         with pytest.raises(SpecError, match=f"^{re.escape(str(path))}: file: {re.escape(reason)}$"):
             load_study(path)
     out = run_cli("nightly", str(tmp_path / "folder.yaml"), cwd=tmp_path)
-    assert (out.returncode, out.stderr) == (2, f"orchestrator: error: {tmp_path / 'folder.yaml'}: file: a folder, not a file\n")
+    assert (out.returncode, out.stderr) == (
+        2,
+        f"orchestrator: error: {tmp_path / 'folder.yaml'}: file: a folder, not a file\n",
+    )
     out = run_cli("train", str(latin), cwd=tmp_path)
-    assert (out.returncode, out.stderr) == (2, f"orchestrator: error: {latin}: file: not UTF-8 text (byte 3)\n")
+    assert (out.returncode, out.stderr) == (
+        2,
+        f"orchestrator: error: {latin}: file: not UTF-8 text (byte 3)\n",
+    )
 
 
 def test_cli_bad_input_exits_2_before_launching(tmp_path):
@@ -238,27 +391,53 @@ def test_cli_unreachable_store_exits_2_and_writes_nothing(tmp_path):
 def test_cli_unreachable_tracking_uri_override_exits_2(tmp_path):
     path = write(tmp_path, with_(tracking={"uri": f"sqlite:///{tmp_path}/store.db"}))
     out = run_cli("launch", str(path), "--tracking-uri", "http://127.0.0.1:1", cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --tracking-uri: cannot reach tracking server")
+    assert out.returncode == 2 and out.stderr.startswith(
+        "orchestrator: error: --tracking-uri: cannot reach tracking server"
+    )
     assert not (tmp_path / "runs").exists()
 
 
 def test_models_all_expands_to_every_compatible_pair(tmp_path):
-    tasks = [{"task": "ctl", "variant": "fwd"}, {"task": "copy"}, {"task": "contextual_retrieval", "variant": "cr"}]
+    tasks = [
+        {"task": "ctl", "variant": "fwd"},
+        {"task": "copy"},
+        {"task": "contextual_retrieval", "variant": "cr"},
+    ]
     study = load_study(write(tmp_path, with_(tasks=tasks[:1], models="all", space={})))
     assert {"fwd__ndr", "fwd__lstm", "fwd__transformer_compositional"} <= {p.name for p in study.pairs}
-    study = load_study(write(tmp_path, with_(tasks=tasks[1:2], models="all", space={}, metric="best_ood_valid_token_acc")))
+    study = load_study(
+        write(tmp_path, with_(tasks=tasks[1:2], models="all", space={}, metric="best_ood_valid_token_acc"))
+    )
     assert {p.name for p in study.pairs} == {"copy__panm", "copy__lstm_seq2seq", "copy__transformer_seq2seq"}
-    assert any(s.startswith("copy x ndr: ndr runs sequence_classification, copy is sequence_to_sequence") for s in study.skipped)
+    assert any(
+        s.startswith("copy x ndr: ndr runs sequence_classification, copy is sequence_to_sequence")
+        for s in study.skipped
+    )
     # Each kind reports its own scores, so a metric one task lacks is refused before anything runs.
-    with pytest.raises(SpecError, match="metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc"):
+    with pytest.raises(
+        SpecError,
+        match="metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc",
+    ):
         load_study(write(tmp_path, with_(tasks=tasks[:2], models="all", space={})))
-    with pytest.raises(SpecError, match="metric: best_ood_valid_acc does not exist for task 'contextual_retrieval'"):
+    with pytest.raises(
+        SpecError, match="metric: best_ood_valid_acc does not exist for task 'contextual_retrieval'"
+    ):
         load_study(write(tmp_path, with_(tasks=[tasks[0], tasks[2]], models="all", space={})))
 
 
 def test_cli_prints_incompatible_pairs(tmp_path):
-    out = run_cli("launch", str(write(tmp_path, with_(tasks=[{"task": "copy"}], models="all", space={}, metric="best_ood_valid_token_acc"))),
-                  "--dry-run", "--no-calibrate", cwd=tmp_path)
+    out = run_cli(
+        "launch",
+        str(
+            write(
+                tmp_path,
+                with_(tasks=[{"task": "copy"}], models="all", space={}, metric="best_ood_valid_token_acc"),
+            )
+        ),
+        "--dry-run",
+        "--no-calibrate",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "copy__panm" in out.stdout and "skipped (incompatible): copy x ndr" in out.stdout
 
@@ -273,15 +452,28 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     from orchestrator.run.launch import LaunchState, make_searcher, optuna_storage, optuna_study_name
 
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "max_concurrent": 3})))
-    state = LaunchState("l1", tmp_path, study.experiment, str(study.path), "", f"sqlite:///{tmp_path}/mlflow.db", "parent")
-    limiter = make_searcher(study, study.pairs[0], optuna_storage(state), optuna_study_name(state, study.pairs[0]))
+    state = LaunchState(
+        "l1", tmp_path, study.experiment, str(study.path), "", f"sqlite:///{tmp_path}/mlflow.db", "parent"
+    )
+    limiter = make_searcher(
+        study, study.pairs[0], optuna_storage(state), optuna_study_name(state, study.pairs[0])
+    )
     outcomes = {"a": "completed", "b": "running", "c": "diverged"}
     for trial_id in outcomes:
         assert limiter.suggest(trial_id) is not None
-        limiter.on_trial_result(trial_id, {"best_ood_valid_acc": 0.5, "training_iteration": 1, "iteration": 200})
-    for trial_id, status in outcomes.items():  # the result a scheduler stops on reaches on_trial_complete only
-        limiter.on_trial_complete(trial_id, {"best_ood_valid_acc": 0.6, "status": status, "training_iteration": 2, "iteration": 400})
-    stored = optuna.load_study(study_name=optuna_study_name(state, study.pairs[0]), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db")
+        limiter.on_trial_result(
+            trial_id, {"best_ood_valid_acc": 0.5, "training_iteration": 1, "iteration": 200}
+        )
+    for (
+        trial_id,
+        status,
+    ) in outcomes.items():  # the result a scheduler stops on reaches on_trial_complete only
+        limiter.on_trial_complete(
+            trial_id, {"best_ood_valid_acc": 0.6, "status": status, "training_iteration": 2, "iteration": 400}
+        )
+    stored = optuna.load_study(
+        study_name=optuna_study_name(state, study.pairs[0]), storage=f"sqlite:///{tmp_path}/mlflow.optuna.db"
+    )
     assert [t.state for t in stored.trials] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.PRUNED]
     # Optuna's steps are MLflow's (iterations), and its last value is the one MLflow has.
     assert stored.trials[1].intermediate_values == {200: 0.5, 400: 0.6}
@@ -291,7 +483,9 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
 def test_confirm_is_checked(tmp_path):
     study = load_study(write(tmp_path, with_(confirm={"top_k": 2, "seeds": [7, 8, 9]})))
     assert study.confirm_count() == 6
-    with pytest.raises(SpecError, match=r"confirm.top_k: must be an integer from 0 to budget.trials \(2\), got 3"):
+    with pytest.raises(
+        SpecError, match=r"confirm.top_k: must be an integer from 0 to budget.trials \(2\), got 3"
+    ):
         load_study(write(tmp_path, with_(confirm={"top_k": 3})))
     with pytest.raises(SpecError, match="confirm.seeds: expected a non-empty list of distinct integers"):
         load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [1, 1]})))
@@ -301,28 +495,59 @@ def test_confirm_is_checked(tmp_path):
 
 def test_a_models_own_grid_adds_to_the_files(tmp_path):
     """Table 6's layout: every model over d_model, multi-head attention also over its head count."""
-    retrieval = {"tasks": [{"task": "contextual_retrieval"}], "models": ["transformer", "transformer_compositional"],
-                 "metric": "best_ood_valid_l1", "mode": "min", "space": {}, "grid": {"d_model": [64, 128]}, "seeds": [0]}
-    study = load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_heads": [2, 4, 8]}}})))
+    retrieval = {
+        "tasks": [{"task": "contextual_retrieval"}],
+        "models": ["transformer", "transformer_compositional"],
+        "metric": "best_ood_valid_l1",
+        "mode": "min",
+        "space": {},
+        "grid": {"d_model": [64, 128]},
+        "seeds": [0],
+    }
+    study = load_study(
+        write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_heads": [2, 4, 8]}}}))
+    )
     grids = {p.model: p.grid for p in study.pairs}
-    assert grids == {"transformer": {"d_model": [64, 128], "n_heads": [2, 4, 8]}, "transformer_compositional": {"d_model": [64, 128]}}
-    assert study.pairs[1].base["n_heads"] == 2 and study.pairs[1].base["n_retrievals"] == 4  # the preset's S and R
-    with pytest.raises(SpecError, match=r"per_model\.transformer\.grid\.n_hedas: not a parameter of transformer \(did you mean 'n_heads'\?\)"):
+    assert grids == {
+        "transformer": {"d_model": [64, 128], "n_heads": [2, 4, 8]},
+        "transformer_compositional": {"d_model": [64, 128]},
+    }
+    assert (
+        study.pairs[1].base["n_heads"] == 2 and study.pairs[1].base["n_retrievals"] == 4
+    )  # the preset's S and R
+    with pytest.raises(
+        SpecError,
+        match=r"per_model\.transformer\.grid\.n_hedas: not a parameter of transformer \(did you mean 'n_heads'\?\)",
+    ):
         load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_hedas": [2]}}})))
     with pytest.raises(SpecError, match=r"per_model\.ndr\.grid: a model's grid needs an ablation file"):
         load_study(write(tmp_path, with_(per_model={"ndr": {"grid": {"n_heads": [2]}}})))
 
 
 def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
-    out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", "--launch-id", "../../elsewhere", cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --launch-id: '../../elsewhere' must be")
+    out = run_cli(
+        "launch",
+        str(write(tmp_path, GOOD)),
+        "--dry-run",
+        "--no-calibrate",
+        "--launch-id",
+        "../../elsewhere",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and out.stderr.startswith(
+        "orchestrator: error: --launch-id: '../../elsewhere' must be"
+    )
     assert not any(tmp_path.glob("**/elsewhere"))
 
 
 def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     from orchestrator import cli
 
-    for what, expected in (("tasks", r"copy +sequence_to_sequence +scores token_acc/seq_acc"), ("models", "panm "), ("presets", "ctl/ndr")):
+    for what, expected in (
+        ("tasks", r"copy +sequence_to_sequence +scores token_acc/seq_acc"),
+        ("models", "panm "),
+        ("presets", "ctl/ndr"),
+    ):
         assert cli.main(["list", what]) == 0
         out = capsys.readouterr().out
         assert re.search(expected, out)
@@ -330,18 +555,40 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
             assert len({line.index(" scores ") for line in out.splitlines()}) == 1
     launch = tmp_path / "runs" / "smoke-1"
     launch.mkdir(parents=True)
-    (launch / "launch.json").write_text(json.dumps({"launch_id": "smoke-1", "dir": str(launch), "state": "running", "experiment": "smoke",
-                                                    "spec_file": "s.yaml", "spec_text": "", "tracking_uri": "", "parent_run_id": ""}))
+    (launch / "launch.json").write_text(
+        json.dumps(
+            {
+                "launch_id": "smoke-1",
+                "dir": str(launch),
+                "state": "running",
+                "experiment": "smoke",
+                "spec_file": "s.yaml",
+                "spec_text": "",
+                "tracking_uri": "",
+                "parent_run_id": "",
+            }
+        )
+    )
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.split()[:3] == ["smoke-1", "driver", "gone"]  # "running" in the file, but no driver holds its lock
+    assert line.split()[:3] == [
+        "smoke-1",
+        "driver",
+        "gone",
+    ]  # "running" in the file, but no driver holds its lock
     data = json.loads((launch / "launch.json").read_text())
-    (launch / "launch.json").write_text(json.dumps({**data, "state": "finished", "night": 2, "regressed": True}))
+    (launch / "launch.json").write_text(
+        json.dumps({**data, "state": "finished", "night": 2, "regressed": True})
+    )
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
-    assert capsys.readouterr().out.strip().endswith("s.yaml  (regressed)")  # a night's verdict: one `accept` could take
+    assert (
+        capsys.readouterr().out.strip().endswith("s.yaml  (regressed)")
+    )  # a night's verdict: one `accept` could take
     (launch / "launch.json").write_text(json.dumps({**data, "state": "finished", "night": 0}))
     assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
-    assert capsys.readouterr().out.strip().endswith("s.yaml  (no earlier night to compare with)")  # not "(no regression)": none was tested
+    assert (
+        capsys.readouterr().out.strip().endswith("s.yaml  (no earlier night to compare with)")
+    )  # not "(no regression)": none was tested
 
 
 def test_a_driver_on_another_machine_is_alive_while_its_heartbeat_is_recent(tmp_path, monkeypatch):
@@ -372,13 +619,28 @@ def test_a_driver_on_another_machine_is_alive_while_its_heartbeat_is_recent(tmp_
 
 def test_dry_run_prints_the_cost_from_a_calibration_and_writes_nothing(tmp_path):
     cache = tmp_path / "cache"
-    out = run_cli("launch", str(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}))), "--dry-run", cwd=tmp_path, env_extra={"SYSGEN_DATA_CACHE": str(cache)})
+    out = run_cli(
+        "launch",
+        str(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}))),
+        "--dry-run",
+        cwd=tmp_path,
+        env_extra={"SYSGEN_DATA_CACHE": str(cache)},
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert any(line.startswith("  cost of fwd__lstm: 2 trials x 10 steps = 20 training steps; ") and " s per step here -> at most " in line
-               for line in lines), out.stdout
-    assert any(line.startswith("  cost in all: 20 training steps = ") and " CPU core-hours; on this machine (" in line for line in lines), out.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]  # no store, no launch folder, no data cache
+    assert any(
+        line.startswith("  cost of fwd__lstm: 2 trials x 10 steps = 20 training steps; ")
+        and " s per step here -> at most " in line
+        for line in lines
+    ), out.stdout
+    assert any(
+        line.startswith("  cost in all: 20 training steps = ")
+        and " CPU core-hours; on this machine (" in line
+        for line in lines
+    ), out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "space.yaml"
+    ]  # no store, no launch folder, no data cache
 
 
 def test_calibration_takes_the_median_step(monkeypatch):
@@ -409,20 +671,28 @@ def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:
     experiment = client.create_experiment(f"earlier-{uuid.uuid4().hex[:6]}")
     for (model, task, device, rate), member in ((r, m) for r in rates for m in range(stacked)):
         stack = {"trial_id": f"{model}-{task}-{device}-{rate}", "member": str(member)} if stacked > 1 else {}
-        run = client.create_run(experiment, tags={"kind": "trial", "model": model, "task": task, "device": device, **stack})
-        client.log_metric(run.info.run_id, "steps_per_s", rate / 2, step=1)  # the last evaluation's rate is the run's
+        run = client.create_run(
+            experiment, tags={"kind": "trial", "model": model, "task": task, "device": device, **stack}
+        )
+        client.log_metric(
+            run.info.run_id, "steps_per_s", rate / 2, step=1
+        )  # the last evaluation's rate is the run's
         client.log_metric(run.info.run_id, "steps_per_s", rate, step=2)
 
 
 def test_a_dry_run_does_not_time_gpu_trials_on_a_machine_without_a_gpu(tmp_path, monkeypatch):
     from orchestrator.run import cost
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
+    monkeypatch.setattr(
+        cost, "resources", lambda address: ("this machine", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}])
+    )
     monkeypatch.setattr(cost, "cuda_here", lambda: False)
     on_gpus = with_(models=["ndr"], resources={"cpu": 1, "gpu": 0.5})
     lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=True))
-    assert lines[0].endswith("not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node or with "
-                             "--address of a cluster with GPUs, or --no-calibrate)")
+    assert lines[0].endswith(
+        "not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node or with "
+        "--address of a cluster with GPUs, or --no-calibrate)"
+    )
     assert "GPU-hours" not in lines[-1]
 
 
@@ -435,33 +705,64 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     from orchestrator.run import cost
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    stored_step_rates(uri, [("ndr", "ctl", "cpu", 1.0), ("ndr", "ctl", "cpu", 2.0), ("ndr", "ctl", "cpu", 10.0),
-                            ("ndr", "listops", "cpu", 50.0), ("ndr", "ctl", "cuda:0", 400.0), ("ndr", "ctl", "cuda:1", 600.0),
-                            ("lstm", "listops", "cpu", 3.0), ("lstm", "listops", "cpu", 5.0)])  # no lstm trial on ctl: any task's
+    stored_step_rates(
+        uri,
+        [
+            ("ndr", "ctl", "cpu", 1.0),
+            ("ndr", "ctl", "cpu", 2.0),
+            ("ndr", "ctl", "cpu", 10.0),
+            ("ndr", "listops", "cpu", 50.0),
+            ("ndr", "ctl", "cuda:0", 400.0),
+            ("ndr", "ctl", "cuda:1", 600.0),
+            ("lstm", "listops", "cpu", 3.0),
+            ("lstm", "listops", "cpu", 5.0),
+        ],
+    )  # no lstm trial on ctl: any task's
     budget = {"trials": 2, "max_concurrent": 2, "n_iters": 3000, "eval_every": 1000}
     steps = 2 * 3000
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}, [{"CPU": 4}]))
-    lines = list(cost.describe_cost(load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False))
-    stored_step_rates(uri, [("ndr", "arithmetic", "cpu", 10.0)], stacked=4)  # a stack of 4: 40 member-steps/s, 4 runs at 40
+    lines = list(
+        cost.describe_cost(
+            load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False
+        )
+    )
+    stored_step_rates(
+        uri, [("ndr", "arithmetic", "cpu", 10.0)], stacked=4
+    )  # a stack of 4: 40 member-steps/s, 4 runs at 40
     assert sorted(r["rate"] for r in step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
     ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
-    assert lines == [
-        f"  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier trials of ndr on ctl on cpu) "
-        f"-> at most {cost.hours(ndr)} of trial time",
-        f"  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier trials of lstm (other tasks) on cpu) "
-        f"-> at most {cost.hours(lstm)} of trial time",
-        f"  cost in all: 12,000 training steps = {cost.resource_hours(ndr + lstm)} CPU core-hours; on this machine (4 CPUs, 4 trial(s) at once) "
-        f"at most {cost.hours(ndr / 2)} (evaluations left out; ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
-    ]
+    assert (
+        lines
+        == [
+            f"  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier trials of ndr on ctl on cpu) "
+            f"-> at most {cost.hours(ndr)} of trial time",
+            f"  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier trials of lstm (other tasks) on cpu) "
+            f"-> at most {cost.hours(lstm)} of trial time",
+            f"  cost in all: 12,000 training steps = {cost.resource_hours(ndr + lstm)} CPU core-hours; on this machine (4 CPUs, 4 trial(s) at once) "
+            f"at most {cost.hours(ndr / 2)} (evaluations left out; ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
+        ]
+    )
     # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]))
-    on_gpus = with_(budget={**budget, "max_concurrent": 8, "trials": 8}, resources={"cpu": 1, "gpu": 0.5}, tracking={"uri": uri})
-    lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379"))
+    monkeypatch.setattr(
+        cost,
+        "resources",
+        lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 2}, [{"CPU": 16, "GPU": 2}]),
+    )
+    on_gpus = with_(
+        budget={**budget, "max_concurrent": 8, "trials": 8},
+        resources={"cpu": 1, "gpu": 0.5},
+        tracking={"uri": uri},
+    )
+    lines = list(
+        cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379")
+    )
     ndr = 8 * 3000 / 500.0
     assert lines[1].endswith("no stored step rate for lstm on cuda")
-    assert lines[2] == (f"  cost in all: 48,000 training steps = {cost.resource_hours(ndr * 0.5)} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
-                        f"4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left out; ASHA stops poor trials sooner); "
-                        "1 pair(s) without an estimate left out")
+    assert lines[2] == (
+        f"  cost in all: 48,000 training steps = {cost.resource_hours(ndr * 0.5)} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
+        f"4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left out; ASHA stops poor trials sooner); "
+        "1 pair(s) without an estimate left out"
+    )
 
 
 def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
@@ -469,11 +770,20 @@ def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
     early stopping, which the file asked for; the plan says so for that pair only."""
     from orchestrator.cli import describe_study
 
-    spec = with_(budget={"trials": 2}, scheduler={"name": "asha", "grace_period": 600}, per_model={"ndr": {"fixed": {"n_iters": 600}}, "lstm": {"fixed": {"n_iters": 1500}}})
+    spec = with_(
+        budget={"trials": 2},
+        scheduler={"name": "asha", "grace_period": 600},
+        per_model={"ndr": {"fixed": {"n_iters": 600}}, "lstm": {"fixed": {"n_iters": 1500}}},
+    )
     plan = describe_study(load_study(write(tmp_path, spec))).splitlines()
-    assert plan[1].endswith("; ASHA stops none of its trials: they end at 600 iterations, within scheduler.grace_period 600")
+    assert plan[1].endswith(
+        "; ASHA stops none of its trials: they end at 600 iterations, within scheduler.grace_period 600"
+    )
     assert "ASHA" not in plan[2]
-    for quiet in ({**spec, "scheduler": {"name": "fifo"}}, {**spec, "grid": {"dropout": [0.1, 0.2]}, "space": {}}):
+    for quiet in (
+        {**spec, "scheduler": {"name": "fifo"}},
+        {**spec, "grid": {"dropout": [0.1, 0.2]}, "space": {}},
+    ):
         assert "ASHA" not in describe_study(load_study(write(tmp_path, quiet)))
 
 
@@ -484,11 +794,15 @@ def test_the_plan_says_which_of_a_files_keys_an_ablation_does_not_use(tmp_path):
 
     spec = with_(scheduler={"name": "asha", "grace_period": 5}, seeds=[0, 1], space={})
     plan = describe_study(load_study(write(tmp_path, spec))).splitlines()
-    assert plan[-2:] == ["  unused: budget.trials: a search's count of trials; an ablation trains every grid cell with every seed",
-                         "  unused: scheduler: a search's early stopping; an ablation trains every trial to its end"]
+    assert plan[-2:] == [
+        "  unused: budget.trials: a search's count of trials; an ablation trains every grid cell with every seed",
+        "  unused: scheduler: a search's early stopping; an ablation trains every trial to its end",
+    ]
     search = {k: v for k, v in spec.items() if k != "seeds"} | {"space": GOOD["space"]}
     assert "unused" not in describe_study(load_study(write(tmp_path, search)))
-    assert "unused" not in describe_study(load_study(write(tmp_path, {k: v for k, v in spec.items() if k not in ("budget", "scheduler")})))
+    assert "unused" not in describe_study(
+        load_study(write(tmp_path, {k: v for k, v in spec.items() if k not in ("budget", "scheduler")}))
+    )
 
 
 def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatch):
@@ -503,32 +817,60 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     stored_step_rates(uri, [("ndr", "ctl", "cuda:0", 100.0), ("lstm", "ctl", "cuda:0", 200.0)])
-    study = load_study(write(tmp_path, with_(resources={"cpu": 4, "gpu": 1, "custom": {"slot": 1}}, tracking={"uri": uri},
-                                             per_model={"lstm": {"resources": {"cpu": 2, "gpu": 0.25}}})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                resources={"cpu": 4, "gpu": 1, "custom": {"slot": 1}},
+                tracking={"uri": uri},
+                per_model={"lstm": {"resources": {"cpu": 2, "gpu": 0.25}}},
+            ),
+        )
+    )
     pairs = {p.model: p for p in study.pairs}
-    assert (pairs["ndr"].resources.cpu, pairs["ndr"].resources.gpu) == (4, 1) and pairs["lstm"].resources.custom == {"slot": 1}
+    assert (pairs["ndr"].resources.cpu, pairs["ndr"].resources.gpu) == (4, 1) and pairs[
+        "lstm"
+    ].resources.custom == {"slot": 1}
     assert pairs["lstm"].resources.asks(True) == {"CPU": 2, "GPU": 0.25, "slot": 1}
     assert pairs["lstm"].resources.asks(False) == {"CPU": 2, "slot": 1}  # no GPU where trials get none
     plan = describe_study(study).splitlines()
-    unstopped = "; ASHA stops none of its trials: they end at 10 iterations, within scheduler.grace_period 5000"
-    assert plan[1] == ("  pair fwd__ndr: searching lr, n_heads; one TPE suggestion per trial: stacked suggestions would share n_heads, "
-                       f"one value a stack (budget.stack_size K stacks them anyway){unstopped}")
+    unstopped = (
+        "; ASHA stops none of its trials: they end at 10 iterations, within scheduler.grace_period 5000"
+    )
+    assert plan[1] == (
+        "  pair fwd__ndr: searching lr, n_heads; one TPE suggestion per trial: stacked suggestions would share n_heads, "
+        f"one value a stack (budget.stack_size K stacks them anyway){unstopped}"
+    )
     assert plan[2] == f"  pair fwd__lstm: searching lr{unstopped}; each trial 2 CPU, 0.25 GPU, 1 slot"
     trainable = make_trainable(study, use_gpu=True, phase=SEARCH)
-    assert trainable.default_resource_request({PAIR_KEY: "fwd__lstm"}).bundles == [{"CPU": 2, "GPU": 0.25, "slot": 1}]
-    assert trainable.default_resource_request({PAIR_KEY: "fwd__ndr"}).bundles == [{"CPU": 4, "GPU": 1, "slot": 1}]
+    assert trainable.default_resource_request({PAIR_KEY: "fwd__lstm"}).bundles == [
+        {"CPU": 2, "GPU": 0.25, "slot": 1}
+    ]
+    assert trainable.default_resource_request({PAIR_KEY: "fwd__ndr"}).bundles == [
+        {"CPU": 4, "GPU": 1, "slot": 1}
+    ]
     # One GPU and 16 CPUs hold 4 LSTM trials at once (the pairs' limits allow 1 + 1 = 2).
     assert slots_in(decide(study, True), {"CPU": 16, "GPU": 1, "slot": 8}, True) == 2
     study = dataclasses.replace(study, budget=dataclasses.replace(study.budget, max_concurrent=8))
     assert slots_in(decide(study, True), {"CPU": 16, "GPU": 1, "slot": 8}, True) == 4
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 16, "GPU": 1, "slot": 8}, [{"CPU": 16, "GPU": 1, "slot": 8}]))
+    monkeypatch.setattr(
+        cost,
+        "resources",
+        lambda address: (
+            "the cluster at head:6379",
+            {"CPU": 16, "GPU": 1, "slot": 8},
+            [{"CPU": 16, "GPU": 1, "slot": 8}],
+        ),
+    )
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
     ndr, lstm = 2 * 10 / 100.0, 2 * 10 / 200.0  # 2 trials x 10 steps each
     gpu_seconds = ndr * 1 + lstm * 0.25
     # The whole-GPU NDR trials cannot share the one GPU: its busy time bounds the wall time.
-    assert lines[2] == (f"  cost in all: 40 training steps = {cost.resource_hours(gpu_seconds)} GPU-hours; on the cluster at head:6379 (16 CPUs, 1 GPUs, "
-                        f"4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} (evaluations left out; ASHA stops poor trials sooner)")
+    assert lines[2] == (
+        f"  cost in all: 40 training steps = {cost.resource_hours(gpu_seconds)} GPU-hours; on the cluster at head:6379 (16 CPUs, 1 GPUs, "
+        f"4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} (evaluations left out; ASHA stops poor trials sooner)"
+    )
 
 
 def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path, monkeypatch):
@@ -536,14 +878,29 @@ def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path,
 
     from orchestrator.run.launch import ClusterMismatch, check_fits
 
-    study = load_study(write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}})))
+    study = load_study(
+        write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}}))
+    )
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 0.5}}])
-    with pytest.raises(ClusterMismatch, match=r"^per_model\.ndr\.resources\.gpu: a trial asks for 1 GPU; no node of the cluster has that "
-                       r"much \(the most on one node: 0\.5\)$"):
+    with pytest.raises(
+        ClusterMismatch,
+        match=r"^per_model\.ndr\.resources\.gpu: a trial asks for 1 GPU; no node of the cluster has that "
+        r"much \(the most on one node: 0\.5\)$",
+    ):
         check_fits(study, use_gpu=True)
     check_fits(study, use_gpu=False)  # where trials get no GPU, they ask for none
     # The model's entry sets only its GPU: a CPU count no node has is the file's key.
-    study = load_study(write(tmp_path, with_(models=["lstm"], space={}, resources={"cpu": 8}, per_model={"lstm": {"resources": {"gpu": 0.25}}})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["lstm"],
+                space={},
+                resources={"cpu": 8},
+                per_model={"lstm": {"resources": {"gpu": 0.25}}},
+            ),
+        )
+    )
     with pytest.raises(ClusterMismatch, match=r"^resources\.cpu: a trial asks for 8 CPU"):
         check_fits(study, use_gpu=True)
 
@@ -553,21 +910,38 @@ def test_a_dry_run_names_the_trials_a_cluster_cannot_hold_and_prices_them_all_th
     why, with the key, and still gives the hours (README: --dry-run checks what a launch checks)."""
     from orchestrator.run import cost
 
-    study = load_study(write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}})))
+    study = load_study(
+        write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}}))
+    )
     node = {"CPU": 4.0, "GPU": 0.5}
-    monkeypatch.setattr(cost, "resources", lambda address: ("the cluster at head:6379", {"CPU": 8.0, "GPU": 1.0}, [node, node]))
+    monkeypatch.setattr(
+        cost,
+        "resources",
+        lambda address: ("the cluster at head:6379", {"CPU": 8.0, "GPU": 1.0}, [node, node]),
+    )
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
-    assert lines[0] == ("  a launch on the cluster at head:6379 would be refused: per_model.ndr.resources.gpu: a trial asks for 1 GPU; "
-                        "no node of the cluster has that much (the most on one node: 0.5)")
+    assert lines[0] == (
+        "  a launch on the cluster at head:6379 would be refused: per_model.ndr.resources.gpu: a trial asks for 1 GPU; "
+        "no node of the cluster has that much (the most on one node: 0.5)"
+    )
     assert len(lines) == 1 + len(study.pairs) + 1 and lines[-1].startswith("  cost in all:")
     # Calibrating on that cluster: a task for the trials no node holds would wait for none; the others are timed there.
     timed = []
-    monkeypatch.setattr(cost.Calibration, "submit", lambda self, pair, device, measure, *args: timed.append((pair.name, measure.__name__)))
-    monkeypatch.setattr(cost.Calibration, "result", lambda self, pair, device, measure, *args: (0.01, "on node-1"))
+    monkeypatch.setattr(
+        cost.Calibration,
+        "submit",
+        lambda self, pair, device, measure, *args: timed.append((pair.name, measure.__name__)),
+    )
+    monkeypatch.setattr(
+        cost.Calibration, "result", lambda self, pair, device, measure, *args: (0.01, "on node-1")
+    )
     monkeypatch.setattr(cost, "launch_stack_size", lambda *args: 1)
     lines = list(cost.describe_cost(study, calibrate=True, address="head:6379"))
     assert timed == [("fwd__lstm", "seconds_per_step")]  # submitted before any is awaited
-    assert lines[1].endswith("not timed: no node of the cluster holds its trials (above)") and "0.010 s per step on node-1" in lines[2], lines
+    assert (
+        lines[1].endswith("not timed: no node of the cluster holds its trials (above)")
+        and "0.010 s per step on node-1" in lines[2]
+    ), lines
 
 
 def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_path, monkeypatch):
@@ -589,12 +963,18 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
 
     monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
-    stacking = decide(load_study(write(tmp_path, with_(models=["ndr"], space={}, seeds=[0, 1, 2], resources={"cpu": 1, "gpu": 0.25}))), True)
+    stacking = decide(
+        load_study(
+            write(
+                tmp_path, with_(models=["ndr"], space={}, seeds=[0, 1, 2], resources={"cpu": 1, "gpu": 0.25})
+            )
+        ),
+        True,
+    )
     for gpus, expected in ((2.0, 1), (0.5, 0.5)):
         monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": gpus}}])
         asked.clear()
         assert launch.measure_stack_sizes(stacking) == {"fwd__ndr": 3} and asked == [expected]
-
 
 
 def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
@@ -603,20 +983,51 @@ def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
     from orchestrator.cli import describe_study
 
     space = {"lr": {"loguniform": [1e-4, 1e-3]}, "weight_decay": {"uniform": [0.0, 0.1]}}
-    study = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4}, resources={"cpu": 1, "gpu": 1})))
-    assert ("pair fwd__ndr: searching lr, weight_decay; 4 TPE suggestions per trial, stacked (each with its own lr, weight_decay), "
-            "where trials get a GPU (batch_seeds: auto)") in describe_study(study)
-    on_cpus = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                space=space,
+                budget={"trials": 8, "stack_size": 4},
+                resources={"cpu": 1, "gpu": 1},
+            ),
+        )
+    )
+    assert (
+        "pair fwd__ndr: searching lr, weight_decay; 4 TPE suggestions per trial, stacked (each with its own lr, weight_decay), "
+        "where trials get a GPU (batch_seeds: auto)"
+    ) in describe_study(study)
+    on_cpus = load_study(
+        write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4}))
+    )
     assert "TPE suggestions per trial" not in describe_study(on_cpus)
     # auto: before the launch measures, the plan says the stack size is the launch's to find; a
     # space that varies shape keys too does not stack (one value of them a stack) and says why.
-    auto = load_study(write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8}, resources={"cpu": 1, "gpu": 1})))
-    assert ("pair fwd__ndr: searching lr, weight_decay; TPE suggestions stacked per trial, as many as the launch measures pays "
-            "(budget.stack_size auto; each with its own lr, weight_decay), where trials get a GPU (batch_seeds: auto)") in describe_study(auto)
-    shapes = load_study(write(tmp_path, with_(models=["ndr"], space={**space, "n_heads": {"choice": [1, 2]}}, budget={"trials": 8},
-                                              resources={"cpu": 1, "gpu": 1})))
-    assert ("pair fwd__ndr: searching lr, n_heads, weight_decay; one TPE suggestion per trial: stacked suggestions would share n_heads, "
-            "one value a stack (budget.stack_size K stacks them anyway)") in describe_study(shapes)
+    auto = load_study(
+        write(
+            tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8}, resources={"cpu": 1, "gpu": 1})
+        )
+    )
+    assert (
+        "pair fwd__ndr: searching lr, weight_decay; TPE suggestions stacked per trial, as many as the launch measures pays "
+        "(budget.stack_size auto; each with its own lr, weight_decay), where trials get a GPU (batch_seeds: auto)"
+    ) in describe_study(auto)
+    shapes = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                space={**space, "n_heads": {"choice": [1, 2]}},
+                budget={"trials": 8},
+                resources={"cpu": 1, "gpu": 1},
+            ),
+        )
+    )
+    assert (
+        "pair fwd__ndr: searching lr, n_heads, weight_decay; one TPE suggestion per trial: stacked suggestions would share n_heads, "
+        "one value a stack (budget.stack_size K stacks them anyway)"
+    ) in describe_study(shapes)
 
 
 def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
@@ -641,17 +1052,40 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
-    ablation = decide(load_study(write(tmp_path, with_(models=["ndr"], space={}, grid={"act": ["graves", "none"]}, seeds=[0, 1, 2],
-                                                       resources={"cpu": 1, "gpu": 1}))), True)
-    assert launch.measure_stack_sizes(ablation) == {"fwd__ndr": ablation.most_stacked(ablation.study.pairs[0])}
+    ablation = decide(
+        load_study(
+            write(
+                tmp_path,
+                with_(
+                    models=["ndr"],
+                    space={},
+                    grid={"act": ["graves", "none"]},
+                    seeds=[0, 1, 2],
+                    resources={"cpu": 1, "gpu": 1},
+                ),
+            )
+        ),
+        True,
+    )
+    assert launch.measure_stack_sizes(ablation) == {
+        "fwd__ndr": ablation.most_stacked(ablation.study.pairs[0])
+    }
     assert [flat["act"] for flat in timed] == ["none"]
-    search = with_(models=["ndr"], space={"lr": {"loguniform": [1e-4, 1e-3]}, "act": {"choice": ["none", "graves"]}},
-                   budget={"trials": 4, "n_iters": 10}, resources={"cpu": 1, "gpu": 1})
+    search = with_(
+        models=["ndr"],
+        space={"lr": {"loguniform": [1e-4, 1e-3]}, "act": {"choice": ["none", "graves"]}},
+        budget={"trials": 4, "n_iters": 10},
+        resources={"cpu": 1, "gpu": 1},
+    )
     auto = decide(load_study(write(tmp_path, search)), True)
     assert launch.measure_stack_sizes(auto) == {} and auto.most_stacked(auto.study.pairs[0]) == 1
-    given = decide(load_study(write(tmp_path, {**search, "budget": {**search["budget"], "stack_size": 4}})), True)
+    given = decide(
+        load_study(write(tmp_path, {**search, "budget": {**search["budget"], "stack_size": 4}})), True
+    )
     pair = given.study.pairs[0]
-    assert given.search_stack(pair) == 4 and cost.calibration_config(given, pair, stacked=True)["act"] == "none"
+    assert (
+        given.search_stack(pair) == 4 and cost.calibration_config(given, pair, stacked=True)["act"] == "none"
+    )
 
 
 def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path, monkeypatch, capsys):
@@ -678,10 +1112,14 @@ def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 16.0, "GPU": 8.0}}])
     study = load_study(write(tmp_path, with_(resources={"cpu": 4, "gpu": 0.25})))
     launch.check_cuda(study)
-    assert capsys.readouterr().out == ("[launch] warning: on gpu-node-1, a node with GPUs, torch 2.13.0+cpu finds no CUDA (a CPU-only "
-                                       "build): trials that hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes\n")
+    assert capsys.readouterr().out == (
+        "[launch] warning: on gpu-node-1, a node with GPUs, torch 2.13.0+cpu finds no CUDA (a CPU-only "
+        "build): trials that hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes\n"
+    )
     assert asked == [{"num_cpus": 4, "num_gpus": 1}]
-    assert "built for CUDA 13.0; the driver or the GPU does not answer" in launch.without_cuda({**answer, "cuda": "13.0"})
+    assert "built for CUDA 13.0; the driver or the GPU does not answer" in launch.without_cuda(
+        {**answer, "cuda": "13.0"}
+    )
     assert launch.without_cuda({**answer, "available": True}) is None
     asked.clear()
     launch.check_cuda(load_study(write(tmp_path, GOOD)))  # no GPU asked for
@@ -695,13 +1133,22 @@ def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
     path = write(tmp_path, with_(resources={"gpu": 1}, per_model={"ndr": {"fixed": {"device": "cuda"}}}))
     out = run_cli("launch", str(path), cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert out.stderr.strip() == f"orchestrator: error: {path}: per_model.ndr.fixed.device: cuda needs a GPU, and the cluster has none"
+    assert (
+        out.stderr.strip()
+        == f"orchestrator: error: {path}: per_model.ndr.fixed.device: cuda needs a GPU, and the cluster has none"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
 
 
 def test_dry_run_without_calibration_creates_no_store(tmp_path):
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    out = run_cli("launch", str(write(tmp_path, with_(tracking={"uri": uri}))), "--dry-run", "--no-calibrate", cwd=tmp_path)
+    out = run_cli(
+        "launch",
+        str(write(tmp_path, with_(tracking={"uri": uri}))),
+        "--dry-run",
+        "--no-calibrate",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "; no stored step rate for ndr on cpu" in out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
@@ -720,32 +1167,58 @@ def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
     in_query = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?password={secret}"
     unanswered = [uri.replace(":5432/", ":1/") for uri in (in_userinfo, in_query)]
     for uri in (in_userinfo, in_query, *unanswered):
-        out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--no-calibrate", cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri})
-        assert out.returncode in (0, 2) and ("postgres:***@127.0.0.1" in out.stdout + out.stderr or "password=***" in out.stdout + out.stderr)
+        out = run_cli(
+            "launch",
+            str(write(tmp_path, GOOD)),
+            "--dry-run",
+            "--no-calibrate",
+            cwd=tmp_path,
+            env_extra={"MLFLOW_TRACKING_URI": uri},
+        )
+        assert out.returncode in (0, 2) and (
+            "postgres:***@127.0.0.1" in out.stdout + out.stderr or "password=***" in out.stdout + out.stderr
+        )
         assert secret not in out.stdout + out.stderr
     for uri in (in_userinfo, in_query):  # refused before anything connects
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--tracking-uri", uri, cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr.strip() == ("orchestrator: error: --tracking-uri: holds a password, which `ps` shows every "
-                                                              "user of this machine for as long as the launch runs; set MLFLOW_TRACKING_URI to this URI instead")
+        assert out.returncode == 2 and out.stderr.strip() == (
+            "orchestrator: error: --tracking-uri: holds a password, which `ps` shows every "
+            "user of this machine for as long as the launch runs; set MLFLOW_TRACKING_URI to this URI instead"
+        )
 
 
 def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
     """A refusal quotes the value it refuses: a URI with a scheme we do not take, a tracking section
     written as a bare URI, a storage mapping holding a key, an endpoint holding credentials."""
     secret = "planted-Pa55word"
-    cases = {"tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got a postgres:// URI":
-             {**GOOD, "tracking": {"uri": f"postgres://alice:{secret}@127.0.0.1/test"}},
-             "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got no scheme://":
-             {**GOOD, "tracking": {"uri": f"alice:{secret}@127.0.0.1/test"}},  # no scheme: no pattern finds the password
-             "tracking: expected a mapping": {**GOOD, "tracking": f"postgresql://alice:{secret}@127.0.0.1/test"},
-             "storage: expected": {**GOOD, "storage": {"endpoint": "http://minio:9000", "aws_secret_access_key": secret}},
-             "storage: endpoint: credentials": {**GOOD, "storage": {"uri": "s3://bucket/runs", "endpoint": f"http://minio:{secret}@minio:9000"}}}
+    cases = {
+        "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got a postgres:// URI": {
+            **GOOD,
+            "tracking": {"uri": f"postgres://alice:{secret}@127.0.0.1/test"},
+        },
+        "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got no scheme://": {
+            **GOOD,
+            "tracking": {"uri": f"alice:{secret}@127.0.0.1/test"},
+        },  # no scheme: no pattern finds the password
+        "tracking: expected a mapping": {**GOOD, "tracking": f"postgresql://alice:{secret}@127.0.0.1/test"},
+        "storage: expected": {
+            **GOOD,
+            "storage": {"endpoint": "http://minio:9000", "aws_secret_access_key": secret},
+        },
+        "storage: endpoint: credentials": {
+            **GOOD,
+            "storage": {"uri": "s3://bucket/runs", "endpoint": f"http://minio:{secret}@minio:9000"},
+        },
+    }
     for reason, data in cases.items():
         path = write(tmp_path, data)
         out = run_cli("launch", str(path), "--dry-run", "--no-calibrate", cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: {reason}"), out.stderr
-        assert secret not in out.stdout + out.stderr and ("***" in out.stderr or "endpoint" in reason or "tracking.uri" in reason), out.stderr
-
+        assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: {reason}"), (
+            out.stderr
+        )
+        assert secret not in out.stdout + out.stderr and (
+            "***" in out.stderr or "endpoint" in reason or "tracking.uri" in reason
+        ), out.stderr
 
 
 def test_a_key_named_like_a_secret_is_refused_in_words_not_masked(tmp_path):
@@ -753,27 +1226,49 @@ def test_a_key_named_like_a_secret_is_refused_in_words_not_masked(tmp_path):
     `fixed.password: '***' model in this file ...`; the file and key are printed as they are."""
     path = write(tmp_path, {**GOOD, "fixed": {"password": "planted-Pa55word"}})
     out = run_cli("launch", str(path), "--dry-run", "--no-calibrate", cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.startswith(f"orchestrator: error: {path}: fixed.password: no model in this file has this parameter"), out.stderr
+    assert out.returncode == 2 and out.stderr.startswith(
+        f"orchestrator: error: {path}: fixed.password: no model in this file has this parameter"
+    ), out.stderr
     assert "planted-Pa55word" not in out.stdout + out.stderr
 
 
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):
     out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", "127.0.0.1:1", cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.startswith("orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1")
+    assert out.returncode == 2 and out.stderr.startswith(
+        "orchestrator: error: --address: no Ray cluster answers at 127.0.0.1:1"
+    )
     # A port that accepts and never answers (ray.init waited there past 300 s).
     with socket.create_server(("127.0.0.1", 0)) as silent:
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", address, cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr == (f"orchestrator: error: --address: {address} accepted a connection but sent nothing "
-                                                  "back within 5 s: no Ray cluster answers there\n"), out.stderr
+    assert out.returncode == 2 and out.stderr == (
+        f"orchestrator: error: --address: {address} accepted a connection but sent nothing "
+        "back within 5 s: no Ray cluster answers there\n"
+    ), out.stderr
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = run_cli("launch", str(write(tmp_path, with_(storage_path=str(blocker / "runs")))), "--dry-run", "--no-calibrate", cwd=tmp_path)
+    out = run_cli(
+        "launch",
+        str(write(tmp_path, with_(storage_path=str(blocker / "runs")))),
+        "--dry-run",
+        "--no-calibrate",
+        cwd=tmp_path,
+    )
     assert out.returncode == 2 and "storage_path: cannot create launch folders" in out.stderr
     assert not (tmp_path / "runs").exists()
     # A folder root may write by os.access (this machine's tests run as root) that takes no file.
-    out = run_cli("launch", str(write(tmp_path, with_(storage_path="/proc/runs"))), "--dry-run", "--no-calibrate", cwd=tmp_path)
-    assert out.returncode == 2 and "storage_path: cannot create launch folders in /proc/runs (/proc is not a writable folder" in out.stderr
+    out = run_cli(
+        "launch",
+        str(write(tmp_path, with_(storage_path="/proc/runs"))),
+        "--dry-run",
+        "--no-calibrate",
+        cwd=tmp_path,
+    )
+    assert (
+        out.returncode == 2
+        and "storage_path: cannot create launch folders in /proc/runs (/proc is not a writable folder"
+        in out.stderr
+    )
 
 
 def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
@@ -792,15 +1287,29 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
     # What the cluster's slots and the dry run's estimate count: Tune trials, not seeds.
     counts = {p.name: (decide(study, False).tune_trial_count(p), study.trial_count(p)) for p in study.pairs}
     assert counts == {"fwd__ndr": (2, 6), "fwd__lstm": (6, 6)}
-    unbatched = phase_cells(decide(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), True), None, SEARCH)
+    unbatched = phase_cells(
+        decide(load_study(write(tmp_path, {**ablation, "batch_seeds": False})), True), None, SEARCH
+    )
     assert unbatched["fwd__ndr"] == [{"n_layers": n, "seed": s} for n in (1, 2) for s in (0, 1, 2)]
-    act = phase_cells(decide(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), False), None, SEARCH)["fwd__ndr"]
-    assert act == [{"act": "none", "members": [{"seed": s} for s in (0, 1, 2)]}] + [{"act": "graves", "seed": s} for s in (0, 1, 2)]
+    act = phase_cells(
+        decide(load_study(write(tmp_path, {**ablation, "grid": {"act": ["none", "graves"]}})), False),
+        None,
+        SEARCH,
+    )["fwd__ndr"]
+    assert act == [{"act": "none", "members": [{"seed": s} for s in (0, 1, 2)]}] + [
+        {"act": "graves", "seed": s} for s in (0, 1, 2)
+    ]
 
-    search = decide(load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]}, batch_seeds=True))), False)
-    state = SimpleNamespace(candidates={"fwd__ndr": [{"lr": 1e-3, "seed": 0}], "fwd__lstm": [{"lr": 1e-3, "seed": 0}]})
+    search = decide(
+        load_study(write(tmp_path, with_(confirm={"top_k": 1, "seeds": [5, 6]}, batch_seeds=True))), False
+    )
+    state = SimpleNamespace(
+        candidates={"fwd__ndr": [{"lr": 1e-3, "seed": 0}], "fwd__lstm": [{"lr": 1e-3, "seed": 0}]}
+    )
     confirm = phase_cells(search, state, CONFIRM)
-    assert confirm["fwd__ndr"] == [{"lr": 1e-3, "seed": 0, "candidate": 0, "members": [{"lr": 1e-3, "seed": 5}, {"lr": 1e-3, "seed": 6}]}]
+    assert confirm["fwd__ndr"] == [
+        {"lr": 1e-3, "seed": 0, "candidate": 0, "members": [{"lr": 1e-3, "seed": 5}, {"lr": 1e-3, "seed": 6}]}
+    ]
     assert confirm["fwd__lstm"] == [{"lr": 1e-3, "candidate": 0, "seed": s} for s in (5, 6)]
     assert phase_cells(search, state, SEARCH) is None
 
@@ -812,16 +1321,30 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
     from orchestrator.run.launch import SEARCH, phase_cells
     from orchestrator.run.search import member_config
 
-    ablation = with_(space={}, grid={"n_layers": [1, 2], "lr": [1e-3, 3e-3], "weight_decay": [0.0, 0.1]}, seeds=[0, 1], batch_seeds=True)
+    ablation = with_(
+        space={},
+        grid={"n_layers": [1, 2], "lr": [1e-3, 3e-3], "weight_decay": [0.0, 0.1]},
+        seeds=[0, 1],
+        batch_seeds=True,
+    )
     stacking = decide(load_study(write(tmp_path, ablation)), False)
     study, trials = stacking.study, phase_cells(stacking, None, SEARCH)["fwd__ndr"]
     assert [t["n_layers"] for t in trials] == [1, 2]
-    assert trials[1]["members"] == [{"lr": lr, "weight_decay": wd, "seed": s} for lr in (1e-3, 3e-3) for wd in (0.0, 0.1) for s in (0, 1)]
+    assert trials[1]["members"] == [
+        {"lr": lr, "weight_decay": wd, "seed": s} for lr in (1e-3, 3e-3) for wd in (0.0, 0.1) for s in (0, 1)
+    ]
     assert list(member_config(trials[1], 5)) == [*study.pairs[0].grid, "seed"]
     assert member_config(trials[1], 5) == {"n_layers": 2, "lr": 3e-3, "weight_decay": 0.0, "seed": 1}
-    assert {p.name: (stacking.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {"fwd__ndr": (2, 16), "fwd__lstm": (16, 16)}
+    assert {p.name: (stacking.tune_trial_count(p), study.trial_count(p)) for p in study.pairs} == {
+        "fwd__ndr": (2, 16),
+        "fwd__lstm": (16, 16),
+    }
     assert "stacked: 2 trial(s) train its 16 runs" in stacking.seed_batching(study.pairs[0])
-    one = phase_cells(decide(load_study(write(tmp_path, {**ablation, "grid": {"n_layers": [1]}, "seeds": [3]})), False), None, SEARCH)["fwd__ndr"]
+    one = phase_cells(
+        decide(load_study(write(tmp_path, {**ablation, "grid": {"n_layers": [1]}, "seeds": [3]})), False),
+        None,
+        SEARCH,
+    )["fwd__ndr"]
     assert one == [{"n_layers": 1, "seed": 3}]  # a stack of one is a plain trial
 
 
@@ -832,17 +1355,36 @@ def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1])
     auto = load_study(write(tmp_path, ablation))
-    assert "seeds batched where trials get a GPU (batch_seeds: auto)" in decide(auto, None).seed_batching(auto.pairs[0])
+    assert "seeds batched where trials get a GPU (batch_seeds: auto)" in decide(auto, None).seed_batching(
+        auto.pairs[0]
+    )
     for gpus, per_trial_gpu, batched in ((False, 0.25, False), (True, 0.25, True), (True, 0, False)):
-        stacking = decide(load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}})), gpus)
-        assert ("members" in phase_cells(stacking, None, SEARCH)["fwd__ndr"][0]) is batched, (gpus, per_trial_gpu)
+        stacking = decide(
+            load_study(write(tmp_path, {**ablation, "resources": {"cpu": 1, "gpu": per_trial_gpu}})), gpus
+        )
+        assert ("members" in phase_cells(stacking, None, SEARCH)["fwd__ndr"][0]) is batched, (
+            gpus,
+            per_trial_gpu,
+        )
     # A model whose own trials get no GPU on a cluster with GPUs trains one trial per seed.
-    study = load_study(write(tmp_path, {**ablation, "models": ["ndr", "transformer"], "resources": {"cpu": 1, "gpu": 0.5},
-                                        "per_model": {"transformer": {"resources": {"gpu": 0}}}}))
+    study = load_study(
+        write(
+            tmp_path,
+            {
+                **ablation,
+                "models": ["ndr", "transformer"],
+                "resources": {"cpu": 1, "gpu": 0.5},
+                "per_model": {"transformer": {"resources": {"gpu": 0}}},
+            },
+        )
+    )
     stacking = decide(study, True)
     cells = phase_cells(stacking, None, SEARCH)
     assert "members" in cells["fwd__ndr"][0] and "members" not in cells["fwd__transformer"][0]
-    assert stacking.seed_batching(study.pairs[1]) == "1 trial per seed: batch_seeds: auto, and per_model.transformer.resources gives its trials no GPU"
+    assert (
+        stacking.seed_batching(study.pairs[1])
+        == "1 trial per seed: batch_seeds: auto, and per_model.transformer.resources gives its trials no GPU"
+    )
     with pytest.raises(SpecError, match="batch_seeds: must be true, false or auto"):
         load_study(write(tmp_path, with_(batch_seeds="yes")))
 
@@ -855,20 +1397,51 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     varies member keys only (its suggestions would share the rest, one value a stack)."""
     from orchestrator.run.launch import SEARCH, phase_cells
 
-    ablation = with_(space={}, grid={"n_layers": [1], "lr": [1e-3, 3e-3]}, seeds=[0, 1, 2], batch_seeds=True, budget={"stack_size": 4})
+    ablation = with_(
+        space={},
+        grid={"n_layers": [1], "lr": [1e-3, 3e-3]},
+        seeds=[0, 1, 2],
+        batch_seeds=True,
+        budget={"stack_size": 4},
+    )
     trials = phase_cells(decide(load_study(write(tmp_path, ablation)), False), None, SEARCH)["fwd__ndr"]
     assert [len(t["members"]) for t in trials] == [4, 2]
-    assert [m for t in trials for m in t["members"]] == [{"lr": lr, "seed": s} for lr in (1e-3, 3e-3) for s in (0, 1, 2)]
+    assert [m for t in trials for m in t["members"]] == [
+        {"lr": lr, "seed": s} for lr in (1e-3, 3e-3) for s in (0, 1, 2)
+    ]
     # Five and one would train the last seed alone (on CUDA in TF32, where stacks train in bf16): four and two.
     one_left = decide(load_study(write(tmp_path, {**ablation, "budget": {"stack_size": 5}})), False)
     assert [len(t["members"]) for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"]] == [4, 2]
-    assert [m for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"] for m in t["members"]] == [m for t in trials for m in t["members"]]
+    assert [m for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"] for m in t["members"]] == [
+        m for t in trials for m in t["members"]
+    ]
 
-    search = decide(load_study(write(tmp_path, with_(budget={"trials": 10, "stack_size": 4}, batch_seeds=True))), False)
-    assert {p.name: (search.search_stack(p), search.tune_trial_count(p)) for p in search.study.pairs} == {"fwd__ndr": (4, 3), "fwd__lstm": (1, 10)}
-    shapes_only = load_study(write(tmp_path, with_(space={"n_heads": {"choice": [1, 2]}}, budget={"trials": 10, "stack_size": 4}, batch_seeds=True)))
-    assert decide(shapes_only, False).search_stack(shapes_only.pairs[0]) == 1  # suggestions that differ in shape cannot share a stack
-    auto = load_study(write(tmp_path, with_(budget={"trials": 10}, batch_seeds=True, space={"lr": {"loguniform": [1e-4, 1e-3]}})))
+    search = decide(
+        load_study(write(tmp_path, with_(budget={"trials": 10, "stack_size": 4}, batch_seeds=True))), False
+    )
+    assert {p.name: (search.search_stack(p), search.tune_trial_count(p)) for p in search.study.pairs} == {
+        "fwd__ndr": (4, 3),
+        "fwd__lstm": (1, 10),
+    }
+    shapes_only = load_study(
+        write(
+            tmp_path,
+            with_(
+                space={"n_heads": {"choice": [1, 2]}},
+                budget={"trials": 10, "stack_size": 4},
+                batch_seeds=True,
+            ),
+        )
+    )
+    assert (
+        decide(shapes_only, False).search_stack(shapes_only.pairs[0]) == 1
+    )  # suggestions that differ in shape cannot share a stack
+    auto = load_study(
+        write(
+            tmp_path,
+            with_(budget={"trials": 10}, batch_seeds=True, space={"lr": {"loguniform": [1e-4, 1e-3]}}),
+        )
+    )
     assert decide(auto, False).search_stack(auto.pairs[0]) == 1
     measured = decide(auto, False, {"fwd__ndr": 6})  # what a launch measured
     assert measured.search_stack(auto.pairs[0]) == 6 and measured.tune_trial_count(auto.pairs[0]) == 2
@@ -888,8 +1461,18 @@ def test_a_confirmation_runs_as_many_trials_at_once_as_its_own_trials_allow(tmp_
     from orchestrator.run.launch import CONFIRM, cluster_slots, phase_cells
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8})
-    study = load_study(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}, resources={"cpu": 1},
-                                             budget={"trials": 3, "max_concurrent": 8}, confirm={"top_k": 3, "seeds": [5, 6]})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["lstm"],
+                space={"lr": {"loguniform": [1e-4, 1e-3]}},
+                resources={"cpu": 1},
+                budget={"trials": 3, "max_concurrent": 8},
+                confirm={"top_k": 3, "seeds": [5, 6]},
+            ),
+        )
+    )
     state = type("State", (), {"candidates": {"fwd__lstm": [{"lr": 1e-4}, {"lr": 2e-4}, {"lr": 3e-4}]}})()
     stacking = decide(study, False)
     assert cluster_slots(stacking, False) == 3
@@ -902,47 +1485,125 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     pretended; the curve is this CPU's."""
     from orchestrator.run import cost
 
-    monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}, [{"CPU": 2, "GPU": 1}]))
+    monkeypatch.setattr(
+        cost, "resources", lambda address: ("this machine", {"CPU": 2, "GPU": 1}, [{"CPU": 2, "GPU": 1}])
+    )
     monkeypatch.setattr(cost, "cuda_here", lambda: True)
-    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
-                                             fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                budget={"trials": 4, "n_iters": 10, "stack_size": 2},
+                resources={"cpu": 1, "gpu": 1},
+                fixed={"d_model": 16, "n_layers": 2, "batch_size": 8},
+            ),
+        )
+    )
     monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path / "cache"))
     line, summary = cost.describe_cost(study)
-    assert line.startswith("  cost of fwd__ndr: 4 trials x 10 steps = 40 training steps; ") and "; stacks of 2: " in line, line
+    assert (
+        line.startswith("  cost of fwd__ndr: 4 trials x 10 steps = 40 training steps; ")
+        and "; stacks of 2: " in line
+    ), line
     rate = float(line.split("stacks of 2: ")[1].split(" member-steps/s")[0])
     # The rate is printed to 0.1 and the time computed from the unrounded one.
-    assert any(line.endswith(f"-> at most {cost.hours(40 / r)} of trial time") for r in (rate - 0.05, rate, rate + 0.05)) and " GPU-hours" in summary, (line, summary)
+    assert (
+        any(
+            line.endswith(f"-> at most {cost.hours(40 / r)} of trial time")
+            for r in (rate - 0.05, rate, rate + 0.05)
+        )
+        and " GPU-hours" in summary
+    ), (line, summary)
     # The curve is timed uncompiled (a compile per size would take minutes) and says so where the
     # stacks will train compiled: compile: auto on CUDA, unless the file turns it off.
-    assert " member-steps/s here, uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound" in line, line
-    uncompiled = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 4, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 1},
-                                                  fixed={"d_model": 16, "n_layers": 2, "batch_size": 8, "compile": False})))
+    assert (
+        " member-steps/s here, uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound"
+        in line
+    ), line
+    uncompiled = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                budget={"trials": 4, "n_iters": 10, "stack_size": 2},
+                resources={"cpu": 1, "gpu": 1},
+                fixed={"d_model": 16, "n_layers": 2, "batch_size": 8, "compile": False},
+            ),
+        )
+    )
     line = next(cost.describe_cost(uncompiled))
     assert "; stacks of 2: " in line and "uncompiled" not in line, line
     # A pair that does not stack (an LSTM; NDR with batch_seeds false) keeps its calibrated time.
     # Without stack_size the size is the curve's knee, so the curve is pinned: on loaded cores a
     # stack of 2 can time no faster per member than 1, and the knee would then be 1.
     monkeypatch.setattr(cost, "stack_curve", lambda flat, sizes: [(n, 10.0 * n) for n in sizes])
-    study = load_study(write(tmp_path, with_(models=["ndr", "lstm"], budget={"trials": 2, "n_iters": 10}, resources={"cpu": 1, "gpu": 1},
-                                             space={"lr": {"loguniform": [1e-4, 1e-3]}}, fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr", "lstm"],
+                budget={"trials": 2, "n_iters": 10},
+                resources={"cpu": 1, "gpu": 1},
+                space={"lr": {"loguniform": [1e-4, 1e-3]}},
+                fixed={"d_model": 16, "n_layers": 2, "batch_size": 8},
+            ),
+        )
+    )
     ndr, lstm, _ = cost.describe_cost(study)
-    assert "; stacks of 2: " in ndr and lstm.endswith(" s per step here -> at most 0.0 min of trial time"), (ndr, lstm)
-    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 2, "n_iters": 10}, resources={"cpu": 1, "gpu": 1}, batch_seeds=False,
-                                             space={"lr": {"loguniform": [1e-4, 1e-3]}}, fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    assert "; stacks of 2: " in ndr and lstm.endswith(" s per step here -> at most 0.0 min of trial time"), (
+        ndr,
+        lstm,
+    )
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                budget={"trials": 2, "n_iters": 10},
+                resources={"cpu": 1, "gpu": 1},
+                batch_seeds=False,
+                space={"lr": {"loguniform": [1e-4, 1e-3]}},
+                fixed={"d_model": 16, "n_layers": 2, "batch_size": 8},
+            ),
+        )
+    )
     line, _ = cost.describe_cost(study)
     assert "stack" not in line, line
     # A stack is never more than the pair's runs: a search of 3 under stack_size 8 trains stacks of 3.
-    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "n_iters": 10, "stack_size": 8}, resources={"cpu": 1, "gpu": 1},
-                                             fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                budget={"trials": 3, "n_iters": 10, "stack_size": 8},
+                resources={"cpu": 1, "gpu": 1},
+                fixed={"d_model": 16, "n_layers": 2, "batch_size": 8},
+            ),
+        )
+    )
     line, summary = cost.describe_cost(study)
     assert "; stacks of 3: " in line and ", 1 trial(s) at once)" in summary, (line, summary)
     # Trials that share a GPU were timed alone: their price says so (stored rates come from trials as
     # they shared: test_dry_run_without_calibration_estimates_from_stored_step_rates has no such words).
-    study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 2, "n_iters": 10, "stack_size": 2}, resources={"cpu": 1, "gpu": 0.5},
-                                             fixed={"d_model": 16, "n_layers": 2, "batch_size": 8})))
+    study = load_study(
+        write(
+            tmp_path,
+            with_(
+                models=["ndr"],
+                budget={"trials": 2, "n_iters": 10, "stack_size": 2},
+                resources={"cpu": 1, "gpu": 0.5},
+                fixed={"d_model": 16, "n_layers": 2, "batch_size": 8},
+            ),
+        )
+    )
     line, summary = cost.describe_cost(study)
-    assert line.endswith(" of trial time if its trials did not slow each other (timed alone; they share a GPU, 0.5 each)"), line
-    assert summary.endswith("; longer in fact: 1 pair(s) were timed alone though their trials share a GPU and slow each other"), summary
+    assert line.endswith(
+        " of trial time if its trials did not slow each other (timed alone; they share a GPU, 0.5 each)"
+    ), line
+    assert summary.endswith(
+        "; longer in fact: 1 pair(s) were timed alone though their trials share a GPU and slow each other"
+    ), summary
 
 
 def test_the_readmes_annotated_search_file_is_one_the_service_accepts():
@@ -950,8 +1611,11 @@ def test_the_readmes_annotated_search_file_is_one_the_service_accepts():
     readme = Path(__file__).resolve().parent.parent / "README.md"
     example = re.search(r"```yaml\n(name: ctl .*?)```", readme.read_text(), re.S).group(1)
     study = load_study(readme, text=example)
-    assert study.budget.trials == 20 and study.budget.stack_size == "auto" and {p.model for p in study.pairs} == {"lstm", "ndr"}
-
+    assert (
+        study.budget.trials == 20
+        and study.budget.stack_size == "auto"
+        and {p.model for p in study.pairs} == {"lstm", "ndr"}
+    )
 
 
 # The inputs behind the README's table of refusals that a file alone causes, by the table's message.
@@ -959,13 +1623,21 @@ README_REFUSALS = {
     "line 2: malformed YAML: duplicate key 'name'": "name: a\nname: b\n",
     "modles: unknown key (did you mean 'models'?); valid: ...": with_(modles=["ndr"]),
     "budget.n_iters: expected int or null, got 'many'": with_(budget={"n_iters": "many"}),
-    "space.lr.loguniform: empty or inverted range [0.001, 5e-05]: low must be below high": with_(space={"lr": {"loguniform": [1e-3, 5e-5]}}),
-    "tasks[0].options: p_subexpression: must be a probability in [0, 1), got 1.5":
-        with_(tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]),
-    "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5": with_(space={"dropout": {"uniform": [0.0, 1.5]}}),
-    "space.n_heads: 3 heads do not divide d_model 128": with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}),
-    "metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc (e.g. ...)":
-        with_(tasks=[{"task": "copy"}], models=["panm"], space={}),
+    "space.lr.loguniform: empty or inverted range [0.001, 5e-05]: low must be below high": with_(
+        space={"lr": {"loguniform": [1e-3, 5e-5]}}
+    ),
+    "tasks[0].options: p_subexpression: must be a probability in [0, 1), got 1.5": with_(
+        tasks=[{"task": "arithmetic", "options": {"p_subexpression": 1.5}}]
+    ),
+    "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5": with_(
+        space={"dropout": {"uniform": [0.0, 1.5]}}
+    ),
+    "space.n_heads: 3 heads do not divide d_model 128": with_(
+        space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}
+    ),
+    "metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc (e.g. ...)": with_(
+        tasks=[{"task": "copy"}], models=["panm"], space={}
+    ),
     "name: \"it's\" must be 1-100 letters, digits, '_', '-' or '.' (not '..'), ...": with_(name="it's"),
 }
 
@@ -973,7 +1645,7 @@ README_REFUSALS = {
 def test_the_readmes_refusals_are_the_lines_the_service_prints(tmp_path):
     """Each refusal the README shows for a file is what that input gets, '...' standing for the rest."""
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| bad input | the one line"):].split("\n\n")[0].splitlines()[2:]
+    table = readme[readme.index("| bad input | the one line") :].split("\n\n")[0].splitlines()[2:]
     shown = [row.split("|")[2].strip().split("`")[1] for row in table]
     assert set(README_REFUSALS) <= set(shown)
     for line, content in README_REFUSALS.items():
@@ -984,7 +1656,10 @@ def test_the_readmes_refusals_are_the_lines_the_service_prints(tmp_path):
         assert re.fullmatch(re.escape(f"{path}: ") + pattern, str(err.value)), (line, str(err.value))
 
 
-@pytest.mark.parametrize("file", ["ablations/scan_cpu.yaml", "ablations/sort_of_clevr_table7_d32.yaml", "ablations/ndr_table1.yaml"])
+@pytest.mark.parametrize(
+    "file",
+    ["ablations/scan_cpu.yaml", "ablations/sort_of_clevr_table7_d32.yaml", "ablations/ndr_table1.yaml"],
+)
 def test_a_calibration_config_is_one_every_pair_can_train(file):
     """SCAN and Sort-of-CLEVR have no train_size: the dry run said 'no time estimate' for them, and
     a GPU launch would have measured no stack size (each seed its own trial)."""
@@ -995,7 +1670,10 @@ def test_a_calibration_config_is_one_every_pair_can_train(file):
     for pair in study.pairs:
         for stacked in (False, True):
             cfg = parse_trial_config(calibration_config(decide(study, True), pair, stacked))
-            assert cfg.task_options.get("train_size", cfg.task_options.get("train_images", 0)) <= CALIBRATION_TRAIN_SIZE * cfg.batch_size
+            assert (
+                cfg.task_options.get("train_size", cfg.task_options.get("train_images", 0))
+                <= CALIBRATION_TRAIN_SIZE * cfg.batch_size
+            )
 
 
 def test_a_dry_run_calibrating_on_a_busy_machine_says_its_times_may_be_long(tmp_path, monkeypatch):
@@ -1004,14 +1682,19 @@ def test_a_dry_run_calibrating_on_a_busy_machine_says_its_times_may_be_long(tmp_
     monkeypatch.undo()  # the real busy_note, not the fixture's
     monkeypatch.setattr(cost.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(cost.os, "getloadavg", lambda: (3.9, 3.0, 2.0))
-    assert cost.busy_note() == "  this machine is busy (load average 3.9 on 2 CPUs): the calibrated step times below may be many times too long"
+    assert (
+        cost.busy_note()
+        == "  this machine is busy (load average 3.9 on 2 CPUs): the calibrated step times below may be many times too long"
+    )
     monkeypatch.setattr(cost.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     assert cost.busy_note() is None
     study = load_study(write(tmp_path, GOOD))
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2}, [{"CPU": 2}]))
     monkeypatch.setattr(cost, "step_time", lambda *args: (None, "not timed here"))
     monkeypatch.setattr(cost, "busy_note", lambda: "  busy")
-    assert next(cost.describe_cost(study)) == "  busy" and "  busy" not in cost.describe_cost(study, calibrate=False)
+    assert next(cost.describe_cost(study)) == "  busy" and "  busy" not in cost.describe_cost(
+        study, calibrate=False
+    )
 
 
 def test_the_closing_lines_name_a_best_config_that_exists_and_count_diverged_trials(tmp_path, capsys):

@@ -1,4 +1,5 @@
 """Statistics over seeds against known values and direct implementations."""
+
 import itertools
 import math
 
@@ -12,7 +13,7 @@ from orchestrator.report import stats
 def test_summary_of_known_values():
     s = stats.summarize([0.9, 1.0, 1.0, 0.5], threshold=0.95)
     assert s.n == 4 and s.mean == pytest.approx(0.85) and s.best == 1.0
-    assert s.std == pytest.approx(math.sqrt((0.05 ** 2 + 2 * 0.15 ** 2 + 0.35 ** 2) / 3))  # deviations from 0.85
+    assert s.std == pytest.approx(math.sqrt((0.05**2 + 2 * 0.15**2 + 0.35**2) / 3))  # deviations from 0.85
     assert s.solved == 0.5  # two of four seeds at or above 0.95
     low = stats.summarize([0.2, 0.05, 0.1], threshold=0.1, lower_is_better=True)
     assert low.solved == pytest.approx(2 / 3) and low.best == 0.05
@@ -22,11 +23,19 @@ def test_summary_of_known_values():
 
 def test_mean_interval_is_the_t_formula_and_covers_the_true_mean_95_percent_of_the_time_even_with_three_seeds():
     values = [0.8, 0.9, 0.95]
-    half = 4.302652729911275 * np.std(values, ddof=1) / math.sqrt(3)  # t(0.975, 2 degrees of freedom), from a table
+    half = (
+        4.302652729911275 * np.std(values, ddof=1) / math.sqrt(3)
+    )  # t(0.975, 2 degrees of freedom), from a table
     assert stats.mean_ci(values) == pytest.approx((np.mean(values) - half, np.mean(values) + half))
     rng = np.random.default_rng(1)
-    for n in (3, 20):  # the percentile bootstrap the reports had: 76% with 3 seeds (benchmarks/check_intervals.py)
-        covered = sum(low <= 0.5 <= high for low, high in (stats.mean_ci(rng.normal(0.5, 0.1, size=n)) for _ in range(2000)))
+    for n in (
+        3,
+        20,
+    ):  # the percentile bootstrap the reports had: 76% with 3 seeds (benchmarks/check_intervals.py)
+        covered = sum(
+            low <= 0.5 <= high
+            for low, high in (stats.mean_ci(rng.normal(0.5, 0.1, size=n)) for _ in range(2000))
+        )
         assert 0.93 <= covered / 2000 <= 0.97, n  # 2000 draws: +-0.5% standard error
 
 
@@ -38,7 +47,9 @@ def test_welch_p_value_matches_the_formula():
     df = (v1 / n1 + v2 / n2) ** 2 / ((v1 / n1) ** 2 / (n1 - 1) + (v2 / n2) ** 2 / (n2 - 1))
     assert stats.worse_p_value(now, before) == pytest.approx(scipy_stats.t.cdf(t, df))
     # Lower is better (L1): the same numbers mean "now is better", so p is the other tail.
-    assert stats.worse_p_value(now, before, lower_is_better=True) == pytest.approx(1 - scipy_stats.t.cdf(t, df))
+    assert stats.worse_p_value(now, before, lower_is_better=True) == pytest.approx(
+        1 - scipy_stats.t.cdf(t, df)
+    )
 
 
 def test_mann_whitney_exact_p_for_complete_separation():
@@ -49,15 +60,22 @@ def test_mann_whitney_exact_p_for_complete_separation():
 def direct_mann_whitney_p(now, before, alternative: str) -> float:
     """Every way to split the pooled seeds into sides of their sizes, each scored by U counted pair
     by pair (a tie counts a half): the share of splits at least as extreme as the one observed."""
+
     def u(xs, ys):
         return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
 
     if alternative == "two-sided":  # twice the smaller tail, as scipy's exact tests define it
-        return min(1.0, 2 * min(direct_mann_whitney_p(now, before, "less"), direct_mann_whitney_p(now, before, "greater")))
+        return min(
+            1.0,
+            2
+            * min(direct_mann_whitney_p(now, before, "less"), direct_mann_whitney_p(now, before, "greater")),
+        )
     pooled, n = list(now) + list(before), len(now)
     observed = u(now, before)
-    splits = [u([pooled[i] for i in idx], [pooled[i] for i in range(len(pooled)) if i not in idx])
-              for idx in itertools.combinations(range(len(pooled)), n)]
+    splits = [
+        u([pooled[i] for i in idx], [pooled[i] for i in range(len(pooled)) if i not in idx])
+        for idx in itertools.combinations(range(len(pooled)), n)
+    ]
     extreme = (lambda v: v <= observed + 1e-9) if alternative == "less" else (lambda v: v >= observed - 1e-9)
     return sum(map(extreme, splits)) / len(splits)
 
@@ -65,15 +83,23 @@ def direct_mann_whitney_p(now, before, alternative: str) -> float:
 def test_mann_whitney_p_counts_every_split_also_where_seeds_tie():
     """scipy's default went to a normal approximation when two seeds tied: 0.035 for the first case
     (one cell flagged at alpha 0.05) against an exact 5 / 70."""
-    assert stats.worse_p_value([0.96, 0.98, 0.99, 1.0], [1.0] * 4, test="mannwhitney") == pytest.approx(5 / 70)
+    assert stats.worse_p_value([0.96, 0.98, 0.99, 1.0], [1.0] * 4, test="mannwhitney") == pytest.approx(
+        5 / 70
+    )
     rng = np.random.default_rng(3)
     for _ in range(40):
         n, m = rng.integers(2, 6, size=2)
-        now, before = list(rng.choice([0.9, 0.95, 0.97, 1.0], n)), list(rng.choice([0.9, 0.95, 0.97, 1.0], m))  # saturated scores tie
+        now, before = (
+            list(rng.choice([0.9, 0.95, 0.97, 1.0], n)),
+            list(rng.choice([0.9, 0.95, 0.97, 1.0], m)),
+        )  # saturated scores tie
         for low in (False, True):
             assert stats.worse_p_value(now, before, low, "mannwhitney") == pytest.approx(
-                direct_mann_whitney_p(now, before, "greater" if low else "less")), (now, before, low)
-        assert stats.two_sided_p(now, before, "mannwhitney") == pytest.approx(direct_mann_whitney_p(now, before, "two-sided")), (now, before)
+                direct_mann_whitney_p(now, before, "greater" if low else "less")
+            ), (now, before, low)
+        assert stats.two_sided_p(now, before, "mannwhitney") == pytest.approx(
+            direct_mann_whitney_p(now, before, "two-sided")
+        ), (now, before)
 
 
 def test_holm_adjustment():
@@ -82,14 +108,21 @@ def test_holm_adjustment():
 
 def test_regression_needs_the_test_and_the_effect():
     before = [0.90, 0.92, 0.91]
-    flagged = stats.regressions([(("a",), [0.50, 0.52, 0.51], before, False), (("b",), [0.905, 0.915, 0.91], before, False)])
+    flagged = stats.regressions(
+        [(("a",), [0.50, 0.52, 0.51], before, False), (("b",), [0.905, 0.915, 0.91], before, False)]
+    )
     assert [c.regressed for c in flagged] == [True, False]
     # A significant but tiny change is below the minimum effect.
-    tiny = stats.regressions([(("c",), [0.9050, 0.9051, 0.9052], [0.9100, 0.9101, 0.9102], False)], min_effect=0.01)
+    tiny = stats.regressions(
+        [(("c",), [0.9050, 0.9051, 0.9052], [0.9100, 0.9101, 0.9102], False)], min_effect=0.01
+    )
     assert not tiny[0].regressed
     assert stats.regressions([(("d",), [0.1], before, False)]) == []  # one seed: nothing to test
     # A fall of exactly the minimum effect is one, though its float falls short of it by a rounding.
-    assert 0.57 - 0.56 < 0.01 and stats.regressions([(("e",), [0.56] * 3, [0.57] * 3, False)], min_effect=0.01)[0].regressed
+    assert (
+        0.57 - 0.56 < 0.01
+        and stats.regressions([(("e",), [0.56] * 3, [0.57] * 3, False)], min_effect=0.01)[0].regressed
+    )
 
 
 def test_false_alarm_rate_of_unchanged_nights_stays_below_five_percent():
@@ -99,7 +132,10 @@ def test_false_alarm_rate_of_unchanged_nights_stays_below_five_percent():
     centres = rng.uniform(0.3, 0.95, size=6)
     nights_flagged = 0
     for _ in range(2000):
-        cells = [((k,), list(rng.normal(c, 0.05, 3)), list(rng.normal(c, 0.05, 3)), False) for k, c in enumerate(centres)]
+        cells = [
+            ((k,), list(rng.normal(c, 0.05, 3)), list(rng.normal(c, 0.05, 3)), False)
+            for k, c in enumerate(centres)
+        ]
         nights_flagged += any(c.regressed for c in stats.regressions(cells))
     assert nights_flagged / 2000 < 0.05
 
@@ -107,7 +143,9 @@ def test_false_alarm_rate_of_unchanged_nights_stays_below_five_percent():
 def test_tied_seeds_give_exact_answers_without_scipy_warnings(recwarn):
     # Three tied 0.1s have a mean of 0.10000000000000002 and a std of about 1e-17, not 0.
     assert stats.worse_p_value([0.1] * 3, [0.1] * 3) == 1.0 and stats.two_sided_p([0.1] * 3, [0.1] * 3) == 1.0
-    assert stats.worse_p_value([0.7] * 3, [0.9] * 3) == 0.0 and stats.worse_p_value([0.9] * 3, [0.7] * 3) == 1.0
+    assert (
+        stats.worse_p_value([0.7] * 3, [0.9] * 3) == 0.0 and stats.worse_p_value([0.9] * 3, [0.7] * 3) == 1.0
+    )
     # Tied seeds, one side a seed short (it diverged): three 0.7s average to 0.6999999999999998, two
     # to 0.7, and the means' rounding read as a clear fall (p = 0, flagged at min_effect 0).
     assert stats.worse_p_value([0.7] * 3, [0.7] * 2) == 1.0 and stats.two_sided_p([0.7] * 3, [0.7] * 2) == 1.0
@@ -118,19 +156,23 @@ def test_tied_seeds_give_exact_answers_without_scipy_warnings(recwarn):
     t = (0.7 - np.mean(before)) / math.sqrt(np.var(before, ddof=1) / 3)
     assert stats.worse_p_value([0.7] * 3, before) == pytest.approx(scipy_stats.t.cdf(t, 2))
     assert stats.two_sided_p([0.7] * 3, before) == pytest.approx(2 * scipy_stats.t.cdf(t, 2))
-    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [
+        str(w.message) for w in recwarn
+    ]
 
 
 def test_the_paper_test_is_welchs_from_the_papers_mean_std_and_runs():
     ours, mean, std, runs = [0.91, 0.95, 0.99, 0.97], 0.90, 0.03, 5
     # Welch's t and the Welch-Satterthwaite degrees of freedom, written out.
-    a, b = np.var(ours, ddof=1) / len(ours), std ** 2 / runs
+    a, b = np.var(ours, ddof=1) / len(ours), std**2 / runs
     t = (np.mean(ours) - mean) / math.sqrt(a + b)
-    df = (a + b) ** 2 / (a ** 2 / (len(ours) - 1) + b ** 2 / (runs - 1))
+    df = (a + b) ** 2 / (a**2 / (len(ours) - 1) + b**2 / (runs - 1))
     assert stats.paper_p(ours, mean, std, runs) == pytest.approx(2 * (1 - scipy_stats.t.cdf(abs(t), df)))
     # A printed 0.00 beside seeds that vary is a one-sample t test of ours (the paper's variance 0).
     t = (np.mean(ours) - mean) / math.sqrt(np.var(ours, ddof=1) / len(ours))
-    assert stats.paper_p(ours, mean, 0.0, runs) == pytest.approx(2 * (1 - scipy_stats.t.cdf(abs(t), len(ours) - 1)))
+    assert stats.paper_p(ours, mean, 0.0, runs) == pytest.approx(
+        2 * (1 - scipy_stats.t.cdf(abs(t), len(ours) - 1))
+    )
     # What cannot be tested: one seed, a paper without a run count or a std.
     assert stats.paper_p([0.9], mean, std, runs) is None and stats.paper_p(ours, mean, std, None) is None
     assert stats.paper_p(ours, mean, None, runs) is None
@@ -141,11 +183,11 @@ def test_the_paper_test_is_welchs_from_the_papers_mean_std_and_runs():
 
 def welch_p(ours, mean, std, runs):
     """Welch's two-sided p from the t statistic and Welch-Satterthwaite's degrees of freedom."""
-    a, b = np.var(ours, ddof=1) / len(ours), std ** 2 / runs
+    a, b = np.var(ours, ddof=1) / len(ours), std**2 / runs
     if a + b == 0:
         return 1.0 if np.ptp([*ours, mean]) == 0 else 0.0
     t = (np.mean(ours) - mean) / math.sqrt(a + b)
-    df = (a + b) ** 2 / ((a ** 2 / (len(ours) - 1) if a else 0) + (b ** 2 / (runs - 1) if b else 0))
+    df = (a + b) ** 2 / ((a**2 / (len(ours) - 1) if a else 0) + (b**2 / (runs - 1) if b else 0))
     return 2 * (1 - scipy_stats.t.cdf(abs(t), df))
 
 
@@ -163,7 +205,23 @@ def test_the_paper_test_allows_for_the_papers_rounding():
     rng = np.random.default_rng(0)
     for _ in range(60):
         ours = np.round(rng.uniform(0.5, 1.0, rng.integers(2, 7)), 3).tolist()
-        mean, std, runs = round(rng.uniform(0.5, 1.0), 2), round(abs(rng.normal(0, 0.08)), 2), int(rng.integers(2, 7))
-        means = [*np.linspace(mean - 0.005, mean + 0.005, 21), np.clip(np.mean(ours), mean - 0.005, mean + 0.005)]
-        grid = max(welch_p(ours, m, s, runs) for m in means for s in np.linspace(max(0.0, std - 0.005), std + 0.005, 21))
-        assert stats.paper_p(ours, mean, std, runs, 0.01, 0.01) == pytest.approx(grid, abs=1e-9), (ours, mean, std, runs)
+        mean, std, runs = (
+            round(rng.uniform(0.5, 1.0), 2),
+            round(abs(rng.normal(0, 0.08)), 2),
+            int(rng.integers(2, 7)),
+        )
+        means = [
+            *np.linspace(mean - 0.005, mean + 0.005, 21),
+            np.clip(np.mean(ours), mean - 0.005, mean + 0.005),
+        ]
+        grid = max(
+            welch_p(ours, m, s, runs)
+            for m in means
+            for s in np.linspace(max(0.0, std - 0.005), std + 0.005, 21)
+        )
+        assert stats.paper_p(ours, mean, std, runs, 0.01, 0.01) == pytest.approx(grid, abs=1e-9), (
+            ours,
+            mean,
+            std,
+            runs,
+        )

@@ -1,4 +1,5 @@
 """Data generators: labels by independent evaluators, depth-disjoint balanced splits, determinism, cache."""
+
 import collections
 import dataclasses
 import itertools
@@ -7,13 +8,26 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from trainables.config import parse_trial_config, presets
 from trainables.kinds import AUTOREGRESSIVE_SEQ2SEQ, KINDS, SEQUENCE_TO_SEQUENCE, SET_REGRESSION
 from trainables.scores import SCORES
-from trainables.config import parse_trial_config, presets
-from trainables.tasks import TASKS, algorithmic, arithmetic, base, ctl, listops, load_task, retrieval, small_copy_options, sort_of_clevr, task_config
+from trainables.tasks import (
+    TASKS,
+    algorithmic,
+    arithmetic,
+    base,
+    ctl,
+    listops,
+    load_task,
+    retrieval,
+    small_copy_options,
+    sort_of_clevr,
+    task_config,
+)
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
 
@@ -23,13 +37,19 @@ def texts(task, split):
 
 
 def assert_balanced_and_in_range(task, cfg):
-    for split, depth_range in [("train", cfg.train_depths), ("iid_valid", cfg.train_depths), ("ood_valid", cfg.ood_valid_depths), ("test", cfg.test_depths)]:
+    for split, depth_range in [
+        ("train", cfg.train_depths),
+        ("iid_valid", cfg.train_depths),
+        ("ood_valid", cfg.ood_valid_depths),
+        ("test", cfg.test_depths),
+    ]:
         counts = collections.Counter(task.splits[split].depths.tolist())
         assert set(counts) == set(range(depth_range[0], depth_range[1] + 1)), split
         assert max(counts.values()) - min(counts.values()) <= 1, (split, counts)
 
 
 # ---------- compositional table lookup ----------
+
 
 def ctl_evaluate(tokens: list[str], tables: np.ndarray, direction: str):
     """Independent reading of a CTL problem: returns (answer symbol, depth)."""
@@ -64,7 +84,9 @@ def test_ctl_labels_and_splits(seed, direction):
         assert not problems[a] & problems[b], (a, b)
     # IID matches the depth distribution train and IID were drawn with, single functions aside
     # (all of them are in train).
-    pool = np.bincount(np.concatenate([task.splits["train"].depths, task.splits["iid_valid"].depths]), minlength=11)[2:]
+    pool = np.bincount(
+        np.concatenate([task.splits["train"].depths, task.splits["iid_valid"].depths]), minlength=11
+    )[2:]
     iid_share = np.bincount(task.splits["iid_valid"].depths, minlength=11)[2:] / len(task.splits["iid_valid"])
     assert 1 not in task.splits["iid_valid"].depths
     assert np.abs(pool / pool.sum() - iid_share).max() <= 1 / len(task.splits["iid_valid"]) + 1e-9
@@ -94,6 +116,7 @@ def test_ctl_backward_presents_the_forward_problems_reversed():
 
 
 # ---------- simple arithmetic ----------
+
 
 def arithmetic_evaluate(text: str):
     """Python's own arithmetic, reduced mod 10 at the end (mod is a ring homomorphism), and the
@@ -142,7 +165,9 @@ def test_arithmetic_paper_size_plan():
     assert arithmetic.drawn_counts(train) == {2: 25_000, 3: 25_000, 4: 25_000, 5: 25_000}
     # With a million, depth 2 is capped at 3/4 of its 88,000 expressions and the rest goes deeper.
     big = base.SplitPlan("train", (1, 5), 1_000_000)
-    assert arithmetic.drawn_counts(big)[2] == 66_000 and sum(arithmetic.drawn_counts(big).values()) == 1_000_000
+    assert (
+        arithmetic.drawn_counts(big)[2] == 66_000 and sum(arithmetic.drawn_counts(big).values()) == 1_000_000
+    )
 
 
 @pytest.mark.parametrize("split,p", [("train", 0.2), ("iid_valid", 0.2), ("ood_valid", 0.3), ("test", 0.3)])
@@ -164,6 +189,7 @@ def test_arithmetic_subexpression_probability_per_split(split, p):
 
 
 # ---------- ListOps ----------
+
 
 def listops_read(tokens: list[str]):
     """Stack machine over the token stream with the authors' tie rule (MIN/MAX select the first
@@ -191,14 +217,23 @@ def listops_read(tokens: list[str]):
                 keep = ranked[mid : mid + 1] if len(ranked) % 2 else ranked[mid - 1 : mid + 1]
                 value = sum(values[i] for i in keep) // len(keep)
                 # Any argument with the same value could stand in for a selected one.
-                choices = [[min((j for j in range(len(values)) if values[j] == values[i]), key=lambda j: args[j]["easiest"])
-                            for i in keep]]
-            stack[-1].append({
-                "value": value,
-                "dependency": 1 + max(args[i]["dependency"] for i in keep),
-                "easiest": 1 + min(max(args[i]["easiest"] for i in c) for c in choices),
-                "tree": 1 + max(a["tree"] for a in args),
-            })
+                choices = [
+                    [
+                        min(
+                            (j for j in range(len(values)) if values[j] == values[i]),
+                            key=lambda j: args[j]["easiest"],
+                        )
+                        for i in keep
+                    ]
+                ]
+            stack[-1].append(
+                {
+                    "value": value,
+                    "dependency": 1 + max(args[i]["dependency"] for i in keep),
+                    "easiest": 1 + min(max(args[i]["easiest"] for i in c) for c in choices),
+                    "tree": 1 + max(a["tree"] for a in args),
+                }
+            )
         else:
             stack[-1].append({"value": int(t), "dependency": 0, "easiest": 0, "tree": 0})
     (root,) = stack[0]
@@ -224,7 +259,9 @@ def test_listops_labels_and_splits(seed):
 
 def test_listops_training_holds_deeper_branches_that_no_operation_selects():
     """In the authors' data 37-62% of training samples at dependency depths 1-4 are deeper trees."""
-    task = listops.build(listops.ListOpsConfig(train_size=4000, eval_size=10, ood_valid_depths=(5, 5), test_depths=(5, 5)))
+    task = listops.build(
+        listops.ListOpsConfig(train_size=4000, eval_size=10, ood_valid_depths=(5, 5), test_depths=(5, 5))
+    )
     deeper = collections.defaultdict(list)
     for toks in texts(task, "train"):
         read = listops_read(toks)
@@ -243,7 +280,11 @@ def test_task_defaults_and_clipping_are_the_papers():
     assert (lo.train_size, lo.eval_size) == (1_000_000, 1000)
     assert (lo.train_depths, lo.ood_valid_depths, lo.test_depths) == ((1, 5), (6, 6), (7, 8))
     assert (lo.max_length, lo.p_sublist, lo.max_args) == (50, 0.3, 5)
-    assert {task: presets(task)["grad_clip"] for task in ("ctl", "arithmetic", "listops")} == {"ctl": 5, "arithmetic": 1, "listops": 1}
+    assert {task: presets(task)["grad_clip"] for task in ("ctl", "arithmetic", "listops")} == {
+        "ctl": 5,
+        "arithmetic": 1,
+        "listops": 1,
+    }
     soc = sort_of_clevr.SortOfClevrConfig()
     assert (soc.train_images, soc.eval_images, soc.questions_per_type) == (9800, 200, 10)
     assert (sort_of_clevr.IMAGE_SIZE, len(sort_of_clevr.COLOURS)) == (75, 6)
@@ -265,12 +306,16 @@ def test_listops_paper_example_and_tie_rule():
 
 # ---------- determinism and cache ----------
 
+
 @pytest.mark.parametrize(
     "module,cfg",
     [
         (ctl, ctl.CTLConfig(train_size=1500, eval_size=50)),
         (arithmetic, arithmetic.ArithmeticConfig(train_size=500, eval_size=50)),
-        (listops, listops.ListOpsConfig(train_size=500, eval_size=50, ood_valid_depths=(5, 5), test_depths=(6, 6))),
+        (
+            listops,
+            listops.ListOpsConfig(train_size=500, eval_size=50, ood_valid_depths=(5, 5), test_depths=(6, 6)),
+        ),
     ],
 )
 def test_generators_are_deterministic_under_a_seed(module, cfg):
@@ -284,7 +329,9 @@ def test_generators_are_deterministic_under_a_seed(module, cfg):
 
 def test_parallel_generation_matches_serial(monkeypatch):
     """Large splits are generated by a process pool; chunk seeds make the result pool-independent."""
-    cfg = listops.ListOpsConfig(train_size=50_000, eval_size=10, train_depths=(1, 3), ood_valid_depths=(4, 4), test_depths=(4, 4))
+    cfg = listops.ListOpsConfig(
+        train_size=50_000, eval_size=10, train_depths=(1, 3), ood_valid_depths=(4, 4), test_depths=(4, 4)
+    )
     parallel = listops.build(cfg)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     serial = listops.build(cfg)
@@ -316,14 +363,26 @@ def test_a_split_filling_both_validation_slots_is_stored_once_and_scored_once(tm
     with np.load(next(tmp_path.glob("scan-*.npz"))) as stored:
         assert not any(name.startswith("ood_valid.") for name in stored.files)
     scored = []
-    monkeypatch.setattr(train_module, "evaluate", lambda model, task, split, *args: scored.append(split) or {"seq_acc": 0.0, "token_acc": 0.0})
-    selection = train_module.Selection(parse_trial_config({"task": "scan", "model": "transformer_enc_dec", "task_options": {"eval_size": 50}}),
-                                       task, torch.device("cpu"), None, "scan")
+    monkeypatch.setattr(
+        train_module,
+        "evaluate",
+        lambda model, task, split, *args: scored.append(split) or {"seq_acc": 0.0, "token_acc": 0.0},
+    )
+    selection = train_module.Selection(
+        parse_trial_config(
+            {"task": "scan", "model": "transformer_enc_dec", "task_options": {"eval_size": 50}}
+        ),
+        task,
+        torch.device("cpu"),
+        None,
+        "scan",
+    )
     selection(None, 1, 1.0, {"seq_acc": 0.0, "token_acc": 0.0}, 1.0)
     assert sum(split is task.splits["iid_valid"] for split in scored) == 1
 
 
 # ---------- PANM's algorithmic tasks ----------
+
 
 def algorithmic_answer(name: str, x: list[int], features) -> list[int]:
     """Each rule written from App. D.1 / Sec. 3.1 directly, position by position."""
@@ -353,8 +412,10 @@ def algorithmic_answer(name: str, x: list[int], features) -> list[int]:
 
 
 # Tables 7-12's columns: L, L+1, 2(L+1), 4(L+1), 8(L+1).
-TABLE_LENGTHS = {**dict.fromkeys(["copy", "reverse", "mix", "dynamic_recall"], (9, 10, 20, 40, 80)),
-                 **dict.fromkeys(["priority_sort", "id_sort"], (10, 11, 21, 41, 81))}
+TABLE_LENGTHS = {
+    **dict.fromkeys(["copy", "reverse", "mix", "dynamic_recall"], (9, 10, 20, 40, 80)),
+    **dict.fromkeys(["priority_sort", "id_sort"], (10, 11, 21, 41, 81)),
+}
 
 
 @pytest.mark.parametrize("name", algorithmic.TASK_NAMES)
@@ -372,7 +433,9 @@ def test_algorithmic_labels_and_lengths(name, online):
     splits = dict(task.splits)
     if online:
         batches = [algorithmic.draw_batch(name, cfg, np.random.default_rng(k), 16) for k in range(60)]
-        assert {int(b.lengths[0]) - (name == "dynamic_recall") for b in batches} == set(range(algorithmic.shortest(name), L + 1))
+        assert {int(b.lengths[0]) - (name == "dynamic_recall") for b in batches} == set(
+            range(algorithmic.shortest(name), L + 1)
+        )
         splits.update({f"batch{k}": b for k, b in enumerate(batches[:5])})
     else:
         assert max(body("train", k) for k in range(300)) <= L
@@ -385,6 +448,7 @@ def test_algorithmic_labels_and_lengths(name, online):
 
 
 # ---------- contextual retrieval ----------
+
 
 def retrieval_answer(cfg, features: np.ndarray) -> tuple[list[float], list[tuple[int, ...]]]:
     """Eq. 15-18 for one set, object by object, with the authors' alphas."""
@@ -439,10 +503,16 @@ def test_validation_combinations_are_disjoint_from_the_test_ones_and_in_distribu
     cfg = retrieval.RetrievalConfig(searches=4, retrievals=8, validation_combinations=410)
     combos = retrieval.split_combinations(cfg)
     assert len(combos["ood_valid"]) == 410 and not set(combos["ood_valid"]) & set(combos["test"])
-    assert not set(combos["ood_valid"]) & set(combos["train"]) and not set(combos["test"]) & set(combos["train"])
+    assert not set(combos["ood_valid"]) & set(combos["train"]) and not set(combos["test"]) & set(
+        combos["train"]
+    )
     assert all({c[s] for c in combos["train"]} == set(range(8)) for s in range(4))
     task = retrieval.build(retrieval.RetrievalConfig(validation_combinations=2, train_size=10, eval_size=300))
-    seen = {c for features in task.splits["ood_valid"].features for c in retrieval_answer(retrieval.RetrievalConfig(), features)[1]}
+    seen = {
+        c
+        for features in task.splits["ood_valid"].features
+        for c in retrieval_answer(retrieval.RetrievalConfig(), features)[1]
+    }
     assert len(seen) == 2 and not seen & {(2, 1), (2, 3), (3, 1), (3, 3)}
     every = retrieval.split_combinations(retrieval.RetrievalConfig(in_distribution=True))
     assert every["train"] == every["test"] == list(itertools.product(range(4), repeat=2))
@@ -457,7 +527,6 @@ def test_targets_have_the_authors_scale(S, R, zero_l1):
     cfg = retrieval.RetrievalConfig(searches=S, retrievals=R)
     batch = retrieval.draw_batch(cfg, np.random.default_rng(0), 20_000)
     assert float(np.abs(batch.targets).mean()) == pytest.approx(zero_l1, abs=0.01)
-
 
 
 def test_cache_files_take_the_umasks_mode_so_a_team_can_share_them(tmp_path, monkeypatch):
@@ -487,9 +556,15 @@ def test_chance_is_of_the_score_asked_for():
     task = dyck.build(dyck.DyckConfig(train_size=50, eval_size=300))
     split = task.splits[task.test_splits[0]]
     rng = np.random.default_rng(0)
-    right = [np.array_equal(rng.integers(0, 2, size=task.n_classes), split.arrays["targets"][k, t])
-             for k, length in enumerate(split.arrays["lengths"]) for t in range(length)]
-    assert task.chance("token_acc") == "random bits: 0.062" and abs(np.mean(right) - chance_level(task.chance("token_acc"))) < 0.01
+    right = [
+        np.array_equal(rng.integers(0, 2, size=task.n_classes), split.arrays["targets"][k, t])
+        for k, length in enumerate(split.arrays["lengths"])
+        for t in range(length)
+    ]
+    assert (
+        task.chance("token_acc") == "random bits: 0.062"
+        and abs(np.mean(right) - chance_level(task.chance("token_acc"))) < 0.01
+    )
     retrieval = Task("contextual_retrieval", SET_REGRESSION, {})
     # An L1 error's chance depends on the sets' targets: a level for rel_l1, none to draw for l1.
     assert chance_level(retrieval.chance("rel_l1")) == 1.0 and chance_level(retrieval.chance("l1")) is None
@@ -498,7 +573,9 @@ def test_chance_is_of_the_score_asked_for():
 def test_whole_float_options_are_counts():
     """`eval_size: 100.0` passed the checks as a float and failed in the generator."""
     cfg = task_config("ctl", {"eval_size": 100.0, "train_size": 1e3})
-    assert (cfg.eval_size, cfg.train_size) == (100, 1000) and all(type(v) is int for v in (cfg.eval_size, cfg.train_size))
+    assert (cfg.eval_size, cfg.train_size) == (100, 1000) and all(
+        type(v) is int for v in (cfg.eval_size, cfg.train_size)
+    )
     with pytest.raises(ValueError, match="eval_size: must be a positive integer"):
         task_config("ctl", {"eval_size": 100.5})
 
@@ -518,13 +595,19 @@ def test_a_throwaway_data_cache_is_gone_after_and_the_users_cache_is_back(set_be
     assert not inside.exists() and cache_dir() == before and (CACHE_ENV in os.environ) == set_before
 
 
-@pytest.mark.parametrize("name", sorted(set(TASKS) - {"babi", "multi30k"}))  # those two read the user's data files
+@pytest.mark.parametrize(
+    "name", sorted(set(TASKS) - {"babi", "multi30k"})
+)  # those two read the user's data files
 def test_a_small_copy_of_every_task_is_a_config_it_takes(name):
     """What a launch's calibration times: options every task accepts (SCAN and Sort-of-CLEVR have no
     train_size: the calibration refused them), cut to at most the asked sizes, the user's smaller kept."""
     options = small_copy_options(name, {}, 256, 64)
     config = task_config(name, options)
-    sizes = {k: v for k, v in dataclasses.asdict(config).items() if k in ("train_size", "eval_size", "train_images", "eval_images")}
+    sizes = {
+        k: v
+        for k, v in dataclasses.asdict(config).items()
+        if k in ("train_size", "eval_size", "train_images", "eval_images")
+    }
     assert sizes and all(v is not None and v <= 256 for v in sizes.values()), sizes
     if "train_size" in sizes:
         assert small_copy_options(name, {"train_size": 100}, 256, 64)["train_size"] == 100
@@ -532,7 +615,10 @@ def test_a_small_copy_of_every_task_is_a_config_it_takes(name):
 
 def test_a_small_copy_of_sort_of_clevr_has_about_the_rows_asked():
     task = load_task("sort_of_clevr", small_copy_options("sort_of_clevr", {}, 256, 64))
-    assert 256 <= len(task.splits["train"].arrays["questions"]) < 256 + 30 and len(task.splits["test"].arrays["questions"]) < 64 + 30
+    assert (
+        256 <= len(task.splits["train"].arrays["questions"]) < 256 + 30
+        and len(task.splits["test"].arrays["questions"]) < 64 + 30
+    )
 
 
 def test_the_scores_named_without_torch_are_every_kinds_scores():

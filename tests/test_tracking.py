@@ -1,6 +1,7 @@
 """The MLflow side of a driver crash, on a real SQLite store: what a new driver does with the runs
 the killed one left behind. (The whole kill-and-resume path runs in test_service.py; the moments
 tested here are too brief to hit reliably by killing a process.)"""
+
 import json
 import pickle
 import re
@@ -10,34 +11,60 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-
 from mlflow.tracking import MlflowClient
 
 from orchestrator.record import retries, stores, summaries
 from orchestrator.record.optuna_store import search_storage
 from orchestrator.record.retries import RetryNotices, StoreUnavailable, first_line, retried
-from orchestrator.record.runs import (CONFIG_TAG, DIVERGED_AT_TAG, REPLAY_KEY, STATUS_TAG, artifact_root, launch_trial_runs,
-                                      open_launch)
+from orchestrator.record.runs import (
+    CONFIG_TAG,
+    DIVERGED_AT_TAG,
+    REPLAY_KEY,
+    STATUS_TAG,
+    artifact_root,
+    launch_trial_runs,
+    open_launch,
+)
 from orchestrator.record.secrets import redact, redact_secrets, redact_text
+from orchestrator.record.state import LaunchState, driver
 from orchestrator.record.stores import TrackingError, check_store, remember, reveal
 from orchestrator.record.summaries import confirmed_text, ended_runs, pair_summaries
-from orchestrator.record.state import LaunchState, driver
 from orchestrator.run.callbacks import TrialTracker
 
 
 def tracker_with_parent(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     parent = open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
-    return uri, TrialTracker(uri, parent, "launch-1", {"tiny__ndr": {"model": "ndr", "n_iters": 20}}, {"tiny__ndr": {"model": "ndr"}})
+    return uri, TrialTracker(
+        uri,
+        parent,
+        "launch-1",
+        {"tiny__ndr": {"model": "ndr", "n_iters": 20}},
+        {"tiny__ndr": {"model": "ndr"}},
+    )
 
 
 def trial(trial_id: str, status: str = "RUNNING"):
     """What the tracker reads of a Tune trial."""
-    return SimpleNamespace(trial_id=trial_id, config={"lr": 1e-3, "pair": "tiny__ndr"}, last_result={}, error_file=None, status=status)
+    return SimpleNamespace(
+        trial_id=trial_id,
+        config={"lr": 1e-3, "pair": "tiny__ndr"},
+        last_result={},
+        error_file=None,
+        status=status,
+    )
 
 
 def result(step: int, loss: float) -> dict:
-    return {"iteration": step, "loss": loss, "ood_valid_acc": 0.5, "hostname": "h", "node_ip": "ip", "device": "cpu", "node_id": "n"}
+    return {
+        "iteration": step,
+        "loss": loss,
+        "ood_valid_acc": 0.5,
+        "hostname": "h",
+        "node_ip": "ip",
+        "device": "cpu",
+        "node_id": "n",
+    }
 
 
 def driver_died_after_logging(tmp_path, monkeypatch, steps):
@@ -67,7 +94,12 @@ def test_a_divergence_is_no_evaluation_and_is_not_logged_again_after_a_restart(t
     it reports the same again to the next driver. Every metric's steps are its evaluations', once;
     a tag says where it diverged."""
     uri, first_driver, second_driver, a = driver_died_after_logging(tmp_path, monkeypatch, (10, 20))
-    diverged = {**result(30, float("nan")), "status": "diverged", "best_ood_valid_acc": 0.5, "best_iteration": 20}
+    diverged = {
+        **result(30, float("nan")),
+        "status": "diverged",
+        "best_ood_valid_acc": 0.5,
+        "best_iteration": 20,
+    }
     first_driver.on_trial_result(0, [], a, diverged)
     second_driver.on_trial_result(0, [], a, diverged)
     client = MlflowClient(uri)
@@ -89,7 +121,9 @@ def test_a_runs_tags_say_how_and_where_its_trial_ran_last(tmp_path, monkeypatch)
     tracker.on_trial_start(0, [], a)
     tracker.on_trial_result(0, [], a, {**result(10, 0.1), "compile": "default"})
     assert MlflowClient(uri).get_run(tracker.runs["a"]).data.tags["compile"] == "default"
-    tracker.on_trial_result(0, [], a, {**result(20, 0.1), "compile": "off (the compiled step failed)", "hostname": "h2"})
+    tracker.on_trial_result(
+        0, [], a, {**result(20, 0.1), "compile": "off (the compiled step failed)", "hostname": "h2"}
+    )
     tags = MlflowClient(uri).get_run(tracker.runs["a"]).data.tags
     assert (tags["compile"], tags["node"], tags["device"]) == ("off (the compiled step failed)", "h2", "cpu")
 
@@ -108,10 +142,14 @@ def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, 
     assert client.get_run(tracker.runs["b"]).data.tags[STATUS_TAG] == "completed"
     assert lost.data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
     summaries = pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")
-    assert summaries["tiny__ndr"]["running"] == 0 and summaries["tiny__ndr"]["done"] == 1  # a lost run counts nowhere
+    assert (
+        summaries["tiny__ndr"]["running"] == 0 and summaries["tiny__ndr"]["done"] == 1
+    )  # a lost run counts nowhere
 
 
-def test_a_lost_trials_replacement_takes_its_number_in_mlflow_the_console_and_the_report(tmp_path, monkeypatch, capsys):
+def test_a_lost_trials_replacement_takes_its_number_in_mlflow_the_console_and_the_report(
+    tmp_path, monkeypatch, capsys
+):
     """Trials "a" and "b" start; the driver is killed after Tune's snapshot of "a" alone. The resumed
     search proposes "c" in "b"'s place: its run is "#2" (not "#3"), as the console's "trial 2/3"."""
     from orchestrator.run.callbacks import ProgressLines
@@ -121,17 +159,26 @@ def test_a_lost_trials_replacement_takes_its_number_in_mlflow_the_console_and_th
     a, b, c = trial("a"), trial("b"), trial("c")
     for callback in (first_driver, lines):
         callback.on_trial_start(0, [a], a)
-    snapshot, console = pickle.dumps(first_driver), pickle.dumps(lines.get_state())  # Tune writes both to its snapshot
+    snapshot, console = (
+        pickle.dumps(first_driver),
+        pickle.dumps(lines.get_state()),
+    )  # Tune writes both to its snapshot
     for callback in (first_driver, lines):
         callback.on_trial_start(0, [a, b], b)
-    second_driver, resumed_lines = pickle.loads(snapshot), ProgressLines("ood_valid_acc", "max", {"tiny__ndr": 3}, {"tiny__ndr": 20}, every_s=3600)
+    second_driver, resumed_lines = (
+        pickle.loads(snapshot),
+        ProgressLines("ood_valid_acc", "max", {"tiny__ndr": 3}, {"tiny__ndr": 20}, every_s=3600),
+    )
     resumed_lines.set_state(pickle.loads(console))
     for callback in (second_driver, resumed_lines):
         callback.on_trial_start(0, [a, c], c)
     resumed_lines.on_trial_result(0, [a, c], c, result(10, 0.5))
     second_driver.on_experiment_end([a, c])
     client = MlflowClient(uri)
-    names = {t: client.get_run(run_id).info.run_name.split(" ")[0] for t, run_id in {**first_driver.runs, **second_driver.runs}.items()}
+    names = {
+        t: client.get_run(run_id).info.run_name.split(" ")[0]
+        for t, run_id in {**first_driver.runs, **second_driver.runs}.items()
+    }
     assert names == {"a": "#1", "b": "#2", "c": "#2"}
     assert client.get_run(first_driver.runs["b"]).data.tags[STATUS_TAG] == "lost"
     assert "[tiny__ndr trial 2/3] it 10/20" in capsys.readouterr().out
@@ -168,12 +215,24 @@ def test_a_run_found_again_gets_its_missing_params(tmp_path, monkeypatch):
     uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
     client = MlflowClient(uri)
     parent = client.get_run(tracker.parent_run_id)
-    half_made = client.create_run(parent.info.experiment_id, tags={
-        "mlflow.parentRunId": tracker.parent_run_id, "launch_id": "launch-1", "kind": "trial", "trial_id": "a",
-        "pair": "tiny__ndr", STATUS_TAG: "running"})
+    half_made = client.create_run(
+        parent.info.experiment_id,
+        tags={
+            "mlflow.parentRunId": tracker.parent_run_id,
+            "launch_id": "launch-1",
+            "kind": "trial",
+            "trial_id": "a",
+            "pair": "tiny__ndr",
+            STATUS_TAG: "running",
+        },
+    )
     tracker.on_trial_start(0, [], trial("a"))
     assert tracker.runs["a"] == half_made.info.run_id
-    assert client.get_run(half_made.info.run_id).data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
+    assert client.get_run(half_made.info.run_id).data.params == {
+        "lr": "0.001",
+        "model": "ndr",
+        "n_iters": "20",
+    }
 
 
 def test_evaluations_the_dead_driver_never_logged_are_replayed_from_the_checkpoint(tmp_path, monkeypatch):
@@ -200,9 +259,14 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
 
     azure = "postgresql://mlflow@corp:s3cret@db/runs"
     assert make_url(azure).password == "s3cret" and redact(azure) == "postgresql://mlflow@corp:***@db/runs"
-    assert redact("postgresql://mlflow@db:5432/runs") == "postgresql://mlflow@db:5432/runs"  # no password, a port
+    assert (
+        redact("postgresql://mlflow@db:5432/runs") == "postgresql://mlflow@db:5432/runs"
+    )  # no password, a port
     common = "postgresql://mlflow:test@db/runs"  # a password that is also a word of the file
-    assert redact_text(f"tracking: {{uri: '{common}'}}\nname: test_x2\n", common) == "tracking: {uri: 'postgresql://mlflow:***@db/runs'}\nname: test_x2\n"
+    assert (
+        redact_text(f"tracking: {{uri: '{common}'}}\nname: test_x2\n", common)
+        == "tracking: {uri: 'postgresql://mlflow:***@db/runs'}\nname: test_x2\n"
+    )
     monkeypatch.setattr(stores, "_FULL_URIS", {})
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     stored = redact(uri)
@@ -213,7 +277,9 @@ def test_a_password_is_stored_redacted_and_revealed_only_from_memory_or_the_envi
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert remember(uri) == stored and reveal(stored) == uri
     assert reveal("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
-    query = "postgresql+psycopg://mlflow@db/runs?sslmode=require&password=s3cr3t"  # psycopg takes it there too
+    query = (
+        "postgresql+psycopg://mlflow@db/runs?sslmode=require&password=s3cr3t"  # psycopg takes it there too
+    )
     assert redact(query) == "postgresql+psycopg://mlflow@db/runs?sslmode=require&password=***"
     assert remember(query) == redact(query) and reveal(redact(query)) == query
 
@@ -222,16 +288,23 @@ def test_secrets_are_redacted_wherever_a_text_shows_them():
     """Messages, tracebacks and stored files: any URI's password (an unencoded @ in it included),
     a secret in a URI's query, a secret-named key's value, quoted or not; not a score that starts
     like one, nor a port before an @ further on; and a redacted file is still YAML."""
-    text = ("got 'postgres://alice:p@ss@db/x' and https://bob:pw2@host:8443/api postgresql://mlflow@corp:s3@db/r sqlite:////a@b/m.db "
-            "{'aws_secret_access_key': 'A,K;x', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
-            "  password: hunter2\nendpoint?sslpassword=abc&x=1 (api_key = K); token_acc: 0.95, best_iid_token_acc 1.0\n")
+    text = (
+        "got 'postgres://alice:p@ss@db/x' and https://bob:pw2@host:8443/api postgresql://mlflow@corp:s3@db/r sqlite:////a@b/m.db "
+        "{'aws_secret_access_key': 'A,K;x', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
+        "  password: hunter2\nendpoint?sslpassword=abc&x=1 (api_key = K); token_acc: 0.95, best_iid_token_acc 1.0\n"
+    )
     assert redact_secrets(text) == (
         "got 'postgres://alice:***@db/x' and https://bob:***@host:8443/api postgresql://mlflow@corp:***@db/r sqlite:////a@b/m.db "
         "{'aws_secret_access_key': '***', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
-        "  password: '***'\nendpoint?sslpassword=***&x=1 (api_key = '***'); token_acc: 0.95, best_iid_token_acc 1.0\n")
-    spec = "tracking: {uri: 'postgresql://u:pw@db/x?password=pw'}\nstorage: {uri: s3://b/r, password: hunter2}\n"
-    assert yaml.safe_load(redact_secrets(spec)) == {"tracking": {"uri": "postgresql://u:***@db/x?password=***"},
-                                                            "storage": {"uri": "s3://b/r", "password": "***"}}
+        "  password: '***'\nendpoint?sslpassword=***&x=1 (api_key = '***'); token_acc: 0.95, best_iid_token_acc 1.0\n"
+    )
+    spec = (
+        "tracking: {uri: 'postgresql://u:pw@db/x?password=pw'}\nstorage: {uri: s3://b/r, password: hunter2}\n"
+    )
+    assert yaml.safe_load(redact_secrets(spec)) == {
+        "tracking": {"uri": "postgresql://u:***@db/x?password=***"},
+        "storage": {"uri": "s3://b/r", "password": "***"},
+    }
 
 
 def test_a_traceback_the_command_lets_through_shows_no_password(monkeypatch, capsys):
@@ -261,27 +334,38 @@ def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_folder(tmp_path
     assert MlflowClient(uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
 
 
-def test_artifacts_of_a_postgresql_store_live_beside_the_launch_folders(tmp_path, monkeypatch, postgres_database):
+def test_artifacts_of_a_postgresql_store_live_beside_the_launch_folders(
+    tmp_path, monkeypatch, postgres_database
+):
     """MLflow's default for a database it reaches directly is ./mlruns of the folder the
     experiment's first launch ran in (a repository checkout, a home folder), which every later
     launch of it then writes into, on whatever machine it runs."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    parent = open_launch(postgres_database.uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    parent = open_launch(
+        postgres_database.uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs"
+    )
     assert (tmp_path / "runs" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
     assert MlflowClient(postgres_database.uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
-    assert artifact_root("https://mlflow.example:5000", tmp_path) is None  # the server's --artifacts-destination
+    assert (
+        artifact_root("https://mlflow.example:5000", tmp_path) is None
+    )  # the server's --artifacts-destination
 
 
-@pytest.mark.parametrize("uri", ["postgresql+psycopg://alice:Hunter2@Secret@127.0.0.1:1/db", "https://bob:Hunter2@Secret@127.0.0.1:1"])
+@pytest.mark.parametrize(
+    "uri",
+    ["postgresql+psycopg://alice:Hunter2@Secret@127.0.0.1:1/db", "https://bob:Hunter2@Secret@127.0.0.1:1"],
+)
 def test_a_password_holding_an_at_sign_is_refused_unseen(uri):
     """The driver read the password to its first @ and printed the rest as the host it could not
     resolve ('Secret@127.0.0.1'), past our redaction; a user name holding @ (Azure's) is fine."""
     with pytest.raises(TrackingError) as refused:
         check_store(uri, timeout_s=1)
     assert "Hunter2" not in str(refused.value) and "Secret" not in str(refused.value)
-    assert str(refused.value).endswith("its password holds an @, which ends it where a driver reads it: write the @ as %40")
+    assert str(refused.value).endswith(
+        "its password holds an @, which ends it where a driver reads it: write the @ as %40"
+    )
     with pytest.raises(TrackingError) as unreachable:
         check_store("postgresql+psycopg://mlflow@corp:Hunter2@127.0.0.1:1/db", timeout_s=1)
     assert "cannot reach" in str(unreachable.value) and "Hunter2" not in str(unreachable.value)
@@ -298,15 +382,23 @@ def test_a_retried_store_fault_is_one_line_of_ours(monkeypatch, capsys):
 
     def query():
         if next(failures):
-            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("terminating connection due to administrator command"))
+            raise sqlalchemy.exc.OperationalError(
+                "SELECT 1", {}, Exception("terminating connection due to administrator command")
+            )
         return "answer"
 
     call = retried(query, "tracking store x")
     assert [call() for _ in range(3)] == ["answer"] * 3
-    assert capsys.readouterr().out == "[store] tracking store x: terminating connection due to administrator command; retrying in 0 s\n"
+    assert (
+        capsys.readouterr().out
+        == "[store] tracking store x: terminating connection due to administrator command; retrying in 0 s\n"
+    )
     retries.NOTICES.every_s = 0
     retries.NOTICES.retrying("tracking store x", "gone", 0.5)
-    assert capsys.readouterr().out == "[store] tracking store x: gone; retrying in 0.5 s (6 calls retried since the last notice)\n"
+    assert (
+        capsys.readouterr().out
+        == "[store] tracking store x: gone; retrying in 0.5 s (6 calls retried since the last notice)\n"
+    )
 
 
 def test_a_fault_that_says_nothing_is_named_by_its_type(monkeypatch, capsys):
@@ -327,10 +419,18 @@ def test_a_fault_that_says_nothing_is_named_by_its_type(monkeypatch, capsys):
         return "answer"
 
     assert retried(query, "tracking store x")() == "answer"
-    assert capsys.readouterr().out == ("[store] tracking store x: AdminShutdown; retrying in 0 s\n"
-                                       "[store] tracking store x: TimeoutError; retrying in 0 s\n")
-    assert first_line(sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionResetError())) == "ConnectionResetError"
-    assert first_line(sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed"))) == "server closed"
+    assert capsys.readouterr().out == (
+        "[store] tracking store x: AdminShutdown; retrying in 0 s\n"
+        "[store] tracking store x: TimeoutError; retrying in 0 s\n"
+    )
+    assert (
+        first_line(sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionResetError()))
+        == "ConnectionResetError"
+    )
+    assert (
+        first_line(sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed")))
+        == "server closed"
+    )
 
 
 def test_the_retried_optuna_methods_are_its_public_storage_api_by_name():
@@ -344,14 +444,19 @@ def test_the_retried_optuna_methods_are_its_public_storage_api_by_name():
 
     from orchestrator.record.optuna_store import SESSION_METHODS, RetryingStorage
 
-    assert all(not name.startswith("_") and inspect.isfunction(vars(RDBStorage).get(name)) for name in SESSION_METHODS)
+    assert all(
+        not name.startswith("_") and inspect.isfunction(vars(RDBStorage).get(name))
+        for name in SESSION_METHODS
+    )
     assert BaseStorage.__abstractmethods__ <= set(SESSION_METHODS)  # the API every storage implements
     assert not RetryingStorage.__abstractmethods__
     storage = RetryingStorage("sqlite://")
     assert optuna.create_study(storage=storage)._storage is storage
 
 
-def test_optuna_calls_while_connections_are_terminated_are_retried(tmp_path, monkeypatch, capsys, postgres_database):
+def test_optuna_calls_while_connections_are_terminated_are_retried(
+    tmp_path, monkeypatch, capsys, postgres_database
+):
     """Optuna's reads and writes while every connection of its database is terminated five times a
     second (as test_cluster's launch meets them): each call that opens a session is retried in a
     fresh one and succeeds; none raises, and the console has our retry lines only. A helper that
@@ -372,7 +477,9 @@ def test_optuna_calls_while_connections_are_terminated_are_retried(tmp_path, mon
     def terminate():
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as killer:
             while not done.is_set():
-                killer.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+                killer.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
+                )
                 time.sleep(0.2)
 
     thread = threading.Thread(target=terminate)
@@ -392,7 +499,9 @@ def test_optuna_calls_while_connections_are_terminated_are_retried(tmp_path, mon
     assert all(line.startswith("[store] ") for line in out.splitlines()), out
 
 
-def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, monkeypatch, capsys, postgres_database):
+def test_opening_a_store_whose_connections_are_terminated_is_retried(
+    tmp_path, monkeypatch, capsys, postgres_database
+):
     """Opening the stores creates their tables (MLflow's dozens of migrations, Optuna's schema),
     statements on a fresh PostgreSQL database: its connections terminated meanwhile (as an
     administrator would), or refused for a while (as a restarting server does), are retried like any
@@ -416,17 +525,24 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, m
         return thread
 
     def terminate():
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
+        )
 
     reopen = threading.Timer(1.5, admin.execute, (f"ALTER DATABASE {database} ALLOW_CONNECTIONS true",))
     try:
         faults = in_background(1.5, terminate)
-        assert stores.client(uri).search_experiments(max_results=1)  # its migrations ran: the Default experiment
+        assert stores.client(uri).search_experiments(
+            max_results=1
+        )  # its migrations ran: the Default experiment
         faults.join()
         out = capsys.readouterr().out
         # A termination reads as the server's notice, or, where it lands mid-read, as the connection closing.
-        assert re.match(rf"\[store\] tracking store {re.escape(uri)}: (terminating connection due to administrator command"
-                        r"|consuming input failed: server closed the connection unexpectedly); retrying", out), out
+        assert re.match(
+            rf"\[store\] tracking store {re.escape(uri)}: (terminating connection due to administrator command"
+            r"|consuming input failed: server closed the connection unexpectedly); retrying",
+            out,
+        ), out
         assert all(line.startswith("[store] ") for line in out.splitlines()), out
 
         admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
@@ -435,7 +551,10 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(tmp_path, m
         assert search_storage(uri, tmp_path).get_all_studies() == []
         reopen.join()
         out = capsys.readouterr().out
-        assert out.startswith("[store] search store (Optuna): connection failed") and "not currently accepting connections; retrying" in out, out
+        assert (
+            out.startswith("[store] search store (Optuna): connection failed")
+            and "not currently accepting connections; retrying" in out
+        ), out
         assert all(line.startswith("[store] ") for line in out.splitlines()), out
     finally:
         reopen.cancel()
@@ -456,7 +575,9 @@ def test_of_trials_tied_on_the_metric_the_first_started_answers(tmp_path, monkey
         tracker.on_trial_complete(0, [], t)
     started = [tracker.runs[trial_id] for trial_id in "cab"]
     assert [run.info.run_id for run in launch_trial_runs(uri, "exp", "launch-1")] == started
-    assert pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")["tiny__ndr"]["best_run"] == started[0]
+    assert (
+        pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")["tiny__ndr"]["best_run"] == started[0]
+    )
 
 
 def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(monkeypatch):
@@ -465,24 +586,51 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     not one lucky seed beside two that diverged."""
 
     def run(run_id, status, value, phase="search", candidate=None):
-        tags = {"pair": "p", "phase": phase, STATUS_TAG: status, CONFIG_TAG: json.dumps({"lr": run_id, "seed": 0}),
-                **({"candidate": str(candidate)} if candidate is not None else {})}
-        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags, metrics={"m": value, "test_acc_at_best": value}))
+        tags = {
+            "pair": "p",
+            "phase": phase,
+            STATUS_TAG: status,
+            CONFIG_TAG: json.dumps({"lr": run_id, "seed": 0}),
+            **({"candidate": str(candidate)} if candidate is not None else {}),
+        }
+        return SimpleNamespace(
+            info=SimpleNamespace(run_id=run_id),
+            data=SimpleNamespace(tags=tags, metrics={"m": value, "test_acc_at_best": value}),
+        )
 
-    runs = [run("done", "completed", 0.8), run("diverged", "diverged", 0.95), run("stopped", "early_stopped", 0.9),
-            *(run(f"c0-{k}", "completed", value, "confirm", 0) for k, value in enumerate((0.9, 0.92, 0.88))),
-            run("c1-0", "completed", 0.97, "confirm", 1), run("c1-1", "diverged", 0.2, "confirm", 1), run("c1-2", "failed", 0.0, "confirm", 1)]
+    runs = [
+        run("done", "completed", 0.8),
+        run("diverged", "diverged", 0.95),
+        run("stopped", "early_stopped", 0.9),
+        *(run(f"c0-{k}", "completed", value, "confirm", 0) for k, value in enumerate((0.9, 0.92, 0.88))),
+        run("c1-0", "completed", 0.97, "confirm", 1),
+        run("c1-1", "diverged", 0.2, "confirm", 1),
+        run("c1-2", "failed", 0.0, "confirm", 1),
+    ]
     monkeypatch.setattr(summaries, "launch_trial_runs", lambda *args: runs)
     summary = pair_summaries("uri", "exp", "launch", "m", "acc")["p"]
     assert (summary["best_run"], summary["done"], summary["failed"], summary["stopped"]) == ("done", 1, 1, 1)
     assert summary["diverged"] == 1  # of the failed: the launch's summary line says so
     confirmed = summary["confirmed"]
-    assert (confirmed["candidate"], confirmed["n"], confirmed["seeds"]) == (0, 3, 3) and confirmed["test"] == pytest.approx(0.9)
-    assert confirmed["splits"] == {"test_acc_at_best": [0.9, 0.92, 0.88]}  # each seed's, for the launch's answer over seeds
-    runs[3:6] = [run("c0-0", "completed", 0.9, "confirm", 0), run("c0-1", "diverged", 0.1, "confirm", 0), run("c0-2", "completed", 0.92, "confirm", 0)]
+    assert (confirmed["candidate"], confirmed["n"], confirmed["seeds"]) == (0, 3, 3) and confirmed[
+        "test"
+    ] == pytest.approx(0.9)
+    assert confirmed["splits"] == {
+        "test_acc_at_best": [0.9, 0.92, 0.88]
+    }  # each seed's, for the launch's answer over seeds
+    runs[3:6] = [
+        run("c0-0", "completed", 0.9, "confirm", 0),
+        run("c0-1", "diverged", 0.1, "confirm", 0),
+        run("c0-2", "completed", 0.92, "confirm", 0),
+    ]
     confirmed = pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
-    assert confirmed["candidate"] == 0 and confirmed_text(confirmed) == "confirmed 0.910 ± 0.014 over 2 of 3 seeds (candidate 1)"
-    runs.append(run("c2-0", "running", 0.99, "confirm", 2))  # a confirmation still under way: its answer may change
+    assert (
+        confirmed["candidate"] == 0
+        and confirmed_text(confirmed) == "confirmed 0.910 ± 0.014 over 2 of 3 seeds (candidate 1)"
+    )
+    runs.append(
+        run("c2-0", "running", 0.99, "confirm", 2)
+    )  # a confirmation still under way: its answer may change
     confirmed = pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
     assert confirmed_text(confirmed).endswith("(candidate 1; so far: 1 confirmation run(s) still running)")
 
@@ -526,12 +674,18 @@ def test_the_progress_lines_best_is_never_a_stack_that_diverged(capsys):
     lines = ProgressLines("best_ood_valid_acc", "max", {"p": 6}, {"p": 20}, every_s=0, stack_of="mean")
     stack = SimpleNamespace(trial_id="a", config={"pair": "p", "members": [{"seed": 0}, {"seed": 1}]})
     single = SimpleNamespace(trial_id="b", config={"pair": "p", "seed": 2})
-    lines.on_trial_result(0, [], stack, {"iteration": 10, "best_ood_valid_acc": math.nan, "status": "diverged"})
+    lines.on_trial_result(
+        0, [], stack, {"iteration": 10, "best_ood_valid_acc": math.nan, "status": "diverged"}
+    )
     assert "p" not in lines.best
     lines.on_trial_result(0, [], single, {"iteration": 10, "best_ood_valid_acc": 0.9, "status": "running"})
     assert lines.best == {"p": 0.9}
-    lines.on_trial_result(0, [], SimpleNamespace(trial_id="c", config={"pair": "p", "seed": 3}),
-                          {"iteration": 20, "best_ood_valid_acc": math.nan, "status": "diverged", "loss": math.inf})
+    lines.on_trial_result(
+        0,
+        [],
+        SimpleNamespace(trial_id="c", config={"pair": "p", "seed": 3}),
+        {"iteration": 20, "best_ood_valid_acc": math.nan, "status": "diverged", "loss": math.inf},
+    )
     printed = [line for line in capsys.readouterr().out.splitlines() if " it " in line]
     assert printed[0].endswith("best_ood_valid_acc - (mean of 2 stacked members); every member diverged")
     assert printed[2].endswith("best_ood_valid_acc -; diverged (loss inf)")
@@ -548,7 +702,9 @@ def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeyp
 
     clock = [100.0]
     monkeypatch.setattr(callbacks, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    lines = callbacks.ProgressLines("best_ood_valid_acc", "max", {"p": 10}, {"p": 1000}, every_s=0, stack_of="mean")
+    lines = callbacks.ProgressLines(
+        "best_ood_valid_acc", "max", {"p": 10}, {"p": 1000}, every_s=0, stack_of="mean"
+    )
     stack = SimpleNamespace(trial_id="a", config={"pair": "p", "members": [{"seed": s} for s in range(5)]})
     clock[0] = 280.0  # three minutes of compiling before the first evaluation
     lines.on_trial_result(0, [], stack, {"iteration": 100, "best_ood_valid_acc": 0.1})
@@ -562,8 +718,12 @@ def test_the_progress_lines_eta_comes_from_the_running_trials_iterations(monkeyp
     # Resumed: two trials restored half-way report their first evaluations here; what they did before
     # is no pace of this driver's (each does a tenth of a run a minute: 2.6 runs left, 13 min).
     clock[0] = 0.0
-    resumed = pickle.loads(pickle.dumps(callbacks.ProgressLines("best_ood_valid_acc", "max", {"p": 4}, {"p": 1000}, every_s=0)))
-    trials = [SimpleNamespace(trial_id=name, config={"pair": "p", "seed": seed}) for seed, name in enumerate("cd")]
+    resumed = pickle.loads(
+        pickle.dumps(callbacks.ProgressLines("best_ood_valid_acc", "max", {"p": 4}, {"p": 1000}, every_s=0))
+    )
+    trials = [
+        SimpleNamespace(trial_id=name, config={"pair": "p", "seed": seed}) for seed, name in enumerate("cd")
+    ]
     for step, start in ((600, 0.0), (700, 60.0)):
         for k, trial in enumerate(trials):
             clock[0] = start + k
@@ -600,12 +760,19 @@ def test_a_servers_user_and_password_in_the_uri_are_sent_as_mlflows_client_sends
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         check_store(f"http://alice:s%40cret@127.0.0.1:{servers[0].server_port}")
-        with pytest.raises(TrackingError, match=r"401 bad credentials \(the URI's user and password were refused\)"):
+        with pytest.raises(
+            TrackingError, match=r"401 bad credentials \(the URI's user and password were refused\)"
+        ):
             check_store(f"http://alice:wrong@127.0.0.1:{servers[1].server_port}")
     finally:
         for server in servers:
             server.shutdown()
-    assert seen == [("/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default", "Basic " + base64.b64encode(b"alice:s@cret").decode())]
+    assert seen == [
+        (
+            "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+            "Basic " + base64.b64encode(b"alice:s@cret").decode(),
+        )
+    ]
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
@@ -618,48 +785,89 @@ def test_launches_that_open_a_new_store_at_once_all_get_it_whole(tmp_path, reque
     import subprocess
     import sys
 
-    uri = f"sqlite:///{tmp_path}/runs/mlflow.db" if store == "sqlite" else request.getfixturevalue("postgres_database").uri
+    uri = (
+        f"sqlite:///{tmp_path}/runs/mlflow.db"
+        if store == "sqlite"
+        else request.getfixturevalue("postgres_database").uri
+    )
     (tmp_path / "runs").mkdir()
     go = tmp_path / "go"
-    code = ("import sys, time, pathlib; from orchestrator.record import optuna_store, stores\n"
-            "pathlib.Path(sys.argv[2] + sys.argv[3]).touch()\n"
-            "while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
-            "client = stores.client(sys.argv[1]); client.create_experiment('exp-' + sys.argv[3])\n"
-            "optuna_store.search_storage(sys.argv[1], pathlib.Path(sys.argv[2]).parent)\n")
-    openers = [subprocess.Popen([sys.executable, "-c", code, uri, str(go), str(k)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for k in range(4)]
+    code = (
+        "import sys, time, pathlib; from orchestrator.record import optuna_store, stores\n"
+        "pathlib.Path(sys.argv[2] + sys.argv[3]).touch()\n"
+        "while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+        "client = stores.client(sys.argv[1]); client.create_experiment('exp-' + sys.argv[3])\n"
+        "optuna_store.search_storage(sys.argv[1], pathlib.Path(sys.argv[2]).parent)\n"
+    )
+    openers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, uri, str(go), str(k)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for k in range(4)
+    ]
     deadline = time.time() + 120
-    while not all(Path(f"{go}{k}").exists() for k in range(4)) and time.time() < deadline:  # their imports done
+    while (
+        not all(Path(f"{go}{k}").exists() for k in range(4)) and time.time() < deadline
+    ):  # their imports done
         time.sleep(0.05)
     go.touch()
     outputs = [opener.communicate(timeout=300)[0] for opener in openers]
     assert [opener.returncode for opener in openers] == [0] * 4, "\n".join(outputs)[-3000:]
-    assert sorted(e.name for e in MlflowClient(uri).search_experiments()) == ["Default", "exp-0", "exp-1", "exp-2", "exp-3"]
+    assert sorted(e.name for e in MlflowClient(uri).search_experiments()) == [
+        "Default",
+        "exp-0",
+        "exp-1",
+        "exp-2",
+        "exp-3",
+    ]
     assert open_launch(uri, "exp-0", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
 
 
-def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_run_each(tmp_path, monkeypatch):
+def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_run_each(
+    tmp_path, monkeypatch
+):
     """A launch is named by its file and the second it began; two begun in the same second shared
     one folder and one MLflow parent run (and so each other's trials)."""
     from orchestrator.plan.spec import load_study
     from orchestrator.run import launch
 
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump({"name": "same", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
-                                    "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"}, "storage_path": str(tmp_path / "runs")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "same",
+                "tasks": ["copy"],
+                "models": ["lstm_seq2seq"],
+                "metric": "best_ood_valid_seq_acc",
+                "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"},
+                "storage_path": str(tmp_path / "runs"),
+            }
+        )
+    )
     monkeypatch.setattr(launch.time, "strftime", lambda fmt: "20261128-000000")
     states = [launch.new_launch(load_study(path), path.read_text())[0] for _ in range(3)]
-    assert [s.launch_id for s in states] == ["same-20261128-000000", "same-20261128-000000-2", "same-20261128-000000-3"]
+    assert [s.launch_id for s in states] == [
+        "same-20261128-000000",
+        "same-20261128-000000-2",
+        "same-20261128-000000-3",
+    ]
     assert len({s.dir for s in states}) == len({s.parent_run_id for s in states}) == 3
     night, _ = launch.new_launch(load_study(path), path.read_text(), night=0)
     assert night.launch_id == "same-night-20261128-000000"
     # --launch-id: the command's check passed both, and they wrote one folder's launch.json in turn
     first, lock = launch.new_launch(load_study(path), path.read_text(), "team-x")
-    assert first.launch_id == "team-x" and driver(first.dir)[0]  # held from its registration on: status sees a driver
+    assert (
+        first.launch_id == "team-x" and driver(first.dir)[0]
+    )  # held from its registration on: status sees a driver
     with pytest.raises(launch.LaunchExists, match="launch team-x exists in"):
         launch.new_launch(load_study(path), path.read_text(), "team-x")
     lock.close()
-    with pytest.raises(launch.LaunchExists, match="launch team-x exists in"):  # its driver gone, the launch stays
+    with pytest.raises(
+        launch.LaunchExists, match="launch team-x exists in"
+    ):  # its driver gone, the launch stays
         launch.new_launch(load_study(path), path.read_text(), "team-x")
 
 
@@ -672,8 +880,18 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
     from orchestrator.run import launch
 
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump({"name": "team", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
-                                    "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"}, "storage_path": str(tmp_path / "runs")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "team",
+                "tasks": ["copy"],
+                "models": ["lstm_seq2seq"],
+                "metric": "best_ood_valid_seq_acc",
+                "tracking": {"uri": f"sqlite:///{tmp_path}/runs/mlflow.db"},
+                "storage_path": str(tmp_path / "runs"),
+            }
+        )
+    )
     seen = []
 
     def store_down(*args):
@@ -684,7 +902,9 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
         patch.setattr(launch, "open_launch", store_down)
         with pytest.raises(StoreUnavailable):
             launch.new_launch(load_study(path), path.read_text(), "team-y")
-    assert seen == [(False, True)]  # while it registered: no launch.json for status to misread, a driver alive
+    assert seen == [
+        (False, True)
+    ]  # while it registered: no launch.json for status to misread, a driver alive
     launch.hold_driver_lock(tmp_path / "runs/team-y").close()  # a driver killed as it registered
     state, lock = launch.new_launch(load_study(path), path.read_text(), "team-y")
     assert state.launch_id == "team-y" and LaunchState.load(state.dir).parent_run_id == state.parent_run_id
@@ -700,22 +920,39 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump({"name": "team", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
-                                    "tracking": {"uri": uri}, "storage_path": str(tmp_path / "runs")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "team",
+                "tasks": ["copy"],
+                "models": ["lstm_seq2seq"],
+                "metric": "best_ood_valid_seq_acc",
+                "tracking": {"uri": uri},
+                "storage_path": str(tmp_path / "runs"),
+            }
+        )
+    )
     (tmp_path / "runs/team-z/launch.json.tmp").mkdir(parents=True)
     with pytest.raises(IsADirectoryError):
         launch.new_launch(load_study(path), path.read_text(), "team-z")
-    [run] = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("team").experiment_id],
-                                          filter_string="tags.launch_id = 'team-z' and tags.kind = 'launch'")
+    [run] = MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name("team").experiment_id],
+        filter_string="tags.launch_id = 'team-z' and tags.kind = 'launch'",
+    )
     assert run.info.status == "KILLED" and run.data.tags["launch_status"] == "never registered"
     assert not driver(tmp_path / "runs/team-z")[0] and not (tmp_path / "runs/team-z/launch.json").exists()
     (tmp_path / "runs/team-z/launch.json.tmp").rmdir()
     state, lock = launch.new_launch(load_study(path), path.read_text(), "team-z")
-    assert state.parent_run_id == run.info.run_id and MlflowClient(uri).get_run(run.info.run_id).info.status == "RUNNING"
+    assert (
+        state.parent_run_id == run.info.run_id
+        and MlflowClient(uri).get_run(run.info.run_id).info.status == "RUNNING"
+    )
     lock.close()
 
 
-def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_the_experiment_launches_again(tmp_path):
+def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_the_experiment_launches_again(
+    tmp_path,
+):
     """SIGKILL between the parent run's creation and launch.json's write: no failed save ends the
     run, and its folder holds no launch.json for `status` or `resume` to find. The next launch of
     the experiment from this machine ends it, unless a driver holds the folder's lock (one that is
@@ -729,20 +966,40 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
     path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump({"name": "team", "tasks": ["copy"], "models": ["lstm_seq2seq"], "metric": "best_ood_valid_seq_acc",
-                                    "tracking": {"uri": uri}, "storage_path": str(tmp_path / "runs")}))
-    killed_as_it_saves = ("import os, signal, sys\n"
-                          "from pathlib import Path\n"
-                          "from orchestrator.plan.spec import load_study\n"
-                          "from orchestrator.record.state import LaunchState\n"
-                          "from orchestrator.run import launch\n"
-                          "LaunchState.save = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
-                          "path = Path(sys.argv[1])\n"
-                          "launch.new_launch(load_study(path), path.read_text())\n")
-    killed = subprocess.run([sys.executable, "-c", killed_as_it_saves, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "team",
+                "tasks": ["copy"],
+                "models": ["lstm_seq2seq"],
+                "metric": "best_ood_valid_seq_acc",
+                "tracking": {"uri": uri},
+                "storage_path": str(tmp_path / "runs"),
+            }
+        )
+    )
+    killed_as_it_saves = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from orchestrator.plan.spec import load_study\n"
+        "from orchestrator.record.state import LaunchState\n"
+        "from orchestrator.run import launch\n"
+        "LaunchState.save = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "path = Path(sys.argv[1])\n"
+        "launch.new_launch(load_study(path), path.read_text())\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", killed_as_it_saves, str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     mlflow = MlflowClient(uri)
-    [orphan] = mlflow.search_runs([mlflow.get_experiment_by_name("team").experiment_id], filter_string="tags.kind = 'launch'")
+    [orphan] = mlflow.search_runs(
+        [mlflow.get_experiment_by_name("team").experiment_id], filter_string="tags.kind = 'launch'"
+    )
     folder = tmp_path / "runs" / orphan.data.tags["launch_id"]
     assert orphan.info.status == "RUNNING" and folder.is_dir() and not (folder / "launch.json").exists()
 
@@ -756,7 +1013,10 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
     ended = mlflow.get_run(orphan.info.run_id)
     assert ended.info.status == "KILLED" and ended.data.tags["launch_status"] == "never registered"
     # Launches with a launch.json are theirs to end (status says "driver gone"; resume continues them).
-    assert [mlflow.get_run(LaunchState.load(tmp_path / "runs" / id).parent_run_id).info.status for id in ("team-a", "team-b")] == ["RUNNING"] * 2
+    assert [
+        mlflow.get_run(LaunchState.load(tmp_path / "runs" / id).parent_run_id).info.status
+        for id in ("team-a", "team-b")
+    ] == ["RUNNING"] * 2
 
 
 def test_a_launch_whose_search_space_cannot_be_stored_leaves_no_running_mlflow_run(tmp_path):

@@ -1,5 +1,6 @@
 """Equilateral triangles: the images read back by an independent evaluator (blobs, their centroids,
 the triangle's sides), the labels against it, and the image model without a question."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,7 @@ import pytest
 from scipy import ndimage
 
 from trainables.models import build_model
-from trainables.tasks import load_task, task_config
-from trainables.tasks import triangles
+from trainables.tasks import load_task, task_config, triangles
 from trainables.train import TrainConfig, batch_source, train
 
 # Truncating the third vertex moves it by under 1 pixel per coordinate, so each side to it is off
@@ -30,7 +30,9 @@ def test_every_label_against_the_evaluator_on_the_centres():
     split = triangles.make_split(np.random.default_rng(1), 20000)
     corners = split.centres.astype(float)
     verdicts = np.array([equilateral(c) for c in corners])
-    degenerate = np.array([min(np.linalg.norm(c[i] - c[j]) for i, j in ((0, 1), (1, 2), (0, 2))) == 0 for c in corners])
+    degenerate = np.array(
+        [min(np.linalg.norm(c[i] - c[j]) for i, j in ((0, 1), (1, 2), (0, 2))) == 0 for c in corners]
+    )
     assert (verdicts | degenerate)[split.labels == 0].all()
     assert degenerate[split.labels == 0].mean() < 0.005
     assert verdicts[split.labels == 1].mean() < 0.015
@@ -52,7 +54,9 @@ def test_images_show_the_clusters_and_the_labels_say_their_shape():
         assert (np.abs(lit[:, None] - centres[None]).max(-1) <= 3).any(1).all()
         clear = min(np.linalg.norm(centres[i] - centres[j]) for i, j in ((0, 1), (1, 2), (0, 2))) > 8
         inside = ((centres >= 4) & (centres <= 59)).all()
-        if clear and inside:  # three blobs, none cut by the border: each centroid is its centre (the clusters are point-symmetric)
+        if (
+            clear and inside
+        ):  # three blobs, none cut by the border: each centroid is its centre (the clusters are point-symmetric)
             found = blobs(image)
             assert len(found) == 3
             assert all(np.abs(np.array(found) - c).sum(1).min() < 1e-9 for c in centres)
@@ -61,7 +65,9 @@ def test_images_show_the_clusters_and_the_labels_say_their_shape():
                 assert equilateral(np.array(found))
             noisy += label == 1 and equilateral(np.array(found))
     assert read_back > 1200, read_back  # 1,418 of 3,000 at seed 0
-    assert noisy / read_back < 0.01  # "other" triangles the evaluator calls equilateral: the authors' generator does not exclude them
+    assert (
+        noisy / read_back < 0.01
+    )  # "other" triangles the evaluator calls equilateral: the authors' generator does not exclude them
 
 
 def test_the_third_vertex_is_the_authors_rotation():
@@ -84,7 +90,9 @@ def test_bad_options_name_the_key(options):
         task_config("triangles", options)
 
 
-@pytest.mark.parametrize("model, options", [("transformer", {}), ("transformer_compositional", {"n_retrievals": 2})])
+@pytest.mark.parametrize(
+    "model, options", [("transformer", {}), ("transformer_compositional", {"n_retrievals": 2})]
+)
 def test_the_image_model_reads_4x4_patches_and_a_summary_token(model, options):
     import torch
 
@@ -97,9 +105,19 @@ def test_the_image_model_reads_4x4_patches_and_a_summary_token(model, options):
 
 
 def test_the_trainer_draws_fresh_images_and_scores_accuracy():
-    cfg = TrainConfig(task="triangles", model="transformer", task_options={"eval_size": 64},
-                      model_options={"d_model": 16, "n_heads": 2, "n_layers": 1}, optimizer="adam", lr=1e-3, batch_size=8,
-                      n_iters=6, eval_every=3, grad_clip=None, threads=1)
+    cfg = TrainConfig(
+        task="triangles",
+        model="transformer",
+        task_options={"eval_size": 64},
+        model_options={"d_model": 16, "n_heads": 2, "n_layers": 1},
+        optimizer="adam",
+        lr=1e-3,
+        batch_size=8,
+        n_iters=6,
+        eval_every=3,
+        grad_clip=None,
+        threads=1,
+    )
     metrics = train(cfg, log=None)
     assert 0 <= metrics["test_acc_at_best"] <= 1 and "best_ood_valid_acc" in metrics
     next_batch, _ = batch_source(cfg, load_task("triangles", cfg.task_options), np.random.default_rng(0))

@@ -16,6 +16,7 @@ dropout each member draws other masks than its separate run would, from the same
 
 Models need a forward pass free of data-dependent Python control flow (`models.batchable` says which).
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,7 +25,8 @@ import math
 import statistics
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,13 +38,26 @@ from .graphs import N_BUCKETS, GraphedStep, graphs_unused_because
 from .models import batchable
 from .models.dropout import rates_in_tensors
 from .tasks import load_task
-from .train import (MembersReporter, batch_source, batch_tensors, free_what_finished_trials_left, load_optimizer_state, make_model,
-                    make_optimizer, room_for_compiles, run, set_lr, setup_device, synchronize, where)
+from .train import (
+    MembersReporter,
+    batch_source,
+    batch_tensors,
+    free_what_finished_trials_left,
+    load_optimizer_state,
+    make_model,
+    make_optimizer,
+    room_for_compiles,
+    run,
+    set_lr,
+    setup_device,
+    synchronize,
+    where,
+)
 
 
-
-
-def stacked_batch(parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:
+def stacked_batch(
+    parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False
+) -> dict[str, torch.Tensor]:
     """One batch per seed (each seed's own rows, trimmed to its own longest, or padded to its bucket
     width: train.batch_tensors), padded to the widest of them and stacked along a new first
     dimension. Padding is 0, the pad token's id; the models mask it, so a seed's result does not
@@ -90,14 +105,22 @@ class MemberOptimizer:
     lr x decay), Adam's and RMSprop's adds decay x weight to the gradient. Members that all share
     their lr and decay use the optimizer as it is (no copy of the weights per step)."""
 
-    def __init__(self, configs: list[TrainConfig], params: list[torch.Tensor], device: torch.device, capturable: bool = False):
+    def __init__(
+        self,
+        configs: list[TrainConfig],
+        params: list[torch.Tensor],
+        device: torch.device,
+        capturable: bool = False,
+    ):
         self.params, self.base_lr, self.factor = params, configs[0].lr, 1.0
         self.decoupled = configs[0].optimizer == "adamw"
         self.shared = len({(c.lr, c.weight_decay) for c in configs}) == 1
         if self.shared:
             self.optimizer = make_optimizer(configs[0], params, capturable)
         else:
-            self.optimizer = make_optimizer(dataclasses.replace(configs[0], lr=1.0, weight_decay=0.0), params, capturable)
+            self.optimizer = make_optimizer(
+                dataclasses.replace(configs[0], lr=1.0, weight_decay=0.0), params, capturable
+            )
             self.lr = torch.tensor([c.lr for c in configs], device=device)
             self.decay = torch.tensor([c.weight_decay for c in configs], device=device)
 
@@ -157,12 +180,21 @@ class Stack:
     """The members' models stacked, each with its own batch source, and their optimizer: `step()`
     trains every member once. What train_members runs and member_steps_per_second times."""
 
-    def __init__(self, cfg: TrainConfig, members: list[dict[str, Any]], task, device: torch.device,
-                 log: Callable[[str], None] | None = print):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        members: list[dict[str, Any]],
+        task,
+        device: torch.device,
+        log: Callable[[str], None] | None = print,
+    ):
         why_not = batchable({**cfg.flat(), "model": cfg.model})
         if why_not:
             raise ValueError(f"members cannot be stacked: {why_not}")
-        self.falls_back, self.log = cfg.compile == "auto", log  # falls back uncompiled where auto compiled (gradients)
+        self.falls_back, self.log = (
+            cfg.compile == "auto",
+            log,
+        )  # falls back uncompiled where auto compiled (gradients)
         cfg = cfg.settled(device.type, len(members))
         self.cfg, self.task, self.device = cfg, task, device
         self.configs = member_configs(cfg, members)
@@ -179,13 +211,20 @@ class Stack:
         self.params, self.buffers = stack_module_state(self.models)
         skeleton = copy.deepcopy(self.models[0]).to("meta")
         if cfg.compile or len({tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}) > 1:
-            rates_in_tensors(skeleton)  # each member at its own rate, a stacked buffer; compiled, none a constant of the code
+            rates_in_tensors(
+                skeleton
+            )  # each member at its own rate, a stacked buffer; compiled, none a constant of the code
         # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
         self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
         self.graphed = graphs_unused_because(cfg, device, stacked=True) is None
         # Compiled code is compiled once per shape: batches padded to a few widths, graphed or not.
         self.bucketed = self.graphed or bool(cfg.compile)
-        self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device, capturable=self.graphed and device.type == "cuda")
+        self.optimizer = MemberOptimizer(
+            self.configs,
+            list(self.params.values()),
+            device,
+            capturable=self.graphed and device.type == "cuda",
+        )
         self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
         self.clips = any(c.grad_clip for c in self.configs)
 
@@ -202,16 +241,32 @@ class Stack:
             self.forward = torch.compile(self.forward, mode=cfg.compile_mode, dynamic=False)
             room_for_compiles(N_BUCKETS)  # one per bucket width
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
-        self.run = GraphedStep(self.train_batch, {**self.params, **self.buffers}, self.optimizer.optimizer,
-                               eager_replay=device.type != "cuda") if self.graphed else self.train_batch
+        self.run = (
+            GraphedStep(
+                self.train_batch,
+                {**self.params, **self.buffers},
+                self.optimizer.optimizer,
+                eager_replay=device.type != "cuda",
+            )
+            if self.graphed
+            else self.train_batch
+        )
 
-    def train_batch(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+    def train_batch(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """One training step of every member on its slice of `batch`: -> (each member's loss, each member's score sums)."""
         out, losses = self.gradients(batch)
         if self.clips:
-            clip_per_member(self.cfg.grad_clip_by, self.clip_limits, [p.grad for p in self.params.values() if p.grad is not None])
+            clip_per_member(
+                self.cfg.grad_clip_by,
+                self.clip_limits,
+                [p.grad for p in self.params.values() if p.grad is not None],
+            )
         self.optimizer.step()
-        return losses.detach().float(), [self.task.kind.score_sums(out[k].detach(), unstack(batch, k)) for k in range(len(self.configs))]
+        return losses.detach().float(), [
+            self.task.kind.score_sums(out[k].detach(), unstack(batch, k)) for k in range(len(self.configs))
+        ]
 
     def gradients(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's output and loss on its slice of `batch`, the loss's gradients in the
@@ -242,9 +297,13 @@ class Stack:
             warnings.warn(message, stacklevel=3)
 
     def forward_backward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed):
+        with torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16, cache_enabled=not self.graphed
+        ):
             out = self.forward(self.params, self.buffers, batch)
-        losses = torch.stack([self.task.kind.loss(out[k], unstack(batch, k)) for k in range(len(self.configs))])
+        losses = torch.stack(
+            [self.task.kind.loss(out[k], unstack(batch, k)) for k in range(len(self.configs))]
+        )
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # members share no parameter: each gets its own loss's gradient
         return out, losses
@@ -265,9 +324,13 @@ class Stack:
         self.optimizer.schedule(factor)
 
     def weights(self) -> dict:
-        return {"members": self.members, "params": {name: p.detach() for name, p in self.params.items()},
-                "buffers": {name: self.buffers[name] for name in self.saved_buffers}, "optimizer": self.optimizer.state_dict(),
-                "compiled": self.compiled}
+        return {
+            "members": self.members,
+            "params": {name: p.detach() for name, p in self.params.items()},
+            "buffers": {name: self.buffers[name] for name in self.saved_buffers},
+            "optimizer": self.optimizer.state_dict(),
+            "compiled": self.compiled,
+        }
 
     def load_weights(self, saved: dict) -> None:
         with torch.no_grad():
@@ -317,20 +380,29 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
             break
         finally:
             stack = None
-            free_what_finished_trials_left(device)  # before the next size: a stack outlives its last reference
+            free_what_finished_trials_left(
+                device
+            )  # before the next size: a stack outlives its last reference
         curve.append((n, n / statistics.median(times[1:])))
     return curve
 
 
-def train_members(cfg: TrainConfig, members: list[dict[str, Any]], report: MembersReporter | None = None,
-                  resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+def train_members(
+    cfg: TrainConfig,
+    members: list[dict[str, Any]],
+    report: MembersReporter | None = None,
+    resume_state: dict | None = None,
+    log: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
     """Train `cfg` once per member (its seed and its own values of MEMBER_KEYS), all at once, by
     the protocol a lone trial follows (train.run); returns each member's final metrics."""
     device = setup_device(cfg)
     free_what_finished_trials_left(device)
     stack = Stack(cfg, members, load_task(cfg.task, cfg.task_options), device, log)
     if log:
-        log(f"[{stack.cfg.task}/{stack.cfg.model}] {len(members)} members stacked ({'; '.join(stack.described)}): "
+        log(
+            f"[{stack.cfg.task}/{stack.cfg.model}] {len(members)} members stacked ({'; '.join(stack.described)}): "
             f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {where(stack.cfg, device)}; "
-            f"{stack.cfg.n_iters:,} iterations")
+            f"{stack.cfg.n_iters:,} iterations"
+        )
     return run(stack, report, resume_state, log)

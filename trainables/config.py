@@ -3,6 +3,7 @@
 Flat keys are either training keys (TrainConfig's fields), keys of the chosen model's config
 dataclass, or `task_options` (a mapping given to the task's config dataclass).
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,15 +44,21 @@ class TrainConfig:
     lr_schedule: str = "constant"
     weight_decay: float = 0.0
     batch_size: int = 512
-    length_bucketed: bool = False  # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
+    length_bucketed: bool = (
+        False  # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
+    )
     n_iters: int = 30_000
     optimizer: str = "adamw"  # "adamw", "adam" or "rmsprop" (the PANM authors')
     momentum: float = 0.0  # rmsprop only
     rmsprop_alpha: float = 0.99  # rmsprop's smoothing constant (torch's default; the PANM authors use 0.95)
     grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
-    grad_clip_by: str = "norm"  # "norm" (the NDR authors') or "value" (each entry into [-c, c]; the PANM authors')
+    grad_clip_by: str = (
+        "norm"  # "norm" (the NDR authors') or "value" (each entry into [-c, c]; the PANM authors')
+    )
     eval_every: int = 1000
-    early_budget: int | None = None  # also report the best checkpoint within this many iterations (Table 2: 50K)
+    early_budget: int | None = (
+        None  # also report the best checkpoint within this many iterations (Table 2: 50K)
+    )
     eval_batch_size: int = 1024
     seed: int = 0
     device: str = "auto"  # "auto" picks CUDA when there is one
@@ -70,14 +77,18 @@ class TrainConfig:
     # 1.5x at NDR's 20 members); a single trial and the CPU stay uncompiled (a single NDR's compile
     # failed on CUDA under torch 2.11; on the CPU a compile takes minutes and the step is slower).
     compile: bool | str = "auto"
-    cuda_graphs: str | bool = "auto"  # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
+    cuda_graphs: str | bool = (
+        "auto"  # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
+    )
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
     @property
     def compile_mode(self) -> str | None:
         """torch.compile's mode, or None where nothing compiles."""
         if self.compile == "auto":
-            raise ValueError("compile: auto has no mode until the config is settled for its device (TrainConfig.settled)")
+            raise ValueError(
+                "compile: auto has no mode until the config is settled for its device (TrainConfig.settled)"
+            )
         return None if self.compile is False else "default" if self.compile is True else self.compile
 
     def settled(self, device_type: str, members: int = 1) -> TrainConfig:
@@ -94,14 +105,33 @@ class TrainConfig:
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CHOICES = {"optimizer": ("adamw", "adam", "rmsprop"), "lr_schedule": ("constant", "cosine"), "grad_clip_by": ("norm", "value"), "cuda_graphs": ("auto", False),
-           "compile": ("auto", False, True, *COMPILE_MODES), "bf16": ("auto", False, True)}
+CHOICES = {
+    "optimizer": ("adamw", "adam", "rmsprop"),
+    "lr_schedule": ("constant", "cosine"),
+    "grad_clip_by": ("norm", "value"),
+    "cuda_graphs": ("auto", False),
+    "compile": ("auto", False, True, *COMPILE_MODES),
+    "bf16": ("auto", False, True),
+}
 # (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; null only where the key's type allows it (NULLABLE).
-RANGES = {"lr": (0, True, None), "weight_decay": (0, True, None), "batch_size": (1, True, None), "n_iters": (1, True, None),
-          "momentum": (0, True, None), "rmsprop_alpha": (0, True, 1), "grad_clip": (0, False, None), "eval_every": (1, True, None),
-          "early_budget": (1, True, None), "eval_batch_size": (1, True, None), "seed": (0, True, 2**32 - 1), "threads": (1, True, 1024)}
+RANGES = {
+    "lr": (0, True, None),
+    "weight_decay": (0, True, None),
+    "batch_size": (1, True, None),
+    "n_iters": (1, True, None),
+    "momentum": (0, True, None),
+    "rmsprop_alpha": (0, True, 1),
+    "grad_clip": (0, False, None),
+    "eval_every": (1, True, None),
+    "early_budget": (1, True, None),
+    "eval_batch_size": (1, True, None),
+    "seed": (0, True, 2**32 - 1),
+    "threads": (1, True, 1024),
+}
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
-NULLABLE = {name: "None" in str(hint) for name, hint in typing.get_type_hints(TrainConfig).items()}  # grad_clip: null turns clipping off
+NULLABLE = {
+    name: "None" in str(hint) for name, hint in typing.get_type_hints(TrainConfig).items()
+}  # grad_clip: null turns clipping off
 
 
 def yaml_word(value) -> str:
@@ -117,10 +147,17 @@ def yaml_word(value) -> str:
 # building it to check it (on the meta device) took minutes: an LSTM of 10^6 layers most of the
 # memory, a PANM of 10^6 Mode-2 heads more than 20 s (mutations in tests/test_bad_input.py draw such
 # counts).
-MODEL_RANGES = {"act_threshold": (0, False, 1), "act_loss_weight": (0, True, None), "ff_multiplier": (0, False, None),
-                "sharpness": (0, False, None), "clip_controls": (0, False, None), "address_bits": (1, True, 62),
-                "mode1_heads": (0, True, None), "mode2_heads": (0, True, 1000),
-                **{key: (1, True, 1000) for key in ("n_layers", "eval_n_layers", "encoder_layers", "decoder_layers")}}
+MODEL_RANGES = {
+    "act_threshold": (0, False, 1),
+    "act_loss_weight": (0, True, None),
+    "ff_multiplier": (0, False, None),
+    "sharpness": (0, False, None),
+    "clip_controls": (0, False, None),
+    "address_bits": (1, True, 62),
+    "mode1_heads": (0, True, None),
+    "mode2_heads": (0, True, 1000),
+    **{key: (1, True, 1000) for key in ("n_layers", "eval_n_layers", "encoder_layers", "decoder_layers")},
+}
 
 
 def model_range(key: str, hint) -> tuple | None:
@@ -143,14 +180,22 @@ def check_range(key: str, value, bounds: tuple | None = None, nullable: bool | N
     if value is None and (NULLABLE[key] if nullable is None else nullable):
         return
     if value is None or isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a number, got {yaml_word(value) if value is not None else 'null'}")
+        raise ConfigError(
+            f"{key}: expected a number, got {yaml_word(value) if value is not None else 'null'}"
+        )
     if not math.isfinite(value):
         raise ConfigError(f"{key}: must be a finite number, got {value!r}")
-    if value < low or (value == low and not low_allowed) or (high is not None and (value > high or (value == high and not high_allowed))):
+    if (
+        value < low
+        or (value == low and not low_allowed)
+        or (high is not None and (value > high or (value == high and not high_allowed)))
+    ):
         bound = f"{'at least' if low_allowed else 'greater than'} {low}"
         if high is not None:
             bound += f" and {'at most' if high_allowed else 'less than'} {high}"
         raise ConfigError(f"{key}: must be {bound}, got {value!r}")
+
+
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
 
 # What may differ between the members of one stack (trainables.batched): the rest of their configs
@@ -194,7 +239,9 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
     if not isinstance(flat.get("task_options") or {}, dict):
         raise ConfigError(f"task_options: expected a mapping, got {flat['task_options']!r}")
     if flat["task"] not in TASKS:
-        raise ConfigError(f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; known: {', '.join(TASKS)}")
+        raise ConfigError(
+            f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; known: {', '.join(TASKS)}"
+        )
     spec = model_of(flat["model"])
     own = model_fields(flat["model"])
     train, model = {}, {}
@@ -204,14 +251,20 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
         elif key in own:
             model[key] = coerce(spec.config, key, value)
         else:
-            raise ConfigError(f"{key}: not an option of model {flat['model']!r} or of training{closest(key, TRAIN_KEYS | own)}")
+            raise ConfigError(
+                f"{key}: not an option of model {flat['model']!r} or of training{closest(key, TRAIN_KEYS | own)}"
+            )
     try:
         task_config(train["task"], train.get("task_options"))
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"task_options: {e.args[0]}") from None
     for key, allowed in CHOICES.items():
-        if key in train and not any(train[key] == a and type(train[key]) is type(a) for a in allowed):  # 1 is no `true`
-            raise ConfigError(f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}")
+        if key in train and not any(
+            train[key] == a and type(train[key]) is type(a) for a in allowed
+        ):  # 1 is no `true`
+            raise ConfigError(
+                f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}"
+            )
     for key in RANGES.keys() & train.keys():
         check_range(key, train[key])
     hints = typing.get_type_hints(spec.config)
@@ -230,8 +283,10 @@ def model_of(name: str):
     except ModelError as e:
         if is_file_model(name):
             raise ConfigError(f"model: {e}") from None
-        raise ConfigError(f"model: unknown model {name!r}{closest(name, MODELS)}; known: {', '.join(MODELS)}, "
-                          "or a model file's class as path/to/file.py:Class") from None
+        raise ConfigError(
+            f"model: unknown model {name!r}{closest(name, MODELS)}; known: {', '.join(MODELS)}, "
+            "or a model file's class as path/to/file.py:Class"
+        ) from None
 
 
 def check_builds(cfg: TrainConfig) -> None:
@@ -271,7 +326,9 @@ def set_override(flat: dict[str, Any], assignment: str) -> None:
     for depth, p in enumerate(parents):
         target = target.setdefault(p, {})
         if not isinstance(target, dict):
-            raise ConfigError(f"--set {assignment!r}: {'.'.join(parents[:depth + 1])} is {target!r}, not a mapping with keys")
+            raise ConfigError(
+                f"--set {assignment!r}: {'.'.join(parents[: depth + 1])} is {target!r}, not a mapping with keys"
+            )
     target[last] = value
 
 
@@ -284,7 +341,9 @@ def _preset_files() -> tuple[dict, ...]:
 
 def preset_models() -> dict[str, list[str]]:
     """Every task that has presets -> the models they cover (`orchestrator train task/model`)."""
-    return {task: list(data["models"]) for data in _preset_files() for task in data.get("tasks") or [data["task"]]}
+    return {
+        task: list(data["models"]) for data in _preset_files() for task in data.get("tasks") or [data["task"]]
+    }
 
 
 def presets(task: str) -> dict[str, Any]:
@@ -305,13 +364,19 @@ def preset(task: str, model: str, options: dict | None = None) -> dict[str, Any]
     each matching row in turn: its keys beside `options` for every model, then its model's row."""
     data = presets(task)
     if model not in data["models"]:
-        raise ConfigError(f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; have: {', '.join(data['models'])}")
+        raise ConfigError(
+            f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; have: {', '.join(data['models'])}"
+        )
     shared = {k: v for k, v in data.items() if k not in ("models", "overrides", "variants")}
     variant: dict[str, Any] = {}
     if data.get("variants"):
         try:
             resolved = dataclasses.asdict(task_config(task, options))
-        except (KeyError, TypeError, ValueError):  # refused where the options are checked, with the file and key
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+        ):  # refused where the options are checked, with the file and key
             resolved = dict(options or {})
         for entry in data["variants"]:
             if all(resolved.get(k) == v for k, v in entry["options"].items()):

@@ -17,11 +17,12 @@ weights and the optimizer's state are saved before and copied back in place afte
 graphs read those very tensors). `eager_replay` runs the same machinery with the step called
 instead of replayed: that is how the CPU tests check everything but the capture itself.
 """
+
 from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -46,8 +47,10 @@ def graphs_unused_because(cfg, device: torch.device, stacked: bool = False) -> s
     if cfg.compile_mode in ("reduce-overhead", "max-autotune"):
         return f"compile: {cfg.compile_mode} captures CUDA graphs of its own"
     if cfg.compile and not stacked:
-        return (f"compile: {cfg.compile_mode} on a single trial: its compiled kernels under a capture are checked on a GPU for "
-                "stacks only (a single paper NDR's compile did not finish in 150 s there)")
+        return (
+            f"compile: {cfg.compile_mode} on a single trial: its compiled kernels under a capture are checked on a GPU for "
+            "stacks only (a single paper NDR's compile did not finish in 150 s there)"
+        )
     if cfg.lr_schedule != "constant":
         return f"lr_schedule: {cfg.lr_schedule} sets the learning rate every step; a graph replays the one it captured"
     return batchable({**cfg.flat(), "model": cfg.model})
@@ -63,7 +66,9 @@ def pick_width(width: int, widths: list[int]) -> int:
     return next((w for w in widths if w >= width), width)
 
 
-def restore_in_place(weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, saved: tuple[dict, dict]) -> None:
+def restore_in_place(
+    weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, saved: tuple[dict, dict]
+) -> None:
     """Weights and optimizer state back to `saved`, written into the tensors that are there (a
     captured graph holds their addresses; load_state_dict would put new tensors in their place)."""
     saved_weights, state = saved
@@ -88,8 +93,13 @@ class GraphedStep:
     width share one memory pool, so a step's outputs (and the gradients) hold until the next step
     only: callers read them at once, as train and batched.Stack add them to their sums."""
 
-    def __init__(self, run: Callable[[dict], tuple], weights: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
-                 eager_replay: bool = False):
+    def __init__(
+        self,
+        run: Callable[[dict], tuple],
+        weights: dict[str, torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        eager_replay: bool = False,
+    ):
         self.run, self.weights, self.optimizer, self.eager_replay = run, weights, optimizer, eager_replay
         self.captured: dict[tuple, tuple] = {}  # shapes -> (static inputs, graph or None, static outputs)
         self.pool = None  # one memory pool for every graph: they never run at once
@@ -111,7 +121,10 @@ class GraphedStep:
     def capture(self, batch: dict[str, torch.Tensor]) -> tuple:
         inputs = {name: t.clone() for name, t in batch.items()}
         # The optimizer's state is keyed by the parameters themselves: copy the values only.
-        saved = (copy.deepcopy(self.weights), {p: copy.deepcopy(entry) for p, entry in self.optimizer.state.items()})
+        saved = (
+            copy.deepcopy(self.weights),
+            {p: copy.deepcopy(entry) for p, entry in self.optimizer.state.items()},
+        )
         # The warm-up's random draws are undone as its updates are: a run resumed from a checkpoint
         # captures its widths at other steps than the run it resumes, and must draw as that run did.
         if self.eager_replay:

@@ -167,7 +167,14 @@ class SequenceToSequence(SequenceOutput):
 
     def predict(self, model, batch, **extra):
         targets = batch["targets"]
-        return model(batch["tokens"], batch["lengths"], targets.shape[1], batch.get("token_features"), batch["target_lengths"], **extra)
+        return model(
+            batch["tokens"],
+            batch["lengths"],
+            targets.shape[1],
+            batch.get("token_features"),
+            batch["target_lengths"],
+            **extra,
+        )
 
 
 class AutoregressiveSeq2Seq(SequenceOutput):
@@ -179,7 +186,9 @@ class AutoregressiveSeq2Seq(SequenceOutput):
 
     def predict(self, model, batch, **extra):
         targets = batch["targets"]
-        return model(batch["tokens"], batch["lengths"], targets.shape[1], targets if model.training else None, **extra)
+        return model(
+            batch["tokens"], batch["lengths"], targets.shape[1], targets if model.training else None, **extra
+        )
 
 
 class Translation(SequenceOutput):
@@ -195,7 +204,10 @@ class Translation(SequenceOutput):
         # perplexity: e to the mean negative log-likelihood of the target tokens (train.ratios)
         mask = target_mask(batch)
         nll = (token_losses(out, batch["targets"]) * mask).sum()
-        return {"perplexity": torch.stack([nll, mask.sum().float()]), "token_acc": super().score_sums(out, batch)["token_acc"]}
+        return {
+            "perplexity": torch.stack([nll, mask.sum().float()]),
+            "token_acc": super().score_sums(out, batch)["token_acc"],
+        }
 
 
 class NextSymbolSets(Kind):
@@ -216,12 +228,15 @@ class NextSymbolSets(Kind):
         mask = target_mask(batch)
         correct = ((out >= 0) == (batch["targets"] > 0)).all(-1)
         token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
-        return {"token_acc": token_acc, "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)])}
+        return {
+            "token_acc": token_acc,
+            "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)]),
+        }
 
     def chance(self, task, score):
         if score == "seq_acc":
             return super().chance(task, score)
-        return f"random bits: {0.5 ** task.n_classes:.3f}"  # all n_classes bits right, not 1 of n_classes
+        return f"random bits: {0.5**task.n_classes:.3f}"  # all n_classes bits right, not 1 of n_classes
 
 
 class SetRegression(Kind):
@@ -239,21 +254,39 @@ class SetRegression(Kind):
         error = (out.float() - batch["targets"]).abs()
         n = count(len(error), error)
         # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero)
-        return {"l1": torch.stack([error.mean(-1).sum(), n]), "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()])}
+        return {
+            "l1": torch.stack([error.mean(-1).sum(), n]),
+            "rel_l1": torch.stack([error.sum(), batch["targets"].abs().sum()]),
+        }
 
 
 SEQUENCE_CLASSIFICATION = SequenceClassification()
 VISUAL_QUESTION_ANSWERING = ImageQuestion()
 IMAGE_CLASSIFICATION = ImageClassification("image_classification", None)  # the triangles' images
-IMAGE_SEQUENCE_CLASSIFICATION = ImageClassification("image_sequence_classification", 0)  # the ESBN tasks' objects
+IMAGE_SEQUENCE_CLASSIFICATION = ImageClassification(
+    "image_sequence_classification", 0
+)  # the ESBN tasks' objects
 SEQUENCE_TO_SEQUENCE = SequenceToSequence()
 AUTOREGRESSIVE_SEQ2SEQ = AutoregressiveSeq2Seq()
 TRANSLATION = Translation()
 NEXT_SYMBOL_SETS = NextSymbolSets()
 SET_REGRESSION = SetRegression()
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (
-    SEQUENCE_CLASSIFICATION, VISUAL_QUESTION_ANSWERING, IMAGE_CLASSIFICATION, IMAGE_SEQUENCE_CLASSIFICATION,
-    SEQUENCE_TO_SEQUENCE, AUTOREGRESSIVE_SEQ2SEQ, TRANSLATION, NEXT_SYMBOL_SETS, SET_REGRESSION)}
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        SEQUENCE_CLASSIFICATION,
+        VISUAL_QUESTION_ANSWERING,
+        IMAGE_CLASSIFICATION,
+        IMAGE_SEQUENCE_CLASSIFICATION,
+        SEQUENCE_TO_SEQUENCE,
+        AUTOREGRESSIVE_SEQ2SEQ,
+        TRANSLATION,
+        NEXT_SYMBOL_SETS,
+        SET_REGRESSION,
+    )
+}
+
+
 def kind_named(name: str) -> Kind:
     return KINDS[name]

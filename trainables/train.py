@@ -11,6 +11,7 @@ paper's IID columns and Table 4), and, with `early_budget`, the best checkpoint 
 the task's kind (kinds.py); the first selects checkpoints. Ray and MLflow attach through the
 `report` callback, never by import.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,8 @@ import re
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,10 +30,10 @@ from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
 from .graphs import GraphedStep, bucket_widths, graphs_unused_because, module_weights, pick_width
+from .kinds import LOWER_IS_BETTER, Kind
 from .models import build_model
 from .models.dropout import rates_in_tensors
 from .tasks import load_task
-from .kinds import LOWER_IS_BETTER, Kind
 from .tasks.base import HOST_ONLY, Split, Task
 
 # report(metrics, state): called after every evaluation; `state()` returns a resumable snapshot.
@@ -48,16 +50,22 @@ def pick_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ConfigError(f"device: {name}, but torch finds {torch.cuda.device_count()} CUDA device(s) here (device=auto trains on what there is)")
+        raise ConfigError(
+            f"device: {name}, but torch finds {torch.cuda.device_count()} CUDA device(s) here (device=auto trains on what there is)"
+        )
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device: {name}, but torch finds no MPS device here (device=auto trains on what there is)")
+        raise ConfigError(
+            f"device: {name}, but torch finds no MPS device here (device=auto trains on what there is)"
+        )
     return device
 
 
 def where(cfg: TrainConfig, device: torch.device) -> str:
     """The device and how a settled config runs on it, for a trial's first log line: its compile
     and bf16 may have been decided by `auto`, which the recorded parameters keep."""
-    return str(device) + "".join(f", {word}" for word, on in (("compiled", cfg.compile), ("bf16 autocast", cfg.bf16)) if on)
+    return str(device) + "".join(
+        f", {word}" for word, on in (("compiled", cfg.compile), ("bf16 autocast", cfg.bf16)) if on
+    )
 
 
 def setup_device(cfg: TrainConfig) -> torch.device:
@@ -76,11 +84,17 @@ def resident(split: Split, device: torch.device) -> dict[str, torch.Tensor]:
     On the CPU they share the arrays' memory."""
     cache = split.__dict__.setdefault("_resident", {})
     if device not in cache:
-        cache[device] = {name: torch.from_numpy(array).to(device) for name, array in split.arrays.items() if name not in HOST_ONLY}
+        cache[device] = {
+            name: torch.from_numpy(array).to(device)
+            for name, array in split.arrays.items()
+            if name not in HOST_ONLY
+        }
     return cache[device]
 
 
-def batch_tensors(split: Split, index: np.ndarray, device: torch.device, bucketed: bool = False) -> dict[str, torch.Tensor]:
+def batch_tensors(
+    split: Split, index: np.ndarray, device: torch.device, bucketed: bool = False
+) -> dict[str, torch.Tensor]:
     """The arrays of `split` at `index` as tensors on `device` (int64 or float32), token rows
     trimmed to the batch's longest, or with `bucketed` padded up to the first of a few fixed widths
     that holds it (graphs.bucket_widths: a CUDA graph replays fixed shapes; the pad is the pad
@@ -151,8 +165,15 @@ class LengthBuckets:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, device: torch.device, bf16: bool = False,
-             by_depth: bool = False) -> dict[str, float]:
+def evaluate(
+    model: torch.nn.Module,
+    task: Task,
+    split: Split,
+    batch_size: int,
+    device: torch.device,
+    bf16: bool = False,
+    by_depth: bool = False,
+) -> dict[str, float]:
     """Every score of the task on one split; with `by_depth`, for a classification task, also the
     accuracy at each depth of the split (`depth<d>_acc`: the generalization curve over depths)."""
     was_training = model.training
@@ -171,15 +192,20 @@ def evaluate(model: torch.nn.Module, task: Task, split: Split, batch_size: int, 
             for depth, right in zip(split.depths[rows].tolist(), task.kind.correct(out, batch).tolist()):
                 correct_by_depth.setdefault(int(depth), []).append(right)
     model.train(was_training)
-    return {**ratios(sums), **{f"depth{d}_acc": float(np.mean(v)) for d, v in sorted(correct_by_depth.items())}}
+    return {
+        **ratios(sums),
+        **{f"depth{d}_acc": float(np.mean(v)) for d, v in sorted(correct_by_depth.items())},
+    }
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
     """`saved` into `optimizer`, as this run steps: a checkpoint keeps the `capturable` its run had
     (torch's load_state_dict restores it with the rest of each group), and a step graphed with a
     checkpoint's False, or eager on a CPU with a graphed run's True, fails at its first update."""
-    groups = [{**group, "capturable": now["capturable"]} if "capturable" in now else group
-              for group, now in zip(saved["param_groups"], optimizer.param_groups)]
+    groups = [
+        {**group, "capturable": now["capturable"]} if "capturable" in now else group
+        for group, now in zip(saved["param_groups"], optimizer.param_groups)
+    ]
     optimizer.load_state_dict({**saved, "param_groups": groups})
 
 
@@ -214,8 +240,14 @@ def compile_model(cfg: TrainConfig, model: torch.nn.Module) -> None:
 def make_optimizer(cfg: TrainConfig, parameters, capturable: bool = False) -> torch.optim.Optimizer:
     """`capturable`: its step count on the device, as a CUDA graph's capture needs (graphs.py)."""
     if cfg.optimizer == "rmsprop":  # the PANM authors' choice
-        return torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=cfg.rmsprop_alpha, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                                   capturable=capturable)
+        return torch.optim.RMSprop(
+            parameters,
+            lr=cfg.lr,
+            alpha=cfg.rmsprop_alpha,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+            capturable=capturable,
+        )
     if cfg.optimizer == "adam":
         return torch.optim.Adam(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
     return torch.optim.AdamW(parameters, lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
@@ -242,8 +274,14 @@ def clip_gradients(cfg: TrainConfig, parameters) -> None:
         torch.nn.utils.clip_grad_norm_(parameters, cfg.grad_clip)
 
 
-def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: Kind, batch: dict[str, torch.Tensor], device: torch.device,
-                 graphed: bool = False):
+def forward_loss(
+    cfg: TrainConfig,
+    model: torch.nn.Module,
+    kind: Kind,
+    batch: dict[str, torch.Tensor],
+    device: torch.device,
+    graphed: bool = False,
+):
     """-> (the model's output, the training loss) on one batch. `graphed`: inside a CUDA graph's
     capture, where autocast must not cache its casts (they would be freed under the graph)."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16, cache_enabled=not graphed):
@@ -254,7 +292,9 @@ def forward_loss(cfg: TrainConfig, model: torch.nn.Module, kind: Kind, batch: di
     return out, loss
 
 
-def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: torch.device) -> tuple[Callable, torch.optim.Optimizer, bool]:
+def step_function(
+    cfg: TrainConfig, model: torch.nn.Module, task: Task, device: torch.device
+) -> tuple[Callable, torch.optim.Optimizer, bool]:
     """-> (step(batch) -> (the batch's loss, its score sums), the optimizer, whether batches must be
     bucketed). One training step: forward, loss, backward, clipping, the optimizer's update and
     the score sums, eager or, on CUDA where the model allows, replayed from a CUDA graph (graphs.py)."""
@@ -270,7 +310,11 @@ def step_function(cfg: TrainConfig, model: torch.nn.Module, task: Task, device: 
         return loss.detach().float(), task.kind.score_sums(out.detach(), batch)
 
     if graphed:
-        return GraphedStep(step, module_weights(model), optimizer, eager_replay=device.type != "cuda"), optimizer, True
+        return (
+            GraphedStep(step, module_weights(model), optimizer, eager_replay=device.type != "cuda"),
+            optimizer,
+            True,
+        )
     return step, optimizer, False
 
 
@@ -279,8 +323,10 @@ def batch_source(cfg: TrainConfig, task: Task, rng: np.random.Generator):
     batch from `rng`, so the data follow the training seed and resume with the rng's state."""
     if task.draw_train is not None:
         if cfg.length_bucketed:
-            raise ConfigError(f"length_bucketed: task {cfg.task!r} draws a fresh batch every step (task_options.online); "
-                              "there is no training set to bucket")
+            raise ConfigError(
+                f"length_bucketed: task {cfg.task!r} draws a fresh batch every step (task_options.online); "
+                "there is no training set to bucket"
+            )
         whole = np.arange(cfg.batch_size)
         return (lambda: (task.draw_train(rng, cfg.batch_size), whole)), None
     split = task.splits["train"]
@@ -297,7 +343,14 @@ class Selection:
     `early_budget`), the test scores at those checkpoints and at the final one, and the metrics of
     each evaluation. `train` keeps one; `batched.train_members` one per member."""
 
-    def __init__(self, cfg: TrainConfig, task: Task, device: torch.device, log: Callable[[str], None] | None, label: str):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        task: Task,
+        device: torch.device,
+        log: Callable[[str], None] | None,
+        label: str,
+    ):
         self.cfg, self.task, self.device, self.log, self.label = cfg, task, device, log, label
         m = self.m = task.metric
         self.at_least_as_good = (lambda a, b: a <= b) if m in LOWER_IS_BETTER else (lambda a, b: a >= b)
@@ -315,7 +368,11 @@ class Selection:
         return {"best": self.best, "early": self.early, "depth_best": self.depth_best, "last": self.metrics}
 
     def restore(self, state: dict) -> None:
-        self.best, self.early, self.depth_best = state["best"], state.get("early", self.early), state.get("depth_best", {})
+        self.best, self.early, self.depth_best = (
+            state["best"],
+            state.get("early", self.early),
+            state.get("depth_best", {}),
+        )
         # (A checkpoint from before "last" was kept holds "diverged", the metrics of a diverged member.)
         self.metrics = state.get("last") or state.get("diverged") or {"status": "completed", **self.best}
 
@@ -335,7 +392,15 @@ class Selection:
         return {**self.best, **self.depth_best, **early} if self.best["best_iteration"] else {}
 
     def evaluate_split(self, model: torch.nn.Module, name: str, by_depth: bool = False) -> dict[str, float]:
-        return evaluate(model, self.task, self.task.splits[name], self.cfg.eval_batch_size, self.device, self.cfg.bf16, by_depth)
+        return evaluate(
+            model,
+            self.task,
+            self.task.splits[name],
+            self.cfg.eval_batch_size,
+            self.device,
+            self.cfg.bf16,
+            by_depth,
+        )
 
     def test_scores(self, tests: dict[str, dict[str, float]], suffix: str) -> dict[str, float]:
         """Each score's mean over the test splits (PANM's Table 1 averages its five test lengths),
@@ -344,10 +409,21 @@ class Selection:
         scores = self.task.scores
         out = {f"test_{s}{suffix}": float(np.mean([t[s] for t in tests.values()])) for s in scores}
         for name, split_scores in tests.items():
-            out.update(named(name, {k: v for k, v in split_scores.items() if len(tests) > 1 or k not in scores}, suffix))
+            out.update(
+                named(
+                    name, {k: v for k, v in split_scores.items() if len(tests) > 1 or k not in scores}, suffix
+                )
+            )
         return out
 
-    def __call__(self, model: torch.nn.Module, iteration: int, mean_loss: float, train_scores: dict[str, float], steps_per_s: float) -> dict:
+    def __call__(
+        self,
+        model: torch.nn.Module,
+        iteration: int,
+        mean_loss: float,
+        train_scores: dict[str, float],
+        steps_per_s: float,
+    ) -> dict:
         """The metrics of the evaluation at `iteration`, given the mean training loss and scores since
         the last one; status "diverged" (and no evaluation) where that loss is not finite."""
         cfg, m, best = self.cfg, self.m, self.best
@@ -355,35 +431,75 @@ class Selection:
             # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the
             # best so far. The last evaluation's scores are not this iteration's; and a run diverged
             # before its first has no best: NaN, which Tune needs as its metric and MLflow leaves out.
-            self.metrics = {"status": "diverged", "iteration": iteration, "loss": mean_loss, **(self.best_so_far() or {f"best_ood_valid_{m}": math.nan})}
+            self.metrics = {
+                "status": "diverged",
+                "iteration": iteration,
+                "loss": mean_loss,
+                **(self.best_so_far() or {f"best_ood_valid_{m}": math.nan}),
+            }
             if self.log:
-                self.log(f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)")
+                self.log(
+                    f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)"
+                )
             return self.metrics
         final = iteration == cfg.n_iters
         iid = self.evaluate_split(model, "iid_valid", by_depth=self.per_depth)
         # Tasks without an OOD validation set fill both slots with their IID hold-out: score it once.
-        ood = iid if self.task.splits["ood_valid"] is self.task.splits["iid_valid"] else self.evaluate_split(model, "ood_valid", self.per_depth)
+        ood = (
+            iid
+            if self.task.splits["ood_valid"] is self.task.splits["iid_valid"]
+            else self.evaluate_split(model, "ood_valid", self.per_depth)
+        )
         # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
         # saturates (NDR on CTL), the most-trained model is the one reported.
         new_best = self.at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
-        new_early = bool(cfg.early_budget) and iteration <= cfg.early_budget and self.at_least_as_good(ood[m], self.early[f"best_ood_valid_{m}_early"])
+        new_early = (
+            bool(cfg.early_budget)
+            and iteration <= cfg.early_budget
+            and self.at_least_as_good(ood[m], self.early[f"best_ood_valid_{m}_early"])
+        )
         # Strictly better, as the Sort-of-CLEVR authors' per-type selection: ties keep the earlier epoch.
-        depths_improved = [k for k in ood if self.per_depth and re.fullmatch(r"depth\d+_acc", k)
-                           and ood[k] > self.depth_best.get(f"best_ood_valid_{k}", -1.0)]
-        tests = ({name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits}
-                 if new_best or new_early or final or depths_improved else {})
+        depths_improved = [
+            k
+            for k in ood
+            if self.per_depth
+            and re.fullmatch(r"depth\d+_acc", k)
+            and ood[k] > self.depth_best.get(f"best_ood_valid_{k}", -1.0)
+        ]
+        tests = (
+            {name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits}
+            if new_best or new_early or final or depths_improved
+            else {}
+        )
         for k in depths_improved:
-            self.depth_best.update({f"best_ood_valid_{k}": ood[k], f"best_iteration_{k}": iteration,
-                                    f"test_{k}_at_best": self.test_scores(tests, "_at_best")[f"test_{k}_at_best"]})
+            self.depth_best.update(
+                {
+                    f"best_ood_valid_{k}": ood[k],
+                    f"best_iteration_{k}": iteration,
+                    f"test_{k}_at_best": self.test_scores(tests, "_at_best")[f"test_{k}_at_best"],
+                }
+            )
         if new_best:
-            self.best = best = {f"best_ood_valid_{m}": ood[m], f"iid_valid_{m}_at_best": iid[m], "best_iteration": iteration,
-                                **self.test_scores(tests, "_at_best")}
+            self.best = best = {
+                f"best_ood_valid_{m}": ood[m],
+                f"iid_valid_{m}_at_best": iid[m],
+                "best_iteration": iteration,
+                **self.test_scores(tests, "_at_best"),
+            }
         if new_early:
-            self.early = {f"best_ood_valid_{m}_early": ood[m], "best_iteration_early": iteration, **self.test_scores(tests, "_at_best_early")}
+            self.early = {
+                f"best_ood_valid_{m}_early": ood[m],
+                "best_iteration_early": iteration,
+                **self.test_scores(tests, "_at_best_early"),
+            }
         metrics = {
             "status": "completed" if final else "running",
-            "iteration": iteration, "loss": mean_loss, **named("train", train_scores),
-            **named("iid_valid", iid), **named("ood_valid", ood), **self.best_so_far(),
+            "iteration": iteration,
+            "loss": mean_loss,
+            **named("train", train_scores),
+            **named("iid_valid", iid),
+            **named("ood_valid", ood),
+            **self.best_so_far(),
             "steps_per_s": steps_per_s,
         }
         if self.device.type == "cuda":
@@ -392,10 +508,18 @@ class Selection:
             # needs of a GPU it shares (resources.gpu) is read off it.
             metrics["gpu_memory_mib"] = torch.cuda.max_memory_reserved(self.device) / 2**20
         if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
-            metrics.update({**named("iid_valid", iid, "_final"), **named("ood_valid", ood, "_final"), **self.test_scores(tests, "_final")})
+            metrics.update(
+                {
+                    **named("iid_valid", iid, "_final"),
+                    **named("ood_valid", ood, "_final"),
+                    **self.test_scores(tests, "_final"),
+                }
+            )
         if self.log:
-            self.log(f"[{self.label}] it {iteration}/{cfg.n_iters} loss {mean_loss:.4f} train {metrics[f'train_{m}']:.3f} "
-                     f"iid {iid[m]:.3f} ood {ood[m]:.3f} test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({steps_per_s:.1f} it/s)")
+            self.log(
+                f"[{self.label}] it {iteration}/{cfg.n_iters} loss {mean_loss:.4f} train {metrics[f'train_{m}']:.3f} "
+                f"iid {iid[m]:.3f} ood {ood[m]:.3f} test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({steps_per_s:.1f} it/s)"
+            )
         self.metrics = metrics
         return metrics
 
@@ -419,7 +543,10 @@ def free_what_finished_trials_left(device: torch.device) -> None:
 def random_states(device: torch.device) -> dict:
     """What a checkpoint keeps of torch's generators: the CPU's, and on CUDA the device's, which
     dropout there draws from (without it a resumed trial drew its first steps' masks again)."""
-    return {"torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
 
 
 def restore_random_states(saved: dict, device: torch.device) -> None:
@@ -440,7 +567,9 @@ class Single:
         self.cfg, self.device, self.configs, self.labels = cfg, device, [cfg], [f"{cfg.task}/{cfg.model}"]
         self.rngs = [np.random.default_rng(cfg.seed)]
         if log:
-            log(f"[{self.labels[0]}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)")
+            log(
+                f"[{self.labels[0]}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)"
+            )
         self.task = load_task(cfg.task, cfg.task_options)
         self.next_batch, buckets = batch_source(cfg, self.task, self.rngs[0])
         self.buckets = [buckets]
@@ -448,8 +577,10 @@ class Single:
         if cfg.compile:
             compile_model(cfg, self.model)
         if log:
-            log(f"[{self.labels[0]}] model: {sum(p.numel() for p in self.model.parameters()):,} parameters on {where(cfg, device)}; "
-                f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}")
+            log(
+                f"[{self.labels[0]}] model: {sum(p.numel() for p in self.model.parameters()):,} parameters on {where(cfg, device)}; "
+                f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}"
+            )
         self.run, self.optimizer, self.bucketed = step_function(cfg, self.model, self.task, device)
         self.compiled = True  # a lone trial's compile never falls back (batched.Stack's may)
         self.model.train()
@@ -483,8 +614,12 @@ class Single:
         return [saved]
 
 
-def run(learner, report: MembersReporter | None = None, resume_state: dict | None = None,
-        log: Callable[[str], None] | None = print) -> list[dict[str, Any]]:
+def run(
+    learner,
+    report: MembersReporter | None = None,
+    resume_state: dict | None = None,
+    log: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
     """The protocol, once for a lone trial (Single) and a stack (batched.Stack): resume, the
     evaluation window, each member's Selection, snapshots and the diverged check. -> each member's
     final metrics. A member that diverged keeps its last metrics while the others train on, as its
@@ -493,16 +628,26 @@ def run(learner, report: MembersReporter | None = None, resume_state: dict | Non
     # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     say = learner.log = log and (bar.write if not bar.disable else log)
-    selections = [Selection(c, learner.task, device, say, label) for c, label in zip(learner.configs, learner.labels)]
+    selections = [
+        Selection(c, learner.task, device, say, label) for c, label in zip(learner.configs, learner.labels)
+    ]
     start = resume(learner, selections, resume_state) if resume_state else 0
     bar.update(start)
     iteration = start
 
     def snapshot() -> dict:
-        members = [{"batch_rng": rng.bit_generator.state, **selection.state(), "buckets": buckets.state() if buckets else None}
-                   for rng, buckets, selection in zip(learner.rngs, learner.buckets, selections)]
+        members = [
+            {
+                "batch_rng": rng.bit_generator.state,
+                **selection.state(),
+                "buckets": buckets.state() if buckets else None,
+            }
+            for rng, buckets, selection in zip(learner.rngs, learner.buckets, selections)
+        ]
         # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
-        return copy.deepcopy(learner.pack({**learner.weights(), "iteration": iteration, **random_states(device)}, members))
+        return copy.deepcopy(
+            learner.pack({**learner.weights(), "iteration": iteration, **random_states(device)}, members)
+        )
 
     def reported() -> list[dict[str, Any]]:
         metrics = [selection.metrics for selection in selections]
@@ -524,7 +669,9 @@ def run(learner, report: MembersReporter | None = None, resume_state: dict | Non
         window.add(*learner.step())
         bar.update()
         if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
-            mean_losses, train_scores, rate = window.close()  # waits for its last step: the rate times the device's work
+            mean_losses, train_scores, rate = (
+                window.close()
+            )  # waits for its last step: the rate times the device's work
             for k, selection in enumerate(selections):
                 if not selection.diverged:
                     selection(learner.member_model(k), iteration, mean_losses[k], train_scores[k], rate)
@@ -540,7 +687,9 @@ def resume(learner, selections: list[Selection], saved: dict) -> int:
     """`learner` and `selections` as `saved` left them; -> the iteration it was taken at."""
     learner.load_weights(saved)
     restore_random_states(saved, learner.device)
-    for rng, buckets, selection, member in zip(learner.rngs, learner.buckets, selections, learner.unpack(saved)):
+    for rng, buckets, selection, member in zip(
+        learner.rngs, learner.buckets, selections, learner.unpack(saved)
+    ):
         rng.bit_generator.state = member["batch_rng"]
         selection.restore(member)
         if buckets:
@@ -552,7 +701,11 @@ class Window:
     """The members' training losses and score sums since the last evaluation, on the device."""
 
     def __init__(self, members: int, device: torch.device):
-        self.losses, self.sums, self.steps = torch.zeros(members, device=device), [{} for _ in range(members)], 0
+        self.losses, self.sums, self.steps = (
+            torch.zeros(members, device=device),
+            [{} for _ in range(members)],
+            0,
+        )
         self.since = time.perf_counter()
 
     def add(self, losses: torch.Tensor, sums: list[dict[str, torch.Tensor]]) -> None:
@@ -567,7 +720,12 @@ class Window:
         return mean_losses, [ratios(sums) for sums in self.sums], rate
 
 
-def train(cfg: TrainConfig, report: Reporter | None = None, resume_state: dict | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+def train(
+    cfg: TrainConfig,
+    report: Reporter | None = None,
+    resume_state: dict | None = None,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
     """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
     device = setup_device(cfg)
     free_what_finished_trials_left(device)
@@ -589,7 +747,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def seconds_per_step(cfg: TrainConfig, steps: int = 3, before_timing: Callable[[], None] | None = None) -> float:
+def seconds_per_step(
+    cfg: TrainConfig, steps: int = 3, before_timing: Callable[[], None] | None = None
+) -> float:
     """Seconds per training step of `cfg` on this machine: the median of `steps` steps, each timed
     to its device's end, after one warm-up step, evaluations left out: what `launch --dry-run` turns
     into a cost estimate. A median, so that one step slowed by other work on a shared machine does

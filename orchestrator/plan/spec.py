@@ -3,6 +3,7 @@
 Everything that can be wrong with a file is found here, before Ray starts or MLflow is written:
 each error is one line naming the file, the key and the reason.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,14 +15,25 @@ from pathlib import Path
 
 import yaml
 
-from trainables.config import TRAIN_KEYS, ConfigError, check_builds, check_range, closest, defaults, parse_trial_config, preset, presets
+from trainables.config import (
+    TRAIN_KEYS,
+    ConfigError,
+    check_builds,
+    check_range,
+    closest,
+    defaults,
+    parse_trial_config,
+    preset,
+    presets,
+)
 from trainables.models import MODELS, ModelError, model_fields, model_spec
 from trainables.models import canonical as canonical_model
 from trainables.models import label as model_label
-from trainables.tasks import TASKS, task_config
 from trainables.scores import LOWER_IS_BETTER, SCORES
+from trainables.tasks import TASKS, task_config
 
 from .storage import TrialStorage
+
 
 class SpecError(ValueError):
     def __init__(self, path, key: str, reason: str):
@@ -37,9 +49,13 @@ class UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (list, dict, set)):
-                raise yaml.constructor.ConstructorError(None, None, "a key must be a name or a number, not a list or mapping", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a name or a number, not a list or mapping", key_node.start_mark
+                )
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -50,7 +66,9 @@ def parse_yaml(text: str):
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)
     except (RecursionError, ValueError) as e:
-        raise yaml.YAMLError("nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]) from None
+        raise yaml.YAMLError(
+            "nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+        ) from None
 
 
 # Names that end up in MLflow filter strings, run names, Optuna study names and folder names.
@@ -60,7 +78,9 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 def name_problem(text: str) -> str | None:
     if SAFE_NAME.fullmatch(text) and ".." not in text:
         return None
-    return f"{text!r} must be 1-100 letters, digits, '_', '-' or '.' (not '..'), starting with a letter or digit"
+    return (
+        f"{text!r} must be 1-100 letters, digits, '_', '-' or '.' (not '..'), starting with a letter or digit"
+    )
 
 
 def yaml_number(value: float) -> str:
@@ -88,10 +108,10 @@ class Distribution:
     KINDS = ("loguniform", "uniform", "int", "choice")
 
     @classmethod
-    def parse(cls, raw, where: str, path) -> "Distribution":
+    def parse(cls, raw, where: str, path) -> Distribution:
         if not isinstance(raw, dict) or len(raw) != 1:
             raise SpecError(path, where, f"expected one of {{{', '.join(cls.KINDS)}: ...}}, got {raw!r}")
-        (kind, values), = raw.items()
+        ((kind, values),) = raw.items()
         if kind not in cls.KINDS:
             raise SpecError(path, where, f"unknown distribution {kind!r}{closest(str(kind), cls.KINDS)}")
         if not isinstance(values, list) or not values:
@@ -100,15 +120,23 @@ class Distribution:
             if repeats(values):
                 raise SpecError(path, f"{where}.choice", f"repeated values in {values}")
             return cls(kind, tuple(values))
-        if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-            texts = [v for v in values if isinstance(v, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", v)]
+        if len(values) != 2 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+        ):
+            texts = [
+                v for v in values if isinstance(v, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", v)
+            ]
             hint = f" (YAML reads {texts[0]} as text: write {yaml_number(float(texts[0]))})" if texts else ""
-            raise SpecError(path, f"{where}.{kind}", f"expected [low, high] finite numbers, got {values}{hint}")
+            raise SpecError(
+                path, f"{where}.{kind}", f"expected [low, high] finite numbers, got {values}{hint}"
+            )
         low, high = values
         if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
             raise SpecError(path, f"{where}.int", f"bounds must be integers, got {values}")
         if not low < high:
-            raise SpecError(path, f"{where}.{kind}", f"empty or inverted range [{low}, {high}]: low must be below high")
+            raise SpecError(
+                path, f"{where}.{kind}", f"empty or inverted range [{low}, {high}]: low must be below high"
+            )
         if kind == "loguniform" and low <= 0:
             raise SpecError(path, f"{where}.loguniform", f"low must be positive for a log scale, got {low}")
         return cls(kind, (low, high))
@@ -120,7 +148,9 @@ class Distribution:
             return d.CategoricalDistribution(list(self.values))
         if self.kind == "int":
             return d.IntDistribution(int(self.values[0]), int(self.values[1]))
-        return d.FloatDistribution(float(self.values[0]), float(self.values[1]), log=self.kind == "loguniform")
+        return d.FloatDistribution(
+            float(self.values[0]), float(self.values[1]), log=self.kind == "loguniform"
+        )
 
     def nearest(self, value):
         """The value itself if the distribution can produce it, else the closest value it can."""
@@ -132,7 +162,9 @@ class Distribution:
                 return min(numeric, key=lambda v: abs(v - value))
             return self.values[0]
         low, high = self.values
-        if not isinstance(value, (int, float)) or isinstance(value, bool):  # a paper setting of null (threads, grad_clip)
+        if not isinstance(value, (int, float)) or isinstance(
+            value, bool
+        ):  # a paper setting of null (threads, grad_clip)
             value = low
         clipped = min(max(value, low), high)
         return int(round(clipped)) if self.kind == "int" else float(clipped)
@@ -153,7 +185,11 @@ class Resources:
 
     def asks(self, use_gpu: bool) -> dict[str, float]:
         """What one trial asks Ray for, by Ray's resource names (nothing of zero; no GPU where trials get none)."""
-        return {"CPU": self.cpu, **({"GPU": self.gpu} if use_gpu and self.gpu else {}), **{k: v for k, v in self.custom.items() if v}}
+        return {
+            "CPU": self.cpu,
+            **({"GPU": self.gpu} if use_gpu and self.gpu else {}),
+            **{k: v for k, v in self.custom.items() if v},
+        }
 
 
 @dataclass(frozen=True)
@@ -167,16 +203,23 @@ class Pair:
     warm_start: dict | None  # the paper's setting (Tables 7-9), moved into the space where needed
     grid: dict[str, list] = field(default_factory=dict)  # ablations: the grid keys this model has
     resources: Resources = field(default_factory=Resources)  # a trial's: the file's, or per_model's
-    device_key: str = "fixed.device"  # where the file names the trials' device: per_model's fixed, or the file's
-    own_values: dict = field(default_factory=dict)  # per_pair's fixed values the pair trains (not those its space or grid vary)
+    device_key: str = (
+        "fixed.device"  # where the file names the trials' device: per_model's fixed, or the file's
+    )
+    own_values: dict = field(
+        default_factory=dict
+    )  # per_pair's fixed values the pair trains (not those its space or grid vary)
 
     @property
     def cuda_device(self) -> tuple[str, str] | None:
         """(the file's key, the value) where it names CUDA as a trial's device (fixed, or a value of
         the grid or the space); auto takes a GPU only where there is one."""
         space = self.space.get("device")
-        named = [(self.device_key, self.base.get("device", "auto")), *(("grid.device", d) for d in self.grid.get("device", [])),
-                 *(("space.device", d) for d in (space.values if space and space.kind == "choice" else []))]
+        named = [
+            (self.device_key, self.base.get("device", "auto")),
+            *(("grid.device", d) for d in self.grid.get("device", [])),
+            *(("space.device", d) for d in (space.values if space and space.kind == "choice" else [])),
+        ]
         return next(((key, str(d)) for key, d in named if str(d).startswith("cuda")), None)
 
     @property
@@ -239,11 +282,15 @@ class Confirm:
 class Report:
     """How reports and the nightly check read the seeds of a cell (stats.py)."""
 
-    solved_at: float | None = None  # a seed "solves" a cell at or past this score (e.g. 0.95); None: no solved rate
+    solved_at: float | None = (
+        None  # a seed "solves" a cell at or past this score (e.g. 0.95); None: no solved rate
+    )
     baseline: dict = field(default_factory=dict)  # grid values of the cell every other cell is tested against
     alpha: float = 0.05  # nightly: a regression's level, Holm-corrected over the file's cells (a nightly of k files: alpha / k each)
     min_effect: float = 0.01  # nightly: and the mean must have moved at least this much
-    test: str = "welch"  # or "mannwhitney" (refused where its smallest p, Holm-corrected, cannot get below alpha)
+    test: str = (
+        "welch"  # or "mannwhitney" (refused where its smallest p, Holm-corrected, cannot get below alpha)
+    )
     headline: str = "test"  # the test split a launch's closing line leads with, e.g. test_x2 (PANM's 2(L+1))
 
 
@@ -281,7 +328,9 @@ class Study:
     # launch decides auto once (run.stacking.decide) and keeps the answer in launch.json, so a
     # resume repeats the same trials.
     batch_seeds: bool | str = "auto"
-    unused: list[str] = field(default_factory=list)  # keys the file gives that this kind of study does not use, for the plan
+    unused: list[str] = field(
+        default_factory=list
+    )  # keys the file gives that this kind of study does not use, for the plan
 
     @property
     def experiment(self) -> str:
@@ -314,11 +363,32 @@ class Study:
 
 
 TOP_KEYS = {
-    "name", "metric", "mode", "seed", "tasks", "models", "budget", "scheduler", "resources", "tracking",
-    "space", "per_model", "fixed", "warm_start", "storage_path", "storage", "grid", "seeds", "report", "confirm",
-    "batch_seeds", "per_pair",
+    "name",
+    "metric",
+    "mode",
+    "seed",
+    "tasks",
+    "models",
+    "budget",
+    "scheduler",
+    "resources",
+    "tracking",
+    "space",
+    "per_model",
+    "fixed",
+    "warm_start",
+    "storage_path",
+    "storage",
+    "grid",
+    "seeds",
+    "report",
+    "confirm",
+    "batch_seeds",
+    "per_pair",
 }
-METRICS = tuple(f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")) + tuple(f"test_{score}_at_best" for score in SCORES)
+METRICS = tuple(
+    f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")
+) + tuple(f"test_{score}_at_best" for score in SCORES)
 
 
 def _parse_resources(raw, default: Resources, key: str, path) -> Resources:
@@ -330,7 +400,9 @@ def _parse_resources(raw, default: Resources, key: str, path) -> Resources:
     if resources.gpu > 1:
         raise SpecError(path, f"{key}.gpu", f"a trial uses at most one GPU; got {resources.gpu}")
     if not isinstance(resources.custom, dict):
-        raise SpecError(path, f"{key}.custom", f"expected a mapping of resource name -> amount, got {resources.custom!r}")
+        raise SpecError(
+            path, f"{key}.custom", f"expected a mapping of resource name -> amount, got {resources.custom!r}"
+        )
     for name, amount in resources.custom.items():
         safe_name(name, path, f"{key}.custom")
         _positive(path, f"{key}.custom.{name}", amount, allow_zero=True)
@@ -345,9 +417,13 @@ def _section(cls, raw, key: str, path):
     types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
     for k, value in raw.items():
         if k not in types:
-            raise SpecError(path, f"{key}.{k}", f"unknown key{closest(str(k), types)}; valid: {', '.join(sorted(types))}")
+            raise SpecError(
+                path, f"{key}.{k}", f"unknown key{closest(str(k), types)}; valid: {', '.join(sorted(types))}"
+            )
         if not _has_type(value, types[k]):
-            raise SpecError(path, f"{key}.{k}", f"expected {types[k].replace(' | None', ' or null')}, got {value!r}")
+            raise SpecError(
+                path, f"{key}.{k}", f"expected {types[k].replace(' | None', ' or null')}, got {value!r}"
+            )
     return cls(**raw)
 
 
@@ -358,15 +434,29 @@ def _has_type(value, hint: str) -> bool:
     bases = hint.split(" | ")
     if isinstance(value, bool):
         return "bool" in bases
-    fits = {"int": isinstance(value, int), "float": isinstance(value, (int, float)), "str": isinstance(value, str), "dict": isinstance(value, dict)}
+    fits = {
+        "int": isinstance(value, int),
+        "float": isinstance(value, (int, float)),
+        "str": isinstance(value, str),
+        "dict": isinstance(value, dict),
+    }
     checked = [fits[base] for base in bases if base in fits]
     return any(checked) or not checked
 
 
 def _positive(path, key: str, value, allow_zero=False):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
     if not ok:
-        raise SpecError(path, key, f"must be a finite {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
+        raise SpecError(
+            path,
+            key,
+            f"must be a finite {'non-negative' if allow_zero else 'positive'} number, got {value!r}",
+        )
 
 
 def read_spec(path: str | Path) -> str:
@@ -417,8 +507,11 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     grid, seeds = _parse_grid(raw, path)
     ablation = bool(grid or seeds)
     if ablation and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
-        raise SpecError(path, "grid", "an ablation (grid/seeds) runs every combination; "
-                        "it cannot also have a search space")
+        raise SpecError(
+            path,
+            "grid",
+            "an ablation (grid/seeds) runs every combination; it cannot also have a search space",
+        )
     report = _parse_report(raw.get("report"), grid, path)
     confirm = _parse_confirm(raw.get("confirm"), budget, ablation, path)
     batch_seeds = _parse_batch_seeds(raw, path)
@@ -427,15 +520,33 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     pairs, skipped = _parse_pairs(tasks, models, per_model, per_pair, shared, path)
     _check_named_keys(models, per_model, space, fixed, grid, seeds, path)
     if not pairs:
-        raise SpecError(path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}")
+        raise SpecError(
+            path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}"
+        )
     _check_detectable(path, report, pairs, seeds)
     name = safe_name(_text(raw, "name", path.stem, path), path, "name")
     return Study(
-        path=path, name=name, metric=metric, mode=mode, score=score, seed=seed, pairs=pairs, skipped=skipped,
-        budget=budget, scheduler=scheduler, resources=resources, tracking=tracking,
-        warm_start=_switch(raw, "warm_start", True, path), storage_path=storage_path,
-        storage=_parse_storage(raw.get("storage"), storage_path, path), grid=grid, seeds=seeds, report=report,
-        confirm=confirm, batch_seeds=batch_seeds, unused=_unused(raw, ablation),
+        path=path,
+        name=name,
+        metric=metric,
+        mode=mode,
+        score=score,
+        seed=seed,
+        pairs=pairs,
+        skipped=skipped,
+        budget=budget,
+        scheduler=scheduler,
+        resources=resources,
+        tracking=tracking,
+        warm_start=_switch(raw, "warm_start", True, path),
+        storage_path=storage_path,
+        storage=_parse_storage(raw.get("storage"), storage_path, path),
+        grid=grid,
+        seeds=seeds,
+        report=report,
+        confirm=confirm,
+        batch_seeds=batch_seeds,
+        unused=_unused(raw, ablation),
     )
 
 
@@ -444,14 +555,22 @@ def _parse_top(raw, path) -> dict:
         raise SpecError(path, "file", "expected a mapping at the top level")
     for key in raw:
         if key not in TOP_KEYS:
-            raise SpecError(path, str(key), f"unknown key{closest(str(key), TOP_KEYS)}; valid: {', '.join(sorted(TOP_KEYS))}")
+            raise SpecError(
+                path,
+                str(key),
+                f"unknown key{closest(str(key), TOP_KEYS)}; valid: {', '.join(sorted(TOP_KEYS))}",
+            )
     return raw
 
 
 def _parse_metric(raw: dict, path) -> str:
     metric = raw.get("metric", "best_ood_valid_acc")
     if metric not in METRICS:
-        raise SpecError(path, "metric", f"unknown metric {metric!r}{closest(str(metric), METRICS)}; valid: {', '.join(METRICS)}")
+        raise SpecError(
+            path,
+            "metric",
+            f"unknown metric {metric!r}{closest(str(metric), METRICS)}; valid: {', '.join(METRICS)}",
+        )
     return metric
 
 
@@ -475,10 +594,14 @@ def _parse_scheduler(raw, path) -> Scheduler:
     scheduler = _section(Scheduler, raw, "scheduler", path)
     if scheduler.name not in ("asha", "fifo"):
         hint = closest(str(scheduler.name), ["asha", "fifo"])
-        raise SpecError(path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{hint}; valid: asha, fifo")
+        raise SpecError(
+            path, "scheduler.name", f"unknown scheduler {scheduler.name!r}{hint}; valid: asha, fifo"
+        )
     _positive(path, "scheduler.grace_period", scheduler.grace_period)
     if not isinstance(scheduler.reduction_factor, (int, float)) or scheduler.reduction_factor <= 1:
-        raise SpecError(path, "scheduler.reduction_factor", f"must be above 1, got {scheduler.reduction_factor!r}")
+        raise SpecError(
+            path, "scheduler.reduction_factor", f"must be above 1, got {scheduler.reduction_factor!r}"
+        )
     return scheduler
 
 
@@ -486,11 +609,17 @@ def _parse_tracking(raw, path) -> Tracking:
     tracking = _section(Tracking, raw, "tracking", path)
     if tracking.experiment is not None:
         safe_name(tracking.experiment, path, "tracking.experiment")
-    if not any(tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")):
+    if not any(
+        tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")
+    ):
         # Named by its scheme alone: the rest may hold a password that no pattern finds in a URI it cannot parse.
         scheme = re.match(r"([a-zA-Z][\w+.-]*)://", tracking.uri)
-        raise SpecError(path, "tracking.uri", "expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got "
-                        + (f"a {scheme[1]}:// URI" if scheme else "no scheme://"))
+        raise SpecError(
+            path,
+            "tracking.uri",
+            "expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got "
+            + (f"a {scheme[1]}:// URI" if scheme else "no scheme://"),
+        )
     return tracking
 
 
@@ -499,13 +628,21 @@ def _parse_per_model(raw, path) -> dict:
     pairs parse their contents)."""
     per_model = raw or {}
     if not isinstance(per_model, dict):
-        raise SpecError(path, "per_model", "expected a mapping of model name -> {space, fixed, grid, resources}")
+        raise SpecError(
+            path, "per_model", "expected a mapping of model name -> {space, fixed, grid, resources}"
+        )
     for model, entry in per_model.items():
         if not isinstance(entry or {}, dict):
-            raise SpecError(path, f"per_model.{model}", f"expected a mapping with space, fixed, grid or resources, got {entry!r}")
+            raise SpecError(
+                path,
+                f"per_model.{model}",
+                f"expected a mapping with space, fixed, grid or resources, got {entry!r}",
+            )
         for k, value in (entry or {}).items():
             if k not in ("space", "fixed", "grid", "resources"):
-                raise SpecError(path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, resources, space")
+                raise SpecError(
+                    path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, resources, space"
+                )
             if not isinstance(value or {}, dict):
                 raise SpecError(path, f"per_model.{model}.{k}", f"expected a mapping, got {value!r}")
             if k != "resources":
@@ -530,21 +667,43 @@ def _parse_report(raw, grid: dict, path) -> Report:
         hint = closest(str(report.test), ["welch", "mannwhitney"])
         raise SpecError(path, "report.test", f"unknown test {report.test!r}{hint}; valid: welch, mannwhitney")
     if not re.fullmatch(r"test(_L|_x\d+|_depth\d+)?", str(report.headline)):
-        raise SpecError(path, "report.headline", f"{report.headline!r} is not a test split: test, test_L, test_x<k> or test_depth<d>")
+        raise SpecError(
+            path,
+            "report.headline",
+            f"{report.headline!r} is not a test split: test, test_L, test_x<k> or test_depth<d>",
+        )
     for key, value in report.baseline.items():
         if key not in grid:
-            raise SpecError(path, f"report.baseline.{key}", f"not a grid key{closest(str(key), grid)}; the baseline names a grid cell")
+            raise SpecError(
+                path,
+                f"report.baseline.{key}",
+                f"not a grid key{closest(str(key), grid)}; the baseline names a grid cell",
+            )
         if value not in grid[key]:
-            raise SpecError(path, f"report.baseline.{key}", f"{value!r} is not one of the grid's values {grid[key]}")
+            raise SpecError(
+                path, f"report.baseline.{key}", f"{value!r} is not one of the grid's values {grid[key]}"
+            )
     return report
 
 
 def _parse_confirm(raw, budget: Budget, ablation: bool, path) -> Confirm:
     confirm = _section(Confirm, raw, "confirm", path)
-    if not isinstance(confirm.top_k, int) or isinstance(confirm.top_k, bool) or not 0 <= confirm.top_k <= budget.trials:
-        raise SpecError(path, "confirm.top_k", f"must be an integer from 0 to budget.trials ({budget.trials}), got {confirm.top_k!r}")
+    if (
+        not isinstance(confirm.top_k, int)
+        or isinstance(confirm.top_k, bool)
+        or not 0 <= confirm.top_k <= budget.trials
+    ):
+        raise SpecError(
+            path,
+            "confirm.top_k",
+            f"must be an integer from 0 to budget.trials ({budget.trials}), got {confirm.top_k!r}",
+        )
     if confirm.top_k and ablation:
-        raise SpecError(path, "confirm", "an ablation runs every seed of every cell already; confirm re-runs a search's best trials")
+        raise SpecError(
+            path,
+            "confirm",
+            "an ablation runs every seed of every cell already; confirm re-runs a search's best trials",
+        )
     _seed_list(path, "confirm.seeds", confirm.seeds)
     return confirm
 
@@ -559,36 +718,54 @@ def _parse_batch_seeds(raw: dict, path) -> bool | str:
 def _parse_storage_path(raw: dict, path) -> str:
     storage_path = raw.get("storage_path", "runs")
     if not isinstance(storage_path, str) or "://" in storage_path:
-        raise SpecError(path, "storage_path", f"must be a local folder for launch records, got {storage_path!r}; "
-                        "put trial checkpoints on shared or object storage with the `storage` key")
+        raise SpecError(
+            path,
+            "storage_path",
+            f"must be a local folder for launch records, got {storage_path!r}; "
+            "put trial checkpoints on shared or object storage with the `storage` key",
+        )
     return storage_path
 
 
-def _check_named_keys(models: list[str], per_model: dict, space: dict, fixed: dict, grid: dict, seeds: list,
-                      path) -> None:
+def _check_named_keys(
+    models: list[str], per_model: dict, space: dict, fixed: dict, grid: dict, seeds: list, path
+) -> None:
     """Each per_model entry names one of the file's models, and each key of the file's space, fixed
     and grid a parameter of one of them."""
     for model in per_model:
         if model not in models:
-            raise SpecError(path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}")
+            raise SpecError(
+                path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}"
+            )
         for k in per_model[model] or {}:
             if k == "grid" and not grid and not seeds:
-                raise SpecError(path, f"per_model.{model}.grid",
-                                "a model's grid needs an ablation file (a top-level grid or seeds)")
+                raise SpecError(
+                    path,
+                    f"per_model.{model}.grid",
+                    "a model's grid needs an ablation file (a top-level grid or seeds)",
+                )
     valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
     for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
         for key in keys:
             if key not in valid:
-                raise SpecError(path, f"{section}.{key}",
-                                f"no model in this file has this parameter{closest(str(key), valid)}")
+                raise SpecError(
+                    path,
+                    f"{section}.{key}",
+                    f"no model in this file has this parameter{closest(str(key), valid)}",
+                )
 
 
 def _unused(raw: dict, ablation: bool) -> list[str]:
     """Keys of a search the file gives where it is an ablation, for the plan. Said, not refused: a
     search turned into an ablation by adding a grid keeps its file's other keys."""
-    search_only = {"budget.trials": "a search's count of trials; an ablation trains every grid cell with every seed",
-                   "scheduler": "a search's early stopping; an ablation trains every trial to its end"}
-    given = {*(f"budget.{key}" for key in raw.get("budget") or {}), *(["scheduler"] if "scheduler" in raw else [])}
+    search_only = {
+        "budget.trials": "a search's count of trials; an ablation trains every grid cell with every seed",
+        "scheduler": "a search's early stopping; an ablation trains every trial to its end",
+    }
+    given = {
+        *(f"budget.{key}" for key in raw.get("budget") or {}),
+        *(["scheduler"] if "scheduler" in raw else []),
+    }
     return [f"{key}: {why}" for key, why in search_only.items() if key in given and ablation]
 
 
@@ -601,10 +778,20 @@ def parse_budget(raw, path) -> Budget:
     for key in ("n_iters", "eval_every", "cluster_concurrent"):
         if getattr(budget, key) is not None:
             _positive(path, f"budget.{key}", getattr(budget, key))
-    if not isinstance(budget.max_failures, int) or isinstance(budget.max_failures, bool) or budget.max_failures < 0:
-        raise SpecError(path, "budget.max_failures", f"must be a non-negative integer, got {budget.max_failures!r}")
-    if budget.stack_size != "auto" and (not isinstance(budget.stack_size, int) or isinstance(budget.stack_size, bool) or budget.stack_size < 1):
-        raise SpecError(path, "budget.stack_size", f"must be a positive integer or auto, got {budget.stack_size!r}")
+    if (
+        not isinstance(budget.max_failures, int)
+        or isinstance(budget.max_failures, bool)
+        or budget.max_failures < 0
+    ):
+        raise SpecError(
+            path, "budget.max_failures", f"must be a non-negative integer, got {budget.max_failures!r}"
+        )
+    if budget.stack_size != "auto" and (
+        not isinstance(budget.stack_size, int) or isinstance(budget.stack_size, bool) or budget.stack_size < 1
+    ):
+        raise SpecError(
+            path, "budget.stack_size", f"must be a positive integer or auto, got {budget.stack_size!r}"
+        )
     return budget
 
 
@@ -633,7 +820,11 @@ def _parse_storage(raw, storage_path: str, path) -> TrialStorage:
         raise SpecError(path, "storage", f"expected a folder, an s3:// URI or {{uri, endpoint}}, got {raw!r}")
     for key in raw:
         if key not in ("uri", "endpoint"):
-            raise SpecError(path, f"storage.{key}", f"unknown key{closest(str(key), ['uri', 'endpoint'])}; valid: endpoint, uri")
+            raise SpecError(
+                path,
+                f"storage.{key}",
+                f"unknown key{closest(str(key), ['uri', 'endpoint'])}; valid: endpoint, uri",
+            )
     storage = TrialStorage(raw["uri"], raw.get("endpoint"))
     try:
         storage.validate()
@@ -648,16 +839,22 @@ def _metric_score(metric: str, tasks: list[TaskEntry], path) -> str:
     for task in tasks:
         reported = TASKS[task.task].kind.scores
         if score not in reported:
-            raise SpecError(path, "metric", f"{metric} does not exist for task {task.task!r}, which reports "
-                            f"{', '.join(reported)} (e.g. best_ood_valid_{reported[0]})")
+            raise SpecError(
+                path,
+                "metric",
+                f"{metric} does not exist for task {task.task!r}, which reports "
+                f"{', '.join(reported)} (e.g. best_ood_valid_{reported[0]})",
+            )
     return score
 
 
 def repeats(values: list) -> bool:
     """Whether a list of a file's values holds one value twice: 1 and 1.0 alike (a trial takes them
     as one), true and 1 not; values that do not hash (task_options) by their text."""
+
     def key(v):
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+
     return len(set(map(key, values))) != len(values)
 
 
@@ -670,10 +867,16 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
         if not isinstance(values, list) or not values:
             raise SpecError(path, f"{where}.{key}", "expected a non-empty list of values")
         if repeats(values):
-            raise SpecError(path, f"{where}.{key}", f"repeated values in {values}: each would run the same cell again")
+            raise SpecError(
+                path, f"{where}.{key}", f"repeated values in {values}: each would run the same cell again"
+            )
         if key == "n_iters":  # a pair's trial length is the horizon of ASHA and of the cost estimate
-            raise SpecError(path, f"{where}.n_iters", "a trial's length is not a grid key: set it in budget (or fixed, per_model.<model>.fixed), "
-                            "and early_budget for a column at an earlier length")
+            raise SpecError(
+                path,
+                f"{where}.n_iters",
+                "a trial's length is not a grid key: set it in budget (or fixed, per_model.<model>.fixed), "
+                "and early_budget for a column at an earlier length",
+            )
     seeds = raw.get("seeds", [0] if grid else [])
     if "seeds" in raw:
         _seed_list(path, "seeds", seeds)
@@ -682,8 +885,12 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
 
 def _seed_list(path, key: str, seeds) -> None:
     """A list of distinct seeds, each one a trial's `seed` accepts."""
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds) \
-            or len(set(seeds)) != len(seeds):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
         raise SpecError(path, key, f"expected a non-empty list of distinct integers, got {seeds!r}")
     for seed in seeds:
         try:
@@ -706,10 +913,18 @@ def _parse_tasks(raw, path) -> list[TaskEntry]:
             raise SpecError(path, where, "expected a task name or {task, variant, options}")
         for key in entry:
             if key not in ("task", "variant", "options"):
-                raise SpecError(path, f"{where}.{key}", f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; valid: task, variant, options")
+                raise SpecError(
+                    path,
+                    f"{where}.{key}",
+                    f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; valid: task, variant, options",
+                )
         name = entry["task"]
         if not isinstance(name, str) or name not in TASKS:
-            raise SpecError(path, f"{where}.task", f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}")
+            raise SpecError(
+                path,
+                f"{where}.task",
+                f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}",
+            )
         options = entry.get("options") or {}
         if not isinstance(options, dict):
             raise SpecError(path, f"{where}.options", f"expected a mapping of task options, got {options!r}")
@@ -719,7 +934,11 @@ def _parse_tasks(raw, path) -> list[TaskEntry]:
             raise SpecError(path, f"{where}.options", str(e.args[0])) from None
         variant = safe_name(entry.get("variant", name), path, f"{where}.variant")
         if variant in variants:
-            raise SpecError(path, f"{where}.variant", f"variant {variant!r} appears twice; give each task entry its own variant name")
+            raise SpecError(
+                path,
+                f"{where}.variant",
+                f"variant {variant!r} appears twice; give each task entry its own variant name",
+            )
         variants.add(variant)
         out.append(TaskEntry(name, variant, options))
     return out
@@ -737,8 +956,12 @@ def _check_model(name, path, key: str) -> None:
     except ModelError as e:
         if isinstance(name, str) and ":" in name:
             raise SpecError(path, key, str(e)) from None
-        raise SpecError(path, key, f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
-                        "or a model of your own as path/to/file.py:Class") from None
+        raise SpecError(
+            path,
+            key,
+            f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
+            "or a model of your own as path/to/file.py:Class",
+        ) from None
 
 
 def _parse_models(raw, path) -> list[str]:
@@ -749,7 +972,9 @@ def _parse_models(raw, path) -> list[str]:
     for k, name in enumerate(raw):
         _check_model(name, path, f"models[{k}]")
         if name in raw[:k] or model_label(name) in map(model_label, raw[:k]):
-            raise SpecError(path, f"models[{k}]", f"{name} appears twice: its pairs would share one name, study and runs")
+            raise SpecError(
+                path, f"models[{k}]", f"{name} appears twice: its pairs would share one name, study and runs"
+            )
     return list(raw)
 
 
@@ -757,15 +982,21 @@ def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     if not isinstance(raw, dict):
         raise SpecError(path, where, "expected a mapping of parameter -> distribution")
     if "n_iters" in raw:  # a pair's trial length is the horizon of ASHA and of the cost estimate
-        raise SpecError(path, f"{where}.n_iters", "a trial's length is not searched: set it in budget (or fixed, per_model.<model>.fixed)")
+        raise SpecError(
+            path,
+            f"{where}.n_iters",
+            "a trial's length is not searched: set it in budget (or fixed, per_model.<model>.fixed)",
+        )
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
 
 
 # Trial keys a file sets with keys of its own: in fixed, a space or a grid they would change what a pair trains
 # (`fixed: {task: reverse}` trained every copy pair on reverse) or be overwritten (`fixed: {seed: abc}` was ignored).
-SET_ELSEWHERE = {"task": "the file's tasks set it (a task entry's options for its settings)",
-                 "model": "the file's models set it (per_model.<model> for a model's own values)",
-                 "seed": "the file's seed (a search's trials) and seeds (an ablation's) set it"}
+SET_ELSEWHERE = {
+    "task": "the file's tasks set it (a task entry's options for its settings)",
+    "model": "the file's models set it (per_model.<model> for a model's own values)",
+    "seed": "the file's seed (a search's trials) and seeds (an ablation's) set it",
+}
 
 
 def _refuse_set_elsewhere(keys, where: str, path) -> None:
@@ -774,7 +1005,9 @@ def _refuse_set_elsewhere(keys, where: str, path) -> None:
             raise SpecError(path, f"{where}.{key}", SET_ELSEWHERE[key])
 
 
-WHOLE_INT_RANGE = 64  # an int range this short is built at every value: 3 heads of d_model 128 sit inside [1, 8]
+WHOLE_INT_RANGE = (
+    64  # an int range this short is built at every value: 3 heads of d_model 128 sit inside [1, 8]
+)
 
 
 def _probe_values(d: Distribution) -> list:
@@ -798,9 +1031,13 @@ def _check_detectable(path, report: Report, pairs: list[Pair], seeds: list) -> N
     cells = sum(math.prod(len(values) for values in pair.grid.values()) for pair in pairs)
     smallest = 1 / math.comb(2 * len(seeds), len(seeds))
     if cells * smallest >= report.alpha:
-        raise SpecError(path, "report.test", f"mannwhitney with {len(seeds)} seeds a side can flag no regression among {cells} "
-                        f"cell(s) at alpha {report.alpha:g}: its smallest p, 1/{math.comb(2 * len(seeds), len(seeds))}, "
-                        f"Holm-corrected over them is {min(1.0, cells * smallest):.3g}; use welch, more seeds or fewer cells")
+        raise SpecError(
+            path,
+            "report.test",
+            f"mannwhitney with {len(seeds)} seeds a side can flag no regression among {cells} "
+            f"cell(s) at alpha {report.alpha:g}: its smallest p, 1/{math.comb(2 * len(seeds), len(seeds))}, "
+            f"Holm-corrected over them is {min(1.0, cells * smallest):.3g}; use welch, more seeds or fewer cells",
+        )
 
 
 def _check_builds(path, pair: Pair) -> None:
@@ -813,15 +1050,26 @@ def _check_builds(path, pair: Pair) -> None:
     first_values = {k: values[0] for k, values in tried.items()}
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
     # (what the probe varies, where a reason that names no key points: the cell, the space's value, or fixed first)
-    probes = [(cell, first_values, "fixed" if k == 0 else ", ".join(f"grid.{key}={v!r}" for key, v in cell.items())) for k, cell in enumerate(cells)]
-    probes += [(cells[0], {**first_values, key: v}, f"space.{key}={v!r}") for key, values in tried.items() for v in values[1:]]
+    probes = [
+        (cell, first_values, "fixed" if k == 0 else ", ".join(f"grid.{key}={v!r}" for key, v in cell.items()))
+        for k, cell in enumerate(cells)
+    ]
+    probes += [
+        (cells[0], {**first_values, key: v}, f"space.{key}={v!r}")
+        for key, values in tried.items()
+        for v in values[1:]
+    ]
     for cell, searched, where in probes:
         try:
             check_builds(parse_trial_config({**pair.base, **searched, **cell}))
         except ConfigError as e:
             # the grid and space values the reason names (a bad low end of a range, a bad first cell), else `where`
-            named = [f"grid.{k}={v!r}" for k, v in cell.items()] + [f"space.{k}={v!r}" for k, v in searched.items()]
-            at_fault = [n for n in named if re.search(rf"\b{re.escape(n.split('.', 1)[1].split('=')[0])}\b", str(e))]
+            named = [f"grid.{k}={v!r}" for k, v in cell.items()] + [
+                f"space.{k}={v!r}" for k, v in searched.items()
+            ]
+            at_fault = [
+                n for n in named if re.search(rf"\b{re.escape(n.split('.', 1)[1].split('=')[0])}\b", str(e))
+            ]
             raise SpecError(path, f"{', '.join(at_fault) or where} ({pair.name})", str(e)) from None
 
 
@@ -837,14 +1085,28 @@ def _parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dic
     out = {}
     for name, entry in raw.items():
         if name not in names:
-            raise SpecError(path, f"per_pair.{name}", f"not a pair of this file{closest(str(name), names)}; its pairs: {', '.join(names)}")
-        if not isinstance(entry, dict) or set(entry) - {"fixed"} or not isinstance(entry.get("fixed") or {}, dict):
-            raise SpecError(path, f"per_pair.{name}", f"expected {{fixed: {{key: value, ...}}}}, got {entry!r}")
+            raise SpecError(
+                path,
+                f"per_pair.{name}",
+                f"not a pair of this file{closest(str(name), names)}; its pairs: {', '.join(names)}",
+            )
+        if (
+            not isinstance(entry, dict)
+            or set(entry) - {"fixed"}
+            or not isinstance(entry.get("fixed") or {}, dict)
+        ):
+            raise SpecError(
+                path, f"per_pair.{name}", f"expected {{fixed: {{key: value, ...}}}}, got {entry!r}"
+            )
         model = name.rsplit("__", 1)[1]
         _refuse_set_elsewhere(entry.get("fixed") or {}, f"per_pair.{name}.fixed", path)
         for key in entry.get("fixed") or {}:
             if key not in TRAIN_KEYS | model_fields(model):
-                raise SpecError(path, f"per_pair.{name}.fixed.{key}", f"not a parameter of {model}{closest(str(key), model_fields(model))}")
+                raise SpecError(
+                    path,
+                    f"per_pair.{name}.fixed.{key}",
+                    f"not a parameter of {model}{closest(str(key), model_fields(model))}",
+                )
         out[name] = dict(entry.get("fixed") or {})
     return out
 
@@ -861,8 +1123,14 @@ class _Shared:
     seed: int
 
 
-def _parse_pairs(tasks: list[TaskEntry], models: list[str], per_model: dict, per_pair: dict[str, dict],
-                 shared: _Shared, path) -> tuple[list[Pair], list[str]]:
+def _parse_pairs(
+    tasks: list[TaskEntry],
+    models: list[str],
+    per_model: dict,
+    per_pair: dict[str, dict],
+    shared: _Shared,
+    path,
+) -> tuple[list[Pair], list[str]]:
     """Each model on each task it runs; and the pairs it cannot run, with the reason."""
     pairs, skipped = [], []
     for model in models:
@@ -890,16 +1158,19 @@ def _model_keys(values: dict, model: str, where: str, path) -> dict:
     return values
 
 
-def _make_pair(task: TaskEntry, model: str, space: dict, overrides: dict, own_fixed: dict, shared: _Shared,
-               path) -> Pair:
+def _make_pair(
+    task: TaskEntry, model: str, space: dict, overrides: dict, own_fixed: dict, shared: _Shared, path
+) -> Pair:
     """One model on one task: its config and space (_pair_config) under its model's fixed values
     and then its own (per_pair), its model's resources and grid; built in every grid cell and at
     its space's extremes (_check_builds)."""
     model_fixed = overrides.get("fixed") or {}
-    base, own_space, warm = _pair_config(task, model, space, shared.fixed, {**model_fixed, **own_fixed},
-                                         shared.budget, shared.seed, path)
-    resources = _parse_resources(overrides.get("resources"), shared.resources, f"per_model.{model}.resources",
-                                 path)
+    base, own_space, warm = _pair_config(
+        task, model, space, shared.fixed, {**model_fixed, **own_fixed}, shared.budget, shared.seed, path
+    )
+    resources = _parse_resources(
+        overrides.get("resources"), shared.resources, f"per_model.{model}.resources", path
+    )
     # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
     # (Table 6's head counts for multi-head attention only) adds to the file's.
     where = f"per_model.{model}.grid"
@@ -907,25 +1178,43 @@ def _make_pair(task: TaskEntry, model: str, space: dict, overrides: dict, own_fi
     grid = {k: v for k, v in {**shared.grid, **own_grid}.items() if k in TRAIN_KEYS | model_fields(model)}
     base = {k: v for k, v in base.items() if k not in grid}
     device_key = f"per_model.{model}.fixed.device" if "device" in model_fixed else "fixed.device"
-    pair = Pair(task=task, model=model, space=own_space, base=base, warm_start=warm, grid=grid, resources=resources,
-                device_key=device_key, own_values={k: v for k, v in own_fixed.items() if k in base})
+    pair = Pair(
+        task=task,
+        model=model,
+        space=own_space,
+        base=base,
+        warm_start=warm,
+        grid=grid,
+        resources=resources,
+        device_key=device_key,
+        own_values={k: v for k, v in own_fixed.items() if k in base},
+    )
     if pair.needs_gpu and pair.resources.gpu == 0:
         asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
         key, device = pair.cuda_device
-        raise SpecError(path, key, f"{device} needs a GPU, and {asked}.gpu gives its trials none "
-                        "(Ray hides the GPUs from a trial that asks for none)")
+        raise SpecError(
+            path,
+            key,
+            f"{device} needs a GPU, and {asked}.gpu gives its trials none "
+            "(Ray hides the GPUs from a trial that asks for none)",
+        )
     _check_builds(path, pair)
     return pair
 
 
-def _pair_config(task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int,
-                 path) -> tuple[dict, dict[str, Distribution], dict | None]:
+def _pair_config(
+    task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path
+) -> tuple[dict, dict[str, Distribution], dict | None]:
     """(the pair's flat trial config without its searched keys, its space: the keys of `space` the
     model has, the paper's setting of them moved into the space, or None)."""
     valid = TRAIN_KEYS | model_fields(model)
     own_space = {k: v for k, v in space.items() if k in valid}  # e.g. an LSTM has no heads
     try:
-        base = preset(task.task, model, task.options) if model in presets(task.task)["models"] else {"task": task.task, "model": canonical_model(model)}
+        base = (
+            preset(task.task, model, task.options)
+            if model in presets(task.task)["models"]
+            else {"task": task.task, "model": canonical_model(model)}
+        )
     except ConfigError as e:
         raise SpecError(path, "models", str(e)) from None
     model_defaults = defaults(model)
@@ -933,7 +1222,11 @@ def _pair_config(task: TaskEntry, model: str, space, fixed: dict, model_fixed: d
     base.update({k: v for k, v in fixed.items() if k in valid})
     base.update(model_fixed)
     if not isinstance(base.get("task_options", {}), dict):
-        raise SpecError(path, f"fixed ({task.variant}__{model})", f"task_options: expected a mapping of task options, got {base['task_options']!r}")
+        raise SpecError(
+            path,
+            f"fixed ({task.variant}__{model})",
+            f"task_options: expected a mapping of task options, got {base['task_options']!r}",
+        )
     base.update(task_options={**base.get("task_options", {}), **task.options}, seed=seed)
     if budget.n_iters:
         base["n_iters"] = budget.n_iters
@@ -950,9 +1243,18 @@ def _pair_config(task: TaskEntry, model: str, space, fixed: dict, model_fixed: d
         base.pop(key, None)
     warm = {k: own_space[k].nearest(v) for k, v in paper_setting.items()}
     # Wrong keys and values in `fixed` are found by _check_builds, which builds every trial's extremes.
-    if "d_model" in own_space and "n_heads" in own_space and own_space["d_model"].kind == own_space["n_heads"].kind == "choice":
+    if (
+        "d_model" in own_space
+        and "n_heads" in own_space
+        and own_space["d_model"].kind == own_space["n_heads"].kind == "choice"
+    ):
         whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731 - others fail the build check
-        bad = [(d, h) for d in own_space["d_model"].values for h in own_space["n_heads"].values if whole(d) and whole(h) and d % h]
+        bad = [
+            (d, h)
+            for d in own_space["d_model"].values
+            for h in own_space["n_heads"].values
+            if whole(d) and whole(h) and d % h
+        ]
         if bad:
             raise SpecError(path, "space.n_heads", f"{bad[0][1]} heads do not divide d_model {bad[0][0]}")
     return base, own_space, warm or None

@@ -5,6 +5,7 @@ of more than one machine it must be a shared filesystem (NFS, ...) or an object 
 for an object store come from the environment of each node (AWS_ACCESS_KEY_ID, ... for s3://) and
 are never part of the URI, the search-space file or anything we write.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -34,22 +35,28 @@ class TrialStorage:
         """Raises ValueError with the reason; called while the search-space file is read."""
         parts = urlsplit(self.uri)
         if parts.scheme and parts.scheme not in OBJECT_STORE_SCHEMES:
-            raise ValueError(f"unsupported scheme {parts.scheme!r}: use a folder (local or shared, e.g. NFS) or s3://bucket/prefix")
+            raise ValueError(
+                f"unsupported scheme {parts.scheme!r}: use a folder (local or shared, e.g. NFS) or s3://bucket/prefix"
+            )
         if self.is_object_store:
             if not parts.netloc:
                 raise ValueError(f"{self.uri!r} names no bucket")
             if "@" in parts.netloc or parts.query:
-                raise ValueError("credentials and options do not belong in the URI: set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-                                 "on every node and the endpoint under storage.endpoint")
+                raise ValueError(
+                    "credentials and options do not belong in the URI: set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                    "on every node and the endpoint under storage.endpoint"
+                )
         elif self.endpoint:
             raise ValueError("endpoint applies only to an object store (s3://...)")
         if self.endpoint and urlsplit(self.endpoint).scheme not in ("http", "https"):
             raise ValueError(f"endpoint must be http(s)://host:port, got {self.endpoint!r}")
         if self.endpoint and ("@" in urlsplit(self.endpoint).netloc or urlsplit(self.endpoint).query):
-            raise ValueError("endpoint: credentials and options do not belong in it (it is stored with the launch): set "
-                             "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY on every node")
+            raise ValueError(
+                "endpoint: credentials and options do not belong in it (it is stored with the launch): set "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY on every node"
+            )
 
-    def resolved(self) -> "TrialStorage":
+    def resolved(self) -> TrialStorage:
         """A local folder made absolute, so a resume from another folder finds the same place."""
         return self if self.is_object_store else TrialStorage(str(Path(self.uri).expanduser().resolve()))
 
@@ -111,14 +118,18 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
         with local.open_output_stream(marker) as f:
             f.write(token.encode())
     except (OSError, pyarrow.ArrowException) as e:
-        raise StorageError(f"{key}: the driver cannot write to {storage.uri}: {str(e).splitlines()[0]}") from None
+        raise StorageError(
+            f"{key}: the driver cannot write to {storage.uri}: {str(e).splitlines()[0]}"
+        ) from None
     try:
         nodes = [n for n in ray.nodes() if n["Alive"]]
         if len(nodes) < 2:
             return len(nodes)
         read = ray.remote(num_cpus=0, max_retries=0)(_read_marker)
         pending = {
-            read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(fs, marker): node
+            read.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ).remote(fs, marker): node
             for node in nodes
         }
         checked = len(nodes)
@@ -134,10 +145,15 @@ def check_cluster_sees(storage: TrialStorage, key: str) -> int:
                     # not a node of the cluster, and no reason to refuse the launch.
                     checked -= 1
                     continue
-                fix = ("put it on a filesystem every node mounts at the same path (NFS, ...) or use s3://bucket/prefix"
-                       if not storage.is_object_store else "give every node the same credentials and endpoint")
-                raise StorageError(f"{key}: node {node['NodeManagerAddress']} ({node['NodeID'][:8]}) cannot see {storage.uri} "
-                                   f"({reason}); {fix} (see deploy/README.md)")
+                fix = (
+                    "put it on a filesystem every node mounts at the same path (NFS, ...) or use s3://bucket/prefix"
+                    if not storage.is_object_store
+                    else "give every node the same credentials and endpoint"
+                )
+                raise StorageError(
+                    f"{key}: node {node['NodeManagerAddress']} ({node['NodeID'][:8]}) cannot see {storage.uri} "
+                    f"({reason}); {fix} (see deploy/README.md)"
+                )
         return checked
     finally:
         try:

@@ -2,6 +2,7 @@
 alone: no Ray, no spec parsing, no torch, so that `orchestrator best` is as quick as `status`. With
 `--ablation FILE`, that file again with each pair's winning values as `per_pair` (this one parses
 both files, so it imports torch)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,14 +10,16 @@ from pathlib import Path
 import yaml
 
 from .secrets import redact_secrets
-from .summaries import confirmed_text, pair_summaries
 from .state import LaunchState
+from .summaries import confirmed_text, pair_summaries
 
 
 def summaries_of(state: LaunchState) -> dict:
     """summaries.pair_summaries of the launch, by its plan's metric and score."""
     plan = state.the_plan()
-    return pair_summaries(state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
+    return pair_summaries(
+        state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
+    )
 
 
 def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str, tuple[dict, str]]:
@@ -31,13 +34,19 @@ def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str,
         if not summary["best_config"]:
             continue
         config, confirmed = summary["best_config"], summary.get("confirmed")
-        header = (f"# Best trial of {pair_name} in launch {state.launch_id}: {metric} = {summary['best']:.4f}, "
-                  f"test_{score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}.\n")
+        header = (
+            f"# Best trial of {pair_name} in launch {state.launch_id}: {metric} = {summary['best']:.4f}, "
+            f"test_{score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}.\n"
+        )
         if confirmed:
-            top_k = plan["top_k"] if "top_k" in plan else state.study().confirm.top_k  # a plan saved before top_k was
+            top_k = (
+                plan["top_k"] if "top_k" in plan else state.study().confirm.top_k
+            )  # a plan saved before top_k was
             config = {**confirmed["config"], "seed": config.get("seed", 0)}
-            header += (f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {top_k}, "
-                       f"{metric} {confirmed['metric']:.4f} on average, {confirmed_text(confirmed)}.\n")
+            header += (
+                f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {top_k}, "
+                f"{metric} {confirmed['metric']:.4f} on average, {confirmed_text(confirmed)}.\n"
+            )
         out[pair_name] = (config, header)
     return out
 
@@ -48,7 +57,11 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     for pair_name, (config, header) in best_configs(state, summaries).items():
         path = state.dir / "best" / f"{pair_name}.yaml"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(header + f"# Run it again with: orchestrator train {path}\n" + yaml.safe_dump({"config": config}, sort_keys=True))
+        path.write_text(
+            header
+            + f"# Run it again with: orchestrator train {path}\n"
+            + yaml.safe_dump({"config": config}, sort_keys=True)
+        )
         out.append(path)
     return out
 
@@ -60,12 +73,16 @@ def searched_and_ablation(state: LaunchState, ablation: Path):
 
     search, study = state.study(), load_study(ablation)
     if search.is_ablation or not study.is_ablation:
-        raise ValueError(f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
-                         f", {ablation} {'an ablation' if study.is_ablation else 'a search'}")
+        raise ValueError(
+            f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
+            f", {ablation} {'an ablation' if study.is_ablation else 'a search'}"
+        )
     return search, study
 
 
-def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = None, studies: tuple | None = None) -> tuple[Path, list[str]]:
+def write_ablation(
+    state: LaunchState, ablation: Path, summaries: dict | None = None, studies: tuple | None = None
+) -> tuple[Path, list[str]]:
     """`best/<ablation's stem>_tuned.yaml`: the ablation file, named `<its name>_tuned` (its launches
     are compared, night after night, with each other, not with the untuned file's), with, per pair
     the search answered on the same task and options, the values the search chose (its searched
@@ -83,22 +100,35 @@ def write_ablation(state: LaunchState, ablation: Path, summaries: dict | None = 
     for pair in study.pairs:
         ran = searched.get(pair.name)
         if pair.name not in winners:
-            lines.append(f"{pair.name}: {'no result in' if ran else 'not a pair of'} search {state.launch_id}; the file's values")
+            lines.append(
+                f"{pair.name}: {'no result in' if ran else 'not a pair of'} search {state.launch_id}; the file's values"
+            )
             continue
-        if (ran.task.task, ran.task.options) != (pair.task.task, pair.task.options):  # a variant name shared by other task options
-            lines.append(f"{pair.name}: search {state.launch_id} ran it on {ran.task.task} {ran.task.options}, this file on "
-                         f"{pair.task.task} {pair.task.options}; the file's values")
+        if (ran.task.task, ran.task.options) != (
+            pair.task.task,
+            pair.task.options,
+        ):  # a variant name shared by other task options
+            lines.append(
+                f"{pair.name}: search {state.launch_id} ran it on {ran.task.task} {ran.task.options}, this file on "
+                f"{pair.task.task} {pair.task.options}; the file's values"
+            )
             continue
         config = winners[pair.name][0]
         values = {k: config[k] for k in ran.space if k in config and k not in pair.grid}
         per_pair[pair.name] = {"fixed": {**((per_pair.get(pair.name) or {}).get("fixed") or {}), **values}}
         swept = sorted(k for k in ran.space if k in pair.grid)
         got = ", ".join(f"{k}={v}" for k, v in values.items()) or "nothing searched to hand on"
-        lines.append(f"{pair.name}: {got}" + (f" (its grid sweeps {', '.join(swept)})" if swept else "") + (so_far if values else ""))
+        lines.append(
+            f"{pair.name}: {got}"
+            + (f" (its grid sweeps {', '.join(swept)})" if swept else "")
+            + (so_far if values else "")
+        )
     path = state.dir / "best" / f"{ablation.stem}_tuned.yaml"
     path.parent.mkdir(exist_ok=True)
-    header = (f"# {ablation} with the winners of search {state.launch_id} ({search.metric}){so_far} as per_pair.<pair>.fixed,\n"
-              f"# over the file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n")
+    header = (
+        f"# {ablation} with the winners of search {state.launch_id} ({search.metric}){so_far} as per_pair.<pair>.fixed,\n"
+        f"# over the file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n"
+    )
     # Passwords stay out of the launch folder, as everywhere: a launch reads them from MLFLOW_TRACKING_URI.
     tuned = {**raw, "name": f"{raw.get('name', ablation.stem)}_tuned", "per_pair": per_pair}
     text = header + redact_secrets(yaml.safe_dump(tuned, sort_keys=False, default_flow_style=None, width=120))

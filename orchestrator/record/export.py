@@ -2,6 +2,7 @@
 
 Read from the tracking store alone, like `status`: no Ray, no torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,15 +15,34 @@ from .runs import CONFIG_TAG, DATA_VERSION_TAG, DIVERGED_AT_TAG, STATUS_TAG, lau
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
 # then how it ran (its device, and the compile and bf16 that `auto` chose there).
-TAGS = ("trial_id", "pair", "model", "task", "variant", "phase", STATUS_TAG, DIVERGED_AT_TAG, "cell", "candidate", "seed", "member", "code_version",
-        DATA_VERSION_TAG, "device", "compile", "bf16")
+TAGS = (
+    "trial_id",
+    "pair",
+    "model",
+    "task",
+    "variant",
+    "phase",
+    STATUS_TAG,
+    DIVERGED_AT_TAG,
+    "cell",
+    "candidate",
+    "seed",
+    "member",
+    "code_version",
+    DATA_VERSION_TAG,
+    "device",
+    "compile",
+    "bf16",
+)
 
 
 def flattened(config: dict, prefix: str = "params.") -> dict:
     """`params.<key>` and `params.task_options.<key>`, as pd.json_normalize names the columns."""
     out = {}
     for key, value in config.items():
-        out.update(flattened(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        out.update(
+            flattened(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+        )
     return out
 
 
@@ -44,13 +64,26 @@ def launch_frame(state) -> pd.DataFrame:
     rows = []
     for run in launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
         tags = run.data.tags
-        rows.append({"run_id": run.info.run_id, "run_name": run.info.run_name,
-                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
-                     "end_time": pd.to_datetime(run.info.end_time, unit="ms", utc=True) if run.info.end_time else pd.NaT,
-                     **{tag: tags[tag] for tag in TAGS if tag in tags},
-                     "params": json.loads(tags.get(CONFIG_TAG, "{}")), "metrics": run.data.metrics})
+        rows.append(
+            {
+                "run_id": run.info.run_id,
+                "run_name": run.info.run_name,
+                "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
+                "end_time": pd.to_datetime(run.info.end_time, unit="ms", utc=True)
+                if run.info.end_time
+                else pd.NaT,
+                **{tag: tags[tag] for tag in TAGS if tag in tags},
+                "params": json.loads(tags.get(CONFIG_TAG, "{}")),
+                "metrics": run.data.metrics,
+            }
+        )
     frame = pd.json_normalize(rows, sep=".")
-    for tag in ("candidate", "seed", "member", DIVERGED_AT_TAG):  # MLflow keeps tags as text; these are numbers to sort and group by
+    for tag in (
+        "candidate",
+        "seed",
+        "member",
+        DIVERGED_AT_TAG,
+    ):  # MLflow keeps tags as text; these are numbers to sort and group by
         if tag in frame:
             frame[tag] = pd.to_numeric(frame[tag]).astype("Int64")
     if "bf16" in frame:  # and this a yes or no
@@ -58,7 +91,11 @@ def launch_frame(state) -> pd.DataFrame:
     for column in whole_number_keys([row["params"] for row in rows]) & set(frame.columns):
         frame[column] = frame[column].astype("Int64")
     leading = [c for c in ("run_id", "run_name", "start_time", "end_time", *TAGS) if c in frame]
-    return frame[leading + sorted(c for c in frame.columns if c.startswith("params.")) + sorted(c for c in frame.columns if c.startswith("metrics."))]
+    return frame[
+        leading
+        + sorted(c for c in frame.columns if c.startswith("params."))
+        + sorted(c for c in frame.columns if c.startswith("metrics."))
+    ]
 
 
 def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
@@ -66,5 +103,7 @@ def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
         frame.to_csv(path, index=False)
         return
     # A Parquet column has one type: a config key that is a number in one pair and text in another is written as text.
-    mixed = [c for c in frame.columns if frame[c].dtype == object and frame[c].dropna().map(type).nunique() > 1]
+    mixed = [
+        c for c in frame.columns if frame[c].dtype == object and frame[c].dropna().map(type).nunique() > 1
+    ]
     frame.astype({c: "string" for c in mixed}).to_parquet(path, index=False)

@@ -1,5 +1,6 @@
 """The Optuna storage of a launch's searches: where it lives, its calls retried while the database
 is unreachable, and the read-only view the dashboard gets."""
+
 from __future__ import annotations
 
 import abc
@@ -41,10 +42,18 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
     only where they are missing, so none there either)."""
     what, revealed = "search store (Optuna)", reveal(uri)
     # PostgreSQL's optuna schema is made in search_store, under the lock too
-    with schema_lock(revealed if revealed.startswith("postgresql") else search_store(revealed, launch_dir, create=False)[0], "optuna", what):
+    with schema_lock(
+        revealed
+        if revealed.startswith("postgresql")
+        else search_store(revealed, launch_dir, create=False)[0],
+        "optuna",
+        what,
+    ):
         url, engine_kwargs = retried(search_store, what)(revealed, launch_dir, create=not read_only)
         if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
-            raise TrackingError(f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there")
+            raise TrackingError(
+                f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there"
+            )
         return retried(RetryingStorage, what)(url, engine_kwargs=engine_kwargs)
 
 
@@ -93,12 +102,16 @@ def read_only_view(storage, study_names: set[str]):
 
         def get_trial(self, trial_id):
             for study in self.get_all_studies():
-                if any(t._trial_id == trial_id for t in storage.get_all_trials(study._study_id, deepcopy=False)):
+                if any(
+                    t._trial_id == trial_id for t in storage.get_all_trials(study._study_id, deepcopy=False)
+                ):
                     return storage.get_trial(trial_id)
             raise KeyError(f"no trial with id {trial_id}")
 
     def refuse(self, *args, **kwargs):
-        raise optuna.exceptions.StorageInternalError("this dashboard is read-only: the launch's studies change only through the launch")
+        raise optuna.exceptions.StorageInternalError(
+            "this dashboard is read-only: the launch's studies change only through the launch"
+        )
 
     for name in BaseStorage.__abstractmethods__ - set(vars(ReadOnlyStudies)):  # every write
         setattr(ReadOnlyStudies, name, refuse)
@@ -111,11 +124,29 @@ def read_only_view(storage, study_names: set[str]):
 # call these (get_n_trials, get_trial_params, get_trial_number_from_id); the schema's, which a
 # launch never calls (get_current_version, upgrade); and those without a query (remove_session).
 SESSION_METHODS = (
-    "create_new_study", "delete_study", "get_all_studies", "get_study_id_from_name", "get_study_name_from_id",
-    "get_study_directions", "get_study_user_attrs", "get_study_system_attrs", "set_study_user_attr", "set_study_system_attr",
-    "create_new_trial", "get_trial", "get_all_trials", "get_best_trial", "get_trial_id_from_study_id_trial_number",
-    "get_trial_param", "get_trial_user_attrs", "get_trial_system_attrs", "set_trial_param", "set_trial_state_values",
-    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+    "create_new_study",
+    "delete_study",
+    "get_all_studies",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "create_new_trial",
+    "get_trial",
+    "get_all_trials",
+    "get_best_trial",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial_param",
+    "get_trial_user_attrs",
+    "get_trial_system_attrs",
+    "set_trial_param",
+    "set_trial_state_values",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
 )
 
 
@@ -146,7 +177,9 @@ def _retrying(name: str):
     def call(self, *args, **kwargs):
         # A session whose connection dropped mid-transaction refuses every later call until it is
         # rolled back, which a dead connection cannot do: retry with a fresh session.
-        return retried(getattr(self.rdb, name), "search store (Optuna)", reset=self.fresh_session)(*args, **kwargs)
+        return retried(getattr(self.rdb, name), "search store (Optuna)", reset=self.fresh_session)(
+            *args, **kwargs
+        )
 
     call.__name__ = name
     return call

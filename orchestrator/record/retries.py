@@ -1,12 +1,12 @@
 """Store calls retried while a store is unreachable: which errors are transient, the retry with
 backoff, and the one-line notices that stand for the libraries' logged tracebacks."""
+
 from __future__ import annotations
 
 import functools
 import math
 import re
 import time
-
 
 RETRY_DELAYS_S = (0.5, 1, 2, 4, 8, 16)  # a store that drops connections gets about 30 s to come back
 
@@ -26,8 +26,16 @@ def transient(error: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, StoreUnavailable):  # an inner call has already retried for the whole budget
             return False
-        if isinstance(seen, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.PendingRollbackError,
-                             ConnectionError, TimeoutError)):
+        if isinstance(
+            seen,
+            (
+                sqlalchemy.exc.OperationalError,
+                sqlalchemy.exc.InterfaceError,
+                sqlalchemy.exc.PendingRollbackError,
+                ConnectionError,
+                TimeoutError,
+            ),
+        ):
             return True  # PendingRollbackError: a session whose connection dropped mid-transaction (retried() may reset it)
         if isinstance(seen, MlflowException) and seen.error_code == "TEMPORARILY_UNAVAILABLE":
             return True
@@ -90,8 +98,10 @@ def retried(method, what: str, reset=None):
                 if not transient(e):
                     raise
                 if delay is None:
-                    raise StoreUnavailable(f"{what} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
-                                           f"({len(RETRY_DELAYS_S) + 1} tries): {first_line(e)}") from e
+                    raise StoreUnavailable(
+                        f"{what} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
+                        f"({len(RETRY_DELAYS_S) + 1} tries): {first_line(e)}"
+                    ) from e
                 NOTICES.retrying(what, first_line(e), delay)
                 time.sleep(delay)
                 if reset is not None:

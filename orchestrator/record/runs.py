@@ -4,6 +4,7 @@ nested under it, and a child run per trial; their tags, and what a trial's Tune 
 The store's side only, without Ray (`status` and reports import this alone); the Tune callback
 that writes the trial runs from the driver is callbacks.TrialTracker.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,11 +17,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from trainables.scores import SCORES
 from trainables import GENERATOR_VERSION
+from trainables.scores import SCORES
 
 from .stores import client, store_exists
-
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
 
@@ -34,7 +34,9 @@ ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 
 
-DATA_VERSION_TAG = "data_version"  # trainables.GENERATOR_VERSION: the tasks' data a run trained and was tested on
+DATA_VERSION_TAG = (
+    "data_version"  # trainables.GENERATOR_VERSION: the tasks' data a run trained and was tested on
+)
 
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -48,8 +50,16 @@ def git_state() -> tuple[str, bool]:
     """(the full commit of this checkout, whether tracked files differ from it); ("", False) outside git."""
     root = Path(__file__).resolve().parents[2]  # the checkout: orchestrator/record/ is two below it
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "", False
     return sha, bool(dirty)
@@ -72,27 +82,43 @@ def artifact_root(uri: str, records: Path) -> str | None:
     (`<records>/mlartifacts`), where MLflow's own default is ./mlruns of whatever folder the
     experiment's first launch ran in; a tracking server's own (`--artifacts-destination`)."""
     if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
+        return (Path(uri[len("sqlite:///") :]).resolve().parent / "mlartifacts").as_uri()
     if urllib.parse.urlsplit(uri).scheme in ("http", "https"):
         return None
     return (records.resolve() / "mlartifacts").as_uri()
 
 
-def open_launch(uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str, records: Path) -> str:
+def open_launch(
+    uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str, records: Path
+) -> str:
     """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its
     id. `records`: the folder of the launch folders (the file's storage_path; see artifact_root)."""
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     mlflow = client(uri)
     exp = mlflow.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else mlflow.create_experiment(experiment, artifact_location=artifact_root(uri, records))
-    found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'launch'")
+    exp_id = (
+        exp.experiment_id
+        if exp
+        else mlflow.create_experiment(experiment, artifact_location=artifact_root(uri, records))
+    )
+    found = mlflow.search_runs(
+        [exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'launch'"
+    )
     if found:
         mlflow.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
-    run = mlflow.create_run(exp_id, run_name=launch_id, tags={
-        "launch_id": launch_id, "kind": "launch", "spec_file": spec_file, **code_tags(), "driver_host": socket.gethostname(),
-    })
+    run = mlflow.create_run(
+        exp_id,
+        run_name=launch_id,
+        tags={
+            "launch_id": launch_id,
+            "kind": "launch",
+            "spec_file": spec_file,
+            **code_tags(),
+            "driver_host": socket.gethostname(),
+        },
+    )
     try:
         mlflow.log_text(run.info.run_id, spec_text, "search_space.yaml")
     except BaseException:
@@ -110,35 +136,67 @@ def running_launch_runs(uri: str, experiment: str, driver_host: str) -> list:
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    return list(mlflow.search_runs([exp.experiment_id], filter_string=f"tags.kind = 'launch' and attributes.status = 'RUNNING' and "
-                                                                      f"tags.driver_host = '{driver_host}'", max_results=1000))
+    return list(
+        mlflow.search_runs(
+            [exp.experiment_id],
+            filter_string=f"tags.kind = 'launch' and attributes.status = 'RUNNING' and "
+            f"tags.driver_host = '{driver_host}'",
+            max_results=1000,
+        )
+    )
 
 
-def pair_run(mlflow, exp_id: str, parent_run_id: str, launch_id: str, pair: str, tags: dict | None = None) -> str:
+def pair_run(
+    mlflow, exp_id: str, parent_run_id: str, launch_id: str, pair: str, tags: dict | None = None
+) -> str:
     """The run of `pair` in a launch, nested under the launch's run, and the parent of the pair's
     trial runs (MLflow's table then groups launch > pair > trials): found by its tags, else created."""
-    found = mlflow.search_runs([exp_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'")
+    found = mlflow.search_runs(
+        [exp_id],
+        filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'pair' and tags.pair = '{pair}'",
+    )
     if found:
         return found[0].info.run_id
-    return mlflow.create_run(exp_id, run_name=pair, tags={
-        "mlflow.parentRunId": parent_run_id, "launch_id": launch_id, "kind": "pair", "pair": pair, **(tags or {}), **code_tags()}).info.run_id
+    return mlflow.create_run(
+        exp_id,
+        run_name=pair,
+        tags={
+            "mlflow.parentRunId": parent_run_id,
+            "launch_id": launch_id,
+            "kind": "pair",
+            "pair": pair,
+            **(tags or {}),
+            **code_tags(),
+        },
+    ).info.run_id
 
 
-def close_launch(uri: str, parent_run_id: str, status: str = "FINISHED", launch_status: str = "finished") -> None:
+def close_launch(
+    uri: str, parent_run_id: str, status: str = "FINISHED", launch_status: str = "finished"
+) -> None:
     """The launch's run and its pair runs ended with `status`."""
     mlflow = client(uri)
     mlflow.set_tag(parent_run_id, "launch_status", launch_status)
     launch = mlflow.get_run(parent_run_id)
-    pairs = mlflow.search_runs([launch.info.experiment_id], filter_string=f"tags.launch_id = '{launch.data.tags['launch_id']}' and tags.kind = 'pair'")
+    pairs = mlflow.search_runs(
+        [launch.info.experiment_id],
+        filter_string=f"tags.launch_id = '{launch.data.tags['launch_id']}' and tags.kind = 'pair'",
+    )
     for run_id in [run.info.run_id for run in pairs] + [parent_run_id]:
         mlflow.set_terminated(run_id, status=status)
 
 
-def end_running_runs(mlflow, experiment_id: str, launch_id: str, status_of, skip: set[str] = frozenset()) -> None:
+def end_running_runs(
+    mlflow, experiment_id: str, launch_id: str, status_of, skip: set[str] = frozenset()
+) -> None:
     """Every trial run of a launch still "running" (its trial not in `skip`) when the launch's
     driver stops: tagged status_of(its trial id) and KILLED."""
-    stale = mlflow.search_runs([experiment_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial' and "
-                                                             f"tags.{STATUS_TAG} = 'running'", max_results=10_000)
+    stale = mlflow.search_runs(
+        [experiment_id],
+        filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial' and "
+        f"tags.{STATUS_TAG} = 'running'",
+        max_results=10_000,
+    )
     for run in stale:
         trial_id = run.data.tags.get("trial_id")
         if trial_id not in skip:
@@ -150,7 +208,9 @@ def interrupt_launch(uri: str, experiment: str, parent_run_id: str, launch_id: s
     """The records of a launch whose driver was stopped: its running trial runs interrupted, its
     own run and its pairs' KILLED (resume marks them running again)."""
     mlflow = client(uri)
-    end_running_runs(mlflow, mlflow.get_experiment_by_name(experiment).experiment_id, launch_id, lambda _: "interrupted")
+    end_running_runs(
+        mlflow, mlflow.get_experiment_by_name(experiment).experiment_id, launch_id, lambda _: "interrupted"
+    )
     close_launch(uri, parent_run_id, status="KILLED", launch_status="interrupted")
 
 
@@ -164,8 +224,13 @@ def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
         return []
     runs, token = [], None
     while True:
-        page = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial'", max_results=1000,
-                                  order_by=["attributes.start_time ASC", "attributes.run_id ASC"], page_token=token)
+        page = mlflow.search_runs(
+            [exp.experiment_id],
+            filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial'",
+            max_results=1000,
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
+            page_token=token,
+        )
         runs += list(page)
         token = page.token
         if not token:
@@ -184,15 +249,26 @@ def step_rates(uri: str, limit: int = 5000) -> list[dict]:
     experiments = [e.experiment_id for e in mlflow.search_experiments()]
     if not experiments:
         return []
-    runs = mlflow.search_runs(experiments, filter_string="tags.kind = 'trial' and metrics.steps_per_s > 0",
-                              order_by=["attributes.start_time DESC"], max_results=limit)
+    runs = mlflow.search_runs(
+        experiments,
+        filter_string="tags.kind = 'trial' and metrics.steps_per_s > 0",
+        order_by=["attributes.start_time DESC"],
+        max_results=limit,
+    )
     members: dict[str, int] = {}
     for r in runs:
         if "member" in r.data.tags:
             members[r.data.tags.get("trial_id", "")] = members.get(r.data.tags.get("trial_id", ""), 0) + 1
-    return [{"model": r.data.tags.get("model"), "task": r.data.tags.get("task"), "device": r.data.tags.get("device", "").split(":")[0],
-             "rate": r.data.metrics["steps_per_s"] * (members[r.data.tags.get("trial_id", "")] if "member" in r.data.tags else 1)}
-            for r in runs]
+    return [
+        {
+            "model": r.data.tags.get("model"),
+            "task": r.data.tags.get("task"),
+            "device": r.data.tags.get("device", "").split(":")[0],
+            "rate": r.data.metrics["steps_per_s"]
+            * (members[r.data.tags.get("trial_id", "")] if "member" in r.data.tags else 1),
+        }
+        for r in runs
+    ]
 
 
 def member_key(member: int, key: str) -> str:
@@ -210,8 +286,10 @@ def member_result(result: dict[str, Any], member: int | None) -> dict[str, Any]:
     prefix = member_key(member, "")
     per_member = {k: k.split("/", 1) for k in result if re.match(r"member\d+/", k)}
     members_own = {key for _, key in per_member.values()}
-    return {**{k: v for k, v in result.items() if k not in per_member and k not in members_own},
-            **{k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}}
+    return {
+        **{k: v for k, v in result.items() if k not in per_member and k not in members_own},
+        **{k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)},
+    }
 
 
 # Every score of every task kind (a metric is "<split>_<score>" or ends in a checkpoint's suffix).
@@ -221,7 +299,13 @@ METRIC_SUFFIXES = (*(f"_{score}" for score in SCORES), "_at_best", "_final", "_e
 def numeric_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The training protocol's metrics in a Tune result (Tune adds bookkeeping keys we leave out)."""
     return {
-        k: float(v) for k, v in result.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        and (k.endswith(METRIC_SUFFIXES) or k in ("loss", "best_iteration", "steps_per_s", "gpu_memory_mib", "time_total_s"))
+        k: float(v)
+        for k, v in result.items()
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and (
+            k.endswith(METRIC_SUFFIXES)
+            or k in ("loss", "best_iteration", "steps_per_s", "gpu_memory_mib", "time_total_s")
+        )
     }

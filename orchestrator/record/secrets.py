@@ -1,12 +1,12 @@
 """Secrets kept out of what is printed and stored: a URI's password, a secret query value or a
 secret-named key's value redacted; and the Authorization header MLflow's client sends a server."""
+
 from __future__ import annotations
 
 import base64
 import os
 import re
 import urllib.parse
-
 
 # user:password@ as SQLAlchemy reads it (sqlalchemy.engine.url): the password runs to the first @,
 # so it may hold / # ? where urllib's split ends the host part and sees no password at all.
@@ -15,7 +15,9 @@ CREDENTIALS = re.compile(r"^(?P<head>[\w+.-]+://[^:/]*):(?P<password>[^@]*)@")
 
 # A key that names a secret (psycopg takes ?password= and ?sslpassword=; S3 clients an
 # aws_secret_access_key), but not a word that merely starts like one (token_acc, a score).
-_SECRET_KEY = r"[\w-]*?(?:password|passwd|pwd|secret|token|secret_access_key|secret_key|access_key_id|api_key)\b"
+_SECRET_KEY = (
+    r"[\w-]*?(?:password|passwd|pwd|secret|token|secret_access_key|secret_key|access_key_id|api_key)\b"
+)
 
 
 # user:password@ of any URI in a line (a user name may hold @, Azure's user@server); the password
@@ -31,15 +33,19 @@ _QUERY_SECRET = re.compile(rf"(?i)(?P<head>[?&;]{_SECRET_KEY}=)[^&#\s'\")\]}}`]*
 # A mapping's value (a query's was redacted above): a quoted one to its closing quote, a plain one
 # to the next delimiter; the plain one becomes '***', which a YAML reader takes for a string, not an
 # alias, so that a stored file stays readable.
-_KEY_SECRET = re.compile(rf"(?i)(?<![?&;\w-])(?P<head>['\"]?{_SECRET_KEY}['\"]?\s*[:=]\s*)"
-                         rf"(?:(?P<quote>['\"])(?:(?!(?P=quote)).)*(?P=quote)|[^'\",;)\]}}`\s]+)")
+_KEY_SECRET = re.compile(
+    rf"(?i)(?<![?&;\w-])(?P<head>['\"]?{_SECRET_KEY}['\"]?\s*[:=]\s*)"
+    rf"(?:(?P<quote>['\"])(?:(?!(?P=quote)).)*(?P=quote)|[^'\",;)\]}}`\s]+)"
+)
 
 
 def redact_secrets(text: str) -> str:
     """`text` (a message, a traceback, a file) with every secret it shows as a URI's password, a
     URI's secret query value or a secret-named key's value replaced by ***."""
     text = _QUERY_SECRET.sub(r"\g<head>***", _URI_PASSWORD.sub(r"\g<head>:***@", text))
-    return _KEY_SECRET.sub(lambda m: m["head"] + (f"{m['quote']}***{m['quote']}" if m["quote"] else "'***'"), text)
+    return _KEY_SECRET.sub(
+        lambda m: m["head"] + (f"{m['quote']}***{m['quote']}" if m["quote"] else "'***'"), text
+    )
 
 
 def redact(uri: str) -> str:

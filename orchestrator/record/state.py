@@ -4,6 +4,7 @@ plan `status` prints) and `driver.lock`, which a running driver holds and touche
 HEARTBEAT_S seconds, so that a driver on another machine (a shared launch folder) is told apart
 from a dead one.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -41,7 +42,9 @@ class LaunchState:
     plan: dict = field(default_factory=dict)  # see plan_of: what status shows without parsing the spec
     night: int | None = None  # the nightly job's count of this file's nights before this one
     created: float = 0.0  # time.time() at registration
-    candidates: dict | None = None  # a search with `confirm`: per pair, the configs of its best trials, best first
+    candidates: dict | None = (
+        None  # a search with `confirm`: per pair, the configs of its best trials, best first
+    )
     # How the launch's runs stack, decided once at launch (run.stacking: Stacking.record, read back
     # by `launched`): the spec's batch_seeds with auto resolved (whether trials got GPUs), and
     # budget.stack_size auto as measured per pair.
@@ -49,21 +52,28 @@ class LaunchState:
     stack_sizes: dict = field(default_factory=dict)
     snapshot_modules: int = 1  # SNAPSHOT_MODULES of the code that began it (a launch.json without it: 1)
     regressed: bool | None = None  # a night's verdict: whether it regressed from its baseline night
-    accepted: bool = False  # `orchestrator accept`: its regression was intended, so later nights compare with it
+    accepted: bool = (
+        False  # `orchestrator accept`: its regression was intended, so later nights compare with it
+    )
     # A launch folder moved since it began (follow_move): where it was, and its recorded store and
     # storage, which it keeps saving: Tune's pickles and MLflow's records name places under it.
     moved_from: Path | None = field(default=None, init=False, repr=False)
     recorded: dict = field(default_factory=dict, init=False, repr=False)
 
     def save(self) -> None:
-        data = {f.name: (str(v) if isinstance(v, Path) else v) for f in fields(self) if f.init for v in [getattr(self, f.name)]}
+        data = {
+            f.name: (str(v) if isinstance(v, Path) else v)
+            for f in fields(self)
+            if f.init
+            for v in [getattr(self, f.name)]
+        }
         data.update(self.recorded)
         tmp = self.dir / "launch.json.tmp"
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.dir / "launch.json")
 
     @classmethod
-    def load(cls, launch_dir: Path) -> "LaunchState":
+    def load(cls, launch_dir: Path) -> LaunchState:
         try:
             data = json.loads((launch_dir / "launch.json").read_text())
             if not isinstance(data, dict):
@@ -76,7 +86,9 @@ class LaunchState:
         # unreadable, not JSON (or nested past the parser's depth), not an object, fields missing or of
         # another type, a plan no reader can read
         except (OSError, ValueError, TypeError, RecursionError) as e:
-            raise DamagedLaunch(f"{launch_dir}/launch.json: not a launch record this version can read ({e})") from None
+            raise DamagedLaunch(
+                f"{launch_dir}/launch.json: not a launch record this version can read ({e})"
+            ) from None
         if isinstance(recorded, str) and Path(recorded) != state.dir:
             state.follow_move(Path(recorded))
         return state
@@ -87,7 +99,9 @@ class LaunchState:
         where they are gone from their recorded places, at the same places relative to the folder."""
         self.moved_from = recorded
         self.recorded = {"dir": str(recorded), "tracking_uri": self.tracking_uri, "storage": self.storage}
-        if self.tracking_uri.startswith("sqlite:///") and (store := moved(Path(self.tracking_uri[len("sqlite:///"):]), recorded, self.dir)):
+        if self.tracking_uri.startswith("sqlite:///") and (
+            store := moved(Path(self.tracking_uri[len("sqlite:///") :]), recorded, self.dir)
+        ):
             self.tracking_uri = f"sqlite:///{store}"
         uri = self.storage.get("uri")
         if isinstance(uri, str) and "://" not in uri and (folder := moved(Path(uri), recorded, self.dir)):
@@ -145,7 +159,14 @@ def moved(path: Path, recorded: Path, now: Path, must_exist: bool = True) -> Pat
     return there if there.exists() or not must_exist else None
 
 
-FIELD_TYPES = {"str": (str,), "dict": (dict,), "float": (int, float), "int": (int,), "bool": (bool,), "None": (type(None),)}
+FIELD_TYPES = {
+    "str": (str,),
+    "dict": (dict,),
+    "float": (int, float),
+    "int": (int,),
+    "bool": (bool,),
+    "None": (type(None),),
+}
 
 
 def check_types(data: dict) -> None:
@@ -155,7 +176,10 @@ def check_types(data: dict) -> None:
         if f.name == "dir" or not f.init or f.name not in data:
             continue
         value, kinds = data[f.name], [kind.strip() for kind in f.type.split("|")]
-        if not any(isinstance(value, FIELD_TYPES[kind]) and (kind in ("bool", "None") or not isinstance(value, bool)) for kind in kinds):
+        if not any(
+            isinstance(value, FIELD_TYPES[kind]) and (kind in ("bool", "None") or not isinstance(value, bool))
+            for kind in kinds
+        ):
             raise TypeError(f"{f.name}: expected {f.type}, got {type(value).__name__}")
 
 
@@ -164,26 +188,46 @@ def check_plan(plan) -> None:
     with every key they read without a default."""
     if not isinstance(plan, dict):
         raise TypeError(f"plan: not an object, got {type(plan).__name__}")
-    if missing := [key for key in ("metric", "mode", "score", "ablation", "pairs") if plan and key not in plan]:
+    if missing := [
+        key for key in ("metric", "mode", "score", "ablation", "pairs") if plan and key not in plan
+    ]:
         raise ValueError(f"plan: lacks {', '.join(missing)}")
     if wrong := [key for key in ("metric", "mode", "score") if plan and not isinstance(plan[key], str)]:
         raise ValueError(f"plan: {', '.join(wrong)} not text")
     pairs = plan.get("pairs", [])
 
     def readable(pair) -> bool:
-        return (isinstance(pair, dict) and isinstance(pair.get("name"), str) and isinstance(pair.get("trials"), int)
-                and "chance" in pair and isinstance(pair.get("grid") or {}, dict))
+        return (
+            isinstance(pair, dict)
+            and isinstance(pair.get("name"), str)
+            and isinstance(pair.get("trials"), int)
+            and "chance" in pair
+            and isinstance(pair.get("grid") or {}, dict)
+        )
 
     if not isinstance(pairs, list) or not all(map(readable, pairs)):
-        raise ValueError("plan.pairs: not a list of pairs, each with a name, a trial count, a chance level and its grid")
+        raise ValueError(
+            "plan.pairs: not a list of pairs, each with a name, a trial count, a chance level and its grid"
+        )
 
 
 def plan_of(study) -> dict:
     """What `status` and `best` need of the spec. Launches from before a key was saved lack it:
     readers default `asha` to True, and take an ablation's cells from its runs' tags."""
-    return {"metric": study.metric, "mode": study.mode, "score": study.score, "ablation": study.is_ablation,
-            "confirm": study.confirm_count(), "top_k": study.confirm.top_k, "seeds": len(study.seeds), "asha": study.uses_asha,
-            "pairs": [{"name": p.name, "trials": study.trial_count(p), "chance": p.chance(study.score), "grid": p.grid} for p in study.pairs]}
+    return {
+        "metric": study.metric,
+        "mode": study.mode,
+        "score": study.score,
+        "ablation": study.is_ablation,
+        "confirm": study.confirm_count(),
+        "top_k": study.confirm.top_k,
+        "seeds": len(study.seeds),
+        "asha": study.uses_asha,
+        "pairs": [
+            {"name": p.name, "trials": study.trial_count(p), "chance": p.chance(study.score), "grid": p.grid}
+            for p in study.pairs
+        ],
+    }
 
 
 def find_launch(storage_path: str, launch_id: str | None) -> Path:
@@ -193,7 +237,9 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
         for candidate in (Path(launch_id), Path(storage_path) / launch_id):
             if (candidate / "launch.json").exists():
                 return candidate.resolve()
-        raise FileNotFoundError(f"no launch {launch_id!r} (looked for {launch_id}/launch.json and {storage_path}/{launch_id}/launch.json)")
+        raise FileNotFoundError(
+            f"no launch {launch_id!r} (looked for {launch_id}/launch.json and {storage_path}/{launch_id}/launch.json)"
+        )
     launches = sorted(Path(storage_path).glob("*/launch.json"), key=started_at)
     if not launches:
         raise FileNotFoundError(f"no launches under {storage_path}/")
@@ -225,7 +271,11 @@ def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchSt
     job's nights. Two files may share an experiment: a night is never compared with another file's."""
     found = []
     for other in readable_launches(state.dir.parent):
-        if other.launch_id == state.launch_id or other.experiment != state.experiment or not same_file(other, state):
+        if (
+            other.launch_id == state.launch_id
+            or other.experiment != state.experiment
+            or not same_file(other, state)
+        ):
             continue
         if other.state != "finished" or (nightly and other.night is None):
             continue
@@ -247,7 +297,7 @@ def same_file(a: LaunchState, b: LaunchState) -> bool:
     return Path(a.spec_file).name == Path(b.spec_file).name
 
 
-def previous_launch(state: LaunchState) -> "LaunchState | None":
+def previous_launch(state: LaunchState) -> LaunchState | None:
     """The most recent earlier finished launch of the same search-space file under the same folder."""
     earlier = earlier_launches(state)
     return earlier[-1] if earlier else None

@@ -1,6 +1,7 @@
 """The tracking store as this process reaches it: the URI to connect with (a password kept in
 memory only), the checks before a launch (reachable, writable, holding MLflow's tables, damaged),
 the lock held while a store is first opened, and the retrying MLflow client."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,6 @@ from pathlib import Path
 from .retries import retried
 from .secrets import CREDENTIALS, auth_headers, redact, redact_secrets, url_auth_headers, without_userinfo
 
-
 # "Creating initial MLflow database tables..." is MLflow's business, not a line of the launch's console.
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
 
@@ -30,9 +30,9 @@ def normalize_store(uri: str) -> str:
     """A relative SQLite path made absolute (so `resume` and `status` work from any folder), and a
     bare postgresql:// given the psycopg 3 driver we install (SQLAlchemy's default is psycopg2)."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
     if uri.startswith("postgresql://"):
-        return "postgresql+psycopg://" + uri[len("postgresql://"):]
+        return "postgresql+psycopg://" + uri[len("postgresql://") :]
     return uri
 
 
@@ -56,7 +56,9 @@ def reveal(uri: str) -> str:
     full = os.environ.get("MLFLOW_TRACKING_URI", "")
     if full and redact(normalize_store(full)) == uri:
         return normalize_store(full)
-    raise TrackingError(f"{uri}: its password is not stored; set MLFLOW_TRACKING_URI to this URI with its password")
+    raise TrackingError(
+        f"{uri}: its password is not stored; set MLFLOW_TRACKING_URI to this URI with its password"
+    )
 
 
 def unwritable(folder: Path) -> str | None:
@@ -81,15 +83,19 @@ def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0
     MLflow client (which waits 120 s a request) would have tracked was refused."""
     uri = reveal(uri)
     found = CREDENTIALS.match(uri)
-    if found and "@" in uri[found.end():].split("/", 1)[0]:
+    if found and "@" in uri[found.end() :].split("/", 1)[0]:
         # A driver ends the password at its first @ and takes the rest for the host, which its
         # errors then print; redact (and so what is stored) would leave that rest in view too.
-        raise TrackingError(f"{redact_secrets(uri)}: its password holds an @, which ends it where a driver reads it: write the @ as %40")
+        raise TrackingError(
+            f"{redact_secrets(uri)}: its password holds an @, which ends it where a driver reads it: write the @ as %40"
+        )
     if uri.startswith("sqlite:///"):
-        file = Path(uri[len("sqlite:///"):]).resolve()
+        file = Path(uri[len("sqlite:///") :]).resolve()
         if file.exists():
             if not file.is_file():
-                raise TrackingError(f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)")
+                raise TrackingError(
+                    f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)"
+                )
             with open(file, "rb") as f:
                 head = f.read(16)
             if head and head != b"SQLite format 3\x00":
@@ -106,20 +112,30 @@ def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0
         # call, with the credentials MLflow's client sends (from the environment, else the URL's
         # user:password@, which urllib would take for part of the host name), answers as a launch's will.
         bare, from_environment = without_userinfo(uri), auth_headers()
-        request = urllib.request.Request(bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
-                                         headers=from_environment or url_auth_headers(uri))
+        request = urllib.request.Request(
+            bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+            headers=from_environment or url_auth_headers(uri),
+        )
         try:
             urllib.request.urlopen(request, timeout=server_timeout_s).read()
         except urllib.error.HTTPError as e:
             if e.code != 404:  # 404: no such experiment, but the server answered
                 answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
                 if e.code == 401:
-                    answer += (" (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)" if from_environment else
-                               " (the URI's user and password were refused)" if url_auth_headers(uri) else
-                               " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)")
-                raise TrackingError(f"tracking server {redact(uri)} refuses requests: {e.code} {answer}") from None
+                    answer += (
+                        " (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)"
+                        if from_environment
+                        else " (the URI's user and password were refused)"
+                        if url_auth_headers(uri)
+                        else " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)"
+                    )
+                raise TrackingError(
+                    f"tracking server {redact(uri)} refuses requests: {e.code} {answer}"
+                ) from None
         except OSError as e:
-            raise TrackingError(f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}") from None
+            raise TrackingError(
+                f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}"
+            ) from None
         return
     import sqlalchemy  # here, as in store_exists and schema_lock: 0.4 s of imports a SQLite store goes without
 
@@ -162,7 +178,9 @@ def store_exists(uri: str) -> bool:
 
     engine = sqlalchemy.create_engine(uri)
     try:
-        return retried(lambda: sqlalchemy.inspect(engine).has_table("experiments"), f"tracking store {redact(uri)}")()
+        return retried(
+            lambda: sqlalchemy.inspect(engine).has_table("experiments"), f"tracking store {redact(uri)}"
+        )()
     finally:
         engine.dispose()
 
@@ -186,7 +204,7 @@ def schema_lock(uri: str, whose: str, what: str):
         return
     with contextlib.ExitStack() as held:
         if uri.startswith("sqlite:///"):
-            folder = Path(uri[len("sqlite:///"):]).parent
+            folder = Path(uri[len("sqlite:///") :]).parent
             if folder.is_dir():  # none: MLflow's own error says so
                 handle = os.open(folder, os.O_RDONLY)
                 held.callback(os.close, handle)
@@ -200,7 +218,9 @@ def schema_lock(uri: str, whose: str, what: str):
             def locked():
                 connection = engine.connect()
                 try:
-                    connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+                    connection.execute(
+                        sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY}
+                    )
                 except BaseException:
                     with contextlib.suppress(Exception):
                         connection.close()
@@ -210,9 +230,12 @@ def schema_lock(uri: str, whose: str, what: str):
             connection = retried(locked, what)()
 
             @held.callback
-            def release() -> None:  # the lock goes with its connection, closed or terminated (the open retries on its own then)
+            def release() -> (
+                None
+            ):  # the lock goes with its connection, closed or terminated (the open retries on its own then)
                 with contextlib.suppress(Exception):
                     connection.close()
+
         yield
         _OPENED.add((whose, uri))
 
@@ -221,11 +244,15 @@ class RetryingClient:
     """An MlflowClient whose calls survive a store that drops its connections for a while."""
 
     def __init__(self, uri: str):
-        from mlflow.tracking import MlflowClient  # here: seconds of imports, paid once a store is opened (warm_up overlaps them)
+        from mlflow.tracking import (
+            MlflowClient,
+        )  # here: seconds of imports, paid once a store is opened (warm_up overlaps them)
 
         # It logs each failed query (SQL, parameters, traceback) before raising it; retried() says it in one line.
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-        logging.getLogger("psycopg").setLevel(logging.ERROR)  # "error ignored terminating <Pipeline>": the same dropped connection
+        logging.getLogger("psycopg").setLevel(
+            logging.ERROR
+        )  # "error ignored terminating <Pipeline>": the same dropped connection
         # "Exception during reset or similar" with a traceback: the pool throwing a dropped connection away.
         logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
         self._uri = redact(uri)

@@ -1,6 +1,7 @@
 """A launch's progress and answer read from its trial runs: per pair and per ablation cell, the
 best and the confirmed configs, in words for the console; on MLflow's runs table; and links into
 MLflow's UI."""
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,17 @@ def metric_name(*parts: str) -> str:
     return re.sub(r"[^\w.\- :/]", "", "/".join(parts).replace("=", ":"))
 
 
-def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]) -> None:
+def summarize_pairs(
+    uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]
+) -> None:
     """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a glance: on the launch's run, each
     pair's best `metric` and that trial's test score, and the confirmed means where the search was
     confirmed; and a run per pair, nested under the launch's, holding the same metrics and the
     answer's config (the confirmed candidate's, else the best trial's) as params."""
-    from mlflow.entities import Metric, Param  # here: importing this module (cell_name, confirmed_text) loads no MLflow
+    from mlflow.entities import (
+        Metric,
+        Param,
+    )  # here: importing this module (cell_name, confirmed_text) loads no MLflow
 
     mlflow = client(uri)
     exp_id = mlflow.get_run(parent_run_id).info.experiment_id
@@ -36,15 +42,28 @@ def summarize_pairs(uri: str, parent_run_id: str, launch_id: str, metric: str, s
     for pair, summary in sorted(summaries.items()):
         if summary["best"] is None:
             continue
-        values = {metric: summary["best"], **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {})}
+        values = {
+            metric: summary["best"],
+            **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {}),
+        }
         confirmed = summary.get("confirmed") or {}
-        values.update({f"confirmed_{metric}": confirmed.get("metric"), f"confirmed_test_{score}": confirmed.get("test"),
-                       f"confirmed_test_{score}_std": confirmed.get("test_std")})
+        values.update(
+            {
+                f"confirmed_{metric}": confirmed.get("metric"),
+                f"confirmed_test_{score}": confirmed.get("test"),
+                f"confirmed_test_{score}_std": confirmed.get("test_std"),
+            }
+        )
         values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
         run_id = pair_run(mlflow, exp_id, parent_run_id, launch_id, pair)
-        answer = confirmed.get("config") or summary["best_config"]  # the confirmed candidate's, where there is one
-        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(answer.items())]
+        answer = (
+            confirmed.get("config") or summary["best_config"]
+        )  # the confirmed candidate's, where there is one
+        params = [
+            Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+            for k, v in sorted(answer.items())
+        ]
         for start in range(0, len(params), 100):
             mlflow.log_batch(run_id, params=params[start : start + 100])
         mlflow.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in values.items()])
@@ -80,7 +99,13 @@ def status_kind(run) -> str | None:
 def kind_of(status: str) -> str | None:
     if status == "lost":
         return None
-    return {"running": "running", "interrupted": "running", "failed": "failed", "diverged": "failed", "early_stopped": "stopped"}.get(status, "done")
+    return {
+        "running": "running",
+        "interrupted": "running",
+        "failed": "failed",
+        "diverged": "failed",
+        "early_stopped": "stopped",
+    }.get(status, "done")
 
 
 ANSWERING = ("done", "running")  # the kinds a pair's answer may be of: see may_answer
@@ -95,11 +120,16 @@ def may_answer(status: str) -> bool:
 def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> int:
     """How many runs of a launch's phase ("search" or "confirm") have ended (completed, stopped
     early, diverged or failed): a trial of stacked members counts once per member."""
-    return sum(1 for run in launch_trial_runs(uri, experiment, launch_id)
-               if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running"))
+    return sum(
+        1
+        for run in launch_trial_runs(uri, experiment, launch_id)
+        if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running")
+    )
 
 
-def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str) -> dict[str, dict[str, dict]]:
+def cell_summaries(
+    uri: str, experiment: str, launch_id: str, metric: str, score: str
+) -> dict[str, dict[str, dict]]:
     """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
     running and failed (and of those, diverged), and the done ones' `metric` and test_<score>_at_best values."""
     out: dict[str, dict[str, dict]] = {}
@@ -108,7 +138,10 @@ def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         if kind is None:
             continue
         cells = out.setdefault(run.data.tags.get("pair", "?"), {})
-        cell = cells.setdefault(run.data.tags.get("cell", "-"), {"done": 0, "stopped": 0, "running": 0, "failed": 0, "metric": [], "test": []})
+        cell = cells.setdefault(
+            run.data.tags.get("cell", "-"),
+            {"done": 0, "stopped": 0, "running": 0, "failed": 0, "metric": [], "test": []},
+        )
         cell[kind] += 1
         if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed
             cell["diverged"] = cell.get("diverged", 0) + 1
@@ -119,7 +152,9 @@ def cell_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
     return out
 
 
-def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score: str, runs: list | None = None) -> dict[str, dict]:
+def pair_summaries(
+    uri: str, experiment: str, launch_id: str, metric: str, score: str, runs: list | None = None
+) -> dict[str, dict]:
     """Per pair: search trial counts by status, the best trial so far by `metric` and its test
     score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
     (see confirmed_candidates). `runs`: the launch's trial runs, where already read."""
@@ -130,26 +165,63 @@ def pair_summaries(uri: str, experiment: str, launch_id: str, metric: str, score
         if run.data.tags.get("phase") == "confirm":
             continue
         pair = run.data.tags.get("pair", "?")
-        entry = out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        entry = out.setdefault(
+            pair,
+            {
+                "done": 0,
+                "stopped": 0,
+                "running": 0,
+                "failed": 0,
+                "best": None,
+                "best_run": None,
+                "best_config": None,
+            },
+        )
         kind = status_kind(run)
         if kind is None:
             continue
         entry[kind] += 1
-        if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed: its hyperparameters, not the cluster
+        if (
+            run.data.tags.get(STATUS_TAG) == "diverged"
+        ):  # of those failed: its hyperparameters, not the cluster
             entry["diverged"] = entry.get("diverged", 0) + 1
         value = run.data.metrics.get(metric)
-        if value is not None and kind in ANSWERING and (entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])):
-            entry.update(best=value, best_run=run.info.run_id, best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
-                         test=run.data.metrics.get(f"test_{score}_at_best"), best_metrics=dict(run.data.metrics))
+        if (
+            value is not None
+            and kind in ANSWERING
+            and (
+                entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])
+            )
+        ):
+            entry.update(
+                best=value,
+                best_run=run.info.run_id,
+                best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
+                test=run.data.metrics.get(f"test_{score}_at_best"),
+                best_metrics=dict(run.data.metrics),
+            )
     for pair, confirmed in confirmed_candidates(runs, metric, score).items():
-        out.setdefault(pair, {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None, "best_run": None, "best_config": None})
+        out.setdefault(
+            pair,
+            {
+                "done": 0,
+                "stopped": 0,
+                "running": 0,
+                "failed": 0,
+                "best": None,
+                "best_run": None,
+                "best_config": None,
+            },
+        )
         out[pair]["confirmed"] = confirmed
     return out
 
 
 def failed_text(summary: dict) -> str:
     """A pair summary's failed trials in words: "3 failed, 2 of them diverged"."""
-    return f"{summary.get('failed', 0)} failed" + (f", {summary['diverged']} of them diverged" if summary.get("diverged") else "")
+    return f"{summary.get('failed', 0)} failed" + (
+        f", {summary['diverged']} of them diverged" if summary.get("diverged") else ""
+    )
 
 
 def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
@@ -168,7 +240,9 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
         grouped.setdefault(run.data.tags["pair"], {}).setdefault(run.data.tags["candidate"], []).append(run)
     out = {}
     for pair, candidates in grouped.items():
-        done = {k: [r for r in ended if r.data.tags[STATUS_TAG] == "completed"] for k, ended in candidates.items()}
+        done = {
+            k: [r for r in ended if r.data.tags[STATUS_TAG] == "completed"] for k, ended in candidates.items()
+        }
         done = {k: completed for k, completed in done.items() if completed}
         if not done:
             continue
@@ -177,14 +251,35 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
             return statistics.fmean(r.data.metrics.get(metric, math.nan) for r in done[k])
 
         chosen = min(done, key=lambda k: (-len(done[k]), sign * mean_metric(k)))
-        config = {k: v for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items() if k != "seed"}
+        config = {
+            k: v
+            for k, v in json.loads(done[chosen][0].data.tags.get(CONFIG_TAG, "{}")).items()
+            if k != "seed"
+        }
         # every test split's score of each seed: the launch's answer compares the pairs on its headline split
-        splits = {name: [r.data.metrics[name] for r in done[chosen] if name in r.data.metrics]
-                  for name in sorted({m for r in done[chosen] for m in r.data.metrics if m.startswith("test") and m.endswith("_at_best")})}
+        splits = {
+            name: [r.data.metrics[name] for r in done[chosen] if name in r.data.metrics]
+            for name in sorted(
+                {
+                    m
+                    for r in done[chosen]
+                    for m in r.data.metrics
+                    if m.startswith("test") and m.endswith("_at_best")
+                }
+            )
+        }
         tests = splits.get(f"test_{score}_at_best", [])
-        out[pair] = {"candidate": int(chosen), "n": len(done[chosen]), "seeds": len(candidates[chosen]), "metric": mean_metric(chosen),
-                     "config": config, "test": statistics.fmean(tests) if tests else None,
-                     "test_std": statistics.stdev(tests) if len(tests) > 1 else None, "running": running.get(pair, 0), "splits": splits}
+        out[pair] = {
+            "candidate": int(chosen),
+            "n": len(done[chosen]),
+            "seeds": len(candidates[chosen]),
+            "metric": mean_metric(chosen),
+            "config": config,
+            "test": statistics.fmean(tests) if tests else None,
+            "test_std": statistics.stdev(tests) if len(tests) > 1 else None,
+            "running": running.get(pair, 0),
+            "splits": splits,
+        }
     return out
 
 
@@ -194,38 +289,73 @@ def confirmed_text(confirmed: dict | None) -> str:
         return ""
     spread = f" ± {confirmed['test_std']:.3f}" if confirmed.get("test_std") is not None else ""
     of = f" of {confirmed['seeds']}" if confirmed.get("seeds", confirmed["n"]) != confirmed["n"] else ""
-    so_far = f"; so far: {confirmed['running']} confirmation run(s) still running" if confirmed.get("running") else ""
+    so_far = (
+        f"; so far: {confirmed['running']} confirmation run(s) still running"
+        if confirmed.get("running")
+        else ""
+    )
     return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds (candidate {confirmed['candidate'] + 1}{so_far})"
 
 
-def top_configs(uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int) -> dict[str, list[dict]]:
+def top_configs(
+    uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int
+) -> dict[str, list[dict]]:
     """Per pair, the full configs (seed left out) of its k best completed search trials, best first:
     what a confirmation trains again. Trials ASHA stopped early or that diverged are no candidates."""
     lower_is_better = score in LOWER_IS_BETTER
     found: dict[str, list] = {}
     for run in launch_trial_runs(uri, experiment, launch_id):
-        if run.data.tags.get("phase") == "confirm" or run.data.tags.get(STATUS_TAG) != "completed" or metric not in run.data.metrics:
+        if (
+            run.data.tags.get("phase") == "confirm"
+            or run.data.tags.get(STATUS_TAG) != "completed"
+            or metric not in run.data.metrics
+        ):
             continue
-        found.setdefault(run.data.tags["pair"], []).append((run.data.metrics[metric], json.loads(run.data.tags[CONFIG_TAG])))
-    return {pair: [{key: v for key, v in config.items() if key != "seed"}
-                   for _, config in sorted(entries, key=lambda e: e[0], reverse=not lower_is_better)[:k]]
-            for pair, entries in found.items()}
+        found.setdefault(run.data.tags["pair"], []).append(
+            (run.data.metrics[metric], json.loads(run.data.tags[CONFIG_TAG]))
+        )
+    return {
+        pair: [
+            {key: v for key, v in config.items() if key != "seed"}
+            for _, config in sorted(entries, key=lambda e: e[0], reverse=not lower_is_better)[:k]
+        ]
+        for pair, entries in found.items()
+    }
 
 
-def ui_links(ui: str, experiment_id: str, run_ids: list[str], metrics: list[str], runs_filter: str, order_by: str, mode: str) -> dict[str, str]:
+def ui_links(
+    ui: str,
+    experiment_id: str,
+    run_ids: list[str],
+    metrics: list[str],
+    runs_filter: str,
+    order_by: str,
+    mode: str,
+) -> dict[str, str]:
     """Links into MLflow's UI at `ui` (e.g. `mlflow ui`'s http://127.0.0.1:5000) for a group of
     runs: `runs`, the experiment's runs table filtered by `runs_filter` and sorted by the metric
     `order_by`, best first (flat, not under their collapsed parent runs); `compare`, MLflow's
     comparison page (params and metrics side by side, parallel coordinates, scatter and contour
     plots); and `curves`, their `metrics` against steps, one line per run."""
+
     def q(value) -> str:
         return quote(json.dumps(value, separators=(",", ":")), safe="")
 
     runs, experiments = q(run_ids), q([experiment_id])
     base = ui.rstrip("/") + "/#/"
-    table = urlencode({"searchFilter": runs_filter, "orderByKey": f"metrics.`{order_by}`", "orderByAsc": str(mode == "min").lower()})
-    return {"runs": f"{base}experiments/{experiment_id}/runs?{table}",
-            "compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
-            "curves": (f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}&plot_metric_keys={q(metrics)}"
-                       "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true&deselected_curves=%5B%5D"
-                       "&last_linear_y_axis_range=%5B%5D")}
+    table = urlencode(
+        {
+            "searchFilter": runs_filter,
+            "orderByKey": f"metrics.`{order_by}`",
+            "orderByAsc": str(mode == "min").lower(),
+        }
+    )
+    return {
+        "runs": f"{base}experiments/{experiment_id}/runs?{table}",
+        "compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
+        "curves": (
+            f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}&plot_metric_keys={q(metrics)}"
+            "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true&deselected_curves=%5B%5D"
+            "&last_linear_y_axis_range=%5B%5D"
+        ),
+    }

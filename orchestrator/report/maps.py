@@ -3,6 +3,7 @@ paper's Figure 2: per layer, where each position attends and how much of it the 
 updates) and PANM's pointer attention per decoding step. The trial's last checkpoint is loaded into
 its model and run on the longest example of its longest test split (Sort-of-CLEVR: a ternary
 question about the first test image, the columns its summary token and patches)."""
+
 from __future__ import annotations
 
 import inspect
@@ -11,8 +12,8 @@ import json
 import math
 from pathlib import Path
 
-from .plots import figure_png, pyplot
 from ..record.runs import CONFIG_TAG
+from .plots import figure_png, pyplot
 
 MAX_LAYER_PANELS = 14
 
@@ -61,13 +62,19 @@ def activations_of(config: dict, model_state: dict):
     batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
     with torch.no_grad():
         _, activations = task.kind.predict(model, batch, return_activations=True)
-    if "images" in batch and batch["images"].dim() == 5:  # a trial of object images: the objects by position and id
+    if (
+        "images" in batch and batch["images"].dim() == 5
+    ):  # a trial of object images: the objects by position and id
         names = [f"{k + 1}: object {i}" for k, i in enumerate(split.image_ids[example].tolist())]
         return task, names, f"a test trial, answer: {task.classes[split.labels[example]]}", activations
     if "images" in batch:  # an image (and a question): its patches
         patches = round(math.sqrt(activations["attention"][0].shape[-1] - 1))
         names = ["summary", *(f"r{r + 1}c{c + 1}" for r in range(patches) for c in range(patches))]
-        caption = describe(split.questions[example]) if "questions" in batch else f"a test image, answer: {task.classes[split.labels[example]]}"
+        caption = (
+            describe(split.questions[example])
+            if "questions" in batch
+            else f"a test image, answer: {task.classes[split.labels[example]]}"
+        )
         return task, names, caption, activations
     tokens = [str(t) for t in task.decode(batch["tokens"][0, : int(batch["lengths"][0])].tolist())]
     if "mode1" in activations:  # PANM: its memory slots are the symbols themselves
@@ -75,7 +82,9 @@ def activations_of(config: dict, model_state: dict):
     return task, ["<bos>", *tokens, "<eos>"], " ".join(tokens), activations
 
 
-def plot_transformer(pair: str, names: list[str], caption: str, activations: dict, out_dir: Path) -> tuple[Path, str]:
+def plot_transformer(
+    pair: str, names: list[str], caption: str, activations: dict, out_dir: Path
+) -> tuple[Path, str]:
     """Per layer, the first head's attention (rows attend to columns; `names` the columns), and the
     copy gate's mean over channels per position and layer (Figure 2's bottom row)."""
     plt = pyplot()
@@ -83,7 +92,9 @@ def plot_transformer(pair: str, names: list[str], caption: str, activations: dic
     gates = activations.get("gates") or []
     columns = min(7, len(attention))
     rows = -(-len(attention) // columns) + (1 if gates else 0)
-    fig, axes = plt.subplots(rows, columns, figsize=(max(6.0, 2.2 * columns), 2.3 * rows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(max(6.0, 2.2 * columns), 2.3 * rows + 0.6), squeeze=False
+    )
     for ax in axes.flat:
         ax.axis("off")
     n = len(names)
@@ -103,7 +114,9 @@ def plot_transformer(pair: str, names: list[str], caption: str, activations: dic
         ax.set_xticks(range(n), names, fontsize=5, rotation=90)
         ax.set_yticks(range(len(update)), [str(k + 1) for k in range(len(update))], fontsize=5)
         ax.set_ylabel("layer", fontsize=7)
-    fig.suptitle(f"{pair}, best trial (last checkpoint): head 1's attention per layer\non {caption}", fontsize=8)
+    fig.suptitle(
+        f"{pair}, best trial (last checkpoint): head 1's attention per layer\non {caption}", fontsize=8
+    )
     path = out_dir / f"{pair}_attention.png"
     return path, figure_png(fig, path)
 
@@ -118,7 +131,10 @@ def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> t
         steps = [w for w in trace.get(mode, []) if w is not None]
         if steps:
             stacked = torch.stack(steps, 0)[:, 0]  # (steps, heads, slots)
-            heads += [(f"{mode} head {h + 1}", stacked[:, h, : len(labels)].numpy()) for h in range(stacked.shape[1])]
+            heads += [
+                (f"{mode} head {h + 1}", stacked[:, h, : len(labels)].numpy())
+                for h in range(stacked.shape[1])
+            ]
     if not heads:
         return None
     plt = pyplot()
@@ -151,5 +167,8 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]
             return [figure] if figure else []
         return [plot_transformer(pair, names, caption, activations, out_dir)]
     except Exception as e:  # noqa: BLE001 - see the docstring
-        print(f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}", flush=True)
+        print(
+            f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}",
+            flush=True,
+        )
         return []

@@ -2,6 +2,7 @@
 without a display, a figure saved as a PNG and returned as base64 for the HTML page, titles wrapped
 to the figure's width, chance drawn on every accuracy axis; and a search's own figures (learning
 curves of every trial, the metric against each searched hyperparameter, Optuna's importances)."""
+
 from __future__ import annotations
 
 import base64
@@ -35,7 +36,9 @@ def wrapped(text: str, inches: float, fontsize: float) -> str:
 
 
 def set_title(ax, text: str, fontsize: float = 9) -> None:
-    ax.set_title(wrapped(text, ax.figure.get_figwidth() * ax.get_position().width, fontsize), fontsize=fontsize)
+    ax.set_title(
+        wrapped(text, ax.figure.get_figwidth() * ax.get_position().width, fontsize), fontsize=fontsize
+    )
 
 
 def set_suptitle(fig, text: str, fontsize: float = 9) -> None:
@@ -61,7 +64,9 @@ def draw_chance(ax, chance: str | None, metric: str) -> None:
         ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"chance {level:.3f}")
 
 
-def learning_curves(pair: str, trials: list[dict], score: str, chance: str, out_dir: Path) -> tuple[Path, str]:
+def learning_curves(
+    pair: str, trials: list[dict], score: str, chance: str, out_dir: Path
+) -> tuple[Path, str]:
     """Per trial, its OOD and IID validation score against iterations (a panel each); a trial
     ASHA stopped is dashed and ends in an x, the best trial drawn thicker. `trials`: dicts with
     `label`, `status`, `best` and `curves` ({metric name: [(step, value), ...]})."""
@@ -76,8 +81,14 @@ def learning_curves(pair: str, trials: list[dict], score: str, chance: str, out_
                 continue
             steps, values = zip(*points)
             stopped = trial["status"] != "completed"
-            ax.plot(steps, values, color=colors[k % len(colors)], linestyle="--" if stopped else "-",
-                    linewidth=2.5 if trial["best"] else 1.2, label=trial["label"] if split == "ood_valid" else None)
+            ax.plot(
+                steps,
+                values,
+                color=colors[k % len(colors)],
+                linestyle="--" if stopped else "-",
+                linewidth=2.5 if trial["best"] else 1.2,
+                label=trial["label"] if split == "ood_valid" else None,
+            )
             if stopped:
                 ax.plot(steps[-1], values[-1], marker="x", color=colors[k % len(colors)])
         draw_chance(ax, chance, metric)
@@ -86,12 +97,17 @@ def learning_curves(pair: str, trials: list[dict], score: str, chance: str, out_
         set_title(ax, f"{'OOD' if split == 'ood_valid' else 'IID'} validation")
     if len(trials) <= 12:
         axes[0][0].legend(fontsize=6, loc="best")
-    set_suptitle(fig, f"{pair}: every trial's learning curve (dashed, x: stopped early or not completed; thick: the best)")
+    set_suptitle(
+        fig,
+        f"{pair}: every trial's learning curve (dashed, x: stopped early or not completed; thick: the best)",
+    )
     path = out_dir / f"{pair}_curves.png"
     return path, figure_png(fig, path)
 
 
-def slices(pair: str, trials: list[dict], params: dict[str, tuple], metric: str, chance: str, out_dir: Path) -> tuple[Path, str] | None:
+def slices(
+    pair: str, trials: list[dict], params: dict[str, tuple], metric: str, chance: str, out_dir: Path
+) -> tuple[Path, str] | None:
     """The selection metric of each trial against each searched hyperparameter (Optuna's slice
     plot) over its searched range, on a log axis where it was searched log-uniformly; `params`:
     name -> (its distribution's kind, its values). Completed trials filled, the others hollow."""
@@ -102,12 +118,24 @@ def slices(pair: str, trials: list[dict], params: dict[str, tuple], metric: str,
     fig, axes = plt.subplots(1, len(shown), figsize=(max(5.0, 3.4 * len(shown)), 3.4), squeeze=False)
     for ax, name in zip(axes[0], shown):
         for completed in (True, False):
-            points = [(t["params"][name], t["metric"]) for t in trials
-                      if name in t["params"] and t["metric"] is not None and math.isfinite(t["metric"]) and (t["status"] == "completed") == completed]
+            points = [
+                (t["params"][name], t["metric"])
+                for t in trials
+                if name in t["params"]
+                and t["metric"] is not None
+                and math.isfinite(t["metric"])
+                and (t["status"] == "completed") == completed
+            ]
             if points:
                 xs, ys = zip(*points)
-                ax.scatter([str(x) if params[name][0] == "choice" else x for x in xs], ys, s=28,
-                           facecolors="C0" if completed else "none", edgecolors="C0", label="completed" if completed else "stopped / other")
+                ax.scatter(
+                    [str(x) if params[name][0] == "choice" else x for x in xs],
+                    ys,
+                    s=28,
+                    facecolors="C0" if completed else "none",
+                    edgecolors="C0",
+                    label="completed" if completed else "stopped / other",
+                )
         kind, bounds = params[name]
         if kind == "loguniform":
             from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator

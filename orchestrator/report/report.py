@@ -9,6 +9,7 @@ pair and figure) and logged as artifacts of the launch's parent run. Compared wi
 launch (last night's), a cell regresses only where a one-sided test across seeds says so
 (stats.regressions: Holm-corrected, with a minimum effect).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,7 @@ import shutil
 import urllib.parse
 import warnings
 from collections import Counter
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from statistics import fmean
 
@@ -29,19 +30,29 @@ import yaml
 
 from trainables.scores import LOWER_IS_BETTER
 
-from . import maps, plots, stats
-from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 from ..record.optuna_store import search_storage
-from ..record.runs import CONFIG_TAG, DATA_VERSION_TAG, DIVERGED_AT_TAG, ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs
+from ..record.runs import (
+    CONFIG_TAG,
+    DATA_VERSION_TAG,
+    DIVERGED_AT_TAG,
+    ENDED,
+    MAX_BATCH,
+    STATUS_TAG,
+    launch_trial_runs,
+)
 from ..record.secrets import redact
 from ..record.stores import client
 from ..record.summaries import may_answer, metric_name, pair_summaries, ui_links
+from . import maps, plots, stats
+from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 
 TEMPLATES = Path(__file__).with_name("templates")
 PUBLISHED = Path(__file__).with_name("published.yaml")
 MAX_DEPTH_COLUMNS = 4
 NAMED_TEST_SPLITS = ("interpolate", "extrapolate")
-TEST_SPLIT = re.compile(r"^test_(L|x\d+|\d+|depth\d+)_")  # per-length test splits (PANM's tasks; Dyck's lengths), per-depth scores (the others)
+TEST_SPLIT = re.compile(
+    r"^test_(L|x\d+|\d+|depth\d+)_"
+)  # per-length test splits (PANM's tasks; Dyck's lengths), per-depth scores (the others)
 
 
 def split_order(split: str) -> int:
@@ -58,17 +69,29 @@ def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("co
     one of `statuses`: pair, model, task, variant, status, its full config's grid keys and seed,
     and every metric MLflow holds for it (the last value of each)."""
     rows = []
-    for run in launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs:
+    for run in (
+        launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs
+    ):
         status = run.data.tags.get(STATUS_TAG)
         if status not in statuses:
             continue
         config = json.loads(run.data.tags[CONFIG_TAG])
         if "candidate" in run.data.tags:  # a confirmation run: its candidate is its cell
             config["candidate"] = int(run.data.tags["candidate"]) + 1
-        rows.append({"pair": run.data.tags["pair"], "model": run.data.tags.get("model"), "task": run.data.tags.get("task"),
-                     "variant": run.data.tags.get("variant"), "phase": run.data.tags.get("phase", "search"), "status": status,
-                     "run_id": run.info.run_id, "config": config, "data_version": run.data.tags.get(DATA_VERSION_TAG, "unknown"),
-                     **run.data.metrics})
+        rows.append(
+            {
+                "pair": run.data.tags["pair"],
+                "model": run.data.tags.get("model"),
+                "task": run.data.tags.get("task"),
+                "variant": run.data.tags.get("variant"),
+                "phase": run.data.tags.get("phase", "search"),
+                "status": status,
+                "run_id": run.info.run_id,
+                "config": config,
+                "data_version": run.data.tags.get(DATA_VERSION_TAG, "unknown"),
+                **run.data.metrics,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -89,7 +112,11 @@ def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
     A completed run without a test score is UNSCORED: a cell of such runs had passed a comparison,
     as "without two completed runs"."""
     keys = list(pair.grid) if study.is_ablation else ["candidate"]
-    runs = frame[(frame["pair"] == pair.name) & ((frame["phase"] == "confirm") | study.is_ablation)] if len(frame) else frame
+    runs = (
+        frame[(frame["pair"] == pair.name) & ((frame["phase"] == "confirm") | study.is_ablation)]
+        if len(frame)
+        else frame
+    )
     if not len(runs):
         return {}
     settings = runs["config"].map(lambda config: setting_key({k: config.get(k) for k in keys}))
@@ -101,7 +128,11 @@ def outcomes(frame: pd.DataFrame, study, pair) -> dict[str, Counter]:
 
 def unfinished(ended: Counter) -> str:
     """The runs of a cell that ended without completing, in words: '1 diverged, 2 failed'."""
-    return ", ".join(f"{ended[status]} {status}" for status in (*ENDED, UNSCORED) if status != "completed" and ended[status])
+    return ", ".join(
+        f"{ended[status]} {status}"
+        for status in (*ENDED, UNSCORED)
+        if status != "completed" and ended[status]
+    )
 
 
 def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter]) -> dict[str, str]:
@@ -112,13 +143,23 @@ def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter])
     out = {}
     for key, was in before.items():
         ended = now.get(key, Counter())
-        if was["completed"] >= 2 and 2 * was["completed"] >= was.total() and 2 * ended["completed"] < ended.total():
-            out[key] = (f"{pair} {cell_name(json.loads(key))}: {ended['completed']} of {ended.total()} runs completed ({unfinished(ended)}); "
-                        f"{was['completed']} of {was.total()} before")
+        if (
+            was["completed"] >= 2
+            and 2 * was["completed"] >= was.total()
+            and 2 * ended["completed"] < ended.total()
+        ):
+            out[key] = (
+                f"{pair} {cell_name(json.loads(key))}: {ended['completed']} of {ended.total()} runs completed ({unfinished(ended)}); "
+                f"{was['completed']} of {was.total()} before"
+            )
     return out
 
 
-NOT_COMPARED_KEYS = ("seed", "device", "threads")  # which seed, where and on how many threads a run trained: not what
+NOT_COMPARED_KEYS = (
+    "seed",
+    "device",
+    "threads",
+)  # which seed, where and on how many threads a run trained: not what
 
 
 def flat_config(config: dict, data_version: str) -> dict:
@@ -143,7 +184,9 @@ def cell_configs(runs: pd.DataFrame, keys: list[str]) -> dict[str, list[dict]]:
 def config_changes(before: dict, now: dict) -> str:
     """'lr 0.01 -> 1e-07, n_iters 300 -> 200': the keys whose values differ, in words ('' if none)."""
     keys = sorted(set(before) | set(now))
-    return ", ".join(f"{k} {before.get(k, '-')} -> {now.get(k, '-')}" for k in keys if before.get(k) != now.get(k))
+    return ", ".join(
+        f"{k} {before.get(k, '-')} -> {now.get(k, '-')}" for k in keys if before.get(k) != now.get(k)
+    )
 
 
 def pooled_differences(configs: list[dict]) -> str:
@@ -171,7 +214,11 @@ def cell_name(setting: dict) -> str:
 
 def numeric_key(value) -> tuple:
     """Sorts numbers as numbers (10 after 8, not before 4), before anything else as text."""
-    return (0, float(value), "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0.0, str(value))
+    return (
+        (0, float(value), "")
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else (1, 0.0, str(value))
+    )
 
 
 def numeric_order(values) -> list:
@@ -185,14 +232,23 @@ def table_metrics(score: str, columns) -> list[str]:
     depths (Sort-of-CLEVR's three question types, the paper's columns) are columns too; a range of
     them (CTL's) is a curve (plot_lengths). Named test sets (mathematics' interpolation and
     extrapolation) get both columns each."""
-    wanted = [f"best_ood_valid_{score}", f"test_{score}_at_best", f"test_{score}_final", f"test_{score}_at_best_early",
-              f"iid_valid_{score}_at_best", f"iid_valid_{score}_final"]
+    wanted = [
+        f"best_ood_valid_{score}",
+        f"test_{score}_at_best",
+        f"test_{score}_final",
+        f"test_{score}_at_best_early",
+        f"iid_valid_{score}_at_best",
+        f"iid_valid_{score}_final",
+    ]
     wanted += [f"test_{name}_{score}_{when}" for name in NAMED_TEST_SPLITS for when in ("at_best", "final")]
-    depths = sorted((c for c in columns if re.fullmatch(rf"test_depth\d+_{score}_at_best", c)), key=lambda c: int(re.sub(r"\D", "", c.split("_")[1])))
+    depths = sorted(
+        (c for c in columns if re.fullmatch(rf"test_depth\d+_{score}_at_best", c)),
+        key=lambda c: int(re.sub(r"\D", "", c.split("_")[1])),
+    )
     return [m for m in wanted if m in columns] + (depths if len(depths) <= MAX_DEPTH_COLUMNS else [])
 
 
-@lru_cache(maxsize=None)
+@cache
 def task_fields(task: str) -> tuple[dataclasses.Field, ...]:
     """A task's config fields; none for a task the registry lacks (a published table's, not ours)."""
     from trainables.tasks import TASKS
@@ -212,6 +268,7 @@ def task_defaults(task: str) -> dict:
 
 class Printed(float):
     """A number as a paper printed it, with the unit it was rounded to: 1.00 is 0.01."""
+
     unit = 0.0
 
 
@@ -236,7 +293,14 @@ def published_cells() -> tuple[dict, ...]:
 def vs_paper(values, cell: dict) -> float | None:
     """stats.paper_p of our seeds against a published cell, allowing for its printed rounding."""
     std = cell.get("std")
-    return stats.paper_p(values, cell["mean"], std, cell.get("runs"), getattr(cell["mean"], "unit", 0.0), getattr(std, "unit", 0.0))
+    return stats.paper_p(
+        values,
+        cell["mean"],
+        std,
+        cell.get("runs"),
+        getattr(cell["mean"], "unit", 0.0),
+        getattr(std, "unit", 0.0),
+    )
 
 
 @lru_cache(maxsize=1)
@@ -263,15 +327,25 @@ def paper_setting(model: str, task: str, config: dict) -> dict:
     return {k: known[k] for k in varied if k in known}
 
 
-def published_for(model: str, task: str, variant: str | None, metric: str, grid: dict, config: dict,
-                  chosen: frozenset[str] = frozenset()) -> dict | None:
+def published_for(
+    model: str,
+    task: str,
+    variant: str | None,
+    metric: str,
+    grid: dict,
+    config: dict,
+    chosen: frozenset[str] = frozenset(),
+) -> dict | None:
     """The paper's number for a row of ours: same model, task (and variant where the paper has one),
     the split and score of `metric`; a paper cell that names every key the row sweeps (a layer
     ablation's rows match Table 4, not Table 1's one setting) and every key the file fixed away
     from the paper's setting (NDR with 8 layers meets Table 4's 8-layer cell or none, not Table 1's
     14), and whose setting the trial's config and task options agree with. `chosen`: keys a search
     or a tuning (per_pair) picked, whose row is the model under its best values: the headline's."""
-    split_score = re.match(r"^(test(?:_L|_x\d+|_\d+|_interpolate|_extrapolate)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$", metric)
+    split_score = re.match(
+        r"^(test(?:_L|_x\d+|_\d+|_interpolate|_extrapolate)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$",
+        metric,
+    )
     if not split_score:
         return None
     split, score, when = split_score.groups()
@@ -281,12 +355,25 @@ def published_for(model: str, task: str, variant: str | None, metric: str, grid:
     allowed = {"at_best_early": ("early",), "at_best": (None,), "final": (None, "final")}[when]
     known = {**task_defaults(task), **config.get("task_options", {}), **config}
     swept = {k for k in grid if k != "candidate"}
-    swept |= {k for k, v in paper_setting(model, task, config).items() if k not in chosen and k in known and known[k] != v}
+    swept |= {
+        k
+        for k, v in paper_setting(model, task, config).items()
+        if k not in chosen and k in known and known[k] != v
+    }
     for cell in published_cells():
-        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (model, task, split, score) or cell.get("checkpoint") not in allowed:
+        if (cell.get("model"), cell.get("task"), cell.get("split"), cell.get("metric")) != (
+            model,
+            task,
+            split,
+            score,
+        ) or cell.get("checkpoint") not in allowed:
             continue
         own = cell.get("setting") or {}
-        if cell.get("variant", variant) == variant and swept <= set(own) and all(k in known and known[k] == v for k, v in own.items()):
+        if (
+            cell.get("variant", variant) == variant
+            and swept <= set(own)
+            and all(k in known and known[k] == v for k, v in own.items())
+        ):
             return cell
     return None
 
@@ -308,27 +395,44 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
             return None
     # An early column's score is the best within early_budget, or within the whole run where that is shorter (train.py).
     early, n_iters = config.get("early_budget"), config.get("n_iters")
-    early_column = cell.get("checkpoint") == "early" and early is not None and (n_iters is None or early <= n_iters)
+    early_column = (
+        cell.get("checkpoint") == "early" and early is not None and (n_iters is None or early <= n_iters)
+    )
     key, ours = ("early_budget", early) if early_column else ("n_iters", n_iters)
     return {"key": key, "ours": ours, "paper": paper} if None not in (ours, paper) and ours != paper else None
 
 
-def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, baseline: dict, score: str,
-              chosen: frozenset[str] = frozenset()) -> list[dict]:
+def cell_rows(
+    frame: pd.DataFrame,
+    keys: list[str],
+    metrics: list[str],
+    report,
+    baseline: dict,
+    score: str,
+    chosen: frozenset[str] = frozenset(),
+) -> list[dict]:
     """Per grid cell (in numeric order): the seeds and, per metric, its summary, the paper's number,
     and the test against its baseline cell: the cell with the baseline's values and the row's own
     values of the keys the baseline does not name (a pair whose model lacks a baseline key, as an
     LSTM has no heads, has none)."""
     frame = frame.assign(**{k: frame["config"].map(lambda c, k=k: c.get(k)) for k in keys + ["seed"]})
-    ordered = frame.sort_values(keys, key=lambda col: col.map({v: i for i, v in enumerate(numeric_order(col))})) if keys else frame
-    cells = [(dict(zip(keys, cell if isinstance(cell, tuple) else (cell,))), group)
-             for cell, group in (ordered.groupby(keys, sort=False) if keys else [((), ordered)])]
+    ordered = (
+        frame.sort_values(keys, key=lambda col: col.map({v: i for i, v in enumerate(numeric_order(col))}))
+        if keys
+        else frame
+    )
+    cells = [
+        (dict(zip(keys, cell if isinstance(cell, tuple) else (cell,))), group)
+        for cell, group in (ordered.groupby(keys, sort=False) if keys else [((), ordered)])
+    ]
     by_setting = {setting_key(setting): group for setting, group in cells}
     baseline = baseline if set(baseline) <= set(keys) else {}
     rows = []
     for setting, group in cells:
         base_setting = {**setting, **baseline}
-        base_rows = by_setting.get(setting_key(base_setting)) if baseline and base_setting != setting else None
+        base_rows = (
+            by_setting.get(setting_key(base_setting)) if baseline and base_setting != setting else None
+        )
         first = group.iloc[0]
         row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
         for metric in metrics:
@@ -337,9 +441,16 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
                 continue
             low = lower_is_better(metric)
             summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
-            cell = published_for(first["model"], first["task"], first["variant"], metric, setting, first["config"], chosen)
-            entry = {"summary": summary, "values": values, "published": cell,
-                     "unlike": cell and training_unlike_the_paper(cell, first["model"], first["task"], first["config"])}
+            cell = published_for(
+                first["model"], first["task"], first["variant"], metric, setting, first["config"], chosen
+            )
+            entry = {
+                "summary": summary,
+                "values": values,
+                "published": cell,
+                "unlike": cell
+                and training_unlike_the_paper(cell, first["model"], first["task"], first["config"]),
+            }
             shorter = entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"]
             if cell and not shorter and cell.get("statistic") != "median":
                 entry["vs_paper"] = vs_paper(values, cell)
@@ -350,15 +461,29 @@ def cell_rows(frame: pd.DataFrame, keys: list[str], metrics: list[str], report, 
             row["metrics"][metric] = entry
         # The paper column: the test score at the checkpoint the paper reports (the best one, or the last).
         # Where the paper reports one named test set (mathematics: extrapolation), that one.
-        candidates = [f"test{split}_{score}_{when}" for split in ("", *(f"_{n}" for n in NAMED_TEST_SPLITS)) for when in ("at_best", "final")]
-        row["paper"] = next((row["metrics"][m] for m in candidates if m in row["metrics"] and row["metrics"][m]["published"]),
-                            row["metrics"].get(f"test_{score}_at_best"))
+        candidates = [
+            f"test{split}_{score}_{when}"
+            for split in ("", *(f"_{n}" for n in NAMED_TEST_SPLITS))
+            for when in ("at_best", "final")
+        ]
+        row["paper"] = next(
+            (row["metrics"][m] for m in candidates if m in row["metrics"] and row["metrics"][m]["published"]),
+            row["metrics"].get(f"test_{score}_at_best"),
+        )
         rows.append(row)
     return rows
 
 
-PAPERS = {"ndr": "NDR (Csordás et al., ICLR 2022)", "panm": "PANM (Le et al.)", "compositional_attention": "Compositional Attention (Mittal et al.)"}
-PAPER_NAMES = {"ndr": "NDR", "panm": "PANM", "compositional_attention": "Compositional Attention"}  # in a line, PAPERS without the authors
+PAPERS = {
+    "ndr": "NDR (Csordás et al., ICLR 2022)",
+    "panm": "PANM (Le et al.)",
+    "compositional_attention": "Compositional Attention (Mittal et al.)",
+}
+PAPER_NAMES = {
+    "ndr": "NDR",
+    "panm": "PANM",
+    "compositional_attention": "Compositional Attention",
+}  # in a line, PAPERS without the authors
 
 
 def answer_lines(study, summaries: dict) -> list[str]:
@@ -372,7 +497,10 @@ def answer_lines(study, summaries: dict) -> list[str]:
     lines = []
     for variant in dict.fromkeys(p.task.variant for p in study.pairs):
         pairs = [p for p in study.pairs if p.task.variant == variant]
-        seeds = {p.name: ((summaries.get(p.name, {}).get("confirmed") or {}).get("splits") or {}).get(metric) for p in pairs}
+        seeds = {
+            p.name: ((summaries.get(p.name, {}).get("confirmed") or {}).get("splits") or {}).get(metric)
+            for p in pairs
+        }
         confirmed = all(seeds.values())
         scored = []
         for pair in pairs:
@@ -380,8 +508,16 @@ def answer_lines(study, summaries: dict) -> list[str]:
             value = fmean(seeds[pair.name]) if confirmed else (s.get("best_metrics") or {}).get(metric)
             if value is not None:
                 config = s["confirmed"]["config"] if confirmed else s.get("best_config") or {}
-                scored.append((pair, value, published_for(pair.model, pair.task.task, variant, metric, {}, config, pair.chosen)))
-        if not scored:  # no trial ended with a score, or the file's report.headline names a split the task lacks
+                scored.append(
+                    (
+                        pair,
+                        value,
+                        published_for(pair.model, pair.task.task, variant, metric, {}, config, pair.chosen),
+                    )
+                )
+        if (
+            not scored
+        ):  # no trial ended with a score, or the file's report.headline names a split the task lacks
             lines.append(f"no answer on {variant}: no pair's best trial reported {metric}")
             continue
         scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
@@ -389,14 +525,25 @@ def answer_lines(study, summaries: dict) -> list[str]:
         versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
         basis = "each pair's best trial"
         if confirmed:
-            basis = "each pair's confirmed candidate, the mean over its seeds (" + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored) + ")"
+            basis = (
+                "each pair's confirmed candidate, the mean over its seeds ("
+                + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored)
+                + ")"
+            )
             if len(scored) > 1 and min(len(seeds[winner.name]), len(seeds[scored[1][0].name])) > 1:
                 p_value = stats.two_sided_p(seeds[winner.name], seeds[scored[1][0].name], study.report.test)
                 basis += f"; {winner.model} against {scored[1][0].model}: p = {p_value:.3g} ({study.report.test}, two-sided)"
-        lines.append(f"answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
-                     + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
-                     + (f" vs {versus}" if versus else "") + f"; {basis}, at this launch's scale")
-        papers = [f"{pair.model} {paper['mean']:.2f} ({PAPER_NAMES.get(paper['paper'], paper['paper'])} {paper['table']})" for pair, _, paper in scored if paper]
+        lines.append(
+            f"answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
+            + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
+            + (f" vs {versus}" if versus else "")
+            + f"; {basis}, at this launch's scale"
+        )
+        papers = [
+            f"{pair.model} {paper['mean']:.2f} ({PAPER_NAMES.get(paper['paper'], paper['paper'])} {paper['table']})"
+            for pair, _, paper in scored
+            if paper
+        ]
         if papers:
             lines.append(f"  at full scale the papers report: {', '.join(papers)}")
     return lines
@@ -408,6 +555,7 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
     the paper prints as a baseline we do not run, and a column per task variant and task setting
     (a length cut-off, a module), split and score. Where several of a pair's cells meet one printed
     row (a search's candidates), the best by `metric` fills it."""
+
     def rank(row: dict) -> float:
         summary = row["metrics"].get(metric, {}).get("summary")
         return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
@@ -420,25 +568,38 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
         return cell["model"], ", ".join(f"{k}={v}" for k, v in own.items())
 
     def column_of(cell: dict) -> tuple:
-        group = " ".join([cell.get("variant") or cell["task"], *(f"{k}={v}" for k, v in task_setting(cell).items())])
-        when = {"early": f"best within {cell['n_iters']:,}" if cell.get("n_iters") else "early", "final": "final"}.get(cell.get("checkpoint"))
+        group = " ".join(
+            [cell.get("variant") or cell["task"], *(f"{k}={v}" for k, v in task_setting(cell).items())]
+        )
+        when = {
+            "early": f"best within {cell['n_iters']:,}" if cell.get("n_iters") else "early",
+            "final": "final",
+        }.get(cell.get("checkpoint"))
         return group, cell["split"], cell["metric"], when
 
     # Per pair and printed row, the one of the pair's cells that fills it (the best by `metric`, so
     # that a row never mixes a search's candidates), and per number it met, the first metric in its
     # order (at_best before final); a number two pairs met, from the better one.
-    best: dict[tuple, tuple[float, dict]] = {}  # (pair, paper, table, printed row) -> (rank, {id(published cell): entry})
+    best: dict[
+        tuple, tuple[float, dict]
+    ] = {}  # (pair, paper, table, printed row) -> (rank, {id(published cell): entry})
     for pair in pairs:
         for row in pair["rows"]:
             met: dict[tuple, dict] = {}
             for entry in row["metrics"].values():
                 cell = entry["published"]
                 if cell is not None:
-                    met.setdefault((pair["name"], cell["paper"], cell["table"], row_of(cell)), {}).setdefault(id(cell), entry)
+                    met.setdefault((pair["name"], cell["paper"], cell["table"], row_of(cell)), {}).setdefault(
+                        id(cell), entry
+                    )
             for printed, entries in met.items():
                 if printed not in best or rank(row) > best[printed][0]:
                     best[printed] = (rank(row), entries)
-    ours = {key: entry for _, entries in sorted(best.values(), key=lambda group: group[0]) for key, entry in entries.items()}
+    ours = {
+        key: entry
+        for _, entries in sorted(best.values(), key=lambda group: group[0])
+        for key, entry in entries.items()
+    }
     shown = {printed[1:] for printed in best}
     shown_tables = {printed[:2] for printed in shown}
     tables = {}
@@ -448,24 +609,49 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
             tables.setdefault(table, []).append(cell)
     out = []
     for (paper, table), cells in tables.items():
-        groups = list(dict.fromkeys(column_of(cell)[0] for cell in cells))  # a variant's columns side by side, in the paper's order
-        columns = list(dict.fromkeys(column_of(cell) for cell in sorted(cells, key=lambda cell: groups.index(column_of(cell)[0]))))
+        groups = list(
+            dict.fromkeys(column_of(cell)[0] for cell in cells)
+        )  # a variant's columns side by side, in the paper's order
+        columns = list(
+            dict.fromkeys(
+                column_of(cell) for cell in sorted(cells, key=lambda cell: groups.index(column_of(cell)[0]))
+            )
+        )
         one_score = len({column[2] for column in columns}) == 1
         rows = {}
         for cell in cells:
             entry = ours.get(id(cell))
             unlike = entry and entry["unlike"]
-            rows.setdefault(row_of(cell), {})[column_of(cell)] = {"ours": entry and entry["summary"], "paper": cell,
-                                                                  "trained": unlike and ("shorter" if unlike["ours"] < unlike["paper"] else "longer")}
-        out.append({"paper": PAPERS.get(paper, paper), "table": table,
-                    "columns": [{"key": (group, split, score, when),
-                                 "label": " ".join(part for part in (group, split, None if one_score else score, when) if part)}
-                                for group, split, score, when in columns],
-                    "rows": [{"model": model, "setting": setting, "cells": by_column} for (model, setting), by_column in rows.items()]})
+            rows.setdefault(row_of(cell), {})[column_of(cell)] = {
+                "ours": entry and entry["summary"],
+                "paper": cell,
+                "trained": unlike and ("shorter" if unlike["ours"] < unlike["paper"] else "longer"),
+            }
+        out.append(
+            {
+                "paper": PAPERS.get(paper, paper),
+                "table": table,
+                "columns": [
+                    {
+                        "key": (group, split, score, when),
+                        "label": " ".join(
+                            part for part in (group, split, None if one_score else score, when) if part
+                        ),
+                    }
+                    for group, split, score, when in columns
+                ],
+                "rows": [
+                    {"model": model, "setting": setting, "cells": by_column}
+                    for (model, setting), by_column in rows.items()
+                ],
+            }
+        )
     return out
 
 
-def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
+def plot_keys(
+    pair: str, rows: list[dict], keys: list[str], metric: str, chance: str, out_dir: Path
+) -> list[tuple[Path, str]]:
     """One panel per swept key: the metric's mean (95% interval) against that key's values, in
     numeric order, one line per combination of the other keys' values."""
     plt = pyplot()
@@ -480,11 +666,22 @@ def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, chance:
             if metric in r["metrics"]:
                 lines.setdefault(tuple(r["setting"][k] for k in others), []).append(r)
         for rest, members in lines.items():
-            members = sorted(members, key=lambda r: numeric_order([m["setting"][key] for m in members]).index(r["setting"][key]))
+            members = sorted(
+                members,
+                key=lambda r: numeric_order([m["setting"][key] for m in members]).index(r["setting"][key]),
+            )
             xs = [str(m["setting"][key]) for m in members]
             means = [m["metrics"][metric]["summary"].mean for m in members]
-            errors = [[mean - (m["metrics"][metric]["summary"].ci or (mean, mean))[0] for m, mean in zip(members, means)],
-                      [(m["metrics"][metric]["summary"].ci or (mean, mean))[1] - mean for m, mean in zip(members, means)]]
+            errors = [
+                [
+                    mean - (m["metrics"][metric]["summary"].ci or (mean, mean))[0]
+                    for m, mean in zip(members, means)
+                ],
+                [
+                    (m["metrics"][metric]["summary"].ci or (mean, mean))[1] - mean
+                    for m, mean in zip(members, means)
+                ],
+            ]
             label = ", ".join(f"{k}={v}" for k, v in zip(others, rest)) or metric
             ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=label)
         draw_chance(ax, chance, metric)
@@ -497,22 +694,46 @@ def plot_keys(pair: str, rows: list[dict], keys: list[str], metric: str, chance:
     return [(path, figure_png(fig, path))]
 
 
-def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
+def plot_lengths(
+    pair: str, rows: list[dict], frame: pd.DataFrame, score: str, chance: str, out_dir: Path
+) -> list[tuple[Path, str]]:
     """Test score per test length (PANM's L, 1x..8x) or depth, a line per cell, the paper's points beside."""
-    splits = sorted({TEST_SPLIT.match(c).group(1) for c in frame.columns if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")},
-                    key=split_order)
+    splits = sorted(
+        {
+            TEST_SPLIT.match(c).group(1)
+            for c in frame.columns
+            if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")
+        },
+        key=split_order,
+    )
     if len(splits) < 2:
         return []
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for r in rows[:8]:
         means = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("summary") for s in splits]
-        ax.plot(splits, [m.mean if m else float("nan") for m in means], marker="o",
-                label=", ".join(f"{k}={v}" for k, v in r["setting"].items()) or pair)
+        ax.plot(
+            splits,
+            [m.mean if m else float("nan") for m in means],
+            marker="o",
+            label=", ".join(f"{k}={v}" for k, v in r["setting"].items()) or pair,
+        )
         paper = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("published") for s in splits]
         if any(paper):
-            ax.plot(splits, [p["mean"] if p else float("nan") for p in paper], linestyle="none", marker="x", color="black")
-    ax.set_xlabel("test depth" if splits[0].startswith("depth") else "test length" if splits[0].isdigit() else "test length (L, then multiples of L+1)")
+            ax.plot(
+                splits,
+                [p["mean"] if p else float("nan") for p in paper],
+                linestyle="none",
+                marker="x",
+                color="black",
+            )
+    ax.set_xlabel(
+        "test depth"
+        if splits[0].startswith("depth")
+        else "test length"
+        if splits[0].isdigit()
+        else "test length (L, then multiples of L+1)"
+    )
     ax.set_ylabel(f"test {score} at best")
     draw_chance(ax, chance, f"test_{score}_at_best")
     ax.legend(fontsize=7, loc="best")
@@ -521,7 +742,9 @@ def plot_lengths(pair: str, rows: list[dict], frame: pd.DataFrame, score: str, c
     return [(path, figure_png(fig, path))]
 
 
-def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[str], score: str, chance: str, out_dir: Path) -> list[tuple[Path, str]]:
+def plot_history(
+    pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[str], score: str, chance: str, out_dir: Path
+) -> list[tuple[Path, str]]:
     """The nightly job's history: per cell, its mean test score night after night. `nights` holds
     each night's label and runs (runs_frame), oldest first."""
     metric = f"test_{score}_at_best"
@@ -540,8 +763,12 @@ def plot_history(pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[s
     for cell in sorted(points, key=lambda c: tuple(map(numeric_key, c))):  # in the order of the grid's values
         seen = sorted(points[cell].items())
         # At the night's index: labels as categories would be ordered by the first line drawn.
-        ax.plot([k for k, _ in seen], [sum(v) / len(v) for _, v in seen], marker="o",
-                label=cell_name(dict(zip(keys, cell))) if keys else pair)
+        ax.plot(
+            [k for k, _ in seen],
+            [sum(v) / len(v) for _, v in seen],
+            marker="o",
+            label=cell_name(dict(zip(keys, cell))) if keys else pair,
+        )
     ax.set_xticks(range(len(nights)), [label for label, _ in nights], rotation=30, ha="right", fontsize=7)
     ax.set_xlabel("night")
     ax.set_ylabel(f"{metric} (mean over seeds)")
@@ -566,14 +793,29 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
         if status == "lost":  # replaced by another trial on resume
             continue
         config = json.loads(run.data.tags.get(CONFIG_TAG, "{}"))
-        curves = {name: [(m.step, m.value) for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
-                  for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")}
+        curves = {
+            name: [
+                (m.step, m.value)
+                for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)
+            ]
+            for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")
+        }
         steps = [step for points in curves.values() for step, _ in points]
         if DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
             steps.append(int(run.data.tags[DIVERGED_AT_TAG]))
-        trials.append({"run_id": run.info.run_id, "name": run.info.run_name or "", "status": status, "last_step": max(steps, default=0),
-                       "params": {k: config[k] for k in pair.space if k in config}, "metric": run.data.metrics.get(metric),
-                       "test": run.data.metrics.get(test), "curves": curves, "start": run.info.start_time})
+        trials.append(
+            {
+                "run_id": run.info.run_id,
+                "name": run.info.run_name or "",
+                "status": status,
+                "last_step": max(steps, default=0),
+                "params": {k: config[k] for k in pair.space if k in config},
+                "metric": run.data.metrics.get(metric),
+                "test": run.data.metrics.get(test),
+                "curves": curves,
+                "start": run.info.start_time,
+            }
+        )
     # The first best, in the order the trials started, of those that may answer: as summaries.pair_summaries and answer_runs take it.
     scored = [t for t in trials if t["metric"] is not None and may_answer(t["status"])]
     best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
@@ -583,18 +825,35 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
         # console show too: after a driver resume, a lost trial's replacement has the lost one's.
         named = re.match(r"#(\d+) ", trial["name"])
         number = int(named.group(1)) if named else position
-        trial.update(number=number, best=trial is best, label=f"#{number} " + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                                                                      for k, v in trial["params"].items()))
+        trial.update(
+            number=number,
+            best=trial is best,
+            label=f"#{number} "
+            + " ".join(
+                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items()
+            ),
+        )
     chance = pair.chance(study.score)
     figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
-    sliced = plots.slices(pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, chance, out_dir)
+    sliced = plots.slices(
+        pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, chance, out_dir
+    )
     # Trials that tie the winner on the metric: which of them answers is the tie's rule, not a finding.
     tied = [t for t in scored if t["metric"] == best["metric"]]  # in the order they started, as runs come
     tests = [t["test"] for t in tied if t["test"] is not None]
-    tie = {"numbers": [t["number"] for t in tied], "tests": (min(tests), max(tests)) if tests else None} if len(tied) > 1 else None
-    return {"trials": trials, "best": best, "tie": tie,
-            "importances": importances(state, pair, trials), "figures": figures + ([sliced] if sliced else []),
-            "space": {k: f"{d.kind} {list(d.values)}" for k, d in pair.space.items()}}
+    tie = (
+        {"numbers": [t["number"] for t in tied], "tests": (min(tests), max(tests)) if tests else None}
+        if len(tied) > 1
+        else None
+    )
+    return {
+        "trials": trials,
+        "best": best,
+        "tie": tie,
+        "importances": importances(state, pair, trials),
+        "figures": figures + ([sliced] if sliced else []),
+        "space": {k: f"{d.kind} {list(d.values)}" for k, d in pair.space.items()},
+    }
 
 
 def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | str:
@@ -608,7 +867,10 @@ def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | st
     if len(finished) < 3:
         return f"{len(finished)} trial(s) with a score: too few to rank hyperparameters"
     try:
-        study = optuna.load_study(study_name=state.optuna_study_name(pair.name), storage=search_storage(state.tracking_uri, state.dir, read_only=True))
+        study = optuna.load_study(
+            study_name=state.optuna_study_name(pair.name),
+            storage=search_storage(state.tracking_uri, state.dir, read_only=True),
+        )
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             ranked = list(optuna.importance.get_param_importances(study).items())
@@ -635,23 +897,41 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
     frame = completed(frame_ended)
     # Each night's runs read once, for every pair's history plot.
     label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
-    nights = [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)] if history is not None else None
+    nights = (
+        [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)]
+        if history is not None
+        else None
+    )
     before_ended = runs_frame(previous_state, statuses=ENDED) if previous_state else None
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
     pairs, tested, broken, in_both, one_sided = [], [], [], 0, 0
-    changed, not_comparable = {}, []  # a compared cell's config changes since; cells whose runs pool several configs
+    changed, not_comparable = (
+        {},
+        [],
+    )  # a compared cell's config changes since; cells whose runs pool several configs
     mlflow = client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
     ui = mlflow_ui(state.tracking_uri)
     for pair in study.pairs:
-        links = ui_links(ui["url"], parent.info.experiment_id, [r.info.run_id for r in trial_runs if r.data.tags.get("pair") == pair.name
-                                                                          and r.data.tags.get(STATUS_TAG) != "lost"],
-                                  [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
-                                  f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'", study.metric, study.mode)
+        links = ui_links(
+            ui["url"],
+            parent.info.experiment_id,
+            [
+                r.info.run_id
+                for r in trial_runs
+                if r.data.tags.get("pair") == pair.name and r.data.tags.get(STATUS_TAG) != "lost"
+            ],
+            [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
+            f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'",
+            study.metric,
+            study.mode,
+        )
         runs = frame[frame["pair"] == pair.name] if len(frame) else frame
-        searched = None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
+        searched = (
+            None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
+        )
         chance = pair.chance(study.score)
         ended = outcomes(frame_ended, study, pair)
         if before_ended is not None:
@@ -660,43 +940,75 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             in_both += len(set(ended) & set(ended_before))
             one_sided += len(set(ended) ^ set(ended_before))
         if not len(runs):
-            pairs.append({"name": pair.name, "rows": [], "metrics": [], "figures": searched["figures"] if searched else [],
-                          "chance": chance, "search": searched, "links": links})
+            pairs.append(
+                {
+                    "name": pair.name,
+                    "rows": [],
+                    "metrics": [],
+                    "figures": searched["figures"] if searched else [],
+                    "chance": chance,
+                    "search": searched,
+                    "links": links,
+                }
+            )
             continue
         runs, own_keys = answer_runs(runs, study, pair)
         metrics = table_metrics(study.score, runs.columns)
-        lengths = sorted((c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
-                         key=lambda c: split_order(TEST_SPLIT.match(c).group(1)))
-        rows = cell_rows(runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score, pair.chosen)
+        lengths = sorted(
+            (c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
+            key=lambda c: split_order(TEST_SPLIT.match(c).group(1)),
+        )
+        rows = cell_rows(
+            runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score, pair.chosen
+        )
         for r in rows:  # the cell's runs that ended without a result: its seeds column says so
             cell_ended = ended.get(setting_key(r["setting"]), Counter())
             r["unfinished"] = unfinished(cell_ended)
-            if cell_ended["diverged"]:  # a seed whose training blew up solved nothing (a failed one may be the cluster's fault)
+            if cell_ended[
+                "diverged"
+            ]:  # a seed whose training blew up solved nothing (a failed one may be the cluster's fault)
                 for entry in r["metrics"].values():
                     s = entry["summary"]
                     if s.solved is not None:
-                        entry["summary"] = dataclasses.replace(s, solved=s.solved * s.n / (s.n + cell_ended["diverged"]))
-        figures = (plot_keys(pair.name, rows, own_keys, f"test_{study.score}_at_best", chance, out_dir)
-                   + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir))
+                        entry["summary"] = dataclasses.replace(
+                            s, solved=s.solved * s.n / (s.n + cell_ended["diverged"])
+                        )
+        figures = plot_keys(
+            pair.name, rows, own_keys, f"test_{study.score}_at_best", chance, out_dir
+        ) + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir)
         if nights is not None:
             figures += plot_history(pair.name, nights, own_keys, study.score, chance, out_dir)
-        ranked = (runs.dropna(subset=[study.metric]).sort_values(study.metric, ascending=study.mode == "min", kind="stable")
-                  if study.metric in runs else runs[:0])  # stable: of tied trials, the first started, as answer_runs picks
+        ranked = (
+            runs.dropna(subset=[study.metric]).sort_values(
+                study.metric, ascending=study.mode == "min", kind="stable"
+            )
+            if study.metric in runs
+            else runs[:0]
+        )  # stable: of tied trials, the first started, as answer_runs picks
         if len(ranked):  # the maps of the pair's best trial (of those its rows show)
             figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
         if before is not None and len(before):
             earlier = before[before["pair"] == pair.name]
-            old = {setting_key(r["setting"]): r for r in cell_rows(earlier, own_keys, metrics, study.report, {}, study.score)}
+            old = {
+                setting_key(r["setting"]): r
+                for r in cell_rows(earlier, own_keys, metrics, study.report, {}, study.score)
+            }
             trained_now, trained_before = cell_configs(runs, own_keys), cell_configs(earlier, own_keys)
             for r in rows:
                 key = setting_key(r["setting"])
                 was = old.get(key)
                 if was is None:
                     continue
-                pooled = [(side, trained[key]) for side, trained in (("earlier", trained_before), ("this", trained_now)) if len(trained[key]) > 1]
+                pooled = [
+                    (side, trained[key])
+                    for side, trained in (("earlier", trained_before), ("this", trained_now))
+                    if len(trained[key]) > 1
+                ]
                 if pooled:  # no one config to compare: a mean over several says nothing of a change
-                    not_comparable.append(f"{pair.name} {cell_name(r['setting'])}: not compared, the {pooled[0][0]} launch's runs of "
-                                          f"this cell differ in {pooled_differences(pooled[0][1])}")
+                    not_comparable.append(
+                        f"{pair.name} {cell_name(r['setting'])}: not compared, the {pooled[0][0]} launch's runs of "
+                        f"this cell differ in {pooled_differences(pooled[0][1])}"
+                    )
                     continue
                 change = config_changes(trained_before[key][0], trained_now[key][0])
                 if change:
@@ -705,14 +1017,34 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
                     if was and metric in was["metrics"] and metric in r["metrics"]:
                         r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
                         if metric == f"test_{study.score}_at_best":
-                            tested.append(((pair.name, cell_name(r["setting"]), metric), r["metrics"][metric]["values"],
-                                           was["metrics"][metric]["values"], lower_is_better(metric)))
+                            tested.append(
+                                (
+                                    (pair.name, cell_name(r["setting"]), metric),
+                                    r["metrics"][metric]["values"],
+                                    was["metrics"][metric]["values"],
+                                    lower_is_better(metric),
+                                )
+                            )
         if searched:
             figures = searched["figures"] + figures
-        pairs.append({"name": pair.name, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures, "chance": chance,
-                      "search": searched, "links": links})
+        pairs.append(
+            {
+                "name": pair.name,
+                "rows": rows,
+                "metrics": metrics,
+                "lengths": lengths,
+                "figures": figures,
+                "chance": chance,
+                "search": searched,
+                "links": links,
+            }
+        )
     comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
-    code_before = mlflow.get_run(previous_state.parent_run_id).data.tags.get("code_version", "unknown") if previous_state else None
+    code_before = (
+        mlflow.get_run(previous_state.parent_run_id).data.tags.get("code_version", "unknown")
+        if previous_state
+        else None
+    )
     flagged = {c.key for c in comparisons if c.regressed}
     for entry in pairs:
         for r in entry["rows"]:
@@ -720,19 +1052,39 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
             if (entry["name"], cell_name(r["setting"]), metric) in flagged:
                 r["metrics"][metric]["regressed"] = True
     return {
-        "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}", "launch": state.launch_id, "spec_file": state.spec_file,
+        "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}",
+        "launch": state.launch_id,
+        "spec_file": state.spec_file,
         "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
-        "answer": [] if study.is_ablation else answer_lines(study, pair_summaries(state.tracking_uri, state.experiment, state.launch_id,
-                                                                                           study.metric, study.score, trial_runs)),
+        "answer": []
+        if study.is_ablation
+        else answer_lines(
+            study,
+            pair_summaries(
+                state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs
+            ),
+        ),
         "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
-        "code_version": parent.data.tags.get("code_version", "unknown"), "grid": study.grid, "seeds": study.seeds,
-        "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}), "metric": study.metric, "score": study.score,
-        "report": study.report, "previous": previous_state.launch_id if previous_state else None, "code_before": code_before,
-        "pairs": pairs, "paper_tables": paper_tables(pairs, study.metric, study.mode), "comparisons": comparisons, "mlflow_ui": ui,
+        "code_version": parent.data.tags.get("code_version", "unknown"),
+        "grid": study.grid,
+        "seeds": study.seeds,
+        "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}),
+        "metric": study.metric,
+        "score": study.score,
+        "report": study.report,
+        "previous": previous_state.launch_id if previous_state else None,
+        "code_before": code_before,
+        "pairs": pairs,
+        "paper_tables": paper_tables(pairs, study.metric, study.mode),
+        "comparisons": comparisons,
+        "mlflow_ui": ui,
         # Cells of both launches with fewer than two completed runs on a side: no test could compare them.
-        "uncompared": max(0, in_both - len(comparisons) - len(not_comparable)), "one_sided": one_sided,
-        "not_comparable": not_comparable, "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
-        "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed] + broken,
+        "uncompared": max(0, in_both - len(comparisons) - len(not_comparable)),
+        "one_sided": one_sided,
+        "not_comparable": not_comparable,
+        "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
+        "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed]
+        + broken,
     }
 
 
@@ -770,9 +1122,13 @@ def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
 
     now = int(datetime.datetime.now().timestamp() * 1000)
     # A search's best trial alone (no cell) is on the launch's run already (summaries.summarize_pairs).
-    metrics = [Metric(metric_name(pair["name"], cell_name(row["setting"]), metric), entry["summary"].mean, now, 0)
-               for pair in context["pairs"] for row in pair["rows"] if row["setting"] or context["search"] is None
-               for metric, entry in row["metrics"].items()]
+    metrics = [
+        Metric(metric_name(pair["name"], cell_name(row["setting"]), metric), entry["summary"].mean, now, 0)
+        for pair in context["pairs"]
+        for row in pair["rows"]
+        if row["setting"] or context["search"] is None
+        for metric, entry in row["metrics"].items()
+    ]
     for start in range(0, len(metrics), MAX_BATCH):
         mlflow.log_batch(parent_run_id, metrics=metrics[start : start + MAX_BATCH])
 
@@ -783,10 +1139,16 @@ def render(context: dict, image_folder: str = "") -> tuple[str, str]:
 
     # The page escapes what it shows (select_autoescape(["html"]) would not: the template's name ends in .j2);
     # the macros of cells.j2, shared with the Markdown, are escaped where the page shows them.
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=lambda name: (name or "").endswith(".html.j2"),
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=lambda name: (name or "").endswith(".html.j2"),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["f3"] = stats.fmt
-    return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template("report.html.j2").render(**context)
+    return env.get_template("report.md.j2").render(**context, image_folder=image_folder), env.get_template(
+        "report.html.j2"
+    ).render(**context)
 
 
 def log_report_files(mlflow, state, paths: list[Path]) -> None:
@@ -806,8 +1168,13 @@ def log_report_files(mlflow, state, paths: list[Path]) -> None:
         shutil.copyfile(path, folder / path.name)
 
 
-def write_report(state, previous_state=None, history: list | None = None, dated_in: Path | None = None,
-                 passed_over: list[str] = ()) -> tuple[list[Path], Regressions]:
+def write_report(
+    state,
+    previous_state=None,
+    history: list | None = None,
+    dated_in: Path | None = None,
+    passed_over: list[str] = (),
+) -> tuple[list[Path], Regressions]:
     """Write the report to `<launch>/report/` (and log it on the parent run), and with `dated_in`
     a dated copy there; -> (files written, the cells that regressed: see Regressions). `passed_over`:
     the nights after `previous_state` that regressed, which are no baseline (write_night)."""
@@ -816,7 +1183,9 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
     out_dir = state.dir / "report"
     (out_dir / "report.md").write_text(markdown)
     (out_dir / "report.html").write_text(page)
-    paths = [out_dir / "report.md", out_dir / "report.html"] + [path for entry in context["pairs"] for path, _ in entry["figures"]]
+    paths = [out_dir / "report.md", out_dir / "report.html"] + [
+        path for entry in context["pairs"] for path, _ in entry["figures"]
+    ]
     mlflow = client(state.tracking_uri)
     log_report_files(mlflow, state, paths)
     log_cell_means(mlflow, state.parent_run_id, context)
@@ -830,11 +1199,15 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
     compared = None
     if previous_state is not None:
         n, settings = len(context["comparisons"]), context["report"]
-        compared = (f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
-                    f"(one-sided {settings.test} test across seeds, alpha {settings.alpha:g}, Holm-corrected; "
-                    f"code {context['code_before']} -> {context['code_version']})")
+        compared = (
+            f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
+            f"(one-sided {settings.test} test across seeds, alpha {settings.alpha:g}, Holm-corrected; "
+            f"code {context['code_before']} -> {context['code_version']})"
+        )
         if context["uncompared"]:
-            compared += f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
+            compared += (
+                f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
+            )
         if context["one_sided"]:
             compared += f"; {context['one_sided']} cell(s) in one of the two launches only"
         if context["not_comparable"]:
@@ -842,8 +1215,10 @@ def write_report(state, previous_state=None, history: list | None = None, dated_
         if context["changed"]:
             compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
         if passed_over:
-            compared += (f"; passed over {', '.join(passed_over)}, which regressed: a regression is no baseline until "
-                         "`orchestrator accept` says it was intended")
+            compared += (
+                f"; passed over {', '.join(passed_over)}, which regressed: a regression is no baseline until "
+                "`orchestrator accept` says it was intended"
+            )
     return paths, Regressions(context["regressions"], compared)
 
 
@@ -856,5 +1231,11 @@ def write_night(state) -> tuple[list[Path], Regressions]:
     nights = earlier_launches(state, nightly=True)
     baselines = baseline_nights(nights)
     baseline = baselines[-1] if baselines else None
-    passed_over = [n.launch_id for n in nights[nights.index(baseline) + 1:]] if baseline else []
-    return write_report(state, baseline, history=nights, dated_in=state.dir.parent / "nightly" / state.experiment, passed_over=passed_over)
+    passed_over = [n.launch_id for n in nights[nights.index(baseline) + 1 :]] if baseline else []
+    return write_report(
+        state,
+        baseline,
+        history=nights,
+        dated_in=state.dir.parent / "nightly" / state.experiment,
+        passed_over=passed_over,
+    )

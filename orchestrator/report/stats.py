@@ -8,6 +8,7 @@ in one comparison so that a night of many cells keeps its false-alarm rate at th
 of k files tests each at level / k: cli.nightly_files), and only when the mean moved by at least a
 minimum effect.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,9 +49,15 @@ def summarize(values, threshold: float | None = None, lower_is_better: bool = Fa
     solved = None
     if threshold is not None:
         solved = sum((v <= threshold) if lower_is_better else (v >= threshold) for v in values) / n
-    return Summary(n=n, mean=mean, median=float(np.median(values)), std=float(np.std(values, ddof=1)) if several else None,
-                   ci=mean_ci(values) if several else None, solved=solved,
-                   best=min(values) if lower_is_better else max(values))
+    return Summary(
+        n=n,
+        mean=mean,
+        median=float(np.median(values)),
+        std=float(np.std(values, ddof=1)) if several else None,
+        ci=mean_ci(values) if several else None,
+        solved=solved,
+        best=min(values) if lower_is_better else max(values),
+    )
 
 
 def constant(values) -> bool:
@@ -64,8 +71,12 @@ def tied_seeds_quiet():
     """Silence scipy's "Precision loss ... catastrophic cancellation" for a side whose seeds tie:
     its variance is 0 up to rounding, which Welch's test handles; both sides tied never get here."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Precision loss occurred in moment calculation", category=RuntimeWarning,
-                                module="scipy")
+        warnings.filterwarnings(
+            "ignore",
+            message="Precision loss occurred in moment calculation",
+            category=RuntimeWarning,
+            module="scipy",
+        )
         yield
 
 
@@ -116,8 +127,9 @@ def two_sided_p(values, baseline, test: str = "welch") -> float:
         return float(stats.ttest_ind(values, baseline, equal_var=False).pvalue)
 
 
-def paper_p(values, mean: float, std: float | None, runs: int | None, mean_unit: float = 0.0,
-            std_unit: float = 0.0) -> float | None:
+def paper_p(
+    values, mean: float, std: float | None, runs: int | None, mean_unit: float = 0.0, std_unit: float = 0.0
+) -> float | None:
     """Two-sided Welch p-value of "our seeds differ from a paper's number", from the paper's mean,
     std and run count (its std taken as a sample std): the largest p the printed numbers allow. A
     paper rounds to a unit (1.00 ± 0.00: a mean in [0.995, 1.005], a std under 0.005), and the
@@ -138,7 +150,9 @@ def paper_p(values, mean: float, std: float | None, runs: int | None, mean_unit:
             p = max(p, 1.0 if ours == nearest else 0.0)
             continue
         with tied_seeds_quiet():
-            welch = stats.ttest_ind_from_stats(ours, np.std(values, ddof=1), len(values), nearest, paper_std, runs, equal_var=False)
+            welch = stats.ttest_ind_from_stats(
+                ours, np.std(values, ddof=1), len(values), nearest, paper_std, runs, equal_var=False
+            )
         p = max(p, float(welch.pvalue))
     return p
 
@@ -162,12 +176,18 @@ class Comparison:
     regressed: bool
 
 
-def regressions(pairs: list[tuple[tuple, list[float], list[float], bool]], alpha: float = 0.05, min_effect: float = 0.01,
-                test: str = "welch") -> list[Comparison]:
+def regressions(
+    pairs: list[tuple[tuple, list[float], list[float], bool]],
+    alpha: float = 0.05,
+    min_effect: float = 0.01,
+    test: str = "welch",
+) -> list[Comparison]:
     """Each (key, now, before, lower_is_better) compared; regressed where the Holm-adjusted p is
     below alpha and the mean got worse by at least min_effect. Cells with fewer than two seeds on
     either side cannot be tested and never regress."""
-    testable = [(key, now, before, low) for key, now, before, low in pairs if len(now) > 1 and len(before) > 1]
+    testable = [
+        (key, now, before, low) for key, now, before, low in pairs if len(now) > 1 and len(before) > 1
+    ]
     raw = [worse_p_value(now, before, low, test) for _, now, before, low in testable]
     out = []
     for (key, now, before, low), p in zip(testable, holm(raw)):

@@ -9,6 +9,7 @@ ProgressLines is the launch's console: one line per evaluation (pair, trial, ite
 and, every `every_s` seconds, one overall line (runs ended of the budget, best per pair so far,
 ETA). Tune's own tables are off (RunConfig verbose=0); lines are plain text, fit for cron and CI logs.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,22 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
 from ..record.retries import store_outage
-from ..record.runs import (CONFIG_TAG, DIVERGED_AT_TAG, MAX_BATCH, REPLAY_KEY, STATUS_TAG, code_tags, end_running_runs, member_result,
-                           numeric_metrics, pair_run)
+from ..record.runs import (
+    CONFIG_TAG,
+    DIVERGED_AT_TAG,
+    MAX_BATCH,
+    REPLAY_KEY,
+    STATUS_TAG,
+    code_tags,
+    end_running_runs,
+    member_result,
+    numeric_metrics,
+    pair_run,
+)
 from ..record.stores import client
 from ..record.summaries import cell_name
+from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
 
 
 def cell_tags(trial, member: int | None = None) -> dict[str, str]:
@@ -38,12 +49,16 @@ def cell_tags(trial, member: int | None = None) -> dict[str, str]:
         return member_tag
     tags = {"seed": str(own["seed"]), **member_tag}
     if CANDIDATE_KEY in trial.config:
-        return {"cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}", "candidate": str(trial.config[CANDIDATE_KEY]), **tags}
+        return {
+            "cell": f"candidate {trial.config[CANDIDATE_KEY] + 1}",
+            "candidate": str(trial.config[CANDIDATE_KEY]),
+            **tags,
+        }
     return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), **tags}
 
 
 def error_line(trial) -> str:
-    """": <the last line of the trial's error>", from the file Tune wrote; Tune's own log of the
+    """ ": <the last line of the trial's error>", from the file Tune wrote; Tune's own log of the
     error (a traceback) is kept off the console (launch.quiet_ray)."""
     path = getattr(trial, "error_file", None)
     if not path or not os.path.exists(path):
@@ -58,7 +73,14 @@ class TrialTracker(Callback):
     and everything that reads it see what separate trials would have written.
     `base_configs` and `tags` are per pair, keyed by the pair named in each trial's config."""
 
-    def __init__(self, uri: str, parent_run_id: str, launch_id: str, base_configs: dict[str, dict], tags: dict[str, dict]):
+    def __init__(
+        self,
+        uri: str,
+        parent_run_id: str,
+        launch_id: str,
+        base_configs: dict[str, dict],
+        tags: dict[str, dict],
+    ):
         self.uri, self.parent_run_id, self.launch_id = uri, parent_run_id, launch_id
         self.base_configs, self.tags = base_configs, tags
         self.runs: dict[str, str] = {}  # trial id (and member) -> its run
@@ -66,12 +88,20 @@ class TrialTracker(Callback):
         self.located: dict[str, dict] = {}  # run -> the node/device tags this driver has written
         self.last_step: dict[str, int] = {}  # per run, the last iteration whose metrics are in MLflow
         self.ended: set[str] = set()  # trials whose end (complete or error) Tune reported to this driver
-        self.known: set[str] = set()  # the trials this driver's Tune holds (restored from its snapshot, or started since)
+        self.known: set[str] = (
+            set()
+        )  # the trials this driver's Tune holds (restored from its snapshot, or started since)
         self._client = None
         self._experiment_id = None
 
     def __getstate__(self):  # Tune pickles callbacks into its experiment checkpoint
-        return self.__dict__ | {"_client": None, "located": {}, "last_step": {}, "pair_runs": {}, "known": set()}
+        return self.__dict__ | {
+            "_client": None,
+            "located": {},
+            "last_step": {},
+            "pair_runs": {},
+            "known": set(),
+        }
 
     def __setstate__(self, state):  # a launch started before `ended` existed resumes too
         self.__dict__.update({"ended": set(), "known": set(), **state})
@@ -89,7 +119,7 @@ class TrialTracker(Callback):
         found = self.mlflow.search_runs(
             [self.experiment_id()],
             filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'"
-                          + (f" and tags.member = '{member}'" if member is not None else ""),
+            + (f" and tags.member = '{member}'" if member is not None else ""),
         )
         pair = trial.config[PAIR_KEY]
         config = {**self.base_configs[pair], **member_config(trial.config, member)}
@@ -102,9 +132,16 @@ class TrialTracker(Callback):
                 self.experiment_id(),
                 run_name=self.short_name(pair, trial, member),
                 tags={
-                    "mlflow.parentRunId": self.pair_run(pair), "launch_id": self.launch_id, "kind": "trial",
-                    "trial_id": trial.trial_id, "pair": pair, **code_tags(),
-                    CONFIG_TAG: json.dumps(config, sort_keys=True), STATUS_TAG: "running", **self.tags[pair], **cell_tags(trial, member),
+                    "mlflow.parentRunId": self.pair_run(pair),
+                    "launch_id": self.launch_id,
+                    "kind": "trial",
+                    "trial_id": trial.trial_id,
+                    "pair": pair,
+                    **code_tags(),
+                    CONFIG_TAG: json.dumps(config, sort_keys=True),
+                    STATUS_TAG: "running",
+                    **self.tags[pair],
+                    **cell_tags(trial, member),
                 },
             )
             run_id = run.info.run_id
@@ -113,7 +150,10 @@ class TrialTracker(Callback):
 
         # Again for a run found again: a driver killed between create_run and here left it without
         # some params (logging a param again with the same value is allowed).
-        params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in sorted(config.items())]
+        params = [
+            Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+            for k, v in sorted(config.items())
+        ]
         for start in range(0, len(params), 100):
             self.mlflow.log_batch(run_id, params=params[start : start + 100])
         self.runs[key] = run_id
@@ -122,7 +162,9 @@ class TrialTracker(Callback):
     def pair_run(self, pair: str) -> str:
         if pair not in self.pair_runs:
             own = {k: v for k, v in self.tags[pair].items() if k != "phase"}
-            self.pair_runs[pair] = pair_run(self.mlflow, self.experiment_id(), self.parent_run_id, self.launch_id, pair, own)
+            self.pair_runs[pair] = pair_run(
+                self.mlflow, self.experiment_id(), self.parent_run_id, self.launch_id, pair, own
+            )
         return self.pair_runs[pair]
 
     def short_name(self, pair: str, trial, member: int | None = None) -> str:
@@ -133,13 +175,25 @@ class TrialTracker(Callback):
         cell = cell_tags(trial, member)
         if "cell" in cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
-        earlier = self.mlflow.search_runs([self.experiment_id()], filter_string=f"tags.launch_id = '{self.launch_id}' and "
-                                          f"tags.kind = 'trial' and tags.pair = '{pair}'", max_results=10_000)
+        earlier = self.mlflow.search_runs(
+            [self.experiment_id()],
+            filter_string=f"tags.launch_id = '{self.launch_id}' and "
+            f"tags.kind = 'trial' and tags.pair = '{pair}'",
+            max_results=10_000,
+        )
         # Not the runs of trials this driver's Tune does not know: a killed driver's trials that
         # started after Tune's last snapshot, whose proposals the resumed search makes again (their
         # runs end lost). Their replacements take their numbers, as the console's do (ProgressLines).
-        earlier = [run for run in earlier if run.data.tags.get(STATUS_TAG) != "lost" and (not self.known or run.data.tags.get("trial_id") in self.known)]
-        chosen = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in member_config(trial.config, member).items())
+        earlier = [
+            run
+            for run in earlier
+            if run.data.tags.get(STATUS_TAG) != "lost"
+            and (not self.known or run.data.tags.get("trial_id") in self.known)
+        ]
+        chosen = " ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in member_config(trial.config, member).items()
+        )
         return f"#{len(earlier) + 1} {chosen} {pair}".replace("  ", " ")
 
     def experiment_id(self, mlflow=None) -> str:
@@ -149,7 +203,9 @@ class TrialTracker(Callback):
 
     def logged_until(self, run_id: str) -> int:
         if run_id not in self.last_step:  # a run from before a driver restart: ask the store, once
-            self.last_step[run_id] = max((m.step for m in self.mlflow.get_metric_history(run_id, "loss")), default=-1)
+            self.last_step[run_id] = max(
+                (m.step for m in self.mlflow.get_metric_history(run_id, "loss")), default=-1
+            )
         return self.last_step[run_id]
 
     def run_ids(self, trial) -> dict:
@@ -171,7 +227,10 @@ class TrialTracker(Callback):
             self.log_evaluation(run_id, member_result(result, member))
             # Once per run and driver, and again where they change: a resumed trial may land
             # elsewhere, a stack whose compiled step failed goes on uncompiled.
-            where = {"node": result.get("hostname", ""), **{key: result.get(key, "") for key in ("node_ip", "device", "node_id", "compile", "bf16")}}
+            where = {
+                "node": result.get("hostname", ""),
+                **{key: result.get(key, "") for key in ("node_ip", "device", "node_id", "compile", "bf16")},
+            }
             if self.located.get(run_id) != where:
                 self.located[run_id] = where
                 self.mlflow.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in where.items()])
@@ -208,12 +267,18 @@ class TrialTracker(Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
-        print(f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)){error_line(trial)}; restarting it "
-              f"from its last checkpoint", flush=True)
+        print(
+            f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)){error_line(trial)}; restarting it "
+            f"from its last checkpoint",
+            flush=True,
+        )
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
-        print(f"[launch] trial {trial.trial_id} failed for good{error_line(trial)}; its traceback is in its MLflow run's error tag", flush=True)
+        print(
+            f"[launch] trial {trial.trial_id} failed for good{error_line(trial)}; its traceback is in its MLflow run's error tag",
+            flush=True,
+        )
         for run_id in self.run_ids(trial).values():
             self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
             if trial.error_file and os.path.exists(trial.error_file):
@@ -230,8 +295,13 @@ class TrialTracker(Callback):
         known = {trial.trial_id for trial in trials}
 
         def end(mlflow) -> None:
-            end_running_runs(mlflow, self.experiment_id(mlflow), self.launch_id, lambda trial_id: "interrupted" if trial_id in known else "lost",
-                             skip=self.ended)
+            end_running_runs(
+                mlflow,
+                self.experiment_id(mlflow),
+                self.launch_id,
+                lambda trial_id: "interrupted" if trial_id in known else "lost",
+                skip=self.ended,
+            )
 
         # Tune calls this while it handles the error that stops it (tune.run's except clause). Where
         # that is a store that stayed unreachable through every retry, another whole window of retries
@@ -246,17 +316,35 @@ class TrialTracker(Callback):
 
 
 class ProgressLines(Callback):
-    def __init__(self, metric: str, mode: str, budgets: dict[str, int], n_iters: dict[str, int], every_s: float = 30.0, phase: str = "",
-                 stack_of: str = "mean"):
-        self.metric, self.mode, self.budgets, self.n_iters, self.every_s = metric, mode, budgets, n_iters, every_s
+    def __init__(
+        self,
+        metric: str,
+        mode: str,
+        budgets: dict[str, int],
+        n_iters: dict[str, int],
+        every_s: float = 30.0,
+        phase: str = "",
+        stack_of: str = "mean",
+    ):
+        self.metric, self.mode, self.budgets, self.n_iters, self.every_s = (
+            metric,
+            mode,
+            budgets,
+            n_iters,
+            every_s,
+        )
         self.stack_of = stack_of  # what a stacked trial's metric is of its members' (launch.run_trial)
         self.phase = f"{phase} " if phase else ""  # "confirmation " for a search's confirmation trials
         self.numbers: dict[str, int] = {}  # trial id -> the number of its (first) run within its pair
         self.counts: dict[str, int] = {}  # pair -> runs seen
         self.ended: dict[str, set] = {pair: set() for pair in budgets}  # runs: "<trial id>/<member>"
         self.best: dict[str, float] = {}
-        self.running: dict[str, float] = {}  # trial id -> runs' worth of its iterations done (members x iteration / n_iters)
-        self.pace_from: tuple[float, float] | None = None  # (time, runs' worth done) at this driver's first evaluation
+        self.running: dict[
+            str, float
+        ] = {}  # trial id -> runs' worth of its iterations done (members x iteration / n_iters)
+        self.pace_from: tuple[float, float] | None = (
+            None  # (time, runs' worth done) at this driver's first evaluation
+        )
         self.started = time.monotonic()
         self.last_overall = self.started
 
@@ -264,7 +352,9 @@ class ProgressLines(Callback):
         return self.__dict__ | {"started": None, "last_overall": None, "running": {}, "pace_from": None}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, started=time.monotonic(), last_overall=time.monotonic(), running={}, pace_from=None)
+        self.__dict__.update(
+            state, started=time.monotonic(), last_overall=time.monotonic(), running={}, pace_from=None
+        )
 
     # Tune saves this with every experiment snapshot and hands it back on resume: the numbers, the
     # runs ended and the best so far carry over ("trial 2/3" stays trial 2, "best" is not "-").
@@ -272,11 +362,15 @@ class ProgressLines(Callback):
         return {"numbers": self.numbers, "counts": self.counts, "ended": self.ended, "best": self.best}
 
     def set_state(self, state: dict) -> None:
-        self.numbers, self.counts, self.best = dict(state["numbers"]), dict(state["counts"]), dict(state["best"])
+        self.numbers, self.counts, self.best = (
+            dict(state["numbers"]),
+            dict(state["counts"]),
+            dict(state["best"]),
+        )
         self.ended = {pair: set(ids) for pair, ids in state["ended"].items()}
 
     def number(self, trial) -> str:
-        """"<pair> trial 3/8", or for a trial of 4 stacked runs "<pair> runs 5-8/8": budgets count runs."""
+        """ "<pair> trial 3/8", or for a trial of 4 stacked runs "<pair> runs 5-8/8": budgets count runs."""
         pair, n = trial.config[PAIR_KEY], len(trial_members(trial.config))
         if trial.trial_id not in self.numbers:
             self.numbers[trial.trial_id] = self.counts.get(pair, 0) + 1
@@ -295,16 +389,29 @@ class ProgressLines(Callback):
         pair = trial.config[PAIR_KEY]
         value = result.get(self.metric)
         # A stack whose members all diverged reports NaN, which nothing would ever beat.
-        if isinstance(value, (int, float)) and math.isfinite(value) and self.better(value, self.best.get(pair)):
+        if (
+            isinstance(value, (int, float))
+            and math.isfinite(value)
+            and self.better(value, self.best.get(pair))
+        ):
             self.best[pair] = value
         step = result.get("iteration", result.get("training_iteration"))
         shown = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
         n_members = len(trial_members(trial.config))
         if n_members > 1:
             shown += f" ({self.stack_of} of {n_members} stacked members)"
-        if result.get("status") == "diverged":  # no evaluation: the loss went NaN or infinite (every member's, in a stack)
-            shown += f"; diverged (loss {result.get('loss', 'nan')})" if n_members == 1 else "; every member diverged"
-        print(f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}", flush=True)
+        if (
+            result.get("status") == "diverged"
+        ):  # no evaluation: the loss went NaN or infinite (every member's, in a stack)
+            shown += (
+                f"; diverged (loss {result.get('loss', 'nan')})"
+                if n_members == 1
+                else "; every member diverged"
+            )
+        print(
+            f"[{self.number(trial)}] it {step}/{self.n_iters.get(pair, '?')} {self.metric} {shown}",
+            flush=True,
+        )
         n_iters = trial.config.get("n_iters") or self.n_iters.get(pair)
         if isinstance(step, (int, float)) and n_iters:
             done = n_members * min(step / n_iters, 1.0)
@@ -318,7 +425,9 @@ class ProgressLines(Callback):
         self.maybe_overall()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.ended.setdefault(trial.config[PAIR_KEY], set()).update(f"{trial.trial_id}/{m}" for m in trial_members(trial.config))
+        self.ended.setdefault(trial.config[PAIR_KEY], set()).update(
+            f"{trial.trial_id}/{m}" for m in trial_members(trial.config)
+        )
         self.running.pop(trial.trial_id, None)
         self.maybe_overall(force=True)
 
@@ -330,11 +439,16 @@ class ProgressLines(Callback):
             return
         self.last_overall = now
         ended, total = sum(len(v) for v in self.ended.values()), sum(self.budgets.values())
-        pairs_done = sum(1 for pair, budget in self.budgets.items() if len(self.ended.get(pair, ())) >= budget)
+        pairs_done = sum(
+            1 for pair, budget in self.budgets.items() if len(self.ended.get(pair, ())) >= budget
+        )
         elapsed = now - self.started
         best = ", ".join(f"{pair} {value:.4f}" for pair, value in sorted(self.best.items()))
-        print(f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, runs ended {ended}/{total}, "
-              f"{elapsed / 60:.1f} min, ETA {self.eta(now, total)}; best {self.metric}: {best or '-'}", flush=True)
+        print(
+            f"[launch] {self.phase}pairs done {pairs_done}/{len(self.budgets)}, runs ended {ended}/{total}, "
+            f"{elapsed / 60:.1f} min, ETA {self.eta(now, total)}; best {self.metric}: {best or '-'}",
+            flush=True,
+        )
 
     def runs_done(self) -> float:
         """Runs ended, and the running trials' runs in proportion to their iterations."""

@@ -1,5 +1,6 @@
 """Joining the Ray cluster a launch names, shared by the launch and the dry run's cost. Cheap to
 import: the CLI's entry point catches ClusterUnreachable for every command."""
+
 from __future__ import annotations
 
 
@@ -19,7 +20,9 @@ def join(address: str, **options) -> None:
     try:
         ray.init(address=address, **options)
     except ConnectionError as e:
-        raise ClusterUnreachable(f"--address: Ray could not join a cluster at {address}: {last_line(e)}") from None
+        raise ClusterUnreachable(
+            f"--address: Ray could not join a cluster at {address}: {last_line(e)}"
+        ) from None
 
 
 def one_gpu() -> float:
@@ -27,7 +30,9 @@ def one_gpu() -> float:
     measurement on the joined cluster asks for, so that nothing beside it times it too."""
     import ray
 
-    return min(1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0))
+    return min(
+        1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+    )
 
 
 def measurement(function, **resources):

@@ -2,13 +2,14 @@
 hours, from a short calibration (a few training steps of each pair's typical trial, on this machine,
 or on a node of the cluster at --address with a trial's resources) or, without one, from the step
 rates earlier trials logged in the tracking store."""
+
 from __future__ import annotations
 
 import logging
 import math
 import os
 import statistics
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..plan.spec import Distribution, Pair, Study
 from ..plan.storage import last_line
@@ -20,7 +21,9 @@ from .stacking import MEMBERS_KEY, Stacking, decide, group_rate, holds, knee, mi
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
 CALIBRATION_EVAL_SIZE = 64
 CALIBRATION_STEPS = 5  # timed one by one; their median is the estimate
-CALIBRATION_WAIT_S = 600  # on a cluster, for a node with a trial's resources free: other work may hold its GPUs for hours
+CALIBRATION_WAIT_S = (
+    600  # on a cluster, for a node with a trial's resources free: other work may hold its GPUs for hours
+)
 
 
 def typical(d: Distribution):
@@ -43,12 +46,20 @@ def typical_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dic
     study = stacking.study
     if study.is_ablation:
         if stacked:
-            groups = [g for g in stacking.stack_groups(pair, study.grid_cells(pair), study.seeds) if MEMBERS_KEY in g]
+            groups = [
+                g
+                for g in stacking.stack_groups(pair, study.grid_cells(pair), study.seeds)
+                if MEMBERS_KEY in g
+            ]
             if groups:
                 largest = max(groups, key=lambda group: len(group[MEMBERS_KEY]))
                 return {**pair.base, **{k: v for k, v in largest.items() if k != MEMBERS_KEY}}
         return {**pair.base, **{k: v[len(v) // 2] for k, v in pair.grid.items()}}
-    searched = pair.warm_start if study.warm_start and pair.warm_start else {k: typical(d) for k, d in pair.space.items()}
+    searched = (
+        pair.warm_start
+        if study.warm_start and pair.warm_start
+        else {k: typical(d) for k, d in pair.space.items()}
+    )
     flat = {**pair.base, **searched}
     if stacked and batchable(flat) is not None:
         stacking = [{**flat, k: v} for k, d in pair.space.items() if d.kind == "choice" for v in d.values]
@@ -62,7 +73,9 @@ def calibration_config(stacking: Stacking, pair: Pair, stacked: bool = False) ->
 
     flat = typical_config(stacking, pair, stacked)
     batch = int(flat.get("batch_size", 64))
-    flat["task_options"] = small_copy_options(pair.task.task, flat.get("task_options", {}), CALIBRATION_TRAIN_SIZE * batch, CALIBRATION_EVAL_SIZE)
+    flat["task_options"] = small_copy_options(
+        pair.task.task, flat.get("task_options", {}), CALIBRATION_TRAIN_SIZE * batch, CALIBRATION_EVAL_SIZE
+    )
     return {**flat, "threads": max(1, int(pair.resources.cpu))}
 
 
@@ -122,10 +135,17 @@ def resources(address: str | None) -> tuple[str, dict[str, float], list[dict[str
         import ray
 
         join(address, log_to_driver=False, logging_level=logging.WARNING)
-        return f"the cluster at {address}", ray.cluster_resources(), [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+        return (
+            f"the cluster at {address}",
+            ray.cluster_resources(),
+            [node["Resources"] for node in ray.nodes() if node.get("Alive")],
+        )
     import torch
 
-    machine = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    machine = {
+        "CPU": os.cpu_count() or 1,
+        "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    }
     return "this machine", machine, [machine]
 
 
@@ -140,7 +160,9 @@ def stored_rate(rates: list[dict], model: str, task: str, device: str) -> tuple[
     """(the median steps/s of earlier trials of `model` on `device`, of `task` where there are any,
     else of any task; where it comes from), or (None, why there is none)."""
     of_model = [r["rate"] for r in rates if r["model"] == model and r["device"] == device]
-    of_task = [r["rate"] for r in rates if r["model"] == model and r["device"] == device and r["task"] == task]
+    of_task = [
+        r["rate"] for r in rates if r["model"] == model and r["device"] == device and r["task"] == task
+    ]
     if not of_model:
         return None, f"no stored step rate for {model} on {device}"
     found, what = (of_task, f"{model} on {task}") if of_task else (of_model, f"{model} (other tasks)")
@@ -176,14 +198,19 @@ class Calibration:
         if device == "cuda" and self.whole_gpu is None:
             self.whole_gpu = one_gpu()  # asked of Ray once, not per measurement
         gpus = max(pair.resources.gpu, self.whole_gpu) if device == "cuda" else 0
-        measured = measurement(on_node, num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None)
+        measured = measurement(
+            on_node, num_cpus=pair.resources.cpu, num_gpus=gpus, resources=pair.resources.custom or None
+        )
         self.jobs[(pair.name, measure.__name__)] = measured.remote(device == "cuda", measure, *args)
 
     def result(self, pair: Pair, device: str, measure, *args) -> tuple:
         """(measure(*args), where it ran in words), or (None, why it did not run)."""
         if not self.cluster:
             if device == "cuda" and not cuda_here():
-                return None, "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)"
+                return (
+                    None,
+                    "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)",
+                )
             return measure(*args), "here"
         import ray
         from ray.exceptions import GetTimeoutError, RayTaskError
@@ -195,19 +222,32 @@ class Calibration:
             result, node = ray.get(job, timeout=CALIBRATION_WAIT_S)
         except GetTimeoutError:
             ray.cancel(job)
-            raise TimeoutError(f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's resources") from None
+            raise TimeoutError(
+                f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's resources"
+            ) from None
         except RayTaskError as e:  # its first line names Ray's worker; the cause ends it
             raise RuntimeError(last_line(e)) from None
-        return (None, f"torch on {node}, a node with GPUs, finds no CUDA") if result is None else (result, f"on {node}")
+        return (
+            (None, f"torch on {node}, a node with GPUs, finds no CUDA")
+            if result is None
+            else (result, f"on {node}")
+        )
 
 
-def step_time(stacking: Stacking, pair: Pair, rates: list[dict] | None, device: str,
-              calibration: Calibration | None = None) -> tuple[float | None, str]:
+def step_time(
+    stacking: Stacking,
+    pair: Pair,
+    rates: list[dict] | None,
+    device: str,
+    calibration: Calibration | None = None,
+) -> tuple[float | None, str]:
     """(seconds per training step of the pair's trials, in words), or (None, why there is no estimate):
     calibrated (here, or where `calibration` says) where `rates` is None, else from the stored rates."""
     if rates is None:
         try:
-            per_step, where = (calibration or Calibration(False)).result(pair, device, seconds_per_step, stacking, pair)
+            per_step, where = (calibration or Calibration(False)).result(
+                pair, device, seconds_per_step, stacking, pair
+            )
         except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
             return None, f"no time estimate ({reason(e)})"
         if per_step is None:
@@ -240,11 +280,14 @@ def launch_stack_size(stacking: Stacking, pair: Pair, use_gpu: bool) -> int | No
 
 def curve_args(stacking: Stacking, pair: Pair, size: int | None) -> tuple[dict, list[int]]:
     """What stack_curve times for a pair whose trials stack `size` members (None: the knee)."""
-    return calibration_config(stacking, pair, stacked=True), stack_sizes_to_try(size or stacking.most_stacked(pair))
+    return calibration_config(stacking, pair, stacked=True), stack_sizes_to_try(
+        size or stacking.most_stacked(pair)
+    )
 
 
-def stacked_step_time(stacking: Stacking, pair: Pair, size: int | None, device: str,
-                      calibration: Calibration | None = None) -> tuple[float | None, str, int]:
+def stacked_step_time(
+    stacking: Stacking, pair: Pair, size: int | None, device: str, calibration: Calibration | None = None
+) -> tuple[float | None, str, int]:
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here or where `calibration` says. None where the stack does not fit the device."""
@@ -257,12 +300,22 @@ def stacked_step_time(stacking: Stacking, pair: Pair, size: int | None, device: 
     curve = dict(measured_curve)
     size = size or knee(list(curve.items()), members=most)
     if size not in curve:
-        return None, f"no memory {where} for stacks of {size} (the most that fit: {max(curve, default=0)})", size
+        return (
+            None,
+            f"no memory {where} for stacks of {size} (the most that fit: {max(curve, default=0)})",
+            size,
+        )
     words = f"stacks of {size}: {curve[size]:.1f} member-steps/s {where}"
     if parse_trial_config(flat).settled(device, size).compile is not False:
-        asked = "compile: auto on CUDA" if flat.get("compile", "auto") == "auto" else f"compile: {yaml_word(flat['compile'])}"
-        words += (f", uncompiled; they train compiled ({asked}), so the time is an upper bound (NDR's compiled "
-                  "bf16 stack ran 2.03x the uncompiled one on an H100, after 1.5-3 min of compiling)")
+        asked = (
+            "compile: auto on CUDA"
+            if flat.get("compile", "auto") == "auto"
+            else f"compile: {yaml_word(flat['compile'])}"
+        )
+        words += (
+            f", uncompiled; they train compiled ({asked}), so the time is an upper bound (NDR's compiled "
+            "bf16 stack ran 2.03x the uncompiled one on an H100, after 1.5-3 min of compiling)"
+        )
     return 1 / group_rate(list(curve.items()), most, size), words, size
 
 
@@ -291,7 +344,14 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
             ray.shutdown()
 
 
-def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: dict[str, float], nodes: list[dict[str, float]]) -> Iterator[str]:
+def cost_lines(
+    study: Study,
+    calibrate: bool,
+    cluster: bool,
+    where: str,
+    total: dict[str, float],
+    nodes: list[dict[str, float]],
+) -> Iterator[str]:
     """describe_cost's lines, on `where` with `total` resources and `nodes`."""
     use_gpu = total.get("GPU", 0) > 0
     stacking = decide(study, use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
@@ -309,7 +369,10 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
     calibration = Calibration(cluster)
     for pair in study.pairs if rates is None and cluster else ():
         if holds(pair, use_gpu, nodes):
-            device, size = device_kind(pair, use_gpu and pair.resources.gpu > 0), launch_stack_size(stacking, pair, use_gpu)
+            device, size = (
+                device_kind(pair, use_gpu and pair.resources.gpu > 0),
+                launch_stack_size(stacking, pair, use_gpu),
+            )
             calibration.submit(pair, device, seconds_per_step, stacking, pair)
             if size != 1:
                 calibration.submit(pair, device, stack_curve, *curve_args(stacking, pair, size))
@@ -322,7 +385,9 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         total_steps += trials * steps
         confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
         line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
-        if rates is None and cluster and not holds(pair, use_gpu, nodes):  # a task for it would wait for no node
+        if (
+            rates is None and cluster and not holds(pair, use_gpu, nodes)
+        ):  # a task for it would wait for no node
             per_step, words = None, "not timed: no node of the cluster holds its trials (above)"
         else:
             per_step, words = step_time(stacking, pair, rates, device_kind(pair, on_gpu), calibration)
@@ -330,8 +395,12 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
         if per_step is not None and rates is None and size != 1:
             try:
-                per_step, stacked, size = stacked_step_time(stacking, pair, size, device_kind(pair, on_gpu), calibration)
-                if study.budget.stack_size == "auto":  # as the launch records the knee: its trial count follows
+                per_step, stacked, size = stacked_step_time(
+                    stacking, pair, size, device_kind(pair, on_gpu), calibration
+                )
+                if (
+                    study.budget.stack_size == "auto"
+                ):  # as the launch records the knee: its trial count follows
                     stacking = stacking.measured(pair, size)
             except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
                 per_step, stacked = None, f"no stack estimate ({reason(e)})"
@@ -341,7 +410,9 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
             yield f"{line}; {words}"
             continue
         total_s += trials * steps * per_step
-        pair_walls.append(trials * steps * per_step / min(study.budget.max_concurrent, stacking.tune_trial_count(pair)))
+        pair_walls.append(
+            trials * steps * per_step / min(study.budget.max_concurrent, stacking.tune_trial_count(pair))
+        )
         for name, amount in pair.resources.asks(use_gpu).items():
             held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
         alone = ""
@@ -357,11 +428,19 @@ def cost_lines(study: Study, calibrate: bool, cluster: bool, where: str, total: 
         slots = slots_in(stacking, total, use_gpu)
         # Trials of several sizes (per_model resources) fill the cluster unevenly: no sooner than
         # the busiest resource allows either, nor than the longest pair at its own concurrency.
-        wall = max(total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)), *pair_walls)
-        used = (f"{resource_hours(held_s['GPU'])} GPU-hours" if "GPU" in held_s else f"{resource_hours(held_s['CPU'])} CPU core-hours")
+        wall = max(
+            total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)), *pair_walls
+        )
+        used = (
+            f"{resource_hours(held_s['GPU'])} GPU-hours"
+            if "GPU" in held_s
+            else f"{resource_hours(held_s['CPU'])} CPU core-hours"
+        )
         held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
-        summary += (f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
-                    f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})")
+        summary += (
+            f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
+            f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})"
+        )
         if shared_timed_alone:
             summary += f"; longer in fact: {shared_timed_alone} pair(s) were timed alone though their trials share a GPU and slow each other"
         if unestimated:

@@ -8,6 +8,7 @@ A launch lives in `<storage_path>/<launch_id>/` on the driver: `launch.json` and
 checkpoints live in `<storage>/<launch_id>/`, where `storage` defaults to `storage_path` (one
 machine) and is a shared folder or an object store on a real cluster.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -27,22 +28,48 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..record.optuna_store import search_storage
-from ..record.retries import StoreUnavailable, store_outage
-from ..record.runs import (REPLAY_KEY, STATUS_TAG, close_launch, interrupt_launch, launch_trial_runs, member_key, open_launch,
-                           running_launch_runs)
-from ..record.secrets import redact, redact_text
-from ..record.stores import normalize_store, remember, warm_up
-from ..record.summaries import confirmed_text, ended_runs, failed_text, pair_summaries, summarize_pairs, top_configs
-from .search import (CANDIDATE_KEY, PAIR_KEY, RUN_ATTR, CellSearch, PairScheduler, PairSearch, ResumeFailed,
-                     TruncationAwareOptunaSearch, own_config, run_key, trial_members)
-from .callbacks import ProgressLines, TrialTracker
-from .cluster import join, measurement, one_gpu
-from .stacking import MEMBERS_KEY, Stacking, decide, knee, launched, misfits, slots_in
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
+from ..record.optuna_store import search_storage
+from ..record.retries import StoreUnavailable, store_outage
+from ..record.runs import (
+    REPLAY_KEY,
+    STATUS_TAG,
+    close_launch,
+    interrupt_launch,
+    launch_trial_runs,
+    member_key,
+    open_launch,
+    running_launch_runs,
+)
+from ..record.secrets import redact, redact_text
 from ..record.state import SNAPSHOT_MODULES, Heartbeat, LaunchState, plan_of
+from ..record.stores import normalize_store, remember, warm_up
+from ..record.summaries import (
+    confirmed_text,
+    ended_runs,
+    failed_text,
+    pair_summaries,
+    summarize_pairs,
+    top_configs,
+)
+from .callbacks import ProgressLines, TrialTracker
+from .cluster import join, measurement, one_gpu
+from .search import (
+    CANDIDATE_KEY,
+    PAIR_KEY,
+    RUN_ATTR,
+    CellSearch,
+    PairScheduler,
+    PairSearch,
+    ResumeFailed,
+    TruncationAwareOptunaSearch,
+    own_config,
+    run_key,
+    trial_members,
+)
+from .stacking import MEMBERS_KEY, Stacking, decide, knee, launched, misfits, slots_in
 
 EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2  # as the command line's: another driver took the launch between its check and this one's lock
@@ -66,16 +93,26 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
     from trainables.config import parse_trial_config, yaml_word
     from trainables.train import pick_device, train
 
-    logging.getLogger("ray.train").setLevel(logging.WARNING)  # a line per checkpoint drowns the progress lines
+    logging.getLogger("ray.train").setLevel(
+        logging.WARNING
+    )  # a line per checkpoint drowns the progress lines
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
     cfg.threads = max(1, int(cpus[config[PAIR_KEY]]))
     # Two Ray nodes on one machine share a hostname; the node id tells them apart. compile and bf16
     # as the trial runs them: the recorded config keeps `auto`, which depends on the device and the stack.
     device, members = pick_device(cfg.device), config.get(MEMBERS_KEY)
     ran_as = cfg.settled(device.type, len(members) if members else 1)
-    where = {"device": str(device), "node_id": ray.get_runtime_context().get_node_id(),
-             "compile": ran_as.compile_mode or "off", "bf16": yaml_word(ran_as.bf16)}
-    resume_state, history, replay = None, [], None  # history: every evaluation so far, kept in each checkpoint
+    where = {
+        "device": str(device),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "compile": ran_as.compile_mode or "off",
+        "bf16": yaml_word(ran_as.bf16),
+    }
+    resume_state, history, replay = (
+        None,
+        [],
+        None,
+    )  # history: every evaluation so far, kept in each checkpoint
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d:
@@ -91,8 +128,12 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
         # Tune fails a result without the metric it optimises: a run that diverged has none of its
         # scores (NaN: no score), nor has an evaluation before the last a final one (`test_*_final`).
         metrics = {metric: math.nan, **metrics}
-        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if not history or history[-1].get("iteration") != numbers.get("iteration"):  # a trial restored from the checkpoint it ended at reports that evaluation again
+        numbers = {
+            k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        if not history or history[-1].get("iteration") != numbers.get(
+            "iteration"
+        ):  # a trial restored from the checkpoint it ended at reports that evaluation again
             history.append(numbers)
         extra = {REPLAY_KEY: json.dumps(replay)} if replay else {}  # a string: Tune's loggers skip it quietly
         replay = None
@@ -107,14 +148,26 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
         statuses = {m["status"] for m in per_member}
         live = [m[metric] for m in per_member if m["status"] != "diverged" and metric in m] or [math.nan]
         overall = sum(live) / len(live) if stack_of == "mean" else (min if mode == "min" else max)(live)
-        report({**{member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
-                "iteration": max(m.get("iteration", 0) for m in per_member), metric: overall,
-                "status": "diverged" if statuses == {"diverged"} else "running" if "running" in statuses else "completed"}, state)
+        report(
+            {
+                **{member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
+                "iteration": max(m.get("iteration", 0) for m in per_member),
+                metric: overall,
+                "status": "diverged"
+                if statuses == {"diverged"}
+                else "running"
+                if "running" in statuses
+                else "completed",
+            },
+            state,
+        )
 
     if members:
         train_members(cfg, members, report=report_members, resume_state=resume_state, log=None)
     else:
-        train(cfg, report=report, resume_state=resume_state, log=None)  # the driver prints progress (callbacks.ProgressLines)
+        train(
+            cfg, report=report, resume_state=resume_state, log=None
+        )  # the driver prints progress (callbacks.ProgressLines)
 
 
 def newest_existing_checkpoint(result):
@@ -131,8 +184,11 @@ def newest_existing_checkpoint(result):
     if checkpoint is None or fs.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
         return result
     trial_dir = os.path.dirname(checkpoint.path)
-    names = sorted(info.base_name for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
-                   if info.base_name.startswith("checkpoint_"))
+    names = sorted(
+        info.base_name
+        for info in fs.get_file_info(pyarrow.fs.FileSelector(trial_dir, allow_not_found=True))
+        if info.base_name.startswith("checkpoint_")
+    )
     if not names:
         print(f"[trial] {checkpoint.path} is gone and no other checkpoint exists: starting over", flush=True)
         return None
@@ -153,13 +209,28 @@ def make_trainable(study: Study, use_gpu: bool, phase: str):
 
     bases = {pair.name: pair.base for pair in study.pairs}
     cpus = {pair.name: pair.resources.cpu for pair in study.pairs}
-    function_trainable = wrap_function(tune.with_parameters(run_trial, bases=bases, cpus=cpus, metric=study.metric,
-                                                            mode=study.mode, stack_of=stack_of(study, phase)), name="trial")
+    function_trainable = wrap_function(
+        tune.with_parameters(
+            run_trial,
+            bases=bases,
+            cpus=cpus,
+            metric=study.metric,
+            mode=study.mode,
+            stack_of=stack_of(study, phase),
+        ),
+        name="trial",
+    )
 
     class CheckpointFallbackTrial(function_trainable):
         def restore(self, checkpoint_path):
-            logging.getLogger("ray.tune.trainable.trainable").setLevel(logging.WARNING)  # "Restored on <ip> ...": the driver says it
-            found = newest_existing_checkpoint(checkpoint_path) if hasattr(checkpoint_path, "checkpoint") else checkpoint_path
+            logging.getLogger("ray.tune.trainable.trainable").setLevel(
+                logging.WARNING
+            )  # "Restored on <ip> ...": the driver says it
+            found = (
+                newest_existing_checkpoint(checkpoint_path)
+                if hasattr(checkpoint_path, "checkpoint")
+                else checkpoint_path
+            )
             if found is not None:
                 return super().restore(found)
 
@@ -174,11 +245,15 @@ def make_searcher(study: Study, pair: Pair, storage, study_name: str, stack: int
 
     return TruncationAwareOptunaSearch(
         space={k: d.to_optuna() for k, d in pair.space.items()},
-        storage=storage, study_name=study_name,
-        metric=study.metric, mode=study.mode,
+        storage=storage,
+        study_name=study_name,
+        metric=study.metric,
+        mode=study.mode,
         points_to_evaluate=[pair.warm_start] if study.warm_start and pair.warm_start else None,
         sampler=optuna.samplers.TPESampler(seed=study.seed),
-        stack=stack, runs=study.trial_count(pair), base=pair.base,
+        stack=stack,
+        runs=study.trial_count(pair),
+        base=pair.base,
     )
 
 
@@ -187,8 +262,14 @@ def phase_cells(stacking: Stacking, state: LaunchState, phase: str) -> dict[str,
     candidates, over their seeds), None for a search (TPE proposes its trials)."""
     study = stacking.study
     if phase == CONFIRM:
-        return {p.name: stacking.trials(p, [{**config, CANDIDATE_KEY: k} for k, config in enumerate(state.candidates.get(p.name, []))],
-                                        study.confirm.seeds) for p in study.pairs}
+        return {
+            p.name: stacking.trials(
+                p,
+                [{**config, CANDIDATE_KEY: k} for k, config in enumerate(state.candidates.get(p.name, []))],
+                study.confirm.seeds,
+            )
+            for p in study.pairs
+        }
     if study.is_ablation:
         return {p.name: stacking.trials(p, study.grid_cells(p), study.seeds) for p in study.pairs}
     return None
@@ -218,14 +299,18 @@ def settle_proposals(storage, study_name: str, runs: list, metric: str) -> None:
         if status == "completed" and value is not None:
             study.tell(trial.number, value)
         else:
-            study.tell(trial.number, state=State.PRUNED if status in ("early_stopped", "diverged") else State.FAIL)
+            study.tell(
+                trial.number, state=State.PRUNED if status in ("early_stopped", "diverged") else State.FAIL
+            )
 
 
 def cluster_slots(stacking: Stacking, use_gpu: bool, cells: dict[str, list[dict]] | None = None) -> int:
     """How many trials the cluster runs at once (stacking.slots_in) in a phase of `cells` (phase_cells)."""
     import ray
 
-    return slots_in(stacking, ray.cluster_resources(), use_gpu, cells and {name: len(c) for name, c in cells.items()})
+    return slots_in(
+        stacking, ray.cluster_resources(), use_gpu, cells and {name: len(c) for name, c in cells.items()}
+    )
 
 
 SEARCH, CONFIRM = "tune", "confirm"  # a launch's phases, each its own Tune experiment in the launch's storage
@@ -242,10 +327,20 @@ def phase_plan(stacking: Stacking, state: LaunchState, phase: str) -> tuple[dict
     runs = phase_runs(study, cells)
     if cells is not None:
         # Every cell for every seed: no TPE, no early stopping (it would bias the table).
-        return ({name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()}, {name: FIFOScheduler() for name in cells}, runs)
+        return (
+            {name: CellSearch(c, study.metric, study.mode) for name, c in cells.items()},
+            {name: FIFOScheduler() for name in cells},
+            runs,
+        )
     storage = optuna_storage(state)
-    return ({p.name: make_searcher(study, p, storage, optuna_study_name(state, p), stacking.search_stack(p)) for p in study.pairs},
-            {p.name: pair_scheduler(study, p) for p in study.pairs}, runs)
+    return (
+        {
+            p.name: make_searcher(study, p, storage, optuna_study_name(state, p), stacking.search_stack(p))
+            for p in study.pairs
+        },
+        {p.name: pair_scheduler(study, p) for p in study.pairs},
+        runs,
+    )
 
 
 def phase_runs(study: Study, cells: dict[str, list[dict]] | None) -> dict[str, int]:
@@ -263,8 +358,13 @@ def build_tuner(stacking: Stacking, state: LaunchState, use_gpu: bool, slots: in
     return tune.Tuner(
         make_trainable(study, use_gpu, phase),
         tune_config=tune.TuneConfig(
-            metric=study.metric, mode=study.mode, search_alg=search, scheduler=PairScheduler(schedulers),
-            num_samples=sum(budgets.values()), max_concurrent_trials=slots, trial_dirname_creator=trial_dirname,
+            metric=study.metric,
+            mode=study.mode,
+            search_alg=search,
+            scheduler=PairScheduler(schedulers),
+            num_samples=sum(budgets.values()),
+            max_concurrent_trials=slots,
+            trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a finished trial's process takes the next trial: no restart, no re-import
         ),
         run_config=run_config(study, state, phase, budgets),
@@ -281,8 +381,12 @@ def pair_scheduler(study: Study, pair: Pair):
     if study.scheduler.name != "asha":
         return FIFOScheduler()
     n_iters = int(pair.base["n_iters"])
-    return ASHAScheduler(time_attr="iteration", max_t=n_iters, grace_period=min(study.scheduler.grace_period, n_iters),
-                         reduction_factor=study.scheduler.reduction_factor)
+    return ASHAScheduler(
+        time_attr="iteration",
+        max_t=n_iters,
+        grace_period=min(study.scheduler.grace_period, n_iters),
+        reduction_factor=study.scheduler.reduction_factor,
+    )
 
 
 def experiment_location(state: LaunchState, phase: str = SEARCH) -> tuple:
@@ -295,13 +399,36 @@ def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, 
     from ray import tune
 
     fs, storage_path, name = experiment_location(state, phase)
-    tags = {p.name: {"model": p.model, "task": p.task.task, "variant": p.task.variant, "phase": "confirm" if phase == CONFIRM else "search"}
-            for p in study.pairs}
+    tags = {
+        p.name: {
+            "model": p.model,
+            "task": p.task.task,
+            "variant": p.task.variant,
+            "phase": "confirm" if phase == CONFIRM else "search",
+        }
+        for p in study.pairs
+    }
     return tune.RunConfig(
-        name=name, storage_path=storage_path, storage_filesystem=fs,
-        callbacks=[TrialTracker(state.tracking_uri, state.parent_run_id, state.launch_id, {p.name: p.base for p in study.pairs}, tags),
-                   ProgressLines(study.metric, study.mode, budgets, {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs},
-                                 phase="confirmation" if phase == CONFIRM else "", stack_of=stack_of(study, phase))],
+        name=name,
+        storage_path=storage_path,
+        storage_filesystem=fs,
+        callbacks=[
+            TrialTracker(
+                state.tracking_uri,
+                state.parent_run_id,
+                state.launch_id,
+                {p.name: p.base for p in study.pairs},
+                tags,
+            ),
+            ProgressLines(
+                study.metric,
+                study.mode,
+                budgets,
+                {p.name: int(p.base.get("n_iters", 0)) for p in study.pairs},
+                phase="confirmation" if phase == CONFIRM else "",
+                stack_of=stack_of(study, phase),
+            ),
+        ],
         # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
         # named one gone falls back to the newest that exists (newest_existing_checkpoint).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -324,7 +451,9 @@ def start_ray(address: str | None) -> bool:
         else:
             # "local", not None: with no address Ray attaches to the last cluster `ray start` made
             # on this machine (/tmp/ray/ray_current_cluster), and waits for ever if that one died.
-            ray.init(address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING)
+            ray.init(
+                address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING
+            )
             print("[launch] started a local Ray instance", flush=True)
         quiet_ray()
     return ray.cluster_resources().get("GPU", 0) > 0
@@ -338,7 +467,11 @@ def restated(record: logging.LogRecord) -> bool:
     if message.startswith(("Trial task failed", "Trials did not complete")):
         return False
     error = record.exc_info[1] if record.exc_info else None
-    return not ("Error handling checkpoint" in message and isinstance(error, FileNotFoundError) and "checkpoint_" in str(error))
+    return not (
+        "Error handling checkpoint" in message
+        and isinstance(error, FileNotFoundError)
+        and "checkpoint_" in str(error)
+    )
 
 
 def superseded_sync(record: logging.LogRecord) -> bool:
@@ -348,8 +481,11 @@ def superseded_sync(record: logging.LogRecord) -> bool:
     ("-tmp-searcher-state-...") is renamed under the upload. The snapshot after it is uploaded in
     full (the last one waits for its upload), so the lost copy costs nothing."""
     error = record.exc_info[1] if record.exc_info else None
-    return not (record.getMessage().startswith("Saving experiment state to storage") and isinstance(error, FileNotFoundError)
-                and "-tmp-" in str(error))
+    return not (
+        record.getMessage().startswith("Saving experiment state to storage")
+        and isinstance(error, FileNotFoundError)
+        and "-tmp-" in str(error)
+    )
 
 
 def quiet_ray() -> None:
@@ -372,9 +508,12 @@ def quiet_ray() -> None:
             lines = [line for line in data.get("lines", []) if line.startswith("[trial]")]
             if lines:
                 forward({**data, "lines": lines})
+
         return handle
 
-    dispatcher.handlers = [(name, only_ours(handler)) for name, handler in getattr(dispatcher, "handlers", [])]
+    dispatcher.handlers = [
+        (name, only_ours(handler)) for name, handler in getattr(dispatcher, "handlers", [])
+    ]
 
 
 class ClusterMismatch(RuntimeError):
@@ -403,8 +542,12 @@ def torch_cuda() -> dict:
     """What torch on this node makes of its GPU (a Ray task's body)."""
     import torch
 
-    return {"available": torch.cuda.is_available(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "node": socket.gethostname()}
+    return {
+        "available": torch.cuda.is_available(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "node": socket.gethostname(),
+    }
 
 
 def without_cuda(seen: dict) -> str | None:
@@ -412,9 +555,15 @@ def without_cuda(seen: dict) -> str | None:
     CPU (device auto), many times slower, with nothing but their runs' `device` tag to say so."""
     if seen["available"]:
         return None
-    why = "a CPU-only build" if seen["cuda"] is None else f"built for CUDA {seen['cuda']}; the driver or the GPU does not answer"
-    return (f"[launch] warning: on {seen['node']}, a node with GPUs, torch {seen['torch']} finds no CUDA ({why}): trials that "
-            "hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes")
+    why = (
+        "a CPU-only build"
+        if seen["cuda"] is None
+        else f"built for CUDA {seen['cuda']}; the driver or the GPU does not answer"
+    )
+    return (
+        f"[launch] warning: on {seen['node']}, a node with GPUs, torch {seen['torch']} finds no CUDA ({why}): trials that "
+        "hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes"
+    )
 
 
 def check_cuda(study: Study) -> None:
@@ -431,7 +580,10 @@ def check_cuda(study: Study) -> None:
         seen = ray.get(asked, timeout=CUDA_CHECK_S)
     except Exception as e:  # noqa: BLE001 - a check that cannot be made is no reason to refuse the launch
         ray.cancel(asked)
-        print(f"[launch] could not ask a GPU node whether torch there finds CUDA: {last_line(e)[:200]}", flush=True)
+        print(
+            f"[launch] could not ask a GPU node whether torch there finds CUDA: {last_line(e)[:200]}",
+            flush=True,
+        )
         return
     if warning := without_cuda(seen):
         print(warning, flush=True)
@@ -447,13 +599,24 @@ def measure_stack_sizes(stacking: Stacking) -> dict[str, int]:
 
     from .cost import calibration_config, stack_curve, stack_sizes_to_try
 
-    most = {p.name: stacking.most_stacked(p) for p in stacking.study.pairs if stacking.measures_stack_size(p, use_gpu=True)}
+    most = {
+        p.name: stacking.most_stacked(p)
+        for p in stacking.study.pairs
+        if stacking.measures_stack_size(p, use_gpu=True)
+    }
     pairs = [p for p in stacking.study.pairs if p.name in most]
     if not pairs:
         return {}
     gpu = one_gpu()
-    pending = [measurement(stack_curve, num_cpus=p.resources.cpu, num_gpus=max(p.resources.gpu, gpu), resources=p.resources.custom or None)
-               .remote(calibration_config(stacking, p, stacked=True), stack_sizes_to_try(most[p.name])) for p in pairs]
+    pending = [
+        measurement(
+            stack_curve,
+            num_cpus=p.resources.cpu,
+            num_gpus=max(p.resources.gpu, gpu),
+            resources=p.resources.custom or None,
+        ).remote(calibration_config(stacking, p, stacked=True), stack_sizes_to_try(most[p.name]))
+        for p in pairs
+    ]
     sizes = {}
     for pair, job in zip(pairs, pending):
         try:
@@ -462,12 +625,18 @@ def measure_stack_sizes(stacking: Stacking) -> dict[str, int]:
             curve, why = [], last_line(e)[:200]
         if not curve:  # the trials train one run each; where that fails too, the trial says why
             sizes[pair.name] = 1
-            print(f"[launch] stack size of {pair.name}: 1, its throughput could not be measured ({why})", flush=True)
+            print(
+                f"[launch] stack size of {pair.name}: 1, its throughput could not be measured ({why})",
+                flush=True,
+            )
             continue
         sizes[pair.name] = knee(curve, members=most[pair.name])
         shown = ", ".join(f"{n}: {rate:.1f}" for n, rate in curve)
-        print(f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its {most[pair.name]} members (a stack of "
-              f"the rest included) level off ({shown})", flush=True)
+        print(
+            f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its {most[pair.name]} members (a stack of "
+            f"the rest included) level off ({shown})",
+            flush=True,
+        )
     return sizes
 
 
@@ -479,7 +648,9 @@ def check_storage(storage: TrialStorage, key: str) -> None:
         print(f"[launch] trial storage {storage.uri}: seen by all {n_nodes} nodes", flush=True)
 
 
-def start(study: Study, spec_text: str, launch_id: str | None, address: str | None, night: int | None = None) -> int:
+def start(
+    study: Study, spec_text: str, launch_id: str | None, address: str | None, night: int | None = None
+) -> int:
     """Join (or start) Ray, check the trial storage, register the launch (as the nightly job's
     night `night`, if given), then run it."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -499,7 +670,9 @@ def start(study: Study, spec_text: str, launch_id: str | None, address: str | No
     return execute(state, address, lock=lock)
 
 
-def execute(state: LaunchState, address: str | None, study: Study | None = None, lock: IO | None = None) -> int:
+def execute(
+    state: LaunchState, address: str | None, study: Study | None = None, lock: IO | None = None
+) -> int:
     """Run (or continue) a launch until every trial has ended, its confirmation phase included;
     then write the best configs (or the ablation report). Returns the exit status: 0,
     EXIT_STORE_UNREACHABLE after a store outage, EXIT_INTERRUPTED after Ctrl-C / SIGTERM,
@@ -525,12 +698,18 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # "Falling back to a slower alternative" with the SQL of a dropped connection: it recovered.
     logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
-    print(f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
-          f"MLflow {redact(state.tracking_uri)} experiment {study.experiment!r}", flush=True)
+    print(
+        f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
+        f"MLflow {redact(state.tracking_uri)} experiment {study.experiment!r}",
+        flush=True,
+    )
     lock = lock or hold_driver_lock(state.dir)
     if lock is None:  # another driver took it after the command's check
-        print(f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
-              file=sys.stderr, flush=True)
+        print(
+            f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_USAGE
     with lock, Heartbeat(state.dir / "driver.lock"):
         try:
@@ -539,7 +718,9 @@ def execute(state: LaunchState, address: str | None, study: Study | None = None,
             return stopped_by_outage(state, str(e))
         except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
             if state.state != "finished":  # else only the closing lines were cut short
-                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further one would cut the record short
+                previous = signal.signal(
+                    signal.SIGINT, signal.SIG_IGN
+                )  # a further one would cut the record short
                 try:
                     mark_interrupted(state)
                 finally:
@@ -551,7 +732,10 @@ def stopped_by_outage(state: LaunchState, reason: str) -> int:
     """One line for a store that stayed unreachable through every retry. -> EXIT_STORE_UNREACHABLE."""
     state.state = "failed"
     state.save()
-    print(f"orchestrator: error: {reason}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`", flush=True)
+    print(
+        f"orchestrator: error: {reason}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`",
+        flush=True,
+    )
     return EXIT_STORE_UNREACHABLE
 
 
@@ -564,11 +748,20 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     confirming = study.confirm.top_k and not study.is_ablation
     if code == 0 and confirming:
         if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
-            state.candidates = top_configs(state.tracking_uri, state.experiment, state.launch_id, study.metric,
-                                                    study.score, study.confirm.top_k)
+            state.candidates = top_configs(
+                state.tracking_uri,
+                state.experiment,
+                state.launch_id,
+                study.metric,
+                study.score,
+                study.confirm.top_k,
+            )
             state.save()
-        print(f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
-              f"{', '.join(map(str, study.confirm.seeds))}", flush=True)
+        print(
+            f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
+            f"{', '.join(map(str, study.confirm.seeds))}",
+            flush=True,
+        )
         code, more_errors = run_phase(state, stacking, CONFIRM, use_gpu)
         errors += more_errors
     if code:
@@ -582,22 +775,35 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
         storage = optuna_storage(state)
         trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
         for pair in study.pairs:
-            searched = [r for r in trial_runs if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"]
+            searched = [
+                r
+                for r in trial_runs
+                if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"
+            ]
             settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
-        summaries = pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs)
+        summaries = pair_summaries(
+            state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs
+        )
         written = write_best(state, summaries)
-        summarize_pairs(state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries)
+        summarize_pairs(
+            state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries
+        )
         written += write_report(state)[0]
     close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
     state.state = "finished"
-    if state.night is not None and getattr(regressions, "compared", None):  # a first night compared with none: no verdict
+    if state.night is not None and getattr(
+        regressions, "compared", None
+    ):  # a first night compared with none: no verdict
         state.regressed = bool(regressions)
     state.save()
     for path in written:
         print(f"[launch] wrote {path}", flush=True)
     print_summary(state, study, summaries)
     if errors:
-        print(f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag", flush=True)
+        print(
+            f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag",
+            flush=True,
+        )
     for line in verdict_lines(regressions):
         print(f"[launch] {line}", flush=True)
     return EXIT_REGRESSION if regressions else EXIT_TRIALS_FAILED if errors else 0
@@ -609,15 +815,22 @@ def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool)
     from ray import tune
 
     # A phase's own concurrency: a stacked search may be a trial or two per pair, its confirmation many.
-    slots = cluster_slots(stacking, use_gpu, phase_cells(stacking, state, phase) if phase == CONFIRM else None)
+    slots = cluster_slots(
+        stacking, use_gpu, phase_cells(stacking, state, phase) if phase == CONFIRM else None
+    )
     # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
     os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = MAX_PENDING_GIVEN or str(slots)
     fs, storage_path, name = experiment_location(state, phase)
     experiment = f"{storage_path}/{name}"
     if has_snapshot(experiment, fs):
         print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
-        tuner = tune.Tuner.restore(experiment, trainable=make_trainable(stacking.study, use_gpu, phase), resume_unfinished=True,
-                                   resume_errored=True, storage_filesystem=fs)
+        tuner = tune.Tuner.restore(
+            experiment,
+            trainable=make_trainable(stacking.study, use_gpu, phase),
+            resume_unfinished=True,
+            resume_errored=True,
+            storage_filesystem=fs,
+        )
     else:
         tuner = build_tuner(stacking, state, use_gpu, slots, phase)
     with CalmStop():
@@ -640,7 +853,9 @@ def has_snapshot(experiment: str, fs) -> bool:
     and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end)."""
     import pyarrow.fs
 
-    found = (fs or pyarrow.fs.LocalFileSystem()).get_file_info(pyarrow.fs.FileSelector(experiment, allow_not_found=True))
+    found = (fs or pyarrow.fs.LocalFileSystem()).get_file_info(
+        pyarrow.fs.FileSelector(experiment, allow_not_found=True)
+    )
     return any(f.base_name.startswith("experiment_state-") and f.base_name.endswith(".json") for f in found)
 
 
@@ -648,9 +863,13 @@ def phase_outcome(state: LaunchState, stacking: Stacking, phase: str, results) -
     """-> (0 or EXIT_INTERRUPTED, failed trials) once a phase's Tune run has returned."""
     total = sum(phase_runs(stacking.study, phase_cells(stacking, state, phase)).values())
     # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
-    ended = ended_runs(state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search")
+    ended = ended_runs(
+        state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search"
+    )
     if ended < total:
-        mark_interrupted(state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}runs ended")
+        mark_interrupted(
+            state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}runs ended"
+        )
         return EXIT_INTERRUPTED, results.num_errors
     return 0, results.num_errors
 
@@ -660,7 +879,10 @@ def mark_interrupted(state: LaunchState, how: str = "") -> None:
     state.state = "interrupted"
     state.save()
     interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
-    print(f"[launch] interrupted{' ' + how if how else ''}; nothing is lost: orchestrator resume {state.dir}", flush=True)
+    print(
+        f"[launch] interrupted{' ' + how if how else ''}; nothing is lost: orchestrator resume {state.dir}",
+        flush=True,
+    )
 
 
 class CalmStop(logging.Filter):
@@ -676,8 +898,13 @@ class CalmStop(logging.Filter):
         self.tune_log = logging.getLogger("ray.tune.tune")
 
     def __enter__(self):
-        self.previous = {sig: signal.signal(sig, handler) for sig, handler in
-                         ((signal.SIGINT, self.on_sigint), (signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT)))}
+        self.previous = {
+            sig: signal.signal(sig, handler)
+            for sig, handler in (
+                (signal.SIGINT, self.on_sigint),
+                (signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT)),
+            )
+        }
         self.tune_log.addFilter(self)
         return self
 
@@ -739,7 +966,11 @@ def end_unregistered_launches(uri: str, study: Study, launch_id: str) -> None:
     so, is the one a launch given that id again with --launch-id takes over.)"""
     for run in running_launch_runs(uri, study.experiment, socket.gethostname()):
         folder = Path(study.storage_path) / run.data.tags["launch_id"]
-        if run.data.tags["launch_id"] == launch_id or not folder.is_dir() or (folder / "launch.json").exists():
+        if (
+            run.data.tags["launch_id"] == launch_id
+            or not folder.is_dir()
+            or (folder / "launch.json").exists()
+        ):
             continue
         lock = hold_driver_lock(folder)
         if lock is None:  # a driver registering this launch now
@@ -748,8 +979,13 @@ def end_unregistered_launches(uri: str, study: Study, launch_id: str) -> None:
             close_launch(uri, run.info.run_id, status="KILLED", launch_status="never registered")
 
 
-def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night: int | None = None,
-               stacking: Stacking | None = None) -> tuple[LaunchState, IO]:
+def new_launch(
+    study: Study,
+    spec_text: str,
+    launch_id: str | None = None,
+    night: int | None = None,
+    stacking: Stacking | None = None,
+) -> tuple[LaunchState, IO]:
     """Register a launch: its folder, its driver.lock (held: status sees a driver from the moment
     launch.json is there) and its MLflow parent run. Call only after the spec validated, the store
     answered and the cluster saw the trial storage. `stacking`: as start decided it (launch.json
@@ -776,13 +1012,27 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
     spec_text = redact_text(spec_text, uri)
     try:
         end_unregistered_launches(stored_uri, study, launch_id)
-        parent = open_launch(stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path))
+        parent = open_launch(
+            stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path)
+        )
     except BaseException:  # nothing registered: the id's claim goes, so it can be given again
         lock.close()
         raise
-    state = LaunchState(launch_id, launch_dir, study.experiment, str(study.path), spec_text, stored_uri, parent,
-                        storage=dataclasses.asdict(study.storage.resolved()), plan=plan_of(study), night=night, created=time.time(),
-                        **(stacking or decide(study, use_gpu=None)).record(), snapshot_modules=SNAPSHOT_MODULES)
+    state = LaunchState(
+        launch_id,
+        launch_dir,
+        study.experiment,
+        str(study.path),
+        spec_text,
+        stored_uri,
+        parent,
+        storage=dataclasses.asdict(study.storage.resolved()),
+        plan=plan_of(study),
+        night=night,
+        created=time.time(),
+        **(stacking or decide(study, use_gpu=None)).record(),
+        snapshot_modules=SNAPSHOT_MODULES,
+    )
     try:
         state.save()
     except BaseException:  # no launch.json, no launch to resume: its run ends (MLflow showed it RUNNING for good) and the id's claim goes
@@ -796,23 +1046,39 @@ def new_launch(study: Study, spec_text: str, launch_id: str | None = None, night
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
     """The launch's answer per pair (`summaries`, else read from the store), beside what chance
     scores, and what to run next."""
-    summaries = summaries or pair_summaries(state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score)
-    print(f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):", flush=True)
+    summaries = summaries or pair_summaries(
+        state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score
+    )
+    print(
+        f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):",
+        flush=True,
+    )
     for pair in study.pairs:
         s = summaries.get(pair.name, {})
         best = "-" if s.get("best") is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         confirmed = confirmed_text(s.get("confirmed"))
-        print(f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
-              f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {failed_text(s)})", flush=True)
+        print(
+            f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
+            f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {failed_text(s)})",
+            flush=True,
+        )
     if not study.is_ablation:
         from ..report.report import answer_lines
 
         for line in answer_lines(study, summaries):
             print(f"[launch] {line}", flush=True)
     # A pair's best config is written where one of its trials may answer: none where all diverged or failed.
-    best_files = [] if study.is_ablation else [path for path in (state.dir / "best" / f"{p.name}.yaml" for p in study.pairs) if path.exists()]
-    later = f"{state.dir / 'report' / 'report.html'}" + (f"; orchestrator train {best_files[0]}" if best_files else "")
-    print(f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
-          f"{state.tracking_uri}", flush=True)
-
+    best_files = (
+        []
+        if study.is_ablation
+        else [path for path in (state.dir / "best" / f"{p.name}.yaml" for p in study.pairs) if path.exists()]
+    )
+    later = f"{state.dir / 'report' / 'report.html'}" + (
+        f"; orchestrator train {best_files[0]}" if best_files else ""
+    )
+    print(
+        f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
+        f"{state.tracking_uri}",
+        flush=True,
+    )

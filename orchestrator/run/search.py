@@ -6,6 +6,7 @@ ablation, its own list of grid cells x seeds), its own concurrency limit and its
 scheduler, so one Tuner keeps the whole cluster busy: when one pair's search runs out of trials to
 start (its tail), another pair's trials take the free slots.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,12 +15,12 @@ import pickle
 import time
 import warnings
 
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-from ray.tune.search import Searcher
-from ray.tune.result import TRAINING_ITERATION
-from ray.tune.search.optuna import OptunaSearch
 import optuna
 from optuna.trial import TrialState
+from ray.tune.result import TRAINING_ITERATION
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
 
 from trainables.config import MEMBER_KEYS
 from trainables.models import batchable
@@ -28,7 +29,9 @@ from ..record.runs import member_result
 from .stacking import MEMBERS_KEY, stack_cuts
 
 PAIR_KEY = "pair"  # the trial config key that names the trial's pair
-RUN_ATTR = "run"  # an Optuna trial's user attribute: its MLflow run's run_key (settle_proposals finds its end there)
+RUN_ATTR = (
+    "run"  # an Optuna trial's user attribute: its MLflow run's run_key (settle_proposals finds its end there)
+)
 CANDIDATE_KEY = "candidate"  # in a confirmation trial's config: which of the pair's top trials it repeats
 
 
@@ -117,7 +120,9 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             # trained longest instead of one stopped where it diverged.
             own = member_result(result, member)
             step, value = own.get("iteration", own.get(TRAINING_ITERATION)), own.get(self.metric)
-            if step is None or value is None or not math.isfinite(value):  # one diverged before its first evaluation has no score
+            if (
+                step is None or value is None or not math.isfinite(value)
+            ):  # one diverged before its first evaluation has no score
                 continue
             with warnings.catch_warnings(), contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 # A restored trial replays evaluations Optuna may have already: ignoring them is right.
@@ -129,8 +134,16 @@ class TruncationAwareOptunaSearch(OptunaSearch):
     def orphans(self, taken: set[int]) -> list:
         """Proposals a killed driver made and no trial took (Optuna stored them, Tune's snapshot did
         not have them), but those numbered in `taken`."""
-        mine = {t.number for t in self._ot_trials.values()} | {t.number for ts in self.members.values() for t in ts} | taken
-        return [t for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number not in mine]
+        mine = (
+            {t.number for t in self._ot_trials.values()}
+            | {t.number for ts in self.members.values() for t in ts}
+            | taken
+        )
+        return [
+            t
+            for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number not in mine
+        ]
 
     def suggest(self, trial_id):
         """TPE's next proposal (or a stack of them); first, one a killed driver made and no trial
@@ -148,17 +161,23 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         if trial_id not in self.members:
             first = self._ot_trials[trial_id]
             shared = {k: v for k, v in first.params.items() if k not in MEMBER_KEYS}
-            size = stack_cuts(self.runs_left, self.stack)[0] if batchable({**self.base, **shared}) is None else 1
+            size = (
+                stack_cuts(self.runs_left, self.stack)[0] if batchable({**self.base, **shared}) is None else 1
+            )
             self.members[trial_id] = [first]
             while len(self.members[trial_id]) < size:
-                self.members[trial_id].append(self.ask_sharing(shared, {t.number for t in self.members[trial_id]}))
+                self.members[trial_id].append(
+                    self.ask_sharing(shared, {t.number for t in self.members[trial_id]})
+                )
             self.runs_left -= size
             self.label(trial_id)
         trials = self.members[trial_id]
         if len(trials) == 1:
             return params
-        return {**{k: v for k, v in params.items() if k not in MEMBER_KEYS},
-                MEMBERS_KEY: [{k: v for k, v in t.params.items() if k in MEMBER_KEYS} for t in trials]}
+        return {
+            **{k: v for k, v in params.items() if k not in MEMBER_KEYS},
+            MEMBERS_KEY: [{k: v for k, v in t.params.items() if k in MEMBER_KEYS} for t in trials],
+        }
 
     def label(self, trial_id) -> None:
         """Each Optuna trial a Tune trial trains is told which run it is (RUN_ATTR)."""
@@ -177,7 +196,9 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             if all(trial.params.get(k) == v for k, v in shared.items()):
                 return trial
             self._ot_study.tell(trial, state=TrialState.FAIL)
-        raise RuntimeError(f"Optuna handed out no proposal with {shared}")  # no store does this: ours was waiting
+        raise RuntimeError(
+            f"Optuna handed out no proposal with {shared}"
+        )  # no store does this: ours was waiting
 
     def retry(self, trial_id) -> None:
         """Tune runs a trial that failed for good again when the launch is resumed (from its last
@@ -201,7 +222,11 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         """Whether Optuna's storage has this trial finished: a driver killed after telling Optuna and
         before Tune's snapshot recorded the end sees the trial end again after its resume."""
         return trial.number in {
-            t.number for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))}
+            t.number
+            for t in self._ot_study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+            )
+        }
 
     def on_trial_complete(self, trial_id, result=None, error=False):
         if trial_id in self._completed_trials:
@@ -213,7 +238,9 @@ class TruncationAwareOptunaSearch(OptunaSearch):
                 continue
             own = member_result(result or {}, member)
             value = own.get(self.metric) if own.get("status") == "completed" else None
-            state = TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
+            state = (
+                TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
+            )
             self.tell(trial, value, state)
         self._completed_trials.add(trial_id)
 
@@ -259,13 +286,22 @@ class PairSearch(Searcher):
     """Suggests trials for every pair, round-robin over the pairs that may start one: a pair may
     start one while it has budget left and fewer than `max_concurrent` trials live."""
 
-    def __init__(self, searchers: dict[str, Searcher], budgets: dict[str, int], max_concurrent: int, metric: str, mode: str):
+    def __init__(
+        self,
+        searchers: dict[str, Searcher],
+        budgets: dict[str, int],
+        max_concurrent: int,
+        metric: str,
+        mode: str,
+    ):
         super().__init__(metric=metric, mode=mode)
         self.searchers, self.budgets, self.max_concurrent = searchers, budgets, max_concurrent
         self.started = {name: 0 for name in searchers}
         self.exhausted: set[str] = set()
         self.live: dict[str, str] = {}  # trial id -> pair
-        self.failed: dict[str, str] = {}  # trial id -> pair, of trials that failed for good (a resume runs them again)
+        self.failed: dict[
+            str, str
+        ] = {}  # trial id -> pair, of trials that failed for good (a resume runs them again)
         self.turn = 0
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -315,8 +351,13 @@ class PairSearch(Searcher):
     def save(self, checkpoint_path: str):
         # OptunaSearch pickles its __dict__ (the study handle included, whose RDB storage reconnects).
         with open(checkpoint_path, "wb") as f:
-            pickle.dump({"own": {k: v for k, v in self.__dict__.items() if k != "searchers"},
-                         "searchers": {name: s.__dict__ for name, s in self.searchers.items()}}, f)
+            pickle.dump(
+                {
+                    "own": {k: v for k, v in self.__dict__.items() if k != "searchers"},
+                    "searchers": {name: s.__dict__ for name, s in self.searchers.items()},
+                },
+                f,
+            )
 
     def restore(self, checkpoint_path: str):
         try:

@@ -7,6 +7,7 @@ launch.json (Stacking.record: batch_seeds, stack_sizes); a resume reads it back 
 (launched), so it repeats the same trials. The dry run and the plan printed before a launch ask
 the same functions, before anything is measured.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -198,8 +199,10 @@ class Stacking:
         if not stacking.search_can_stack(pair):
             return ""
         if shared := stacking.unstacked_because_shared(pair):
-            return (f"; one TPE suggestion per trial: stacked suggestions would share {', '.join(shared)}, "
-                    "one value a stack (budget.stack_size K stacks them anyway)")
+            return (
+                f"; one TPE suggestion per trial: stacked suggestions would share {', '.join(shared)}, "
+                "one value a stack (budget.stack_size K stacks them anyway)"
+            )
         own = ", ".join(k for k in pair.space if k in MEMBER_KEYS)
         n = stacking.search_stack(pair)
         if n > 1:
@@ -207,8 +210,10 @@ class Stacking:
             theirs = f"; the stack's {', '.join(shared)} its first suggestion's)" if shared else ")"
             return f"; {n} TPE suggestions per trial, stacked (each with its own {own}{theirs}{hedge}"
         if self.study.budget.stack_size == "auto":
-            return (f"; TPE suggestions stacked per trial, as many as the launch measures pays "
-                    f"(budget.stack_size auto; each with its own {own}){hedge}")
+            return (
+                f"; TPE suggestions stacked per trial, as many as the launch measures pays "
+                f"(budget.stack_size auto; each with its own {own}){hedge}"
+            )
         return ""
 
 
@@ -273,13 +278,16 @@ def misfits(study: Study, use_gpu: bool, nodes: list[dict[str, float]]) -> list[
         name = short[0]
         field = {"CPU": "cpu", "GPU": "gpu"}.get(name, "custom")
         key = f"{resources_key(study, pair, field)}.{field}" + (f".{name}" if field == "custom" else "")
-        problems.append(f"{key}: a trial asks for {asks[name]:g} {name}; "
-                        f"no node of the cluster has that much (the most on one node: {most[name]:g})")
+        problems.append(
+            f"{key}: a trial asks for {asks[name]:g} {name}; "
+            f"no node of the cluster has that much (the most on one node: {most[name]:g})"
+        )
     return list(dict.fromkeys(problems))  # pairs that share the file's resources fail on one key
 
 
-def slots_in(stacking: Stacking, total: dict[str, float], use_gpu: bool,
-             trials: dict[str, int] | None = None) -> int:
+def slots_in(
+    stacking: Stacking, total: dict[str, float], use_gpu: bool, trials: dict[str, int] | None = None
+) -> int:
     """How many trials run at once on a cluster holding `total` (by Ray's resource names):
     budget.cluster_concurrent, else as many of the pair with the smallest trials as it holds
     (Ray starts what fits), never more than the pairs' own limits allow together. `trials`:
@@ -289,6 +297,8 @@ def slots_in(stacking: Stacking, total: dict[str, float], use_gpu: bool,
     limit = sum(min(study.budget.max_concurrent, trials[p.name]) for p in study.pairs)
     if study.budget.cluster_concurrent:
         return min(limit, study.budget.cluster_concurrent)
-    fits = max(min(total.get(name, 0) / amount for name, amount in p.resources.asks(use_gpu).items())
-               for p in study.pairs)
+    fits = max(
+        min(total.get(name, 0) / amount for name, amount in p.resources.asks(use_gpu).items())
+        for p in study.pairs
+    )
     return max(1, min(limit, math.floor(fits + 1e-9)))

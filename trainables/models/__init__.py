@@ -12,6 +12,7 @@ the package's own models, as class attributes (see examples/my_model.py):
 and is built as `Class(config, task)`; its forward takes what each of its kinds hands a model
 (kinds.Kind.forward). A model that states these wrongly is refused in one line before anything runs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,24 +21,40 @@ import importlib.metadata
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from torch import nn
 
-from ..kinds import (AUTOREGRESSIVE_SEQ2SEQ, IMAGE_CLASSIFICATION, IMAGE_SEQUENCE_CLASSIFICATION, KINDS, NEXT_SYMBOL_SETS,
-                     SEQUENCE_CLASSIFICATION, SEQUENCE_TO_SEQUENCE, SET_REGRESSION, TRANSLATION, VISUAL_QUESTION_ANSWERING, Kind)
+from ..kinds import (
+    AUTOREGRESSIVE_SEQ2SEQ,
+    IMAGE_CLASSIFICATION,
+    IMAGE_SEQUENCE_CLASSIFICATION,
+    KINDS,
+    NEXT_SYMBOL_SETS,
+    SEQUENCE_CLASSIFICATION,
+    SEQUENCE_TO_SEQUENCE,
+    SET_REGRESSION,
+    TRANSLATION,
+    VISUAL_QUESTION_ANSWERING,
+    Kind,
+)
 from ..tasks.base import Task
 from .dnc import DNCClassifier, DNCConfig
 from .enc_dec import EncDecConfig, EncDecPANMConfig, TransformerEncoderDecoder, TransformerPANM
 from .esbn import ObjectSequenceTransformer
 from .lstm import LSTMClassifier, LSTMConfig, LSTMTagger
 from .panm import PANM, CausalPANM, PANMConfig
-from .set_attention import SetAttentionRegressor
 from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
+from .set_attention import SetAttentionRegressor
 from .stack_rnn import StackRNNConfig, StackRNNTagger
-from .transformer import ImageQuestionTransformer, TransformerConfig, UniversalTransformerClassifier, UniversalTransformerSetRegressor
+from .transformer import (
+    ImageQuestionTransformer,
+    TransformerConfig,
+    UniversalTransformerClassifier,
+    UniversalTransformerSetRegressor,
+)
 
 ENTRY_POINTS = "sysgen.models"  # the entry-point group an installed package names its models in
 
@@ -67,7 +84,13 @@ class ModelSpec:
 
 
 def _token_ids(task: Task) -> dict:
-    return {"vocab_size": len(task.vocab), "n_classes": task.n_classes, "pad_id": task.pad_id, "bos_id": task.bos_id, "eos_id": task.eos_id}
+    return {
+        "vocab_size": len(task.vocab),
+        "n_classes": task.n_classes,
+        "pad_id": task.pad_id,
+        "bos_id": task.bos_id,
+        "eos_id": task.eos_id,
+    }
 
 
 def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
@@ -75,21 +98,43 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
         if cfg.set_layer == "transformer":
             return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
         if cfg.fused_feed_forward:  # accepted and ignored, it would train what the file did not ask for
-            raise ValueError("fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward of ours to fuse")
-        return SetAttentionRegressor(cfg.d_model, cfg.n_heads, cfg.n_retrievals if attention == "compositional" else None, task.n_features)
+            raise ValueError(
+                "fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward of ours to fuse"
+            )
+        return SetAttentionRegressor(
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.n_retrievals if attention == "compositional" else None,
+            task.n_features,
+        )
 
-    builders = {SEQUENCE_CLASSIFICATION: lambda cfg, task: UniversalTransformerClassifier(cfg, attention, gated, **_token_ids(task))}
+    builders = {
+        SEQUENCE_CLASSIFICATION: lambda cfg, task: UniversalTransformerClassifier(
+            cfg, attention, gated, **_token_ids(task)
+        )
+    }
     # Position-free attention (plain or compositional, without the copy gate) also reads sets, and
     # images with a question, and sequences of images.
     if attention in ("softmax", "compositional") and not gated:
         builders |= {
             SET_REGRESSION: sets,
-            VISUAL_QUESTION_ANSWERING: lambda cfg, task: ImageQuestionTransformer(cfg, attention, task.n_features, task.n_classes),
+            VISUAL_QUESTION_ANSWERING: lambda cfg, task: ImageQuestionTransformer(
+                cfg, attention, task.n_features, task.n_classes
+            ),
             # the triangles' images: n_features channels, 4 x 4 patches
-            IMAGE_CLASSIFICATION: lambda cfg, task: ImageQuestionTransformer(cfg, attention, 0, task.n_classes, patch=4, channels=task.n_features),
-            IMAGE_SEQUENCE_CLASSIFICATION: lambda cfg, task: ObjectSequenceTransformer(cfg, attention, task.n_classes, channels=task.n_features),
+            IMAGE_CLASSIFICATION: lambda cfg, task: ImageQuestionTransformer(
+                cfg, attention, 0, task.n_classes, patch=4, channels=task.n_features
+            ),
+            IMAGE_SEQUENCE_CLASSIFICATION: lambda cfg, task: ObjectSequenceTransformer(
+                cfg, attention, task.n_classes, channels=task.n_features
+            ),
         }
-    return ModelSpec(TransformerConfig, {kind: _checking_set_layer(build) for kind, build in builders.items()}, description, stacks=True)
+    return ModelSpec(
+        TransformerConfig,
+        {kind: _checking_set_layer(build) for kind, build in builders.items()},
+        description,
+        stacks=True,
+    )
 
 
 def _checking_set_layer(build: Builder) -> Builder:
@@ -102,7 +147,11 @@ def _checking_set_layer(build: Builder) -> Builder:
 
 
 def _seq2seq(config: type, cls, description: str) -> ModelSpec:
-    return ModelSpec(config, {SEQUENCE_TO_SEQUENCE: lambda cfg, task: cls(cfg, len(task.vocab), task.n_features)}, description)
+    return ModelSpec(
+        config,
+        {SEQUENCE_TO_SEQUENCE: lambda cfg, task: cls(cfg, len(task.vocab), task.n_features)},
+        description,
+    )
 
 
 def _enc_dec(config: type, build: Builder, description: str) -> ModelSpec:
@@ -116,28 +165,57 @@ MODELS: dict[str, ModelSpec] = {
     "transformer_absrel_gate": _transformer("absrel", True, "Transformer + abs/rel + copy gate (App. B)"),
     "transformer_geometric": _transformer("geometric", False, "Transformer + geometric attention"),
     "ndr": _transformer("geometric", True, "Neural Data Router: geometric attention + copy gate"),
-    "transformer_compositional": _transformer("compositional", False, "Transformer with compositional attention (Mittal et al.)"),
-    "panm": ModelSpec(PANMConfig, {SEQUENCE_TO_SEQUENCE: lambda cfg, task: PANM(cfg, len(task.vocab), task.n_features),
-                                   NEXT_SYMBOL_SETS: lambda cfg, task: CausalPANM(cfg, len(task.vocab), task.n_classes)},
-                      "Pointer-Augmented Neural Memory (Le et al.)"),
+    "transformer_compositional": _transformer(
+        "compositional", False, "Transformer with compositional attention (Mittal et al.)"
+    ),
+    "panm": ModelSpec(
+        PANMConfig,
+        {
+            SEQUENCE_TO_SEQUENCE: lambda cfg, task: PANM(cfg, len(task.vocab), task.n_features),
+            NEXT_SYMBOL_SETS: lambda cfg, task: CausalPANM(cfg, len(task.vocab), task.n_classes),
+        },
+        "Pointer-Augmented Neural Memory (Le et al.)",
+    ),
     "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
     "transformer_seq2seq": _seq2seq(Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder-decoder"),
-    "transformer_enc_dec": _enc_dec(EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
-                                    "Transformer encoder-decoder (Csordás et al. 2021)"),
+    "transformer_enc_dec": _enc_dec(
+        EncDecConfig,
+        lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
+        "Transformer encoder-decoder (Csordás et al. 2021)",
+    ),
     "transformer_enc_dec_compositional": _enc_dec(
-        EncDecConfig, lambda cfg, task: TransformerEncoderDecoder(cfg, "compositional", len(task.vocab), task.bos_id),
-        "Transformer encoder-decoder with compositional attention"),
-    "transformer_enc_dec_panm": _enc_dec(EncDecPANMConfig, lambda cfg, task: TransformerPANM(cfg, len(task.vocab), task.bos_id),
-                                         "Transformer encoder, PANM's Controller on a Transformer decoder (Le et al., App. D.3)"),
-    "lstm": ModelSpec(LSTMConfig, {SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)),
-                                   NEXT_SYMBOL_SETS: lambda cfg, task: LSTMTagger(cfg, len(task.vocab), task.n_classes, task.pad_id)},
-                      "LSTM"),
-    "stack_rnn": ModelSpec(StackRNNConfig, {NEXT_SYMBOL_SETS: lambda cfg, task: StackRNNTagger(cfg, len(task.vocab), task.n_classes)},
-                           "stack RNN with a softmax push/pop gate (Suzgun et al. 2019)"),
-    "dnc": ModelSpec(DNCConfig, {SEQUENCE_CLASSIFICATION: lambda cfg, task: DNCClassifier(cfg, **_token_ids(task))},
-                     "DNC with the improvements of Csordás & Schmidhuber (2019)"),
-    "bilstm": ModelSpec(LSTMConfig, {SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task))},
-                        "bidirectional LSTM"),
+        EncDecConfig,
+        lambda cfg, task: TransformerEncoderDecoder(cfg, "compositional", len(task.vocab), task.bos_id),
+        "Transformer encoder-decoder with compositional attention",
+    ),
+    "transformer_enc_dec_panm": _enc_dec(
+        EncDecPANMConfig,
+        lambda cfg, task: TransformerPANM(cfg, len(task.vocab), task.bos_id),
+        "Transformer encoder, PANM's Controller on a Transformer decoder (Le et al., App. D.3)",
+    ),
+    "lstm": ModelSpec(
+        LSTMConfig,
+        {
+            SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)),
+            NEXT_SYMBOL_SETS: lambda cfg, task: LSTMTagger(cfg, len(task.vocab), task.n_classes, task.pad_id),
+        },
+        "LSTM",
+    ),
+    "stack_rnn": ModelSpec(
+        StackRNNConfig,
+        {NEXT_SYMBOL_SETS: lambda cfg, task: StackRNNTagger(cfg, len(task.vocab), task.n_classes)},
+        "stack RNN with a softmax push/pop gate (Suzgun et al. 2019)",
+    ),
+    "dnc": ModelSpec(
+        DNCConfig,
+        {SEQUENCE_CLASSIFICATION: lambda cfg, task: DNCClassifier(cfg, **_token_ids(task))},
+        "DNC with the improvements of Csordás & Schmidhuber (2019)",
+    ),
+    "bilstm": ModelSpec(
+        LSTMConfig,
+        {SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task))},
+        "bidirectional LSTM",
+    ),
 }
 BATCHABLE_MODELS = tuple(name for name, spec in MODELS.items() if spec.stacks)
 _BROUGHT: dict[str, ModelSpec] = {}  # models from outside the package, once loaded in this process
@@ -173,7 +251,9 @@ def _load_file_class(name: str) -> type:
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - whatever the file raises is said in one line: a syntax error, an import it lacks
         del sys.modules[module_name]
-        raise ModelError(f"{path} does not load: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}") from None
+        raise ModelError(
+            f"{path} does not load: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        ) from None
     if not isinstance(getattr(module, cls_name, None), type):
         raise ModelError(f"{path} has no class {cls_name}")
     return getattr(module, cls_name)
@@ -200,23 +280,39 @@ def spec_of_class(cls: type, name: str) -> ModelSpec:
         raise ModelError(f"{name}: not a torch.nn.Module class")
     if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
         raise ModelError(f"{name}: its class attribute Config must be a dataclass of its keys")
-    missing = [f.name for f in dataclasses.fields(config) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        f.name
+        for f in dataclasses.fields(config)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ModelError(f"{name}: Config.{missing[0]} needs a default (a search varies only what it names)")
     if not kinds or not isinstance(kinds, (tuple, list)) or not all(isinstance(k, Kind) for k in kinds):
-        given = [k for k in (kinds or []) if not isinstance(k, Kind)] if isinstance(kinds, (tuple, list)) else kinds
-        raise ModelError(f"{name}: its class attribute kinds must be a tuple of trainables.kinds objects "
-                         f"({', '.join(KINDS)}), got {given!r}")
+        given = (
+            [k for k in (kinds or []) if not isinstance(k, Kind)]
+            if isinstance(kinds, (tuple, list))
+            else kinds
+        )
+        raise ModelError(
+            f"{name}: its class attribute kinds must be a tuple of trainables.kinds objects "
+            f"({', '.join(KINDS)}), got {given!r}"
+        )
     try:
         inspect.signature(cls).bind(None, None)
     except TypeError:
-        raise ModelError(f"{name}: it must be built as {cls.__name__}(config, task), but takes {inspect.signature(cls)}") from None
+        raise ModelError(
+            f"{name}: it must be built as {cls.__name__}(config, task), but takes {inspect.signature(cls)}"
+        ) from None
     for kind in kinds:
         if not _forward_takes(cls, kind):
-            raise ModelError(f"{name}: forward{inspect.signature(cls.forward)} cannot take what a {kind} task hands a model: "
-                             f"forward(self, {', '.join(kind.forward)})")
+            raise ModelError(
+                f"{name}: forward{inspect.signature(cls.forward)} cannot take what a {kind} task hands a model: "
+                f"forward(self, {', '.join(kind.forward)})"
+            )
     description = ((cls.__doc__ or "").strip().splitlines() or [f"{cls.__module__}.{cls.__name__}"])[0]
-    return ModelSpec(config, {kind: cls for kind in kinds}, description, stacks=bool(getattr(cls, "stacks", False)))
+    return ModelSpec(
+        config, {kind: cls for kind in kinds}, description, stacks=bool(getattr(cls, "stacks", False))
+    )
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -227,8 +323,10 @@ def model_spec(name: str) -> ModelSpec:
     if key not in _BROUGHT:
         cls = _load_file_class(key) if is_file_model(key) else _entry_point_class(key)
         if cls is None:
-            raise ModelError(f"unknown model {name!r}; known: {', '.join(MODELS)}, a file's model as path/to/file.py:Class, "
-                             f"or an entry point of {ENTRY_POINTS}")
+            raise ModelError(
+                f"unknown model {name!r}; known: {', '.join(MODELS)}, a file's model as path/to/file.py:Class, "
+                f"or an entry point of {ENTRY_POINTS}"
+            )
         _BROUGHT[key] = spec_of_class(cls, label(key))
     return _BROUGHT[key]
 
@@ -253,5 +351,7 @@ def model_fields(name: str) -> set[str]:
 def build_model(name: str, options: dict, task: Task) -> nn.Module:
     spec = model_spec(name)
     if task.kind not in spec.builders:
-        raise ValueError(f"model {label(name)!r} runs {', '.join(map(str, spec.kinds))}; task {task.name!r} is {task.kind}")
+        raise ValueError(
+            f"model {label(name)!r} runs {', '.join(map(str, spec.kinds))}; task {task.name!r} is {task.kind}"
+        )
     return spec.builders[task.kind](spec.config(**options), task)

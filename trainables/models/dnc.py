@@ -12,6 +12,7 @@ With the improvements of Csordás & Schmidhuber (2019), as the NDR authors ran t
 The classifier embeds tokens (no begin/end tokens), runs the DNC over them and reads the class from
 the output at the last real token.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ def oneplus(x: torch.Tensor) -> torch.Tensor:
     return 1 + F.softplus(x)
 
 
-def content_weights(memory: torch.Tensor, keys: torch.Tensor, strengths: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+def content_weights(
+    memory: torch.Tensor, keys: torch.Tensor, strengths: torch.Tensor, masks: torch.Tensor | None
+) -> torch.Tensor:
     """C(M, k, beta)[i] = softmax_i(beta cos(M[i], k)); memory (B, N, W), keys (B, H, W) -> (B, H, N)."""
     memory = memory[:, None]  # (B, 1, N, W)
     keys = keys[:, :, None]  # (B, H, 1, W)
@@ -57,7 +60,9 @@ def allocation_weights(usage: torch.Tensor) -> torch.Tensor:
     """a[phi_j] = (1 - u[phi_j]) prod_{k<j} u[phi_k], phi sorting usage ascending (free cells first)."""
     usage = usage * (1 - EPS) + EPS  # keeps the products apart from exact zeros
     sorted_usage, order = usage.sort(-1)
-    before = torch.cumprod(torch.cat([torch.ones_like(sorted_usage[..., :1]), sorted_usage[..., :-1]], -1), -1)
+    before = torch.cumprod(
+        torch.cat([torch.ones_like(sorted_usage[..., :1]), sorted_usage[..., :-1]], -1), -1
+    )
     return torch.zeros_like(usage).scatter(-1, order, (1 - sorted_usage) * before)
 
 
@@ -76,8 +81,16 @@ class DNCMemory(nn.Module):
         self.cfg, self.words = cfg, cfg.word_size or cfg.d_model
         R, W = cfg.n_read_heads, self.words
         self.sizes = {
-            "read_keys": R * W, "read_strengths": R, "write_key": W, "write_strength": 1, "erase": W, "write": W,
-            "free_gates": R, "allocation_gate": 1, "write_gate": 1, "read_modes": 3 * R,
+            "read_keys": R * W,
+            "read_strengths": R,
+            "write_key": W,
+            "write_strength": 1,
+            "erase": W,
+            "write": W,
+            "free_gates": R,
+            "allocation_gate": 1,
+            "write_gate": 1,
+            "read_modes": 3 * R,
         }
         if cfg.sharpen_links:
             self.sizes["sharpness"] = 2 * R
@@ -91,18 +104,30 @@ class DNCMemory(nn.Module):
     def initial_state(self, batch: int, device) -> dict[str, torch.Tensor]:
         N, R, W = self.cfg.n_cells, self.cfg.n_read_heads, self.words
         zeros = lambda *shape: torch.zeros(batch, *shape, device=device)  # noqa: E731
-        return {"memory": zeros(N, W), "usage": zeros(N), "precedence": zeros(N), "links": zeros(N, N),
-                "read_weights": zeros(R, N), "write_weights": zeros(N), "reads": zeros(R, W)}
+        return {
+            "memory": zeros(N, W),
+            "usage": zeros(N),
+            "precedence": zeros(N),
+            "links": zeros(N, N),
+            "read_weights": zeros(R, N),
+            "write_weights": zeros(N),
+            "reads": zeros(R, W),
+        }
 
     def interface(self, vector: torch.Tensor) -> dict[str, torch.Tensor]:
         """Split and squash the raw interface vector (Graves et al., Methods, 'Interface parameters')."""
         B, R, W = vector.shape[0], self.cfg.n_read_heads, self.words
         raw = dict(zip(self.sizes, vector.split(list(self.sizes.values()), -1)))
         out = {
-            "read_keys": raw["read_keys"].view(B, R, W), "read_strengths": oneplus(raw["read_strengths"]),
-            "write_key": raw["write_key"], "write_strength": oneplus(raw["write_strength"]),
-            "erase": torch.sigmoid(raw["erase"]), "write": raw["write"], "free_gates": torch.sigmoid(raw["free_gates"]),
-            "allocation_gate": torch.sigmoid(raw["allocation_gate"]), "write_gate": torch.sigmoid(raw["write_gate"]),
+            "read_keys": raw["read_keys"].view(B, R, W),
+            "read_strengths": oneplus(raw["read_strengths"]),
+            "write_key": raw["write_key"],
+            "write_strength": oneplus(raw["write_strength"]),
+            "erase": torch.sigmoid(raw["erase"]),
+            "write": raw["write"],
+            "free_gates": torch.sigmoid(raw["free_gates"]),
+            "allocation_gate": torch.sigmoid(raw["allocation_gate"]),
+            "write_gate": torch.sigmoid(raw["write_gate"]),
             "read_modes": torch.softmax(raw["read_modes"].view(B, R, 3), -1),  # backward, content, forward
         }
         if "sharpness" in raw:
@@ -119,8 +144,12 @@ class DNCMemory(nn.Module):
         previous_write = state["write_weights"].detach()  # usage is bookkeeping: no gradient, as the authors'
         usage = (state["usage"] + previous_write - state["usage"] * previous_write) * retention
         write_mask = xi["write_mask"][:, None] if "write_mask" in xi else None
-        write_content = content_weights(memory, xi["write_key"][:, None], xi["write_strength"], write_mask)[:, 0]
-        write_weights = xi["write_gate"] * (xi["allocation_gate"] * allocation_weights(usage) + (1 - xi["allocation_gate"]) * write_content)
+        write_content = content_weights(memory, xi["write_key"][:, None], xi["write_strength"], write_mask)[
+            :, 0
+        ]
+        write_weights = xi["write_gate"] * (
+            xi["allocation_gate"] * allocation_weights(usage) + (1 - xi["allocation_gate"]) * write_content
+        )
         erase = 1 - write_weights[..., None] * xi["erase"][:, None]
         if self.cfg.deallocate:
             erase = erase * retention[..., None]
@@ -133,16 +162,28 @@ class DNCMemory(nn.Module):
         forward = torch.einsum("bij,brj->bri", links, state["read_weights"])
         backward = torch.einsum("bij,bri->brj", links, state["read_weights"])
         if "sharpness" in xi:
-            forward, backward = sharpen(forward, xi["sharpness"][:, 0]), sharpen(backward, xi["sharpness"][:, 1])
+            forward, backward = (
+                sharpen(forward, xi["sharpness"][:, 0]),
+                sharpen(backward, xi["sharpness"][:, 1]),
+            )
         read_content = content_weights(memory, xi["read_keys"], xi["read_strengths"], xi.get("read_masks"))
         modes = xi["read_modes"]
         read_weights = modes[..., 0:1] * backward + modes[..., 1:2] * read_content + modes[..., 2:3] * forward
-        return {"memory": memory, "usage": usage, "precedence": precedence, "links": links, "read_weights": read_weights,
-                "write_weights": write_weights, "reads": read_weights @ memory}
+        return {
+            "memory": memory,
+            "usage": usage,
+            "precedence": precedence,
+            "links": links,
+            "read_weights": read_weights,
+            "write_weights": write_weights,
+            "reads": read_weights @ memory,
+        }
 
 
 class DNCClassifier(nn.Module):
-    def __init__(self, cfg: DNCConfig, vocab_size: int, n_classes: int, pad_id: int, **_markers):  # no begin/end tokens
+    def __init__(
+        self, cfg: DNCConfig, vocab_size: int, n_classes: int, pad_id: int, **_markers
+    ):  # no begin/end tokens
         super().__init__()
         self.cfg = cfg
         self.embedding = nn.Embedding(vocab_size, cfg.embedding_size, padding_idx=pad_id)

@@ -12,6 +12,7 @@ members whose rates differ each member drops at its own rate, and a rate of 0 dr
 no branch on the value (vmap allows none). Compiled code reads it there too: a Python number is a
 constant of the compiled code, so each trial of a search (a rate of its own) compiled again.
 """
+
 from __future__ import annotations
 
 import torch

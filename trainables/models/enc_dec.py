@@ -23,6 +23,7 @@ Training feeds the decoder the target (teacher forcing); evaluation feeds it its
 outputs, recomputing the whole decoder prefix at each step (the causal mask makes that equal to
 decoding step by step with a cache; tested) while PANM's Controller takes one step per token.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,16 +54,26 @@ class EncDecConfig:
     def layer_config(self, attention: str) -> TransformerConfig:
         # Csordas et al.'s multi-head attention drops attention weights at the model's rate; the
         # Compositional Attention authors' SCAN attention (merged_attention) drops none.
-        return TransformerConfig(d_model=self.d_model, n_heads=self.n_heads, ff_multiplier=self.ff_multiplier, dropout=self.dropout,
-                                 attention_dropout=0.0 if attention == "compositional" else self.dropout, query_dropout=0.0,
-                                 n_retrievals=self.n_retrievals,
-                                 retrieval_dim=self.retrieval_dim, retrieval_scores=self.retrieval_scores)
+        return TransformerConfig(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            ff_multiplier=self.ff_multiplier,
+            dropout=self.dropout,
+            attention_dropout=0.0 if attention == "compositional" else self.dropout,
+            query_dropout=0.0,
+            n_retrievals=self.n_retrievals,
+            retrieval_dim=self.retrieval_dim,
+            retrieval_scores=self.retrieval_scores,
+        )
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig, self_attention: str, cross_attention: str):
         super().__init__()
-        self.self_attention, self.cross_attention = attention_of(cfg, self_attention), attention_of(cfg, cross_attention)
+        self.self_attention, self.cross_attention = (
+            attention_of(cfg, self_attention),
+            attention_of(cfg, cross_attention),
+        )
         self.ff = FeedForward(cfg.d_model, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout)
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(3))
         self.dropout = Dropout(cfg.dropout)
@@ -78,7 +89,9 @@ class TransformerEncoderDecoder(nn.Module):
     def __init__(self, cfg: EncDecConfig, attention: str, vocab_size: int, bos_id: int):
         super().__init__()
         if cfg.retrieval_scores not in RETRIEVAL_SCORES:
-            raise ValueError(f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {cfg.retrieval_scores!r}")
+            raise ValueError(
+                f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {cfg.retrieval_scores!r}"
+            )
         if cfg.relative_positions and attention != "softmax":
             raise ValueError("relative_positions: only with softmax attention (the +RPE baselines)")
         self.cfg, self.bos_id = cfg, bos_id
@@ -86,8 +99,12 @@ class TransformerEncoderDecoder(nn.Module):
         own = "rel" if cfg.relative_positions else attention
         self.input_embedding = nn.Embedding(vocab_size, cfg.d_model)
         self.output_embedding = nn.Embedding(vocab_size, cfg.d_model)
-        self.encoder = nn.ModuleList(Layer(layer_cfg, own, gated=False) for _ in range(1 if cfg.universal else cfg.encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(layer_cfg, own, attention) for _ in range(1 if cfg.universal else cfg.decoder_layers))
+        self.encoder = nn.ModuleList(
+            Layer(layer_cfg, own, gated=False) for _ in range(1 if cfg.universal else cfg.encoder_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderLayer(layer_cfg, own, attention) for _ in range(1 if cfg.universal else cfg.decoder_layers)
+        )
         self.output_bias = nn.Parameter(torch.zeros(vocab_size))
         if cfg.relative_positions:  # the authors' relative variants start their embeddings as Xavier's
             nn.init.xavier_uniform_(self.input_embedding.weight)
@@ -100,7 +117,9 @@ class TransformerEncoderDecoder(nn.Module):
         return x + sinusoids(torch.arange(tokens.shape[1], device=tokens.device), x.shape[-1])
 
     def with_bos(self, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.cat([torch.full((len(tokens), 1), self.bos_id, dtype=tokens.dtype, device=tokens.device), tokens], 1)
+        return torch.cat(
+            [torch.full((len(tokens), 1), self.bos_id, dtype=tokens.dtype, device=tokens.device), tokens], 1
+        )
 
     def encode(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = self.with_bos(tokens)
@@ -110,7 +129,9 @@ class TransformerEncoderDecoder(nn.Module):
             h = self.encoder[0 if self.cfg.universal else k](h, padding)[0]
         return h, padding
 
-    def decode(self, previous: torch.Tensor, memory: torch.Tensor, memory_padding: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, previous: torch.Tensor, memory: torch.Tensor, memory_padding: torch.Tensor
+    ) -> torch.Tensor:
         """previous (B, T): <bos> and the tokens output so far -> the decoder's states (B, T, d)."""
         h = self.embed(self.output_embedding, previous)
         for k in range(self.cfg.decoder_layers):
@@ -125,7 +146,9 @@ class TransformerEncoderDecoder(nn.Module):
         """Decoder states (B, T, d) of the next T steps -> their logits (B, T, vocab)."""
         return h @ self.output_embedding.weight.T + self.output_bias
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, n_steps: int, targets: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, n_steps: int, targets: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """-> (B, n_steps, vocab) logits: of each target token given the ones before it (teacher
         forcing) where `targets` (B, n_steps) are given, else of greedy decoding."""
         memory, padding = self.encode(tokens, lengths)
@@ -153,16 +176,28 @@ class EncDecPANMConfig(EncDecConfig):
     controller_reads_mode2: bool = True
 
     def pointer_config(self) -> PANMConfig:
-        return PANMConfig(d_model=self.d_model, hidden=self.hidden, mlp_hidden=self.mlp_hidden, address_bits=self.address_bits,
-                          mode1_heads=self.mode1_heads, mode2_heads=self.mode2_heads, sharpness=self.sharpness,
-                          controller_start=self.controller_start, controller_reads_mode2=self.controller_reads_mode2)
+        return PANMConfig(
+            d_model=self.d_model,
+            hidden=self.hidden,
+            mlp_hidden=self.mlp_hidden,
+            address_bits=self.address_bits,
+            mode1_heads=self.mode1_heads,
+            mode2_heads=self.mode2_heads,
+            sharpness=self.sharpness,
+            controller_start=self.controller_start,
+            controller_reads_mode2=self.controller_reads_mode2,
+        )
 
 
 class TransformerPANM(TransformerEncoderDecoder):
     def __init__(self, cfg: EncDecPANMConfig, vocab_size: int, bos_id: int):
         if cfg.decoder_layers < 2:
-            raise ValueError(f"decoder_layers must be at least 2 (the Controller replaces the last), got {cfg.decoder_layers}")
-        super().__init__(dataclasses.replace(cfg, decoder_layers=cfg.decoder_layers - 1), "softmax", vocab_size, bos_id)
+            raise ValueError(
+                f"decoder_layers must be at least 2 (the Controller replaces the last), got {cfg.decoder_layers}"
+            )
+        super().__init__(
+            dataclasses.replace(cfg, decoder_layers=cfg.decoder_layers - 1), "softmax", vocab_size, bos_id
+        )
         self.output_bias = None  # the Controller's output MLP makes the logits
         self.pointer_decoder = PointerDecoder(cfg.pointer_config(), vocab_size, input_size=cfg.d_model)
 

@@ -13,6 +13,7 @@ positions of the sequence, z' = gamma * (z - mean) / sqrt(var + 1e-8) + beta, wi
 variance; "pairs" standardises each pair of positions on its own (their "task-segmented" variant,
 which the RMTS runs use), "none" leaves the codes as they are.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,11 +36,21 @@ class ObjectSequenceTransformer(nn.Module):
     def __init__(self, cfg: TransformerConfig, attention: str, n_classes: int, channels: int = 1):
         super().__init__()
         if cfg.context_norm not in CONTEXT_NORMS:
-            raise ValueError(f"context_norm must be one of {', '.join(CONTEXT_NORMS)}, got {cfg.context_norm!r}")
+            raise ValueError(
+                f"context_norm must be one of {', '.join(CONTEXT_NORMS)}, got {cfg.context_norm!r}"
+            )
         self.cfg = cfg
         conv = lambda c_in: [nn.Conv2d(c_in, 32, 4, stride=2, padding=1), nn.ReLU()]  # noqa: E731 - halves the side
-        self.encoder = nn.Sequential(*conv(channels), *conv(32), *conv(32), nn.Flatten(),
-                                     nn.Linear(4 * 4 * 32, 256), nn.ReLU(), nn.Linear(256, cfg.d_model), nn.ReLU())
+        self.encoder = nn.Sequential(
+            *conv(channels),
+            *conv(32),
+            *conv(32),
+            nn.Flatten(),
+            nn.Linear(4 * 4 * 32, 256),
+            nn.ReLU(),
+            nn.Linear(256, cfg.d_model),
+            nn.ReLU(),
+        )
         self.gamma, self.beta = nn.Parameter(torch.ones(cfg.d_model)), nn.Parameter(torch.zeros(cfg.d_model))
         self.layer = Layer(cfg, attention, gated=False)
         self.norm = nn.LayerNorm(cfg.d_model)

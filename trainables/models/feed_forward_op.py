@@ -18,11 +18,11 @@ generator (graph-safe under CUDA graphs); the mask is a function of the seed and
 index, so the backward draws it again. On the CPU the mask comes from a torch generator seeded
 the same way: another mask than the GPU's for the same seed, the same distribution.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
 
 HIDDEN_BLOCK = 64  # a multiple of every kernel block's hidden units (feed_forward_triton's candidates)
 WIDEST = 512  # the widest D whose smallest blocks fit a GPU's shared memory (feed_forward_triton)
@@ -32,8 +32,10 @@ def check_sizes(d: int, hidden: int) -> None:
     """The kernels hold all of D in a block (a power of two, at least tl.dot's 16) and tile the
     hidden layer in blocks."""
     if d & (d - 1) or not 16 <= d <= WIDEST or hidden % HIDDEN_BLOCK:
-        raise ValueError(f"fused_feed_forward: d_model must be a power of two from 16 to {WIDEST} and the hidden width a "
-                         f"multiple of {HIDDEN_BLOCK}, got d_model={d}, hidden={hidden}")
+        raise ValueError(
+            f"fused_feed_forward: d_model must be a power of two from 16 to {WIDEST} and the hidden width a "
+            f"multiple of {HIDDEN_BLOCK}, got d_model={d}, hidden={hidden}"
+        )
 
 
 def keep_on_cpu(rows: int, hidden: int, rate: Tensor, seed: Tensor) -> Tensor:
@@ -74,15 +76,21 @@ def _(a, w1, b1, w2, rate, seed):
 
 
 @torch.library.custom_op("sysgen::feed_forward_backward", mutates_args=())
-def feed_forward_backward(grad: Tensor, a: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, rate: Tensor,
-                          seed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def feed_forward_backward(
+    grad: Tensor, a: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, rate: Tensor, seed: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """-> the gradients in a (a's dtype) and in w1, b1, w2 (theirs)."""
     if a.is_cuda:
         from . import feed_forward_triton as kernels
 
         casts = [t.to(a.dtype).contiguous() for t in (w1, b1, w2)]
-        grad_a, *grads = kernels.backward(grad.to(a.dtype).contiguous(), a.contiguous(), *casts, rate.float().contiguous(),
-                                          seed.contiguous())
+        grad_a, *grads = kernels.backward(
+            grad.to(a.dtype).contiguous(),
+            a.contiguous(),
+            *casts,
+            rate.float().contiguous(),
+            seed.contiguous(),
+        )
         return grad_a, *(g.to(t.dtype).contiguous() for g, t in zip(grads, (w1, b1, w2)))
     keep = keep_on_cpu(a.shape[1], w1.shape[1], rate, seed)
     # torch.func, not torch.autograd: an op's body runs below autograd's dispatch
@@ -111,7 +119,9 @@ def _members(info, in_dims, *args):
     of one, which a vmapped stack's members fill."""
     out = []
     for t, d in zip(args, in_dims):
-        out.append(t.movedim(d, 0).flatten(0, 1) if d is not None else t.expand(info.batch_size, *t.shape[1:]))
+        out.append(
+            t.movedim(d, 0).flatten(0, 1) if d is not None else t.expand(info.batch_size, *t.shape[1:])
+        )
     return out
 
 
@@ -132,8 +142,11 @@ def apply(module, x: Tensor) -> Tensor:
     rate = dropout.rate.float() if module.training else torch.zeros_like(dropout.rate, dtype=torch.float32)
     # drawn only in training: an evaluation that drew from torch's generator would move every later
     # training step's masks, so a trial's curve would depend on how often it is evaluated
-    seed = (torch.randint(0, 2 ** 31 - 1, (1,), device=x.device) if module.training
-            else torch.zeros(1, dtype=torch.int64, device=x.device))
+    seed = (
+        torch.randint(0, 2**31 - 1, (1,), device=x.device)
+        if module.training
+        else torch.zeros(1, dtype=torch.int64, device=x.device)
+    )
     rows = x.reshape(1, -1, x.shape[-1])
     y = feed_forward(rows, first.weight[None], first.bias[None], second.weight[None], rate.reshape(1), seed)
     return y.reshape(x.shape) + second.bias.to(y.dtype)

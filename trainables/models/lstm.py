@@ -1,5 +1,6 @@
 """LSTM and bidirectional LSTM classifiers, the NDR paper's recurrent baselines (no begin/end tokens),
 and an LSTM that answers after every token (Dyck)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,14 +34,20 @@ class LSTMConfig:
 
 
 class LSTMClassifier(nn.Module):
-    def __init__(self, cfg: LSTMConfig, bidirectional: bool, vocab_size: int, n_classes: int, pad_id: int, **_markers):  # no begin/end tokens
+    def __init__(
+        self, cfg: LSTMConfig, bidirectional: bool, vocab_size: int, n_classes: int, pad_id: int, **_markers
+    ):  # no begin/end tokens
         super().__init__()
         hidden = cfg.d_model // 2 if bidirectional else cfg.d_model
         self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.dropout = Dropout(cfg.dropout)
         self.lstm = LSTM(
-            cfg.d_model, hidden, num_layers=cfg.n_layers, batch_first=True,
-            bidirectional=bidirectional, dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
+            cfg.d_model,
+            hidden,
+            num_layers=cfg.n_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
         )
         self.readout = nn.Linear(hidden * (2 if bidirectional else 1), n_classes)
 
@@ -61,9 +68,17 @@ class LSTMTagger(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.dropout = Dropout(cfg.dropout)
-        self.lstm = LSTM(cfg.d_model, cfg.d_model, num_layers=cfg.n_layers, batch_first=True, dropout=cfg.dropout if cfg.n_layers > 1 else 0.0)
+        self.lstm = LSTM(
+            cfg.d_model,
+            cfg.d_model,
+            num_layers=cfg.n_layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
+        )
         self.readout = nn.Linear(cfg.d_model, n_outputs)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(self.dropout(self.embedding(tokens)))  # causal: padding after a sequence changes nothing before it
+        out, _ = self.lstm(
+            self.dropout(self.embedding(tokens))
+        )  # causal: padding after a sequence changes nothing before it
         return self.readout(self.dropout(out))

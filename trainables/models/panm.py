@@ -24,6 +24,7 @@ layer of 128 units; GRUs have 256.
 Eq. 2 and 5 take a softmax of cosine similarities, which lie in [-1, 1] and cannot make a sharp
 distribution over tens of slots; we multiply them by a learned inverse temperature (`sharpness`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,9 +55,15 @@ class PANMConfig:
     mode2_heads: int = 1  # H^c
     dropout: float = 0.0
     sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
-    controller_start: str = "sum"  # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
-    controller_reads_mode2: bool = True  # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
-    controller: str = "gru"  # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
+    controller_start: str = (
+        "sum"  # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
+    )
+    controller_reads_mode2: bool = (
+        True  # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
+    )
+    controller: str = (
+        "gru"  # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
+    )
     stack_size: int = 104  # srnn: the stack's cells
     stack_dim: int = 5  # srnn: each cell's size
 
@@ -80,7 +87,9 @@ def dereference(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bl,bld->bd", weights, memory)
 
 
-def cosine_attention(query: torch.Tensor, keys: torch.Tensor, padding: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def cosine_attention(
+    query: torch.Tensor, keys: torch.Tensor, padding: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
     """softmax over slots of scale * cos(query, key): (B, D), (B, L, D) -> (B, L)."""
     cos = torch.einsum("bd,bld->bl", F.normalize(query, dim=-1), F.normalize(keys, dim=-1))
     return torch.softmax((scale * cos).masked_fill(padding, float("-inf")), dim=-1)
@@ -93,7 +102,16 @@ def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
 class SequenceEncoder(nn.Module):
     """Tokens (+ optional per-token features) -> one memory slot per token."""
 
-    def __init__(self, kind: str, vocab_size: int, n_features: int, d_model: int, n_layers: int, n_heads: int, dropout: float):
+    def __init__(
+        self,
+        kind: str,
+        vocab_size: int,
+        n_features: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        dropout: float,
+    ):
         super().__init__()
         if kind not in ("lstm", "transformer"):
             raise ValueError(f"encoder must be 'lstm' or 'transformer', got {kind!r}")
@@ -101,18 +119,28 @@ class SequenceEncoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.features = nn.Linear(n_features, d_model) if n_features else None
         if kind == "lstm":
-            self.net = LSTM(d_model, d_model, num_layers=n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
+            self.net = LSTM(
+                d_model,
+                d_model,
+                num_layers=n_layers,
+                batch_first=True,
+                dropout=dropout if n_layers > 1 else 0.0,
+            )
         else:
             layer = nn.TransformerEncoderLayer(d_model, n_heads, 2 * d_model, dropout, batch_first=True)
             self.net = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, token_features: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, token_features: torch.Tensor | None
+    ) -> torch.Tensor:
         x = self.embedding(tokens)
         if self.features is not None:
             x = x + self.features(token_features)
         padding = torch.arange(tokens.shape[1], device=tokens.device)[None] >= lengths[:, None]
         if self.kind == "lstm":
-            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
             out, _ = self.net(packed)
             return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=tokens.shape[1])[0]
         x = x + sinusoids(torch.arange(tokens.shape[1], device=tokens.device), x.shape[-1])
@@ -127,7 +155,9 @@ class PointerDecoder(nn.Module):
     def __init__(self, cfg: PANMConfig, vocab_size: int, input_size: int = 0):
         super().__init__()
         if not 0 <= cfg.mode1_heads <= 3:
-            raise ValueError(f"mode1_heads must be 0..3 (pointers start at base, end, middle), got {cfg.mode1_heads}")
+            raise ValueError(
+                f"mode1_heads must be 0..3 (pointers start at base, end, middle), got {cfg.mode1_heads}"
+            )
         if cfg.controller_start not in ("sum", "last"):
             raise ValueError(f"controller_start must be 'sum' or 'last', got {cfg.controller_start!r}")
         if cfg.mode2_heads < 0:
@@ -138,10 +168,14 @@ class PointerDecoder(nn.Module):
         d, b = cfg.d_model, cfg.address_bits
         self.pointer_size = cfg.pointer_hidden or cfg.hidden
         self.pointer_units = nn.ModuleList(nn.GRUCell(b, self.pointer_size) for _ in range(cfg.mode1_heads))
-        self.address_keys = nn.ModuleList(mlp(b, cfg.mlp_hidden, self.pointer_size) for _ in range(cfg.mode1_heads))  # g^a
+        self.address_keys = nn.ModuleList(
+            mlp(b, cfg.mlp_hidden, self.pointer_size) for _ in range(cfg.mode1_heads)
+        )  # g^a
         # Mode-2 queries come from the Mode-1 values (Eq. 4); with no Mode-1 head, from the controller.
         query_in = cfg.mode1_heads * d or cfg.hidden
-        self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))  # g^c
+        self.mode2_queries = nn.ModuleList(
+            mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads)
+        )  # g^c
         read = (cfg.mode1_heads + cfg.mode2_heads) * d  # g^o reads every head's value
         core_read = (cfg.mode1_heads + cfg.mode2_heads * cfg.controller_reads_mode2) * d
         core_in = max(core_read + input_size, 1)
@@ -168,10 +202,20 @@ class PointerDecoder(nn.Module):
             start = memory.masked_fill(padding[..., None], 0.0).sum(1)
         else:
             start = memory[torch.arange(batch, device=memory.device), lengths - 1]
-        return {"memory": memory, "padding": padding, "bank": bank, "keys": [g(bank) for g in self.address_keys],
-                "pointers": initial_pointers(bank, lengths, self.cfg.mode1_heads),
-                "states": [torch.zeros(batch, self.pointer_size, device=memory.device) for _ in range(self.cfg.mode1_heads)],
-                "control": self.initial_control(self.controller_start(start)), "mode1": [] if trace else None, "mode2": [] if trace else None}
+        return {
+            "memory": memory,
+            "padding": padding,
+            "bank": bank,
+            "keys": [g(bank) for g in self.address_keys],
+            "pointers": initial_pointers(bank, lengths, self.cfg.mode1_heads),
+            "states": [
+                torch.zeros(batch, self.pointer_size, device=memory.device)
+                for _ in range(self.cfg.mode1_heads)
+            ],
+            "control": self.initial_control(self.controller_start(start)),
+            "mode1": [] if trace else None,
+            "mode2": [] if trace else None,
+        }
 
     def initial_control(self, h: torch.Tensor):
         """The core's state from h_0^c: the GRU's is h itself; an LSTM's adds a zero cell, the stack RNN an empty stack."""
@@ -199,7 +243,9 @@ class PointerDecoder(nn.Module):
             w = cosine_attention(g(query_source), memory, padding, sharp_c)  # Eq. 5
             mode2.append((w, dereference(w, memory)))  # Eq. 6
         values = [v for _, v in mode1 + mode2]
-        read = (values if self.cfg.controller_reads_mode2 else values[:len(mode1)]) + ([z] if z is not None else [])
+        read = (values if self.cfg.controller_reads_mode2 else values[: len(mode1)]) + (
+            [z] if z is not None else []
+        )
         read = torch.cat(read, -1) if read else memory.new_zeros(len(memory), 1)
         state["control"] = self.controller(read, state["control"])  # Eq. 7
         if state["mode1"] is not None:
@@ -211,14 +257,26 @@ class PointerDecoder(nn.Module):
 class PANM(PointerDecoder):
     def __init__(self, cfg: PANMConfig, vocab_size: int, n_features: int = 0):
         super().__init__(cfg, vocab_size)
-        self.encoder = SequenceEncoder(cfg.encoder, vocab_size, n_features, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.dropout)
+        self.encoder = SequenceEncoder(
+            cfg.encoder, vocab_size, n_features, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.dropout
+        )
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, tokens, lengths, n_steps: int, token_features=None, target_lengths=None, return_activations: bool = False):
+    def forward(
+        self,
+        tokens,
+        lengths,
+        n_steps: int,
+        token_features=None,
+        target_lengths=None,
+        return_activations: bool = False,
+    ):
         """-> (B, n_steps, vocab) logits; with return_activations also the per-step attention weights.
         The decoder input z_t is zero (the algorithmic tasks: no teacher forcing). A step never
         reads a later one, so `target_lengths` (each sample's own output length) is not needed."""
-        state = self.begin(self.dropout(self.encoder(tokens, lengths, token_features)), lengths, trace=return_activations)
+        state = self.begin(
+            self.dropout(self.encoder(tokens, lengths, token_features)), lengths, trace=return_activations
+        )
         out = torch.stack([self.step(state) for _ in range(n_steps)], 1)
         return (out, {"mode1": state["mode1"], "mode2": state["mode2"]}) if return_activations else out
 
@@ -232,7 +290,9 @@ class CausalPANM(PointerDecoder):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, return_activations: bool = False):
         memory = F.one_hot(tokens, self.vocab_size).float()
-        state = self.begin(memory, torch.ones_like(lengths), trace=return_activations)  # at t = 0 only slot 0 is visible: every pointer starts there
+        state = self.begin(
+            memory, torch.ones_like(lengths), trace=return_activations
+        )  # at t = 0 only slot 0 is visible: every pointer starts there
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         out = []
         for t in range(tokens.shape[1]):

@@ -9,6 +9,7 @@ code (about 1.1M parameters each at the presets' sizes, as App. D.1 says):
 
 Like PANM here, neither gets the target as input (no teacher forcing).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,13 @@ class LSTMSeq2Seq(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig, vocab_size: int, n_features: int = 0):
         super().__init__()
         self.vocab_size = vocab_size
-        self.lstm = LSTM(vocab_size + n_features, cfg.d_model, num_layers=cfg.n_layers, batch_first=True,
-                            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0)
+        self.lstm = LSTM(
+            vocab_size + n_features,
+            cfg.d_model,
+            num_layers=cfg.n_layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
+        )
         self.dropout = Dropout(cfg.dropout)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
@@ -58,7 +64,9 @@ class TransformerSeq2Seq(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, cfg.d_model)
         self.features = nn.Linear(n_features, cfg.d_model) if n_features else None
-        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            cfg.d_model, cfg.n_heads, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, batch_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, cfg.n_layers, enable_nested_tensor=False)
         self.output = nn.Linear(cfg.d_model, vocab_size)
 
@@ -74,7 +82,9 @@ class TransformerSeq2Seq(nn.Module):
         width = tokens.shape[1] + n_steps
         positions = torch.arange(width, device=tokens.device)
         is_input = positions[None] < lengths[:, None]
-        h = torch.where(is_input[..., None], F.pad(x, (0, 0, 0, n_steps)), 0.0) + sinusoids(positions, x.shape[-1])
+        h = torch.where(is_input[..., None], F.pad(x, (0, 0, 0, n_steps)), 0.0) + sinusoids(
+            positions, x.shape[-1]
+        )
         own_steps = torch.full_like(lengths, n_steps) if target_lengths is None else target_lengths
         h = self.encoder(h, src_key_padding_mask=positions[None] >= (lengths + own_steps)[:, None])
         blanks = lengths[:, None] + torch.arange(n_steps, device=tokens.device)

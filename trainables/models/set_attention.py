@@ -15,6 +15,7 @@ parameter counts (30k, 28k, 27k for 2, 4, 8 heads at d = 64; 30k compositional).
                   attention (Eq. 11-13) with a query from the element (width d/S) and a key from
                   each retrieved value (one map d/R -> d/S shared by the retrievals).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,9 @@ class SetAttention(nn.Module):
         super().__init__()
         values = retrievals or searches
         if d_model % searches or d_model % values:
-            raise ValueError(f"d_model={d_model} must be divisible by the heads/searches ({searches}) and retrievals ({values})")
+            raise ValueError(
+                f"d_model={d_model} must be divisible by the heads/searches ({searches}) and retrievals ({values})"
+            )
         self.searches, self.retrievals = searches, retrievals
         self.d_search, self.d_value = d_model // searches, d_model // values
         self.query = nn.Linear(d_model, d_model)
@@ -48,9 +51,13 @@ class SetAttention(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         batch, n, _ = h.shape
-        q = self.query(h).view(batch, n, self.searches, self.d_search).transpose(1, 2) / math.sqrt(self.d_search)
+        q = self.query(h).view(batch, n, self.searches, self.d_search).transpose(1, 2) / math.sqrt(
+            self.d_search
+        )
         k = self.key(h).view(batch, n, self.searches, self.d_search).transpose(1, 2)
-        logits = (q @ k.transpose(-1, -2)).masked_fill(torch.eye(n, dtype=torch.bool, device=h.device), float("-inf"))
+        logits = (q @ k.transpose(-1, -2)).masked_fill(
+            torch.eye(n, dtype=torch.bool, device=h.device), float("-inf")
+        )
         search = torch.softmax(logits, dim=-1)  # (B, S, N, N)
         self.last_search_scores = search.detach()
         if self.retrievals is None:
@@ -59,8 +66,12 @@ class SetAttention(nn.Module):
         else:
             v = self.value(h).view(batch, n, self.retrievals, self.d_value).transpose(1, 2)  # (B, R, N, d_v)
             retrieved = torch.einsum("bsij,brjd->bisrd", search, v)  # every search x every retrieval (Eq. 10)
-            rq = self.retrieval_query(h).view(batch, n, self.searches, 1, self.d_search) / math.sqrt(self.d_search)
-            choice = torch.softmax((rq * self.retrieval_key(retrieved)).sum(-1), dim=-1)  # (B, N, S, R), Eq. 13
+            rq = self.retrieval_query(h).view(batch, n, self.searches, 1, self.d_search) / math.sqrt(
+                self.d_search
+            )
+            choice = torch.softmax(
+                (rq * self.retrieval_key(retrieved)).sum(-1), dim=-1
+            )  # (B, N, S, R), Eq. 13
             self.last_value_scores = choice.detach()
             read = (choice[..., None] * retrieved).sum(3).reshape(batch, n, -1)  # Eq. 14
         return self.out(torch.cat([read, self.own(h)], -1))

@@ -11,6 +11,7 @@ PANM is compared with and built on (PANM Sec. 3.2, App. D.2), as the authors' `S
 
 The stack has `stack_size` cells of `stack_dim` (the authors' 104 and 5); the state has `hidden` (8).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ class StackRNNCell(nn.Module):
     def initial(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return h, h.new_zeros(len(h), self.stack_size, self.stack_dim)
 
-    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         h, stack = state
         h = self.rnn(x, h + self.read(stack[:, 0]))
         push, pop = torch.softmax(self.actions(h), -1).unbind(-1)

@@ -14,6 +14,7 @@ positions) for set regression: UniversalTransformerSetRegressor; and, normalised
 sublayer as the Compositional Attention authors' are, images with a question (Sort-of-CLEVR):
 ImageQuestionTransformer.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,9 +48,15 @@ class TransformerConfig:
     input_dropout: float = 0.0  # on the input embeddings: none in the authors' gated and relative models
     gate_drop: float = 0.0  # gated models: probability that a column's gate is forced shut for one layer step
     gate_ff_dropout: bool = True  # gated models: `dropout` inside the gate's feed-forward, as the authors'
-    update_dropout: bool = False  # gated models: `dropout` between the update feed-forward and its LayerNorm/tanh
-    normalize_geometric: bool = False  # geometric attention: L1-normalise the weights (the "+geom. att." baseline)
-    shared_geometric_scale: bool = True  # geometric attention: one alpha, beta, gamma for all heads, as the authors'
+    update_dropout: bool = (
+        False  # gated models: `dropout` between the update feed-forward and its LayerNorm/tanh
+    )
+    normalize_geometric: bool = (
+        False  # geometric attention: L1-normalise the weights (the "+geom. att." baseline)
+    )
+    shared_geometric_scale: bool = (
+        True  # geometric attention: one alpha, beta, gamma for all heads, as the authors'
+    )
     readout: str = "last"  # "last" column (the end token) or "first" (Table 5)
     eval_n_layers: int | None = None  # more layers at evaluation than in training (App. C.1)
     gate_bias_init: float = -3.0
@@ -63,7 +70,9 @@ class TransformerConfig:
     set_layer: str = "paper"
     context_norm: str = "sequence"  # ESBN tasks (esbn.py): standardise the objects' codes over the "sequence", over "pairs", or "none"
     act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
-    act_threshold: float = 0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
+    act_threshold: float = (
+        0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
+    )
     act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
     # Issue 21: each of a layer's feed-forwards as one op, on CUDA Triton kernels of our own
     # (feed_forward_op.py). Off: on an H200 it made NDR's stack slower (257.8 member-steps/s against
@@ -99,6 +108,7 @@ class GeometricTables(NamedTuple):
     one rank lower ([r, i] <- [i, order[i, r - 1]]; rank 0 reads i itself), so that a sum down the
     columns is the exclusive sum of Eq. 7; `from_ranks` puts them back ([i, j] <- [rank[i, j], i]);
     `diagonal` is i == j, `source_right` i <= j (Eq. 9's W_LR)."""
+
     to_ranks: torch.Tensor
     from_ranks: torch.Tensor
     diagonal: torch.Tensor
@@ -109,8 +119,12 @@ def geometric_tables(n: int, device: torch.device) -> GeometricTables:
     order, rank = geometric_order(n, device)
     i = torch.arange(n, device=device)
     one_rank_lower = torch.cat([order[:, :1], order[:, :-1]], 1)
-    return GeometricTables(to_ranks=(i[None, :] * n + one_rank_lower.T).flatten(), from_ranks=(rank * n + i[:, None]).flatten(),
-                           diagonal=i[:, None] == i[None, :], source_right=i[:, None] <= i[None, :])
+    return GeometricTables(
+        to_ranks=(i[None, :] * n + one_rank_lower.T).flatten(),
+        from_ranks=(rank * n + i[:, None]).flatten(),
+        diagonal=i[:, None] == i[None, :],
+        source_right=i[:, None] <= i[None, :],
+    )
 
 
 # Made on the device (a copy from the host would stop a CUDA graph's capture) and kept there: a
@@ -120,7 +134,9 @@ cached_geometric_tables = lru_cache(maxsize=None)(geometric_tables)
 
 
 def tables_for(n: int, device: torch.device) -> GeometricTables:
-    return geometric_tables(n, device) if torch.compiler.is_compiling() else cached_geometric_tables(n, device)
+    return (
+        geometric_tables(n, device) if torch.compiler.is_compiling() else cached_geometric_tables(n, device)
+    )
 
 
 def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -> torch.Tensor:
@@ -140,15 +156,27 @@ def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -
     log_not_p = F.logsigmoid(-logits)
     flat_shape = (*logits.shape[:-2], n * n)
     by_rank = log_not_p.flatten(-2).gather(-1, tables.to_ranks.expand(flat_shape)).view(logits.shape)
-    exclusive = by_rank.cumsum(-2).flatten(-2).gather(-1, tables.from_ranks.expand(flat_shape)).view(logits.shape)
+    exclusive = (
+        by_rank.cumsum(-2).flatten(-2).gather(-1, tables.from_ranks.expand(flat_shape)).view(logits.shape)
+    )
     weights = torch.exp(F.logsigmoid(logits) + exclusive)
     return weights / weights.sum(-1, keepdim=True).clamp_min(1e-12) if normalize else weights
 
 
 class Attention(nn.Module):
-    def __init__(self, kind: str, d_model: int, n_heads: int, attention_dropout: float, query_dropout: float,
-                 n_retrievals: int = 1, retrieval_dim: int = 32, normalize_geometric: bool = False,
-                 shared_geometric_scale: bool = True, retrieval_scores: str = "dot"):
+    def __init__(
+        self,
+        kind: str,
+        d_model: int,
+        n_heads: int,
+        attention_dropout: float,
+        query_dropout: float,
+        n_retrievals: int = 1,
+        retrieval_dim: int = 32,
+        normalize_geometric: bool = False,
+        shared_geometric_scale: bool = True,
+        retrieval_scores: str = "dot",
+    ):
         super().__init__()
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
@@ -171,10 +199,18 @@ class Attention(nn.Module):
             if n_retrievals < 1:
                 raise ValueError(f"n_retrievals must be >= 1, got {n_retrievals}")
             if retrieval_scores not in RETRIEVAL_SCORES:
-                raise ValueError(f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {retrieval_scores!r}")
-            self.n_retrievals, self.retrieval_dim, self.retrieval_scores = n_retrievals, retrieval_dim, retrieval_scores
+                raise ValueError(
+                    f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {retrieval_scores!r}"
+                )
+            self.n_retrievals, self.retrieval_dim, self.retrieval_scores = (
+                n_retrievals,
+                retrieval_dim,
+                retrieval_scores,
+            )
             self.value = nn.Linear(d_model, n_retrievals * self.d_head)  # W_v1..W_vR (Eq. 9)
-            self.retrieval_query = nn.Linear(d_model, n_heads * retrieval_dim, bias=False)  # W̄_q per search (Eq. 11)
+            self.retrieval_query = nn.Linear(
+                d_model, n_heads * retrieval_dim, bias=False
+            )  # W̄_q per search (Eq. 11)
             if retrieval_scores == "dot":
                 self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
             else:  # the authors' "MLP" (Table 8): one linear map of [retrieval query; retrieved value] to a score
@@ -197,7 +233,9 @@ class Attention(nn.Module):
         for softmax and compositional attention, another sequence's (`source`: a decoder reading its encoder)."""
         n = h.shape[1]
         if source is not None and self.kind not in ("softmax", "compositional"):
-            raise ValueError(f"{self.kind} attention reads only its own sequence: its positions are relative to it")
+            raise ValueError(
+                f"{self.kind} attention reads only its own sequence: its positions are relative to it"
+            )
         q, k = self.split_heads(self.query(h)), self.split_heads(self.key(h if source is None else source))
         if self.kind in ("softmax", "compositional"):  # compositional: the searches, Eq. 7-8
             return self.query_dropout(q) @ k.transpose(-1, -2) / math.sqrt(self.d_head)
@@ -205,8 +243,12 @@ class Attention(nn.Module):
             # beta D_ij + gamma on the (B, N, 2H) projections before spreading them over (B, H, N, N)
             directions = self.direction(h).view(h.shape[0], n, 2, self.n_heads) * self.beta + self.gamma
             lr, rl = directions.permute(2, 0, 3, 1)  # (B, H, N)
-            direction = torch.where(tables_for(n, h.device).source_right, lr[..., :, None], rl[..., :, None])  # Eq. 9
-            return torch.addcmul(direction, self.query_dropout(q) @ k.transpose(-1, -2), self.alpha[:, None, None])
+            direction = torch.where(
+                tables_for(n, h.device).source_right, lr[..., :, None], rl[..., :, None]
+            )  # Eq. 9
+            return torch.addcmul(
+                direction, self.query_dropout(q) @ k.transpose(-1, -2), self.alpha[:, None, None]
+            )
         # Eq. 17: (a)+(c) content term, (b)+(d)+(e) positional term with the abs/rel switch r_i.
         content = self.query_dropout(q + self.content_bias[:, None]) @ k.transpose(-1, -2)
         pos_query = self.query_dropout(q + self.pos_bias[:, None])
@@ -223,23 +265,39 @@ class Attention(nn.Module):
             positional = r * positional + (1 - r) * absolute
         return (content + positional) / math.sqrt(self.d_head)
 
-    def forward(self, h: torch.Tensor, key_padding: torch.Tensor, mask_self: bool = False, source: torch.Tensor | None = None,
-                causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        h: torch.Tensor,
+        key_padding: torch.Tensor,
+        mask_self: bool = False,
+        source: torch.Tensor | None = None,
+        causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """h (B, N, D), key_padding (B, M) True at padding -> (output (B, N, D), weights (B, H, N, M)).
         Keys and values come from `source` (B, M, D) where given, else from h (M = N); `causal`:
         position i sees positions up to i only (a decoder's own outputs)."""
         mixed, weights = self.mix(h, key_padding, mask_self, source, causal)
         return self.out(mixed), weights
 
-    def mix(self, h: torch.Tensor, key_padding: torch.Tensor, mask_self: bool = False, source: torch.Tensor | None = None,
-            causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def mix(
+        self,
+        h: torch.Tensor,
+        key_padding: torch.Tensor,
+        mask_self: bool = False,
+        source: torch.Tensor | None = None,
+        causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """forward's heads' outputs side by side (B, N, D), before the output projection, and the weights."""
         source_ = h if source is None else source
         logits = self.scores(h, source).masked_fill(key_padding[:, None, None, :], float("-inf"))
         if mask_self:
-            logits = logits.masked_fill(torch.eye(h.shape[1], dtype=torch.bool, device=h.device), float("-inf"))
+            logits = logits.masked_fill(
+                torch.eye(h.shape[1], dtype=torch.bool, device=h.device), float("-inf")
+            )
         if causal:
-            logits = logits.masked_fill(torch.ones(logits.shape[-2:], dtype=torch.bool, device=h.device).triu(1), float("-inf"))
+            logits = logits.masked_fill(
+                torch.ones(logits.shape[-2:], dtype=torch.bool, device=h.device).triu(1), float("-inf")
+            )
         if self.kind == "geometric":
             weights = geometric_attention_weights(logits, self.normalize_geometric)
         else:
@@ -254,9 +312,13 @@ class Attention(nn.Module):
         """Eq. 9-13: every search applied to every retrieval, then each search picks its retrievals.
         search (B, S, N, M) -> (B, S, N, d_head); values from `source` (B, M, D), retrieval queries from h."""
         batch, n, _ = h.shape
-        values = self.value(source).view(batch, source.shape[1], self.n_retrievals, self.d_head).transpose(1, 2)  # (B, R, M, d)
+        values = (
+            self.value(source).view(batch, source.shape[1], self.n_retrievals, self.d_head).transpose(1, 2)
+        )  # (B, R, M, d)
         retrieved = torch.einsum("bsij,brjd->bsrid", search, values)  # Retrieval_ij (Eq. 10)
-        queries = self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)  # (B, S, N, d_r)
+        queries = (
+            self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)
+        )  # (B, S, N, d_r)
         if self.retrieval_scores == "dot":
             keys = self.retrieval_key(retrieved)  # (B, S, R, N, d_r), Eq. 11-12
             logits = torch.einsum("bsnk,bsrnk->bsnr", queries, keys) / math.sqrt(self.retrieval_dim)
@@ -282,8 +344,18 @@ class FeedForward(nn.Sequential):
 
 
 def attention_of(cfg: TransformerConfig, attention: str) -> Attention:
-    return Attention(attention, cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.query_dropout, cfg.n_retrievals,
-                     cfg.retrieval_dim, cfg.normalize_geometric, cfg.shared_geometric_scale, cfg.retrieval_scores)
+    return Attention(
+        attention,
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.attention_dropout,
+        cfg.query_dropout,
+        cfg.n_retrievals,
+        cfg.retrieval_dim,
+        cfg.normalize_geometric,
+        cfg.shared_geometric_scale,
+        cfg.retrieval_scores,
+    )
 
 
 class Layer(nn.Module):
@@ -299,7 +371,9 @@ class Layer(nn.Module):
         if gated:
             self.gate_drop = GateDrop(cfg.gate_drop)
             self.update_dropout = Dropout(cfg.dropout if cfg.update_dropout else 0.0)
-            self.gate = FeedForward(cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0, cfg.fused_feed_forward)
+            self.gate = FeedForward(
+                cfg.d_model, cfg.d_model, cfg.dropout if cfg.gate_ff_dropout else 0.0, cfg.fused_feed_forward
+            )
             nn.init.constant_(self.gate[-1].bias, cfg.gate_bias_init)
             # App. C.3: gated models without geometric attention squash the update with tanh
             # instead of LayerNorm (Eq. 2).
@@ -323,7 +397,17 @@ class Layer(nn.Module):
 class UniversalTransformerClassifier(nn.Module):
     """Embeds '<bos> tokens <eos>', applies one shared layer n_layers times, reads one column out."""
 
-    def __init__(self, cfg: TransformerConfig, attention: str, gated: bool, vocab_size: int, n_classes: int, pad_id: int, bos_id: int, eos_id: int):
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        attention: str,
+        gated: bool,
+        vocab_size: int,
+        n_classes: int,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+    ):
         super().__init__()
         if cfg.readout not in ("first", "last"):
             raise ValueError(f"readout must be 'first' or 'last', got {cfg.readout!r}")
@@ -345,7 +429,13 @@ class UniversalTransformerClassifier(nn.Module):
         out = torch.cat([bos, tokens, torch.full_like(bos, self.pad_id)], dim=1)
         return out.scatter(1, (lengths + 1)[:, None], torch.full_like(bos, self.eos_id))
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, n_layers: int | None = None, return_activations: bool = False):
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        n_layers: int | None = None,
+        return_activations: bool = False,
+    ):
         """tokens (B, N) PAD-padded without markers, lengths (B,) -> class logits (B, C).
 
         With return_activations, also {"attention": [per layer (B, H, N+2, N+2)], "gates": [per layer
@@ -357,7 +447,11 @@ class UniversalTransformerClassifier(nn.Module):
             h = h + sinusoids(torch.arange(seq.shape[1], device=seq.device), h.shape[-1])
         h = self.input_dropout(h)
         if n_layers is None:
-            n_layers = self.cfg.n_layers if self.training or self.cfg.eval_n_layers is None else self.cfg.eval_n_layers
+            n_layers = (
+                self.cfg.n_layers
+                if self.training or self.cfg.eval_n_layers is None
+                else self.cfg.eval_n_layers
+            )
         activations = {"attention": [], "gates": []}
 
         def step(h):
@@ -420,7 +514,9 @@ class UniversalTransformerSetRegressor(nn.Module):
     def __init__(self, cfg: TransformerConfig, attention: str, n_features: int):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Sequential(nn.Linear(n_features, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_model))
+        self.embed = nn.Sequential(
+            nn.Linear(n_features, cfg.d_model), nn.ReLU(), nn.Linear(cfg.d_model, cfg.d_model)
+        )
         self.layer = Layer(cfg, attention, gated=False)
         self.readout = nn.Linear(cfg.d_model, 1)
 
@@ -440,7 +536,9 @@ class PreNormLayer(nn.Module):
         super().__init__()
         self.attention = attention_of(cfg, attention)
         self.norm_attention, self.norm_ff = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
-        self.ff = FeedForward(cfg.d_model, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, cfg.fused_feed_forward)
+        self.ff = FeedForward(
+            cfg.d_model, int(cfg.ff_multiplier * cfg.d_model), cfg.dropout, cfg.fused_feed_forward
+        )
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, h: torch.Tensor, key_padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -460,7 +558,15 @@ class ImageQuestionTransformer(nn.Module):
     Without a question (n_question 0: equilateral triangles, App. C.3, the authors'
     `Equilateral-Detection/model.py`) the patches (4 x 4 of one channel there) are embedded to d."""
 
-    def __init__(self, cfg: TransformerConfig, attention: str, n_question: int, n_classes: int, patch: int = 15, channels: int = 3):
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        attention: str,
+        n_question: int,
+        n_classes: int,
+        patch: int = 15,
+        channels: int = 3,
+    ):
         super().__init__()
         if n_question and cfg.d_model % 2:
             raise ValueError(f"d_model={cfg.d_model} must be even: image and question get half each")
@@ -473,12 +579,22 @@ class ImageQuestionTransformer(nn.Module):
         self.layer = PreNormLayer(cfg, attention)
         self.readout = nn.Linear(cfg.d_model, n_classes)
 
-    def forward(self, images: torch.Tensor, questions: torch.Tensor | None = None, return_activations: bool = False):
+    def forward(
+        self, images: torch.Tensor, questions: torch.Tensor | None = None, return_activations: bool = False
+    ):
         """images (B, H, W, channels) uint8, questions (B, n_question) -> class logits (B, C)."""
-        x = self.patches(images.permute(0, 3, 1, 2).to(self.patches.weight.dtype) / 255).flatten(2).transpose(1, 2)  # (B, P, width)
+        x = (
+            self.patches(images.permute(0, 3, 1, 2).to(self.patches.weight.dtype) / 255)
+            .flatten(2)
+            .transpose(1, 2)
+        )  # (B, P, width)
         x = x + sinusoids(torch.arange(x.shape[1], device=x.device), x.shape[-1])
         x = torch.cat([self.summary.expand(len(x), -1, -1), x], 1)
-        h = x if self.question is None else self.mix(torch.cat([x, self.question(questions)[:, None].expand(-1, x.shape[1], -1)], -1))
+        h = (
+            x
+            if self.question is None
+            else self.mix(torch.cat([x, self.question(questions)[:, None].expand(-1, x.shape[1], -1)], -1))
+        )
         no_padding = torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
         attention = []
         for _ in range(self.cfg.n_layers):

@@ -1,13 +1,40 @@
 """Task registry: the name used in YAML -> config dataclass, loader and task kind."""
+
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from ..kinds import AUTOREGRESSIVE_SEQ2SEQ, Kind, IMAGE_CLASSIFICATION, IMAGE_SEQUENCE_CLASSIFICATION, NEXT_SYMBOL_SETS, SEQUENCE_CLASSIFICATION, SEQUENCE_TO_SEQUENCE, SET_REGRESSION, TRANSLATION, VISUAL_QUESTION_ANSWERING
-from . import algorithmic, arithmetic, babi, ctl, dyck, esbn, listops, mathematics, multi30k, retrieval, scan, sort_of_clevr, triangles
+from ..kinds import (
+    AUTOREGRESSIVE_SEQ2SEQ,
+    IMAGE_CLASSIFICATION,
+    IMAGE_SEQUENCE_CLASSIFICATION,
+    NEXT_SYMBOL_SETS,
+    SEQUENCE_CLASSIFICATION,
+    SEQUENCE_TO_SEQUENCE,
+    SET_REGRESSION,
+    TRANSLATION,
+    VISUAL_QUESTION_ANSWERING,
+    Kind,
+)
+from . import (
+    algorithmic,
+    arithmetic,
+    babi,
+    ctl,
+    dyck,
+    esbn,
+    listops,
+    mathematics,
+    multi30k,
+    retrieval,
+    scan,
+    sort_of_clevr,
+    triangles,
+)
 from .base import Task
 
 
@@ -21,19 +48,34 @@ class TaskSpec:
 
 TASKS: dict[str, TaskSpec] = {
     "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, SEQUENCE_CLASSIFICATION),
-    "arithmetic": TaskSpec(arithmetic.ArithmeticConfig, arithmetic.load, arithmetic.probe, SEQUENCE_CLASSIFICATION),
+    "arithmetic": TaskSpec(
+        arithmetic.ArithmeticConfig, arithmetic.load, arithmetic.probe, SEQUENCE_CLASSIFICATION
+    ),
     "listops": TaskSpec(listops.ListOpsConfig, listops.load, listops.probe, SEQUENCE_CLASSIFICATION),
-    **{name: TaskSpec(algorithmic.AlgorithmicConfig, algorithmic.loader(name), functools.partial(algorithmic.probe, name), SEQUENCE_TO_SEQUENCE)
-       for name in algorithmic.TASK_NAMES},
-    "contextual_retrieval": TaskSpec(retrieval.RetrievalConfig, retrieval.load, retrieval.probe, SET_REGRESSION),
+    **{
+        name: TaskSpec(
+            algorithmic.AlgorithmicConfig,
+            algorithmic.loader(name),
+            functools.partial(algorithmic.probe, name),
+            SEQUENCE_TO_SEQUENCE,
+        )
+        for name in algorithmic.TASK_NAMES
+    },
+    "contextual_retrieval": TaskSpec(
+        retrieval.RetrievalConfig, retrieval.load, retrieval.probe, SET_REGRESSION
+    ),
     "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, AUTOREGRESSIVE_SEQ2SEQ),
-    "mathematics": TaskSpec(mathematics.MathematicsConfig, mathematics.load, mathematics.probe, AUTOREGRESSIVE_SEQ2SEQ),
+    "mathematics": TaskSpec(
+        mathematics.MathematicsConfig, mathematics.load, mathematics.probe, AUTOREGRESSIVE_SEQ2SEQ
+    ),
     "triangles": TaskSpec(triangles.TrianglesConfig, triangles.load, triangles.probe, IMAGE_CLASSIFICATION),
     "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, AUTOREGRESSIVE_SEQ2SEQ),
     "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, TRANSLATION),
     "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, IMAGE_SEQUENCE_CLASSIFICATION),
     "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, NEXT_SYMBOL_SETS),
-    "sort_of_clevr": TaskSpec(sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, VISUAL_QUESTION_ANSWERING),
+    "sort_of_clevr": TaskSpec(
+        sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, VISUAL_QUESTION_ANSWERING
+    ),
 }
 
 

@@ -22,6 +22,7 @@ per token (the papers' number) and per sequence.
 Dynamic Recall's left/right rule and ID Sort's odd lengths are not pinned down by the paper; the
 choices above are ours.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,7 +53,12 @@ class AlgorithmicConfig:
     online: bool = True  # a fresh training batch every step (the authors' protocol)
     train_size: int = 50_000  # the fixed training set, when not online
     eval_size: int = 1280  # per validation/test set: the authors' 10 test batches of 128
-    test_multipliers: tuple[int, ...] = (1, 2, 4, 8)  # test lengths k(L+1) or, for the sorts, kL+1; and L itself
+    test_multipliers: tuple[int, ...] = (
+        1,
+        2,
+        4,
+        8,
+    )  # test lengths k(L+1) or, for the sorts, kL+1; and L itself
 
     def __post_init__(self):
         check_values(self)
@@ -84,7 +90,9 @@ def make_sample(name: str, rng: np.random.Generator, length: int):
         return x, np.where(t % 2 == 1, x[middle], x[0]), None
     if name == "dynamic_recall":
         go_left = length % 2 == 1
-        candidates = [q for q in range(length) if (q >= 1 if go_left else q <= length - 2) and x[q] not in x[:q]]
+        candidates = [
+            q for q in range(length) if (q >= 1 if go_left else q <= length - 2) and x[q] not in x[:q]
+        ]
         if not candidates:  # every usable position repeats an earlier token: redraw
             return make_sample(name, rng, length)
         q = candidates[rng.integers(len(candidates))]
@@ -125,7 +133,9 @@ def make_split(name: str, rng: np.random.Generator, lengths: np.ndarray) -> Spli
 def probe(name: str, config: AlgorithmicConfig) -> Task:
     """The task without its data: what a model is built from."""
     n_features = {"priority_sort": 1, "id_sort": ID_DIM}.get(name, 0)
-    return Task(name=name, kind=SEQUENCE_TO_SEQUENCE, splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features)
+    return Task(
+        name=name, kind=SEQUENCE_TO_SEQUENCE, splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features
+    )
 
 
 def build(name: str, config: AlgorithmicConfig) -> Task:
@@ -161,4 +171,5 @@ def loader(name: str):
         if config.online:
             task.draw_train = functools.partial(draw_batch, name, config)
         return task
+
     return load

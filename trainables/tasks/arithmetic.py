@@ -10,6 +10,7 @@ one operation holds each of the 200 one-operation expressions once; its size is 
 deeper depths (the authors' 100,000 training samples: 25,000 at each of depths 2-5, plus those
 200). Samples are unique within a split.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -77,7 +78,10 @@ def token_ids(text: str) -> list[int]:
 
 
 def one_operation_samples() -> list[tuple[list[int], int, int]]:
-    return [(token_ids(to_text(t)), evaluate(t), 1) for t in ((op, a, b) for op in OPS for a in range(10) for b in range(10))]
+    return [
+        (token_ids(to_text(t)), evaluate(t), 1)
+        for t in ((op, a, b) for op in OPS for a in range(10) for b in range(10))
+    ]
 
 
 def listed_samples(plan: SplitPlan) -> list[tuple[list[int], int, int]]:
@@ -111,7 +115,9 @@ def make_drawer(config: ArithmeticConfig, plan: SplitPlan, rng: np.random.Genera
     def draw_at(depth: int):
         # Kept when its depth is the one asked for: the authors bin the same draws by depth.
         while True:
-            tree = draw_expression(rng, p, max(plan.depths[0], 2), plan.depths[1])  # one-operation ones are listed
+            tree = draw_expression(
+                rng, p, max(plan.depths[0], 2), plan.depths[1]
+            )  # one-operation ones are listed
             if depth_of(tree) == depth:
                 text = to_text(tree)
                 if len(text) <= config.max_tokens:

@@ -19,6 +19,7 @@ out of training, as SCAN's authors do; it cost the model a tenth of Table 3's tr
 Parsed once per process (seconds) and never cached on disk, so a new process always reads the
 files as they are.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
-from .base import SPECIAL_TOKENS, Task, at_most, check_user_folder, check_values, decoder_split, hold_out, user_folder
+from .base import (
+    SPECIAL_TOKENS,
+    Task,
+    at_most,
+    check_user_folder,
+    check_values,
+    decoder_split,
+    hold_out,
+    user_folder,
+)
 
 TASK_NUMBERS = tuple(range(1, 21))
 WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
@@ -45,7 +55,9 @@ class BabiConfig:
     tasks: tuple[int, ...] = TASK_NUMBERS
     iid_fraction: float = 0.1  # the validation questions' share of the training part
     hold_out_validation: bool = False  # true: not trained on (the paper trains on the whole training part)
-    eval_size: int | None = None  # at most this many questions per evaluation set, drawn at random (None: all)
+    eval_size: int | None = (
+        None  # at most this many questions per evaluation set, drawn at random (None: all)
+    )
     seed: int = 0  # which training questions the validation set takes
 
     def __post_init__(self):
@@ -57,7 +69,9 @@ class BabiConfig:
         folder = check_user_folder(self.data_dir, "bAbI's qa1_*_train.txt ... qa20_*_test.txt")
         missing = [k for k in self.tasks if not task_files(folder, k)]
         if missing:
-            raise ValueError(f"data_dir: {str(folder)!r} has no qa{missing[0]}_*_{{train,valid,test}}.txt ({len(missing)} of the tasks asked for are missing)")
+            raise ValueError(
+                f"data_dir: {str(folder)!r} has no qa{missing[0]}_*_{{train,valid,test}}.txt ({len(missing)} of the tasks asked for are missing)"
+            )
 
     @property
     def folder(self) -> Path:
@@ -102,7 +116,13 @@ def probe(config: BabiConfig) -> Task:
     questions = read_tasks(config.folder, config.tasks)
     inputs = sorted({w for samples in questions.values() for source, _ in samples for w in source})
     answers = sorted({w for samples in questions.values() for _, target in samples for w in target})
-    return Task(name="babi", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=SPECIAL_TOKENS + sorted(set(inputs) | set(answers)), classes=answers)
+    return Task(
+        name="babi",
+        kind=AUTOREGRESSIVE_SEQ2SEQ,
+        splits={},
+        vocab=SPECIAL_TOKENS + sorted(set(inputs) | set(answers)),
+        classes=answers,
+    )
 
 
 def build(config: BabiConfig) -> Task:
@@ -122,8 +142,15 @@ def build(config: BabiConfig) -> Task:
         return decoder_split([s for s, _ in rows], task.vocab, [n for _, n in rows])
 
     validation = split(at_most(held_out, config.eval_size, rng))
-    return dataclasses.replace(task, splits={"train": split(train), "iid_valid": validation, "ood_valid": validation,
-                                             "test": split(at_most(test, config.eval_size, rng))})
+    return dataclasses.replace(
+        task,
+        splits={
+            "train": split(train),
+            "iid_valid": validation,
+            "ood_valid": validation,
+            "test": split(at_most(test, config.eval_size, rng)),
+        },
+    )
 
 
 def load(config: BabiConfig) -> Task:

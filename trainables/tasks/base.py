@@ -1,4 +1,5 @@
 """What every sequence-classification task shares: splits as padded arrays, depth balancing, a disk cache."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -11,9 +12,10 @@ import json
 import multiprocessing
 import os
 import tempfile
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,10 +48,20 @@ def check_values(config) -> None:
         elif hint == "bool":
             ok, want = isinstance(value, bool), "true or false"
         elif hint.startswith("tuple[int, int]"):
-            ok = isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value) and 1 <= value[0] <= value[1]
+            ok = (
+                isinstance(value, tuple)
+                and len(value) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                and 1 <= value[0] <= value[1]
+            )
             want = "[low, high] with 1 <= low <= high"
         elif hint.startswith("tuple[int"):
-            ok, want = isinstance(value, tuple) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value), "a list of positive integers"
+            ok, want = (
+                isinstance(value, tuple)
+                and bool(value)
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value),
+                "a list of positive integers",
+            )
         elif hint.startswith("int"):
             ok = number and float(value).is_integer() and (value >= 0 if key in ZERO_ALLOWED else value > 0)
             want = "a non-negative integer" if key in ZERO_ALLOWED else "a positive integer"
@@ -189,24 +201,30 @@ def pad_rows(rows: Sequence[Sequence[int]], dtype=np.int16) -> np.ndarray:
 
 def pack_split(samples: Sequence[tuple[list[int], int, int]]) -> Split:
     """(token ids, label, depth) triples -> padded arrays."""
-    return Split({
-        "tokens": pad_rows([s[0] for s in samples]),
-        "lengths": np.array([len(s[0]) for s in samples], dtype=np.int16),
-        "labels": np.array([s[1] for s in samples], dtype=np.int16),
-        "depths": np.array([s[2] for s in samples], dtype=np.int16),
-    })
+    return Split(
+        {
+            "tokens": pad_rows([s[0] for s in samples]),
+            "lengths": np.array([len(s[0]) for s in samples], dtype=np.int16),
+            "labels": np.array([s[1] for s in samples], dtype=np.int16),
+            "depths": np.array([s[2] for s in samples], dtype=np.int16),
+        }
+    )
 
 
-def decoder_split(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], vocab: list[str], depths: Sequence[int]) -> Split:
+def decoder_split(
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]], vocab: list[str], depths: Sequence[int]
+) -> Split:
     """(input symbols, output symbols) pairs of a task whose decoder writes its output and <eos>."""
     ids = {s: k for k, s in enumerate(vocab)}
-    return Split({
-        "tokens": pad_rows([[ids[s] for s in source] for source, _ in pairs]),
-        "lengths": np.array([len(source) for source, _ in pairs], dtype=np.int16),
-        "targets": pad_rows([[ids[s] for s in target] + [ids[EOS]] for _, target in pairs]),
-        "target_lengths": np.array([len(target) + 1 for _, target in pairs], dtype=np.int16),
-        "depths": np.asarray(depths, dtype=np.int16),
-    })
+    return Split(
+        {
+            "tokens": pad_rows([[ids[s] for s in source] for source, _ in pairs]),
+            "lengths": np.array([len(source) for source, _ in pairs], dtype=np.int16),
+            "targets": pad_rows([[ids[s] for s in target] + [ids[EOS]] for _, target in pairs]),
+            "target_lengths": np.array([len(target) + 1 for _, target in pairs], dtype=np.int16),
+            "depths": np.asarray(depths, dtype=np.int16),
+        }
+    )
 
 
 def balanced_counts(total: int, depths: Sequence[int], capacity: Callable[[int], float]) -> dict[int, int]:
@@ -276,7 +294,9 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
 
     Keyed by the task's full config and the generator version; written atomically, so a reader never
     sees a half-written file, even from another machine sharing the folder."""
-    key_src = json.dumps({"name": name, "config": dataclasses.asdict(config), "v": GENERATOR_VERSION}, sort_keys=True)
+    key_src = json.dumps(
+        {"name": name, "config": dataclasses.asdict(config), "v": GENERATOR_VERSION}, sort_keys=True
+    )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = cache_dir() / f"{name}-{key}.npz"
     if not path.exists():
@@ -299,7 +319,10 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
 def store(path: Path, task: Task) -> None:
     """A split that is another one (an IID hold-out filling both validation slots) is stored once,
     and loads as that one: trainers evaluate it once."""
-    meta = {"kind": task.kind.name, **{k: getattr(task, k) for k in ("name", "vocab", "classes", "n_features")}}
+    meta = {
+        "kind": task.kind.name,
+        **{k: getattr(task, k) for k in ("name", "vocab", "classes", "n_features")},
+    }
     first = {}
     for s, split in task.splits.items():
         first.setdefault(id(split), s)
@@ -331,7 +354,9 @@ class SplitPlan:
     size: int
 
 
-def _draw_chunk(make_drawer: Callable[[np.random.Generator], Drawer], seed: list[int], depth: int, count: int):
+def _draw_chunk(
+    make_drawer: Callable[[np.random.Generator], Drawer], seed: list[int], depth: int, count: int
+):
     draw_at = make_drawer(np.random.default_rng(seed))
     return [(*draw_at(depth), depth) for _ in range(count)]
 
@@ -364,8 +389,11 @@ def sample_balanced(
         short = {d: n - len(kept[d]) for d, n in counts.items() if len(kept[d]) < n}
         if not short:
             break
-        pieces = [(make_drawer, [*seed, d, round_, c], d, min(CHUNK, n - start))
-                  for d, n in short.items() for c, start in enumerate(range(0, n, CHUNK))]
+        pieces = [
+            (make_drawer, [*seed, d, round_, c], d, min(CHUNK, n - start))
+            for d, n in short.items()
+            for c, start in enumerate(range(0, n, CHUNK))
+        ]
         for chunk in _draw_pieces(pieces):
             for ids, label, depth in chunk:
                 key = tuple(ids)
@@ -375,7 +403,9 @@ def sample_balanced(
     else:
         short = {d: n - len(kept[d]) for d, n in counts.items() if len(kept[d]) < n}
         if short:
-            raise RuntimeError(f"generator saturated: depths {sorted(short)} lack {sum(short.values())} distinct samples")
+            raise RuntimeError(
+                f"generator saturated: depths {sorted(short)} lack {sum(short.values())} distinct samples"
+            )
     samples = [*given, *(s for d in counts for s in kept[d])]
     order = np.random.default_rng([*seed, -1 % 2**32]).permutation(len(samples))
     return pack_split([samples[i] for i in order])
@@ -410,7 +440,11 @@ def depth_splits(
     `listed(plan)` gives whole (arithmetic's one-operation expressions)."""
     out = {}
     for k, plan in enumerate(split_plans(config)):
-        per_depth = counts(plan) if counts else even_counts(range(plan.depths[0], plan.depths[1] + 1), plan.size)
+        per_depth = (
+            counts(plan) if counts else even_counts(range(plan.depths[0], plan.depths[1] + 1), plan.size)
+        )
         given = listed(plan) if listed else ()
-        out[plan.name] = sample_balanced(per_depth, functools.partial(make_drawer, plan), [config.seed, k], given)
+        out[plan.name] = sample_balanced(
+            per_depth, functools.partial(make_drawer, plan), [config.seed, k], given
+        )
     return out

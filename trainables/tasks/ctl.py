@@ -4,6 +4,7 @@
 b(a(d(101))); backward presents the same problem as 'b a d 101'. The depth is the number of
 function applications; splits are disjoint by depth: train 1-5, OOD validation 6-8, test 9-10.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,8 +52,13 @@ def proportional(counts: dict[int, int], size: int) -> dict[int, int]:
 
 def probe(config: CTLConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name=f"ctl_{config.direction}", vocab=SPECIAL_TOKENS + SYMBOLS + FUNCTIONS, classes=SYMBOLS, splits={},
-                kind=SEQUENCE_CLASSIFICATION)
+    return Task(
+        name=f"ctl_{config.direction}",
+        vocab=SPECIAL_TOKENS + SYMBOLS + FUNCTIONS,
+        classes=SYMBOLS,
+        splits={},
+        kind=SEQUENCE_CLASSIFICATION,
+    )
 
 
 def build(config: CTLConfig) -> Task:
@@ -73,7 +79,9 @@ def build(config: CTLConfig) -> Task:
         return (symbol, fns), encode(symbol, fns), int(value)
 
     def draw_at(depth: int):
-        return lambda: sample(int(rng.integers(N_SYMBOLS)), tuple(int(f) for f in rng.integers(N_FUNCTIONS, size=depth)))
+        return lambda: sample(
+            int(rng.integers(N_SYMBOLS)), tuple(int(f) for f in rng.integers(N_FUNCTIONS, size=depth))
+        )
 
     def capacity(depth: int) -> int:
         return N_SYMBOLS * N_FUNCTIONS**depth
@@ -111,9 +119,12 @@ def build(config: CTLConfig) -> Task:
             iid.append(problem)
         else:
             train.append(problem)
-    splits = {"train": pack_split(train), "iid_valid": pack_split(iid),
-              "ood_valid": pack_split(shuffled(draw_split(balanced(config.ood_valid_depths, config.eval_size)))),
-              "test": pack_split(shuffled(draw_split(balanced(config.test_depths, config.eval_size))))}
+    splits = {
+        "train": pack_split(train),
+        "iid_valid": pack_split(iid),
+        "ood_valid": pack_split(shuffled(draw_split(balanced(config.ood_valid_depths, config.eval_size)))),
+        "test": pack_split(shuffled(draw_split(balanced(config.test_depths, config.eval_size)))),
+    }
     return dataclasses.replace(probe(config), splits=splits)
 
 

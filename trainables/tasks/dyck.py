@@ -19,6 +19,7 @@ is more draws of the training distribution (PANM selects the checkpoint on train
 sets hold strings of exactly L + 2, 2L, 4L and 8L symbols (`test_<length>`), drawn from the grammar
 conditioned on that length: the authors' capped generator hits an exact length 160 once in ~800 draws.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,9 +57,13 @@ class DyckConfig:
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1):
                 raise ValueError(f"{key}: must be a probability in (0, 1), got {value!r}")
         if self.p + self.q >= 1:
-            raise ValueError(f"p, q: p + q must be below 1 (the rest is the empty string's), got {self.p + self.q}")
+            raise ValueError(
+                f"p, q: p + q must be below 1 (the rest is the empty string's), got {self.p + self.q}"
+            )
         if self.max_train_length < 2 or self.max_train_length % 2:
-            raise ValueError(f"max_train_length: must be an even number of at least 2 (Dyck strings have even lengths), got {self.max_train_length!r}")
+            raise ValueError(
+                f"max_train_length: must be an even number of at least 2 (Dyck strings have even lengths), got {self.max_train_length!r}"
+            )
 
     @property
     def test_lengths(self) -> list[int]:
@@ -148,13 +153,25 @@ def make_split(strings: list[str], n_pairs: int) -> Split:
     for k, s in enumerate(strings):
         targets[k, : len(s)] = next_symbol_sets(s, n_pairs)
     lengths = np.array([len(s) for s in strings], dtype=np.int16)
-    return Split({"tokens": pad_rows([[ids[c] for c in s] for s in strings]), "lengths": lengths,
-                  "targets": targets, "target_lengths": lengths, "depths": lengths})
+    return Split(
+        {
+            "tokens": pad_rows([[ids[c] for c in s] for s in strings]),
+            "lengths": lengths,
+            "targets": targets,
+            "target_lengths": lengths,
+            "depths": lengths,
+        }
+    )
 
 
 def probe(config: DyckConfig) -> Task:
-    return Task(name="dyck", kind=NEXT_SYMBOL_SETS, splits={}, vocab=SPECIAL_TOKENS + symbols(config.n_pairs),
-                classes=symbols(config.n_pairs))
+    return Task(
+        name="dyck",
+        kind=NEXT_SYMBOL_SETS,
+        splits={},
+        vocab=SPECIAL_TOKENS + symbols(config.n_pairs),
+        classes=symbols(config.n_pairs),
+    )
 
 
 def build(config: DyckConfig) -> Task:
@@ -174,7 +191,9 @@ def build(config: DyckConfig) -> Task:
     splits = {"train": make_split(training_strings(config.train_size), config.n_pairs)}
     splits["iid_valid"] = splits["ood_valid"] = make_split(training_strings(config.eval_size), config.n_pairs)
     for n in config.test_lengths:
-        splits[f"test_{n}"] = make_split([draw_of_length(rng, config, n, weights) for _ in range(config.eval_size)], config.n_pairs)
+        splits[f"test_{n}"] = make_split(
+            [draw_of_length(rng, config, n, weights) for _ in range(config.eval_size)], config.n_pairs
+        )
     return dataclasses.replace(probe(config), splits=splits)
 
 

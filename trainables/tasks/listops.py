@@ -18,6 +18,7 @@ splits, so IID validation may share samples with train).
 Depths count operations (a lone digit is depth 0): train 1-5, OOD validation 6, test 7-8, the
 paper's numbers; the authors' code counts levels and writes these as 2-6, 7 and 8-9.
 """
+
 from __future__ import annotations
 
 import dataclasses

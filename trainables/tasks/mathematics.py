@@ -14,6 +14,7 @@ filter drops questions over 160 characters and answers over 30. The IID hold-out
 validation slots (no selection: the final model is reported). Targets end with <eos>; a sample's
 depth is its question's length.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,10 @@ from tqdm import tqdm
 from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
 from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, decoder_split
 
-MODULES = {"add_or_sub": ("arithmetic", "add_or_sub", "add_or_sub_big"), "place_value": ("numbers", "place_value", "place_value_big")}
+MODULES = {
+    "add_or_sub": ("arithmetic", "add_or_sub", "add_or_sub_big"),
+    "place_value": ("numbers", "place_value", "place_value_big"),
+}
 # Every character the two modules write (checked when a split is built).
 CHARACTERS = " +-.0123456789?ACPSTWabcdefghiklmnoprstuwy"
 VOCAB = SPECIAL_TOKENS + list(CHARACTERS)
@@ -52,15 +56,26 @@ def generators() -> dict:
     package's `diophantine` module (torch needs sympy >= 1.13): the name is bound back first."""
     package = importlib.import_module("sympy.solvers.diophantine")
     if not hasattr(package, "base_solution_linear"):
-        package.base_solution_linear = importlib.import_module("sympy.solvers.diophantine.diophantine").base_solution_linear
+        package.base_solution_linear = importlib.import_module(
+            "sympy.solvers.diophantine.diophantine"
+        ).base_solution_linear
     from mathematics_dataset import generate_settings
     from mathematics_dataset.modules import modules
 
-    def difficulty(level: int):  # generate.py's _make_entropy_fn(level, 3): a third of each module's entropy range
-        return lambda low_high: (low_high[0] + level / 3 * (low_high[1] - low_high[0]), low_high[0] + (level + 1) / 3 * (low_high[1] - low_high[0]))
+    def difficulty(
+        level: int,
+    ):  # generate.py's _make_entropy_fn(level, 3): a third of each module's entropy range
+        return lambda low_high: (
+            low_high[0] + level / 3 * (low_high[1] - low_high[0]),
+            low_high[0] + (level + 1) / 3 * (low_high[1] - low_high[0]),
+        )
 
-    return {**{f"train_{level}": modules.train(difficulty(level)) for level in range(3)}, "interpolate": modules.test(),
-            "extrapolate": modules.test_extra(), "limits": (generate_settings.MAX_QUESTION_LENGTH, generate_settings.MAX_ANSWER_LENGTH)}
+    return {
+        **{f"train_{level}": modules.train(difficulty(level)) for level in range(3)},
+        "interpolate": modules.test(),
+        "extrapolate": modules.test_extra(),
+        "limits": (generate_settings.MAX_QUESTION_LENGTH, generate_settings.MAX_ANSWER_LENGTH),
+    }
 
 
 def draw(regime: str, module: str, count: int, rng: random.Random) -> list[tuple[str, str]]:
@@ -79,7 +94,13 @@ def draw(regime: str, module: str, count: int, rng: random.Random) -> list[tuple
     np.random.seed(rng.getrandbits(32))
     out = []
     try:
-        with tqdm(total=count, desc=f"mathematics {module} {regime}", unit=" problems", disable=count < 100_000, mininterval=10) as bar:
+        with tqdm(
+            total=count,
+            desc=f"mathematics {module} {regime}",
+            unit=" problems",
+            disable=count < 100_000,
+            mininterval=10,
+        ) as bar:
             for k, make in enumerate(makers):
                 share = count // len(makers) + (1 if k < count % len(makers) else 0)
                 while share:
@@ -98,20 +119,28 @@ def draw(regime: str, module: str, count: int, rng: random.Random) -> list[tuple
 def make_split(pairs: list[tuple[str, str]]) -> Split:
     unknown = {c for q, a in pairs for c in q + a} - set(CHARACTERS)
     if unknown:
-        raise ValueError(f"the generator wrote characters outside the vocabulary: {''.join(sorted(unknown))!r}")
+        raise ValueError(
+            f"the generator wrote characters outside the vocabulary: {''.join(sorted(unknown))!r}"
+        )
     return decoder_split(pairs, VOCAB, [len(q) for q, _ in pairs])
 
 
 def probe(config: MathematicsConfig) -> Task:
-    return Task(name="mathematics", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=VOCAB, classes=list(CHARACTERS))
+    return Task(
+        name="mathematics", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=VOCAB, classes=list(CHARACTERS)
+    )
 
 
 def build(config: MathematicsConfig) -> Task:
     rng = random.Random(config.seed)
     validation = make_split(draw("train", config.module, config.eval_size, rng))
-    splits = {"train": make_split(draw("train", config.module, config.train_size, rng)), "iid_valid": validation, "ood_valid": validation,
-              "test_interpolate": make_split(draw("interpolate", config.module, config.eval_size, rng)),
-              "test_extrapolate": make_split(draw("extrapolate", config.module, config.eval_size, rng))}
+    splits = {
+        "train": make_split(draw("train", config.module, config.train_size, rng)),
+        "iid_valid": validation,
+        "ood_valid": validation,
+        "test_interpolate": make_split(draw("interpolate", config.module, config.eval_size, rng)),
+        "test_extrapolate": make_split(draw("extrapolate", config.module, config.eval_size, rng)),
+    }
     return dataclasses.replace(probe(config), splits=splits)
 
 

@@ -12,6 +12,7 @@ under teacher forcing (kind `translation`: `*_perplexity`, lower is better, and 
 prints no numbers (Fig. 3b only). The tokenisation and vocabulary are ours (the paper is silent,
 the authors' code has no Multi30K).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from ..kinds import TRANSLATION
-from .base import SPECIAL_TOKENS, Task, at_most, check_user_folder, check_values, decoder_split, hold_out, user_folder
+from .base import (
+    SPECIAL_TOKENS,
+    Task,
+    at_most,
+    check_user_folder,
+    check_values,
+    decoder_split,
+    hold_out,
+    user_folder,
+)
 
 UNK = "<unk>"
 WORD = re.compile(r"\w+|[^\w\s]")
@@ -44,12 +54,23 @@ class Multi30kConfig:
         check_values(self)
 
     def check(self) -> None:
-        if not (isinstance(self.parts, tuple) and self.parts and all(isinstance(p, str) and p for p in self.parts)):
-            raise ValueError(f"parts: expected a list of file stems such as train, val, test_2016_flickr, got {self.parts!r}")
+        if not (
+            isinstance(self.parts, tuple) and self.parts and all(isinstance(p, str) and p for p in self.parts)
+        ):
+            raise ValueError(
+                f"parts: expected a list of file stems such as train, val, test_2016_flickr, got {self.parts!r}"
+            )
         folder = check_user_folder(self.data_dir, "Multi30K's train.en, train.de, ...")
-        missing = [f"{p}.{lang}" for p in self.parts for lang in ("en", "de") if not (folder / f"{p}.{lang}").is_file()]
+        missing = [
+            f"{p}.{lang}"
+            for p in self.parts
+            for lang in ("en", "de")
+            if not (folder / f"{p}.{lang}").is_file()
+        ]
         if missing:
-            raise ValueError(f"data_dir: {str(folder)!r} has no {missing[0]} ({len(missing)} of the {2 * len(self.parts)} files `parts` names are missing)")
+            raise ValueError(
+                f"data_dir: {str(folder)!r} has no {missing[0]} ({len(missing)} of the {2 * len(self.parts)} files `parts` names are missing)"
+            )
 
     @property
     def folder(self) -> Path:
@@ -65,9 +86,13 @@ def read_pairs(folder: Path, parts: tuple[str, ...]) -> list[tuple[list[str], li
     """(English words, German words) per line of every part, in file order."""
     pairs = []
     for part in parts:
-        english, german = ((folder / f"{part}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de"))
+        english, german = (
+            (folder / f"{part}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de")
+        )
         if len(english) != len(german):
-            raise ValueError(f"{folder / part}.en has {len(english)} lines and {part}.de {len(german)}: a line each per pair")
+            raise ValueError(
+                f"{folder / part}.en has {len(english)} lines and {part}.de {len(german)}: a line each per pair"
+            )
         pairs += [(words(e), words(g)) for e, g in zip(english, german)]
     return pairs
 
@@ -83,7 +108,9 @@ def with_vocabulary(train: list, config: Multi30kConfig) -> Task:
     """The task without data: its vocabulary, the words of the training part seen `min_count` times."""
     counts = Counter(w for source, target in train for w in source + target)
     known = sorted(w for w, n in counts.items() if n >= config.min_count)
-    return Task(name="multi30k", kind=TRANSLATION, splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known)
+    return Task(
+        name="multi30k", kind=TRANSLATION, splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known
+    )
 
 
 def probe(config: Multi30kConfig) -> Task:
@@ -99,12 +126,21 @@ def build(config: Multi30kConfig) -> Task:
     train, held = hold_out(shorter, config.iid_fraction, rng)
 
     def split(pairs: list):
-        mapped = [([w if w in known else UNK for w in s], [w if w in known else UNK for w in t]) for s, t in pairs]
+        mapped = [
+            ([w if w in known else UNK for w in s], [w if w in known else UNK for w in t]) for s, t in pairs
+        ]
         return decoder_split(mapped, task.vocab, [len(s) for s, _ in pairs])
 
     validation = split(at_most(held, config.eval_size, rng))
-    return dataclasses.replace(task, splits={"train": split(train), "iid_valid": validation, "ood_valid": validation,
-                                             "test": split(at_most(test, config.eval_size, rng))})
+    return dataclasses.replace(
+        task,
+        splits={
+            "train": split(train),
+            "iid_valid": validation,
+            "ood_valid": validation,
+            "test": split(at_most(test, config.eval_size, rng)),
+        },
+    )
 
 
 def load(config: Multi30kConfig) -> Task:

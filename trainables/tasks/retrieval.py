@@ -19,6 +19,7 @@ authors' curve); `validation_combinations: k` instead moves k training combinati
 validation set disjoint from the test one, so that checkpoints and hyperparameters can be selected
 without seeing a test combination.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,19 +47,25 @@ class RetrievalConfig:
     train_size: int = 20_000  # the fixed training set, when not online
     eval_size: int = 5000  # sets per validation/test split
     in_distribution: bool = False  # train and test on every combination
-    validation_combinations: int = 0  # training combinations moved to a validation set disjoint from the test one
+    validation_combinations: int = (
+        0  # training combinations moved to a validation set disjoint from the test one
+    )
 
     def __post_init__(self):
         check_values(self)
 
     def check(self) -> None:
         if self.searches > len(ALPHAS):
-            raise ValueError(f"searches: at most {len(ALPHAS)} (the authors' fixed alphas), got {self.searches}")
+            raise ValueError(
+                f"searches: at most {len(ALPHAS)} (the authors' fixed alphas), got {self.searches}"
+            )
         if self.n_objects < 2:
             raise ValueError(f"n_objects: a search needs another object, got {self.n_objects}")
         training = int(TRAIN_FRACTION * self.retrievals**self.searches)
         if self.validation_combinations and self.validation_combinations >= training:
-            raise ValueError(f"validation_combinations: must leave training some of its {training} combinations, got {self.validation_combinations}")
+            raise ValueError(
+                f"validation_combinations: must leave training some of its {training} combinations, got {self.validation_combinations}"
+            )
 
 
 def combinations(config: RetrievalConfig) -> list[tuple[int, ...]]:
@@ -69,7 +76,7 @@ def held_out_combinations(config: RetrievalConfig) -> list[tuple[int, ...]]:
     """The authors' held-out 20%: the last odd-indexed combinations."""
     every = combinations(config)
     odd = every[1::2]
-    return odd[len(odd) - (len(every) - int(TRAIN_FRACTION * len(every))):]
+    return odd[len(odd) - (len(every) - int(TRAIN_FRACTION * len(every))) :]
 
 
 @functools.lru_cache(maxsize=8)
@@ -91,8 +98,10 @@ def split_combinations(config: RetrievalConfig) -> dict[str, list[tuple[int, ...
         # Every single value of every search stays in training, as in the authors' split.
         if all({c[s] for c in kept} == set(range(config.retrievals)) for s in range(config.searches)):
             return {"train": kept, "ood_valid": chosen, "test": test}
-    raise ValueError(f"validation_combinations: cannot take {config.validation_combinations} of {len(train)} "
-                     "training combinations and keep every value in training")
+    raise ValueError(
+        f"validation_combinations: cannot take {config.validation_combinations} of {len(train)} "
+        "training combinations and keep every value in training"
+    )
 
 
 def alphas(config: RetrievalConfig) -> np.ndarray:
@@ -110,17 +119,21 @@ def targets_of(z: np.ndarray, z_tilde: np.ndarray, prefs: np.ndarray, alpha: np.
     return (values * alpha).sum(-1)
 
 
-def make_split(config: RetrievalConfig, rng: np.random.Generator, combos: list, size: int, ood: bool) -> Split:
+def make_split(
+    config: RetrievalConfig, rng: np.random.Generator, combos: list, size: int, ood: bool
+) -> Split:
     S, R, N = config.searches, config.retrievals, config.n_objects
     z = rng.standard_normal((size, N, S)).astype(np.float32)
     z_tilde = rng.standard_normal((size, N, R)).astype(np.float32)
     prefs = np.asarray(combos)[rng.integers(len(combos), size=(size, N))]  # (size, N, S)
     one_hot = np.eye(R, dtype=np.float32)[prefs].reshape(size, N, S * R)
-    return Split({
-        "features": np.concatenate([z, z_tilde, one_hot], axis=-1),
-        "targets": targets_of(z, z_tilde, prefs, alphas(config)).astype(np.float32),
-        "depths": np.full(size, int(ood), dtype=np.int16),  # 1: held-out combinations
-    })
+    return Split(
+        {
+            "features": np.concatenate([z, z_tilde, one_hot], axis=-1),
+            "targets": targets_of(z, z_tilde, prefs, alphas(config)).astype(np.float32),
+            "depths": np.full(size, int(ood), dtype=np.int16),  # 1: held-out combinations
+        }
+    )
 
 
 def probe(config: RetrievalConfig) -> Task:
@@ -133,12 +146,18 @@ def build(config: RetrievalConfig) -> Task:
     rng = np.random.default_rng(config.seed)
     combos = split_combinations(config)
     ood = not config.in_distribution
-    splits = {} if config.online else {"train": make_split(config, rng, combos["train"], config.train_size, ood=False)}
-    splits.update({
-        "iid_valid": make_split(config, rng, combos["train"], config.eval_size, ood=False),
-        "ood_valid": make_split(config, rng, combos["ood_valid"], config.eval_size, ood=ood),
-        "test": make_split(config, rng, combos["test"], config.eval_size, ood=ood),
-    })
+    splits = (
+        {}
+        if config.online
+        else {"train": make_split(config, rng, combos["train"], config.train_size, ood=False)}
+    )
+    splits.update(
+        {
+            "iid_valid": make_split(config, rng, combos["train"], config.eval_size, ood=False),
+            "ood_valid": make_split(config, rng, combos["ood_valid"], config.eval_size, ood=ood),
+            "test": make_split(config, rng, combos["test"], config.eval_size, ood=ood),
+        }
+    )
     return dataclasses.replace(probe(config), splits=splits)
 
 

@@ -20,6 +20,7 @@ There is no OOD validation set: the IID hold-out fills both validation slots. `e
 evaluation sets (a random subset) where greedy decoding of all of them costs too much (CPU-scale
 checks, tests). Targets end in <eos>; a sample's depth is its number of actions.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,14 +47,18 @@ class ScanConfig:
     seed: int = 0  # which commands the IID hold-out takes
     length_cutoff: int = 22
     iid_fraction: float = 0.1
-    eval_size: int | None = None  # at most this many commands per evaluation set, drawn at random (None: all, as the papers)
+    eval_size: int | None = (
+        None  # at most this many commands per evaluation set, drawn at random (None: all, as the papers)
+    )
 
     def __post_init__(self):
         check_values(self)
 
     def check(self) -> None:
         if not 1 <= self.length_cutoff < LONGEST:
-            raise ValueError(f"length_cutoff: must be 1..{LONGEST - 1} (actions in a training command; the longest command has {LONGEST}), got {self.length_cutoff!r}")
+            raise ValueError(
+                f"length_cutoff: must be 1..{LONGEST - 1} (actions in a training command; the longest command has {LONGEST}), got {self.length_cutoff!r}"
+            )
 
 
 def verb_phrases() -> list[tuple[list[str], list[str]]]:
@@ -94,7 +99,12 @@ def build(config: ScanConfig) -> Task:
     train, held = hold_out(short, config.iid_fraction, rng)
     validation = make_split(at_most(held, config.eval_size, rng))
     test = at_most([p for p in everything if len(p[1]) > config.length_cutoff], config.eval_size, rng)
-    splits = {"train": make_split(train), "iid_valid": validation, "ood_valid": validation, "test": make_split(test)}
+    splits = {
+        "train": make_split(train),
+        "iid_valid": validation,
+        "ood_valid": validation,
+        "test": make_split(test),
+    }
     return dataclasses.replace(probe(config), splits=splits)
 
 

@@ -27,6 +27,7 @@ question type is each sample's "depth" (1, 2, 3), so accuracy per depth is accur
 type, the paper's three columns. The authors train on fresh batches of each type in turn; our
 batches mix the types (the same questions, seen as often).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,14 @@ from .base import Split, Task, cached, check_values
 IMAGE_SIZE = 75
 HALF_SIZE = 5  # a square's half side and a disk's radius
 MIN_CENTRE_DISTANCE = 10
-COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "orange": (255, 156, 0),
-           "gray": (128, 128, 128), "yellow": (255, 255, 0)}
+COLOURS = {
+    "red": (255, 0, 0),
+    "green": (0, 255, 0),
+    "blue": (0, 0, 255),
+    "orange": (255, 156, 0),
+    "gray": (128, 128, 128),
+    "yellow": (255, 255, 0),
+}
 SQUARE, DISK = 0, 1
 QUESTION_SIZE = 18
 TYPE_AT, SUBTYPE_AT = 12, 15
@@ -97,8 +104,15 @@ def render(centres: np.ndarray, shapes: np.ndarray) -> np.ndarray:
     return images
 
 
-def answer(centres: np.ndarray, shapes: np.ndarray, kind: np.ndarray, subtype: np.ndarray, a: np.ndarray, b: np.ndarray,
-           authors_closest: bool = True) -> np.ndarray:
+def answer(
+    centres: np.ndarray,
+    shapes: np.ndarray,
+    kind: np.ndarray,
+    subtype: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    authors_closest: bool = True,
+) -> np.ndarray:
     """The answer class of each question: one row per question, with its scene (centres (q, 6, 2),
     shapes (q, 6)), type, subtype and colours A and B (B only read by ternary questions)."""
     q = np.arange(len(kind))
@@ -117,7 +131,16 @@ def answer(centres: np.ndarray, shapes: np.ndarray, kind: np.ndarray, subtype: n
 
     squared = ((xy - pa[:, None]) ** 2).sum(-1)  # (q, 6): each object's squared distance from A
     own = np.arange(len(COLOURS))[None] == a[:, None]
-    put(BINARY, 0, shape_class[q, np.where(own, AUTHORS_SELF_DISTANCE if authors_closest else np.iinfo(np.int64).max, squared).argmin(-1)])
+    put(
+        BINARY,
+        0,
+        shape_class[
+            q,
+            np.where(
+                own, AUTHORS_SELF_DISTANCE if authors_closest else np.iinfo(np.int64).max, squared
+            ).argmin(-1),
+        ],
+    )
     put(BINARY, 1, shape_class[q, squared.argmax(-1)])
     put(BINARY, 2, COUNT_ZERO + (shapes == shapes[q, a][:, None]).sum(-1) - 1)
 
@@ -129,8 +152,11 @@ def answer(centres: np.ndarray, shapes: np.ndarray, kind: np.ndarray, subtype: n
     # a vertical line (dx = 0) only meets points straight above or below A.
     dx, dy = (pb - pa)[:, 0, None], (pb - pa)[:, 1, None]
     rel = xy - pa[:, None]
-    on_band = np.where(dx != 0, np.abs(rel[..., 1] * dx - dy * rel[..., 0]) <= BAND * np.abs(dx),
-                       (rel[..., 0] == 0) & (np.abs(rel[..., 1]) <= BAND))
+    on_band = np.where(
+        dx != 0,
+        np.abs(rel[..., 1] * dx - dy * rel[..., 0]) <= BAND * np.abs(dx),
+        (rel[..., 0] == 0) & (np.abs(rel[..., 1]) <= BAND),
+    )
     put(TERNARY, 1, np.where((on_band & others).any(-1), YES, NO))
     # An angle of at least 90 degrees at some vertex, the triangle not flat (its largest angle under 180).
     ca, cb = xy - pa[:, None], xy - pb[:, None]
@@ -154,10 +180,15 @@ def encode(kind: np.ndarray, subtype: np.ndarray, a: np.ndarray, b: np.ndarray) 
     return out
 
 
-QUESTIONS = {UNARY: ("its shape?", "on the left?", "on the top?"),
-             BINARY: ("the closest one's shape?", "the furthest one's shape?", "how many others have its shape?"),
-             TERNARY: ("how many others in its box with {b}?", "any other on its line with {b}?",
-                       "how many others make an obtuse triangle with it and {b}?")}
+QUESTIONS = {
+    UNARY: ("its shape?", "on the left?", "on the top?"),
+    BINARY: ("the closest one's shape?", "the furthest one's shape?", "how many others have its shape?"),
+    TERNARY: (
+        "how many others in its box with {b}?",
+        "any other on its line with {b}?",
+        "how many others make an obtuse triangle with it and {b}?",
+    ),
+}
 
 
 def describe(question: np.ndarray) -> str:
@@ -179,16 +210,20 @@ def make_split(config: SortOfClevrConfig, rng: np.random.Generator, n_images: in
     pairs = np.argsort(rng.random((len(kind), len(COLOURS) - 1)), axis=-1)[:, :2]
     a = np.where(kind == TERNARY, pairs[:, 0], a)
     b = np.where(kind == TERNARY, pairs[:, 1], -1)
-    labels = answer(centres[image_ids], shapes[image_ids], kind, subtype, a, np.maximum(b, 0), config.authors_closest)
-    return Split({
-        "images": render(centres, shapes),
-        "centres": centres,
-        "shapes": shapes,
-        "image_ids": image_ids.astype(np.int32),
-        "questions": encode(kind, subtype, a, b),
-        "labels": labels.astype(np.int16),
-        "depths": kind.astype(np.int16),
-    })
+    labels = answer(
+        centres[image_ids], shapes[image_ids], kind, subtype, a, np.maximum(b, 0), config.authors_closest
+    )
+    return Split(
+        {
+            "images": render(centres, shapes),
+            "centres": centres,
+            "shapes": shapes,
+            "image_ids": image_ids.astype(np.int32),
+            "questions": encode(kind, subtype, a, b),
+            "labels": labels.astype(np.int16),
+            "depths": kind.astype(np.int16),
+        }
+    )
 
 
 BLIND_SCENES = 2000
@@ -220,15 +255,25 @@ def blind_guess(authors_closest: bool) -> dict[str, float]:
 
 def probe(config: SortOfClevrConfig) -> Task:
     """The task without its data: what a model is built from (n_features: the question's width)."""
-    return Task(name="sort_of_clevr", kind=VISUAL_QUESTION_ANSWERING, splits={}, classes=CLASSES, n_features=QUESTION_SIZE,
-                blind_guess=functools.partial(blind_guess, config.authors_closest))
+    return Task(
+        name="sort_of_clevr",
+        kind=VISUAL_QUESTION_ANSWERING,
+        splits={},
+        classes=CLASSES,
+        n_features=QUESTION_SIZE,
+        blind_guess=functools.partial(blind_guess, config.authors_closest),
+    )
 
 
 def build(config: SortOfClevrConfig) -> Task:
     rng = np.random.default_rng(config.seed)
     validation = make_split(config, rng, config.eval_images)
-    splits = {"train": make_split(config, rng, config.train_images), "iid_valid": validation, "ood_valid": validation,
-              "test": make_split(config, rng, config.eval_images)}
+    splits = {
+        "train": make_split(config, rng, config.train_images),
+        "iid_valid": validation,
+        "ood_valid": validation,
+        "test": make_split(config, rng, config.eval_images),
+    }
     return dataclasses.replace(probe(config), splits=splits)
 
 

@@ -15,6 +15,7 @@ The authors draw fresh images at every access (50,000 per training epoch, 10,000
 training batches are fresh every step (`online`, from the training seed) and the validation and
 test sets are fixed draws of `eval_size`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,14 @@ POINT_RADIUS = 2
 PAIRS_PER_CLUSTER = 4
 CLASSES = ["equilateral", "other"]  # the authors' labels 0 and 1
 # The pixel offsets of a filled disc: dx^2 + dy^2 <= r^2 (13 pixels at r = 2).
-DISC = np.array([(dx, dy) for dx in range(-POINT_RADIUS, POINT_RADIUS + 1) for dy in range(-POINT_RADIUS, POINT_RADIUS + 1)
-                 if dx * dx + dy * dy <= POINT_RADIUS**2])
+DISC = np.array(
+    [
+        (dx, dy)
+        for dx in range(-POINT_RADIUS, POINT_RADIUS + 1)
+        for dy in range(-POINT_RADIUS, POINT_RADIUS + 1)
+        if dx * dx + dy * dy <= POINT_RADIUS**2
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,9 @@ def third_vertex(p1: np.ndarray, p2: np.ndarray) -> np.ndarray:
     """The authors' get_point: p2 rotated by 60 degrees about p1 (image axes), truncated toward zero."""
     d = p2 - p1
     c, s = math.cos(math.pi / 3), math.sin(math.pi / 3)
-    return np.trunc(np.stack([p1[:, 0] + c * d[:, 0] + s * d[:, 1], p1[:, 1] - s * d[:, 0] + c * d[:, 1]], 1)).astype(np.int64)
+    return np.trunc(
+        np.stack([p1[:, 0] + c * d[:, 0] + s * d[:, 1], p1[:, 1] - s * d[:, 0] + c * d[:, 1]], 1)
+    ).astype(np.int64)
 
 
 def draw_centres(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +83,9 @@ def render(rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
     """(n, 3, 2) centres -> (n, 64, 64, 1) uint8 images of their point clusters."""
     n = len(centres)
     offsets = rng.integers(-CLUSTER_RADIUS, CLUSTER_RADIUS + 1, size=(n, 3, PAIRS_PER_CLUSTER, 2))
-    points = np.concatenate([centres[:, :, None] + offsets, centres[:, :, None] - offsets], 2).reshape(n, -1, 2)
+    points = np.concatenate([centres[:, :, None] + offsets, centres[:, :, None] - offsets], 2).reshape(
+        n, -1, 2
+    )
     pixels = (points[:, :, None] + DISC[None, None]).reshape(n, -1, 2)  # (n, points x disc, 2): x, y
     keep = ((pixels >= 0) & (pixels < IMAGE_SIZE)).all(-1)
     images = np.zeros((n, IMAGE_SIZE, IMAGE_SIZE, 1), dtype=np.uint8)
@@ -85,8 +96,15 @@ def render(rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
 
 def make_split(rng: np.random.Generator, n: int) -> Split:
     centres, labels = draw_centres(rng, n)
-    return Split({"images": render(rng, centres), "image_ids": np.arange(n, dtype=np.int64), "labels": labels.astype(np.int16),
-                  "centres": centres.astype(np.int16), "depths": np.ones(n, dtype=np.int16)})
+    return Split(
+        {
+            "images": render(rng, centres),
+            "image_ids": np.arange(n, dtype=np.int64),
+            "labels": labels.astype(np.int16),
+            "centres": centres.astype(np.int16),
+            "depths": np.ones(n, dtype=np.int16),
+        }
+    )
 
 
 def probe(config: TrianglesConfig) -> Task:
