@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import torch
 import yaml
 
-from .models import MODELS, ModelError, is_file_model, model_fields, model_spec
+from .models import MODELS, ModelError, build_model, is_file_model, model_fields, model_spec
 from .tasks import TASKS, task_config
 
 
@@ -44,21 +45,18 @@ class TrainConfig:
     lr_schedule: str = "constant"
     weight_decay: float = 0.0
     batch_size: int = 512
-    length_bucketed: bool = (
-        False  # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
-    )
+    # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
+    length_bucketed: bool = False
     n_iters: int = 30_000
     optimizer: str = "adamw"  # "adamw", "adam" or "rmsprop" (the PANM authors')
     momentum: float = 0.0  # rmsprop only
     rmsprop_alpha: float = 0.99  # rmsprop's smoothing constant (torch's default; the PANM authors use 0.95)
     grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
-    grad_clip_by: str = (
-        "norm"  # "norm" (the NDR authors') or "value" (each entry into [-c, c]; the PANM authors')
-    )
+    # "norm" (the NDR authors') or "value" (each entry into [-c, c]; the PANM authors')
+    grad_clip_by: str = "norm"
     eval_every: int = 1000
-    early_budget: int | None = (
-        None  # also report the best checkpoint within this many iterations (Table 2: 50K)
-    )
+    # also report the best checkpoint within this many iterations (Table 2: 50K)
+    early_budget: int | None = None
     eval_batch_size: int = 1024
     seed: int = 0
     device: str = "auto"  # "auto" picks CUDA when there is one
@@ -77,9 +75,8 @@ class TrainConfig:
     # 1.5x at NDR's 20 members); a single trial and the CPU stay uncompiled (a single NDR's compile
     # failed on CUDA under torch 2.11; on the CPU a compile takes minutes and the step is slower).
     compile: bool | str = "auto"
-    cuda_graphs: str | bool = (
-        "auto"  # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
-    )
+    # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
+    cuda_graphs: str | bool = "auto"
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
     @property
@@ -113,7 +110,8 @@ CHOICES = {
     "compile": ("auto", False, True, *COMPILE_MODES),
     "bf16": ("auto", False, True),
 }
-# (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; null only where the key's type allows it (NULLABLE).
+# (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; null
+# only where the key's type allows it (NULLABLE).
 RANGES = {
     "lr": (0, True, None),
     "weight_decay": (0, True, None),
@@ -129,9 +127,8 @@ RANGES = {
     "threads": (1, True, 1024),
 }
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
-NULLABLE = {
-    name: "None" in str(hint) for name, hint in typing.get_type_hints(TrainConfig).items()
-}  # grad_clip: null turns clipping off
+# grad_clip: null turns clipping off
+NULLABLE = {name: "None" in str(hint) for name, hint in typing.get_type_hints(TrainConfig).items()}
 
 
 def yaml_word(value) -> str:
@@ -240,7 +237,8 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
         raise ConfigError(f"task_options: expected a mapping, got {flat['task_options']!r}")
     if flat["task"] not in TASKS:
         raise ConfigError(
-            f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; known: {', '.join(TASKS)}"
+            f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; "
+            f"known: {', '.join(TASKS)}"
         )
     spec = model_of(flat["model"])
     own = model_fields(flat["model"])
@@ -252,16 +250,16 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
             model[key] = coerce(spec.config, key, value)
         else:
             raise ConfigError(
-                f"{key}: not an option of model {flat['model']!r} or of training{closest(key, TRAIN_KEYS | own)}"
+                f"{key}: not an option of model {flat['model']!r} "
+                f"or of training{closest(key, TRAIN_KEYS | own)}"
             )
     try:
         task_config(train["task"], train.get("task_options"))
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"task_options: {e.args[0]}") from None
     for key, allowed in CHOICES.items():
-        if key in train and not any(
-            train[key] == a and type(train[key]) is type(a) for a in allowed
-        ):  # 1 is no `true`
+        # 1 is no `true`
+        if key in train and not any(train[key] == a and type(train[key]) is type(a) for a in allowed):
             raise ConfigError(
                 f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}"
             )
@@ -293,10 +291,6 @@ def check_builds(cfg: TrainConfig) -> None:
     """Build what a trial of `cfg` would build (its task's config, its model) on the meta device:
     no data, no weights, a fraction of a second; a value the constructors reject (with whatever
     exception they raise: torch asserts too) is a ConfigError naming the first line of why."""
-    import torch
-
-    from .models import build_model
-
     try:
         task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
         with torch.device("meta"):
@@ -327,7 +321,8 @@ def set_override(flat: dict[str, Any], assignment: str) -> None:
         target = target.setdefault(p, {})
         if not isinstance(target, dict):
             raise ConfigError(
-                f"--set {assignment!r}: {'.'.join(parents[: depth + 1])} is {target!r}, not a mapping with keys"
+                f"--set {assignment!r}: {'.'.join(parents[: depth + 1])} is {target!r}, "
+                "not a mapping with keys"
             )
     target[last] = value
 
@@ -365,18 +360,16 @@ def preset(task: str, model: str, options: dict | None = None) -> dict[str, Any]
     data = presets(task)
     if model not in data["models"]:
         raise ConfigError(
-            f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; have: {', '.join(data['models'])}"
+            f"preset {task}/{model}: no such model in the {task} presets{closest(model, data['models'])}; "
+            f"have: {', '.join(data['models'])}"
         )
     shared = {k: v for k, v in data.items() if k not in ("models", "overrides", "variants")}
     variant: dict[str, Any] = {}
     if data.get("variants"):
         try:
             resolved = dataclasses.asdict(task_config(task, options))
-        except (
-            KeyError,
-            TypeError,
-            ValueError,
-        ):  # refused where the options are checked, with the file and key
+        except (KeyError, TypeError, ValueError):
+            # refused where the options are checked, with the file and key
             resolved = dict(options or {})
         for entry in data["variants"]:
             if all(resolved.get(k) == v for k, v in entry["options"].items()):

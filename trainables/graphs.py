@@ -48,11 +48,14 @@ def graphs_unused_because(cfg, device: torch.device, stacked: bool = False) -> s
         return f"compile: {cfg.compile_mode} captures CUDA graphs of its own"
     if cfg.compile and not stacked:
         return (
-            f"compile: {cfg.compile_mode} on a single trial: its compiled kernels under a capture are checked on a GPU for "
-            "stacks only (a single paper NDR's compile did not finish in 150 s there)"
+            f"compile: {cfg.compile_mode} on a single trial: its compiled kernels under a capture are "
+            "checked on a GPU for stacks only (a single paper NDR's compile did not finish in 150 s there)"
         )
     if cfg.lr_schedule != "constant":
-        return f"lr_schedule: {cfg.lr_schedule} sets the learning rate every step; a graph replays the one it captured"
+        return (
+            f"lr_schedule: {cfg.lr_schedule} sets the learning rate every step; "
+            "a graph replays the one it captured"
+        )
     return batchable({**cfg.flat(), "model": cfg.model})
 
 

@@ -21,7 +21,8 @@ Batch = dict[str, torch.Tensor]
 
 
 def count(n: int, like: torch.Tensor) -> torch.Tensor:
-    """`n` as a float tensor on `like`'s device, made by a kernel (a copy from the host would stop a capture)."""
+    """`n` as a float tensor on `like`'s device, made by a kernel (a copy from the host would stop a
+    capture)."""
     return torch.full((), float(n), device=like.device)
 
 
@@ -263,9 +264,8 @@ class SetRegression(Kind):
 SEQUENCE_CLASSIFICATION = SequenceClassification()
 VISUAL_QUESTION_ANSWERING = ImageQuestion()
 IMAGE_CLASSIFICATION = ImageClassification("image_classification", None)  # the triangles' images
-IMAGE_SEQUENCE_CLASSIFICATION = ImageClassification(
-    "image_sequence_classification", 0
-)  # the ESBN tasks' objects
+# the ESBN tasks' objects
+IMAGE_SEQUENCE_CLASSIFICATION = ImageClassification("image_sequence_classification", 0)
 SEQUENCE_TO_SEQUENCE = SequenceToSequence()
 AUTOREGRESSIVE_SEQ2SEQ = AutoregressiveSeq2Seq()
 TRANSLATION = Translation()

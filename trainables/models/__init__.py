@@ -99,7 +99,8 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
             return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
         if cfg.fused_feed_forward:  # accepted and ignored, it would train what the file did not ask for
             raise ValueError(
-                "fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward of ours to fuse"
+                "fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward "
+                "of ours to fuse"
             )
         return SetAttentionRegressor(
             cfg.d_model,
@@ -306,8 +307,8 @@ def spec_of_class(cls: type, name: str) -> ModelSpec:
     for kind in kinds:
         if not _forward_takes(cls, kind):
             raise ModelError(
-                f"{name}: forward{inspect.signature(cls.forward)} cannot take what a {kind} task hands a model: "
-                f"forward(self, {', '.join(kind.forward)})"
+                f"{name}: forward{inspect.signature(cls.forward)} cannot take what a {kind} task "
+                f"hands a model: forward(self, {', '.join(kind.forward)})"
             )
     description = ((cls.__doc__ or "").strip().splitlines() or [f"{cls.__module__}.{cls.__name__}"])[0]
     return ModelSpec(
@@ -324,8 +325,8 @@ def model_spec(name: str) -> ModelSpec:
         cls = _load_file_class(key) if is_file_model(key) else _entry_point_class(key)
         if cls is None:
             raise ModelError(
-                f"unknown model {name!r}; known: {', '.join(MODELS)}, a file's model as path/to/file.py:Class, "
-                f"or an entry point of {ENTRY_POINTS}"
+                f"unknown model {name!r}; known: {', '.join(MODELS)}, "
+                f"a file's model as path/to/file.py:Class, or an entry point of {ENTRY_POINTS}"
             )
         _BROUGHT[key] = spec_of_class(cls, label(key))
     return _BROUGHT[key]

@@ -67,7 +67,8 @@ def allocation_weights(usage: torch.Tensor) -> torch.Tensor:
 
 
 def sharpen(weights: torch.Tensor, power: torch.Tensor) -> torch.Tensor:
-    """Csordás & Schmidhuber's sharpness control: (d / max d)^s, renormalised; weights (B, H, N), power (B, H)."""
+    """Csordás & Schmidhuber's sharpness control: (d / max d)^s, renormalised; weights (B, H, N),
+    power (B, H)."""
     weights = weights + EPS
     weights = (weights / weights.amax(-1, keepdim=True)) ** power[..., None]
     return weights / weights.sum(-1, keepdim=True).clamp_min(EPS)
@@ -181,9 +182,8 @@ class DNCMemory(nn.Module):
 
 
 class DNCClassifier(nn.Module):
-    def __init__(
-        self, cfg: DNCConfig, vocab_size: int, n_classes: int, pad_id: int, **_markers
-    ):  # no begin/end tokens
+    # no begin/end tokens
+    def __init__(self, cfg: DNCConfig, vocab_size: int, n_classes: int, pad_id: int, **_markers):
         super().__init__()
         self.cfg = cfg
         self.embedding = nn.Embedding(vocab_size, cfg.embedding_size, padding_idx=pad_id)

@@ -193,7 +193,8 @@ class TransformerPANM(TransformerEncoderDecoder):
     def __init__(self, cfg: EncDecPANMConfig, vocab_size: int, bos_id: int):
         if cfg.decoder_layers < 2:
             raise ValueError(
-                f"decoder_layers must be at least 2 (the Controller replaces the last), got {cfg.decoder_layers}"
+                "decoder_layers must be at least 2 (the Controller replaces the last), "
+                f"got {cfg.decoder_layers}"
             )
         super().__init__(
             dataclasses.replace(cfg, decoder_layers=cfg.decoder_layers - 1), "softmax", vocab_size, bos_id

@@ -58,7 +58,7 @@ def reference(a: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, rate: Tensor, keep:
 def feed_forward(a: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, rate: Tensor, seed: Tensor) -> Tensor:
     """a [M, T, D], w1 [M, F, D], b1 [M, F], w2 [M, D, F], rate and seed [M] -> [M, T, D] in a's dtype."""
     if a.is_cuda:
-        from . import feed_forward_triton as kernels
+        from . import feed_forward_triton as kernels  # noqa: PLC0415 - triton: optional, CUDA only
 
         check_sizes(a.shape[-1], w1.shape[1])
         w1, b1, w2 = (t.to(a.dtype).contiguous() for t in (w1, b1, w2))
@@ -81,7 +81,7 @@ def feed_forward_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """-> the gradients in a (a's dtype) and in w1, b1, w2 (theirs)."""
     if a.is_cuda:
-        from . import feed_forward_triton as kernels
+        from . import feed_forward_triton as kernels  # noqa: PLC0415 - triton: optional, CUDA only
 
         casts = [t.to(a.dtype).contiguous() for t in (w1, b1, w2)]
         grad_a, *grads = kernels.backward(

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 
 # The blocks each kernel may take, (rows BM, hidden units BF, pipeline stages, warps[, row shares
 # SPLIT]): Triton's autotuner times them at a stack's first call (per member count, D, F and dtype)
@@ -81,9 +83,8 @@ def _kept(seed, p, rows, f0, F, BM: tl.constexpr, BF: tl.constexpr):
     tl.rand does) gives four numbers: four neighbouring units' (the unit's index // 4 the draw's
     counter, % 4 which of its numbers), whatever a kernel's BF."""
     r0, r1, r2, r3 = tl.randint4x(seed, rows[:, None] * (F // 4) + (f0 // 4 + tl.arange(0, BF // 4))[None, :])
-    numbers = tl.reshape(
-        tl.join(tl.join(r0, r2), tl.join(r1, r3)), (BM, BF)
-    )  # [.., j, k, h] = r_{2k+h}: unit 4j + 2k + h
+    # [.., j, k, h] = r_{2k+h}: unit 4j + 2k + h
+    numbers = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), (BM, BF))
     return tl.uint_to_uniform_float(numbers) >= p
 
 
@@ -119,10 +120,8 @@ def _hidden(
 def _row_block(a_ptr, rate_ptr, seed_ptr, T, D: tl.constexpr, BM: tl.constexpr):
     """A program's member and block of rows (grid: row blocks, members): (member, its seed and rate,
     the rows, which of them exist, the offsets of their [BM, D] elements, a there)."""
-    member, block = (
-        tl.program_id(1).to(tl.int64),
-        tl.program_id(0),
-    )  # int64: a large stack's offsets may pass 2**31
+    # int64: a large stack's offsets may pass 2**31
+    member, block = tl.program_id(1).to(tl.int64), tl.program_id(0)
     rows = block * BM + tl.arange(0, BM)
     row_mask = rows < T
     at = member * T * D + rows[:, None] * D + tl.arange(0, D)[None, :]
@@ -309,9 +308,6 @@ def compile_for_sm90(tuned, config: triton.Config, dtype: str, d: int, precision
     """`tuned` (one of the autotuned kernels) in block `config`, compiled for an H100 or H200
     without one (dtype "bf16" or "fp32"), as a launch would specialize it: pointers and the row
     and hidden counts divisible by 16. Its .metadata.shared and .asm["ptx"] are what it would run."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     kernel = tuned.fn
     signature = {arg: f"*{dtype}" if arg.endswith("_ptr") else "i32" for arg in kernel.arg_names}
     signature.update(

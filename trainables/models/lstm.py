@@ -34,9 +34,10 @@ class LSTMConfig:
 
 
 class LSTMClassifier(nn.Module):
+    # no begin/end tokens
     def __init__(
         self, cfg: LSTMConfig, bidirectional: bool, vocab_size: int, n_classes: int, pad_id: int, **_markers
-    ):  # no begin/end tokens
+    ):
         super().__init__()
         hidden = cfg.d_model // 2 if bidirectional else cfg.d_model
         self.embedding = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
@@ -78,7 +79,6 @@ class LSTMTagger(nn.Module):
         self.readout = nn.Linear(cfg.d_model, n_outputs)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(
-            self.dropout(self.embedding(tokens))
-        )  # causal: padding after a sequence changes nothing before it
+        # causal: padding after a sequence changes nothing before it
+        out, _ = self.lstm(self.dropout(self.embedding(tokens)))
         return self.readout(self.dropout(out))

@@ -55,15 +55,12 @@ class PANMConfig:
     mode2_heads: int = 1  # H^c
     dropout: float = 0.0
     sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
-    controller_start: str = (
-        "sum"  # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
-    )
-    controller_reads_mode2: bool = (
-        True  # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
-    )
-    controller: str = (
-        "gru"  # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
-    )
+    # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
+    controller_start: str = "sum"
+    # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
+    controller_reads_mode2: bool = True
+    # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
+    controller: str = "gru"
     stack_size: int = 104  # srnn: the stack's cells
     stack_dim: int = 5  # srnn: each cell's size
 
@@ -168,14 +165,14 @@ class PointerDecoder(nn.Module):
         d, b = cfg.d_model, cfg.address_bits
         self.pointer_size = cfg.pointer_hidden or cfg.hidden
         self.pointer_units = nn.ModuleList(nn.GRUCell(b, self.pointer_size) for _ in range(cfg.mode1_heads))
+        # g^a
         self.address_keys = nn.ModuleList(
             mlp(b, cfg.mlp_hidden, self.pointer_size) for _ in range(cfg.mode1_heads)
-        )  # g^a
+        )
         # Mode-2 queries come from the Mode-1 values (Eq. 4); with no Mode-1 head, from the controller.
         query_in = cfg.mode1_heads * d or cfg.hidden
-        self.mode2_queries = nn.ModuleList(
-            mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads)
-        )  # g^c
+        # g^c
+        self.mode2_queries = nn.ModuleList(mlp(query_in, cfg.mlp_hidden, d) for _ in range(cfg.mode2_heads))
         read = (cfg.mode1_heads + cfg.mode2_heads) * d  # g^o reads every head's value
         core_read = (cfg.mode1_heads + cfg.mode2_heads * cfg.controller_reads_mode2) * d
         core_in = max(core_read + input_size, 1)
@@ -218,7 +215,8 @@ class PointerDecoder(nn.Module):
         }
 
     def initial_control(self, h: torch.Tensor):
-        """The core's state from h_0^c: the GRU's is h itself; an LSTM's adds a zero cell, the stack RNN an empty stack."""
+        """The core's state from h_0^c: the GRU's is h itself; an LSTM's adds a zero cell, the stack
+        RNN an empty stack."""
         if self.cfg.controller == "lstm":
             return h, torch.zeros_like(h)
         return self.controller.initial(h) if self.cfg.controller == "srnn" else h
@@ -228,7 +226,8 @@ class PointerDecoder(nn.Module):
         return state["control"] if self.cfg.controller == "gru" else state["control"][0]
 
     def step(self, state: dict, z: torch.Tensor | None = None) -> torch.Tensor:
-        """One decoding step (B,) -> logits (B, vocab); `state` moves on (its attention weights appended where traced)."""
+        """One decoding step (B,) -> logits (B, vocab); `state` moves on (its attention weights
+        appended where traced)."""
         memory, padding, bank = state["memory"], state["padding"], state["bank"]
         sharp_a, sharp_c = self.log_sharpness.exp()
         mode1 = []
@@ -290,9 +289,8 @@ class CausalPANM(PointerDecoder):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, return_activations: bool = False):
         memory = F.one_hot(tokens, self.vocab_size).float()
-        state = self.begin(
-            memory, torch.ones_like(lengths), trace=return_activations
-        )  # at t = 0 only slot 0 is visible: every pointer starts there
+        # at t = 0 only slot 0 is visible: every pointer starts there
+        state = self.begin(memory, torch.ones_like(lengths), trace=return_activations)
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         out = []
         for t in range(tokens.shape[1]):

@@ -35,7 +35,8 @@ class SetAttention(nn.Module):
         values = retrievals or searches
         if d_model % searches or d_model % values:
             raise ValueError(
-                f"d_model={d_model} must be divisible by the heads/searches ({searches}) and retrievals ({values})"
+                f"d_model={d_model} must be divisible by the heads/searches ({searches}) "
+                f"and retrievals ({values})"
             )
         self.searches, self.retrievals = searches, retrievals
         self.d_search, self.d_value = d_model // searches, d_model // values
@@ -69,9 +70,8 @@ class SetAttention(nn.Module):
             rq = self.retrieval_query(h).view(batch, n, self.searches, 1, self.d_search) / math.sqrt(
                 self.d_search
             )
-            choice = torch.softmax(
-                (rq * self.retrieval_key(retrieved)).sum(-1), dim=-1
-            )  # (B, N, S, R), Eq. 13
+            # (B, N, S, R), Eq. 13
+            choice = torch.softmax((rq * self.retrieval_key(retrieved)).sum(-1), dim=-1)
             self.last_value_scores = choice.detach()
             read = (choice[..., None] * retrieved).sum(3).reshape(batch, n, -1)  # Eq. 14
         return self.out(torch.cat([read, self.own(h)], -1))

@@ -48,15 +48,12 @@ class TransformerConfig:
     input_dropout: float = 0.0  # on the input embeddings: none in the authors' gated and relative models
     gate_drop: float = 0.0  # gated models: probability that a column's gate is forced shut for one layer step
     gate_ff_dropout: bool = True  # gated models: `dropout` inside the gate's feed-forward, as the authors'
-    update_dropout: bool = (
-        False  # gated models: `dropout` between the update feed-forward and its LayerNorm/tanh
-    )
-    normalize_geometric: bool = (
-        False  # geometric attention: L1-normalise the weights (the "+geom. att." baseline)
-    )
-    shared_geometric_scale: bool = (
-        True  # geometric attention: one alpha, beta, gamma for all heads, as the authors'
-    )
+    # gated models: `dropout` between the update feed-forward and its LayerNorm/tanh
+    update_dropout: bool = False
+    # geometric attention: L1-normalise the weights (the "+geom. att." baseline)
+    normalize_geometric: bool = False
+    # geometric attention: one alpha, beta, gamma for all heads, as the authors'
+    shared_geometric_scale: bool = True
     readout: str = "last"  # "last" column (the end token) or "first" (Table 5)
     eval_n_layers: int | None = None  # more layers at evaluation than in training (App. C.1)
     gate_bias_init: float = -3.0
@@ -68,11 +65,11 @@ class TransformerConfig:
     # (set_attention.py; uses d_model, n_heads and n_retrievals only), or "transformer", these
     # shared-weight layers (UniversalTransformerSetRegressor).
     set_layer: str = "paper"
-    context_norm: str = "sequence"  # ESBN tasks (esbn.py): standardise the objects' codes over the "sequence", over "pairs", or "none"
+    # ESBN tasks (esbn.py): standardise the objects' codes over the "sequence", over "pairs", or "none"
+    context_norm: str = "sequence"
     act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
-    act_threshold: float = (
-        0.99  # a column halts when its summed halting probabilities reach this (1 - epsilon)
-    )
+    # a column halts when its summed halting probabilities reach this (1 - epsilon)
+    act_threshold: float = 0.99
     act_loss_weight: float = 0.03  # alpha of the ponder cost L_ACT (the authors' best of their search)
     # Issue 21: each of a layer's feed-forwards as one op, on CUDA Triton kernels of our own
     # (feed_forward_op.py). Off: on an H200 it made NDR's stack slower (257.8 member-steps/s against
@@ -208,12 +205,13 @@ class Attention(nn.Module):
                 retrieval_scores,
             )
             self.value = nn.Linear(d_model, n_retrievals * self.d_head)  # W_v1..W_vR (Eq. 9)
-            self.retrieval_query = nn.Linear(
-                d_model, n_heads * retrieval_dim, bias=False
-            )  # W̄_q per search (Eq. 11)
+            # W̄_q per search (Eq. 11)
+            self.retrieval_query = nn.Linear(d_model, n_heads * retrieval_dim, bias=False)
             if retrieval_scores == "dot":
                 self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
-            else:  # the authors' "MLP" (Table 8): one linear map of [retrieval query; retrieved value] to a score
+            else:
+                # the authors' "MLP" (Table 8): one linear map of [retrieval query; retrieved value]
+                # to a score
                 self.retrieval_score = nn.Linear(retrieval_dim + self.d_head, 1)
         if kind == "geometric":
             # Eq. 9-10: direction projections per head; alpha, beta, gamma shared by the heads in the
@@ -230,7 +228,8 @@ class Attention(nn.Module):
 
     def scores(self, h: torch.Tensor, source: torch.Tensor | None = None) -> torch.Tensor:
         """Pre-normalisation attention logits (B, H, N_target, N_source); the keys are `h`'s own or,
-        for softmax and compositional attention, another sequence's (`source`: a decoder reading its encoder)."""
+        for softmax and compositional attention, another sequence's (`source`: a decoder reading its
+        encoder)."""
         n = h.shape[1]
         if source is not None and self.kind not in ("softmax", "compositional"):
             raise ValueError(
@@ -243,9 +242,8 @@ class Attention(nn.Module):
             # beta D_ij + gamma on the (B, N, 2H) projections before spreading them over (B, H, N, N)
             directions = self.direction(h).view(h.shape[0], n, 2, self.n_heads) * self.beta + self.gamma
             lr, rl = directions.permute(2, 0, 3, 1)  # (B, H, N)
-            direction = torch.where(
-                tables_for(n, h.device).source_right, lr[..., :, None], rl[..., :, None]
-            )  # Eq. 9
+            # Eq. 9
+            direction = torch.where(tables_for(n, h.device).source_right, lr[..., :, None], rl[..., :, None])
             return torch.addcmul(
                 direction, self.query_dropout(q) @ k.transpose(-1, -2), self.alpha[:, None, None]
             )
@@ -312,13 +310,13 @@ class Attention(nn.Module):
         """Eq. 9-13: every search applied to every retrieval, then each search picks its retrievals.
         search (B, S, N, M) -> (B, S, N, d_head); values from `source` (B, M, D), retrieval queries from h."""
         batch, n, _ = h.shape
+        # (B, R, M, d)
         values = (
             self.value(source).view(batch, source.shape[1], self.n_retrievals, self.d_head).transpose(1, 2)
-        )  # (B, R, M, d)
+        )
         retrieved = torch.einsum("bsij,brjd->bsrid", search, values)  # Retrieval_ij (Eq. 10)
-        queries = (
-            self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)
-        )  # (B, S, N, d_r)
+        # (B, S, N, d_r)
+        queries = self.retrieval_query(h).view(batch, n, self.n_heads, self.retrieval_dim).transpose(1, 2)
         if self.retrieval_scores == "dot":
             keys = self.retrieval_key(retrieved)  # (B, S, R, N, d_r), Eq. 11-12
             logits = torch.einsum("bsnk,bsrnk->bsnr", queries, keys) / math.sqrt(self.retrieval_dim)
@@ -583,11 +581,12 @@ class ImageQuestionTransformer(nn.Module):
         self, images: torch.Tensor, questions: torch.Tensor | None = None, return_activations: bool = False
     ):
         """images (B, H, W, channels) uint8, questions (B, n_question) -> class logits (B, C)."""
+        # (B, P, width)
         x = (
             self.patches(images.permute(0, 3, 1, 2).to(self.patches.weight.dtype) / 255)
             .flatten(2)
             .transpose(1, 2)
-        )  # (B, P, width)
+        )
         x = x + sinusoids(torch.arange(x.shape[1], device=x.device), x.shape[-1])
         x = torch.cat([self.summary.expand(len(x), -1, -1), x], 1)
         h = (

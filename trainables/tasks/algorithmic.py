@@ -53,12 +53,8 @@ class AlgorithmicConfig:
     online: bool = True  # a fresh training batch every step (the authors' protocol)
     train_size: int = 50_000  # the fixed training set, when not online
     eval_size: int = 1280  # per validation/test set: the authors' 10 test batches of 128
-    test_multipliers: tuple[int, ...] = (
-        1,
-        2,
-        4,
-        8,
-    )  # test lengths k(L+1) or, for the sorts, kL+1; and L itself
+    # test lengths k(L+1) or, for the sorts, kL+1; and L itself
+    test_multipliers: tuple[int, ...] = (1, 2, 4, 8)
 
     def __post_init__(self):
         check_values(self)

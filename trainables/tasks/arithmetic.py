@@ -115,9 +115,8 @@ def make_drawer(config: ArithmeticConfig, plan: SplitPlan, rng: np.random.Genera
     def draw_at(depth: int):
         # Kept when its depth is the one asked for: the authors bin the same draws by depth.
         while True:
-            tree = draw_expression(
-                rng, p, max(plan.depths[0], 2), plan.depths[1]
-            )  # one-operation ones are listed
+            # one-operation ones are listed
+            tree = draw_expression(rng, p, max(plan.depths[0], 2), plan.depths[1])
             if depth_of(tree) == depth:
                 text = to_text(tree)
                 if len(text) <= config.max_tokens:

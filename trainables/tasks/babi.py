@@ -55,9 +55,8 @@ class BabiConfig:
     tasks: tuple[int, ...] = TASK_NUMBERS
     iid_fraction: float = 0.1  # the validation questions' share of the training part
     hold_out_validation: bool = False  # true: not trained on (the paper trains on the whole training part)
-    eval_size: int | None = (
-        None  # at most this many questions per evaluation set, drawn at random (None: all)
-    )
+    # at most this many questions per evaluation set, drawn at random (None: all)
+    eval_size: int | None = None
     seed: int = 0  # which training questions the validation set takes
 
     def __post_init__(self):
@@ -70,7 +69,8 @@ class BabiConfig:
         missing = [k for k in self.tasks if not task_files(folder, k)]
         if missing:
             raise ValueError(
-                f"data_dir: {str(folder)!r} has no qa{missing[0]}_*_{{train,valid,test}}.txt ({len(missing)} of the tasks asked for are missing)"
+                f"data_dir: {str(folder)!r} has no qa{missing[0]}_*_{{train,valid,test}}.txt "
+                f"({len(missing)} of the tasks asked for are missing)"
             )
 
     @property

@@ -254,7 +254,8 @@ def draw_unique(
     exclude: set,
     max_tries_per_sample: int = 200,
 ) -> list[tuple[Hashable, list[int], int]]:
-    """Draw `count` samples whose keys are new (not in `exclude`, not repeated); adds the keys to `exclude`."""
+    """Draw `count` samples whose keys are new (not in `exclude`, not repeated); adds the keys to
+    `exclude`."""
     out = []
     tries = 0
     while len(out) < count:
@@ -311,7 +312,7 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
         meta = json.loads(str(f["meta"]))
         splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
     splits.update({s: splits[same] for s, same in meta.pop("aliases", {}).items()})
-    from ..kinds import kind_named  # here, not at the top: see the TYPE_CHECKING import
+    from ..kinds import kind_named  # noqa: PLC0415 - kinds imports torch; see the TYPE_CHECKING import
 
     return Task(splits=splits, kind=kind_named(meta.pop("kind")), **meta)
 

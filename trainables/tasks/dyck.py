@@ -1,7 +1,8 @@
 """Dyck-n next-symbol prediction (Suzgun et al., 2019), as the PANM paper runs it (Sec. 3.2, App. D.2).
 
 Strings of n bracket pairs from the probabilistic grammar
-  S -> (_i S )_i  with probability p (the pair i uniform),  S -> S S  with probability q,  S -> empty otherwise,
+  S -> (_i S )_i  with probability p (the pair i uniform),  S -> S S  with probability q,
+  S -> empty otherwise,
 p = 0.5 and q = 0.25 (the defaults of the authors' code, suzgunmirac/marnns, which PANM adopts). After
 each symbol the target is the set of symbols that may come next, as a multi-hot vector over the 2n
 brackets: every opening bracket, and the closing bracket of the innermost open pair if there is one.
@@ -62,7 +63,8 @@ class DyckConfig:
             )
         if self.max_train_length < 2 or self.max_train_length % 2:
             raise ValueError(
-                f"max_train_length: must be an even number of at least 2 (Dyck strings have even lengths), got {self.max_train_length!r}"
+                "max_train_length: must be an even number of at least 2 (Dyck strings have even lengths), "
+                f"got {self.max_train_length!r}"
             )
 
     @property
@@ -95,7 +97,8 @@ DISTINCT_ROOM = 2
 
 
 def strings_up_to(n_pairs: int, longest: int) -> int:
-    """How many strings of lengths 2..longest Dyck-n has: Catalan(k) shapes of k pairs, n^k bracket choices each."""
+    """How many strings of lengths 2..longest Dyck-n has: Catalan(k) shapes of k pairs, n^k bracket
+    choices each."""
     return sum(math.comb(2 * k, k) // (k + 1) * n_pairs**k for k in range(1, longest // 2 + 1))
 
 

@@ -59,12 +59,11 @@ def generators() -> dict:
         package.base_solution_linear = importlib.import_module(
             "sympy.solvers.diophantine.diophantine"
         ).base_solution_linear
-    from mathematics_dataset import generate_settings
-    from mathematics_dataset.modules import modules
+    from mathematics_dataset import generate_settings  # noqa: PLC0415 - heavy (sympy); the generator only
+    from mathematics_dataset.modules import modules  # noqa: PLC0415 - heavy (sympy); the generator only
 
-    def difficulty(
-        level: int,
-    ):  # generate.py's _make_entropy_fn(level, 3): a third of each module's entropy range
+    # generate.py's _make_entropy_fn(level, 3): a third of each module's entropy range
+    def difficulty(level: int):
         return lambda low_high: (
             low_high[0] + level / 3 * (low_high[1] - low_high[0]),
             low_high[0] + (level + 1) / 3 * (low_high[1] - low_high[0]),

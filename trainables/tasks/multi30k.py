@@ -58,7 +58,8 @@ class Multi30kConfig:
             isinstance(self.parts, tuple) and self.parts and all(isinstance(p, str) and p for p in self.parts)
         ):
             raise ValueError(
-                f"parts: expected a list of file stems such as train, val, test_2016_flickr, got {self.parts!r}"
+                "parts: expected a list of file stems such as train, val, test_2016_flickr, "
+                f"got {self.parts!r}"
             )
         folder = check_user_folder(self.data_dir, "Multi30K's train.en, train.de, ...")
         missing = [
@@ -69,7 +70,8 @@ class Multi30kConfig:
         ]
         if missing:
             raise ValueError(
-                f"data_dir: {str(folder)!r} has no {missing[0]} ({len(missing)} of the {2 * len(self.parts)} files `parts` names are missing)"
+                f"data_dir: {str(folder)!r} has no {missing[0]} "
+                f"({len(missing)} of the {2 * len(self.parts)} files `parts` names are missing)"
             )
 
     @property
@@ -91,7 +93,8 @@ def read_pairs(folder: Path, parts: tuple[str, ...]) -> list[tuple[list[str], li
         )
         if len(english) != len(german):
             raise ValueError(
-                f"{folder / part}.en has {len(english)} lines and {part}.de {len(german)}: a line each per pair"
+                f"{folder / part}.en has {len(english)} lines and {part}.de {len(german)}: "
+                "a line each per pair"
             )
         pairs += [(words(e), words(g)) for e, g in zip(english, german)]
     return pairs

@@ -47,9 +47,8 @@ class RetrievalConfig:
     train_size: int = 20_000  # the fixed training set, when not online
     eval_size: int = 5000  # sets per validation/test split
     in_distribution: bool = False  # train and test on every combination
-    validation_combinations: int = (
-        0  # training combinations moved to a validation set disjoint from the test one
-    )
+    # training combinations moved to a validation set disjoint from the test one
+    validation_combinations: int = 0
 
     def __post_init__(self):
         check_values(self)
@@ -64,7 +63,8 @@ class RetrievalConfig:
         training = int(TRAIN_FRACTION * self.retrievals**self.searches)
         if self.validation_combinations and self.validation_combinations >= training:
             raise ValueError(
-                f"validation_combinations: must leave training some of its {training} combinations, got {self.validation_combinations}"
+                f"validation_combinations: must leave training some of its {training} combinations, "
+                f"got {self.validation_combinations}"
             )
 
 

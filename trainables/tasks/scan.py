@@ -47,9 +47,8 @@ class ScanConfig:
     seed: int = 0  # which commands the IID hold-out takes
     length_cutoff: int = 22
     iid_fraction: float = 0.1
-    eval_size: int | None = (
-        None  # at most this many commands per evaluation set, drawn at random (None: all, as the papers)
-    )
+    # at most this many commands per evaluation set, drawn at random (None: all, as the papers)
+    eval_size: int | None = None
 
     def __post_init__(self):
         check_values(self)
@@ -57,7 +56,8 @@ class ScanConfig:
     def check(self) -> None:
         if not 1 <= self.length_cutoff < LONGEST:
             raise ValueError(
-                f"length_cutoff: must be 1..{LONGEST - 1} (actions in a training command; the longest command has {LONGEST}), got {self.length_cutoff!r}"
+                f"length_cutoff: must be 1..{LONGEST - 1} (actions in a training command; "
+                f"the longest command has {LONGEST}), got {self.length_cutoff!r}"
             )
 
 
