@@ -191,10 +191,8 @@ class Stack:
         why_not = batchable({**cfg.flat(), "model": cfg.model})
         if why_not:
             raise ValueError(f"members cannot be stacked: {why_not}")
-        self.falls_back, self.log = (
-            cfg.compile == "auto",
-            log,
-        )  # falls back uncompiled where auto compiled (gradients)
+        # compile: auto falls back uncompiled where the compiled step fails (gradients)
+        self.falls_back, self.log = cfg.compile == "auto", log
         cfg = cfg.settled(device.type, len(members))
         self.cfg, self.task, self.device = cfg, task, device
         self.configs = member_configs(cfg, members)
@@ -209,31 +207,16 @@ class Stack:
             torch.manual_seed(c.seed)  # the initialisation a run of its own would have
             self.models.append(make_model(c, task).to(device))
         self.params, self.buffers = stack_module_state(self.models)
-        skeleton = copy.deepcopy(self.models[0]).to("meta")
-        if cfg.compile or len({tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}) > 1:
-            rates_in_tensors(
-                skeleton
-            )  # each member at its own rate, a stacked buffer; compiled, none a constant of the code
         # Checkpoints hold the buffers a member's state dict has (not the rates: they are config).
         self.saved_buffers = [name for name in self.buffers if name in self.models[0].state_dict()]
         self.graphed = graphs_unused_because(cfg, device, stacked=True) is None
         # Compiled code is compiled once per shape: batches padded to a few widths, graphed or not.
         self.bucketed = self.graphed or bool(cfg.compile)
-        self.optimizer = MemberOptimizer(
-            self.configs,
-            list(self.params.values()),
-            device,
-            capturable=self.graphed and device.type == "cuda",
-        )
+        capturable = self.graphed and device.type == "cuda"
+        self.optimizer = MemberOptimizer(self.configs, list(self.params.values()), device, capturable)
         self.clip_limits = torch.tensor([c.grad_clip or math.inf for c in self.configs], device=device)
         self.clips = any(c.grad_clip for c in self.configs)
-
-        def forward(p: dict, b: dict, batch: dict) -> torch.Tensor:
-            return task.kind.predict(lambda *args: functional_call(skeleton, (p, b), args), batch)
-
-        # The parameters vary along dim 0; so does the batch in training (a batch per member), while
-        # every member is evaluated on the same rows.
-        self.forward = self.uncompiled = vmap(forward, in_dims=(0, 0, 0), randomness="different")
+        self.forward = self.uncompiled = self.vmapped_forward()
         if cfg.compile:  # the vmapped forward and its backward as fused kernels, compiled once per shape
             # Static shapes: where a size changed between compiles (a later stack of another d_model
             # in the same process, as Tune reuses a trial's process), torch's automatic dynamic shapes
@@ -241,21 +224,31 @@ class Stack:
             self.forward = torch.compile(self.forward, mode=cfg.compile_mode, dynamic=False)
             room_for_compiles(N_BUCKETS)  # one per bucket width
         # On CUDA the whole step is one graph replay (graphs.py), as train's is.
-        self.run = (
-            GraphedStep(
-                self.train_batch,
-                {**self.params, **self.buffers},
-                self.optimizer.optimizer,
-                eager_replay=device.type != "cuda",
-            )
-            if self.graphed
-            else self.train_batch
-        )
+        weights = {**self.params, **self.buffers}
+        eager_replay = device.type != "cuda"
+        graphed = GraphedStep(self.train_batch, weights, self.optimizer.optimizer, eager_replay=eager_replay)
+        self.run = graphed if self.graphed else self.train_batch
+
+    def vmapped_forward(self):
+        """Every member's forward at once: the parameters vary along dim 0; so does the batch in
+        training (a batch per member), while every member is evaluated on the same rows."""
+        skeleton = copy.deepcopy(self.models[0]).to("meta")
+        rates = {tuple(c.model_options.get(k) for k in RATE_KEYS) for c in self.configs}
+        if self.cfg.compile or len(rates) > 1:
+            # each member at its own rate, a stacked buffer; compiled, none a constant of the code
+            rates_in_tensors(skeleton)
+        kind = self.task.kind
+
+        def forward(p: dict, b: dict, batch: dict) -> torch.Tensor:
+            return kind.predict(lambda *args: functional_call(skeleton, (p, b), args), batch)
+
+        return vmap(forward, in_dims=(0, 0, 0), randomness="different")
 
     def train_batch(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """One training step of every member on its slice of `batch`: -> (each member's loss, each member's score sums)."""
+        """One training step of every member on its slice of `batch`: -> (each member's loss, each
+        member's score sums)."""
         out, losses = self.gradients(batch)
         if self.clips:
             clip_per_member(
@@ -279,12 +272,14 @@ class Stack:
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as e:  # noqa: BLE001 - compile: auto must not cost a trial the compiler's own bug
-            # Inside a capture an error is the capture's (the compile ran in its warm-up): going on uncompiled there would hide it.
+            # Inside a capture an error is the capture's (the compile ran in its warm-up): going on
+            # uncompiled there would hide it.
             capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
             if not self.falls_back or self.forward is self.uncompiled or capturing:
                 raise
             why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-        # Out of the except block: the failed attempt's activations, which its traceback holds, are freed first.
+        # Out of the except block: the failed attempt's activations, which its traceback holds, are
+        # freed first.
         self.train_uncompiled(f"the compiled step failed ({why})")
         return self.forward_backward(batch)
 
@@ -317,7 +312,8 @@ class Stack:
         return stacked_batch([next_batch() for next_batch, _ in self.sources], self.device, self.bucketed)
 
     def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """One training step of every member on its next batch: -> (each member's loss, each member's score sums)."""
+        """One training step of every member on its next batch: -> (each member's loss, each member's
+        score sums)."""
         return self.run(self.next_batch())
 
     def schedule(self, factor: float) -> None:
@@ -401,8 +397,8 @@ def train_members(
     stack = Stack(cfg, members, load_task(cfg.task, cfg.task_options), device, log)
     if log:
         log(
-            f"[{stack.cfg.task}/{stack.cfg.model}] {len(members)} members stacked ({'; '.join(stack.described)}): "
-            f"{sum(p.numel() for p in stack.models[0].parameters()):,} parameters each on {where(stack.cfg, device)}; "
-            f"{stack.cfg.n_iters:,} iterations"
+            f"[{stack.cfg.task}/{stack.cfg.model}] {len(members)} members stacked "
+            f"({'; '.join(stack.described)}): {sum(p.numel() for p in stack.models[0].parameters()):,} "
+            f"parameters each on {where(stack.cfg, device)}; {stack.cfg.n_iters:,} iterations"
         )
     return run(stack, report, resume_state, log)

@@ -2,19 +2,22 @@
 
 An optimizer (AdamW by default; RMSprop for PANM's tasks) with gradient clipping (by norm or by
 value) for a fixed number of iterations, on batches drawn from a fixed training set or, for tasks
-that generate online, drawn fresh every step from the training seed's generator; every `eval_every` iterations the
-model is evaluated on the IID and OOD validation sets; the checkpoint with the best OOD validation
-score is the one whose test score is reported (NDR App. C.3), the latest among equal scores (the
-authors' `cross_validate_stats.py`). The final iteration's scores are reported too (`*_final`: the
-paper's IID columns and Table 4), and, with `early_budget`, the best checkpoint within the first
-`early_budget` iterations (`*_early`: Table 2's 50K column). Scores are those of
+that generate online, drawn fresh every step from the training seed's generator; every `eval_every`
+iterations the model is evaluated on the IID and OOD validation sets; the checkpoint with the best
+OOD validation score is the one whose test score is reported (NDR App. C.3), the latest among equal
+scores (the authors' `cross_validate_stats.py`). The final iteration's scores are reported too
+(`*_final`: the paper's IID columns and Table 4), and, with `early_budget`, the best checkpoint
+within the first `early_budget` iterations (`*_early`: Table 2's 50K column). Scores are those of
 the task's kind (kinds.py); the first selects checkpoints. Ray and MLflow attach through the
 `report` callback, never by import.
+
+One protocol (`run`) trains a lone trial (`Single`) and a stack of members (batched.Stack) alike.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import math
 import re
@@ -51,7 +54,8 @@ def pick_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise ConfigError(
-            f"device: {name}, but torch finds {torch.cuda.device_count()} CUDA device(s) here (device=auto trains on what there is)"
+            f"device: {name}, but torch finds {torch.cuda.device_count()} CUDA device(s) here "
+            "(device=auto trains on what there is)"
         )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(
@@ -223,7 +227,7 @@ def room_for_compiles(n: int) -> None:
     the limit torch runs the function uncompiled with one log line: on 2026-11-28 a process's third
     compiled stack of another size did, and its fifth compiled single trial."""
     global _compiles_allowed
-    from torch._dynamo import config  # here, not at the top: importing it takes a second
+    from torch._dynamo import config  # noqa: PLC0415 - importing it takes a second; compiled runs only
 
     _compiles_allowed += n
     config.recompile_limit = max(config.recompile_limit, _compiles_allowed)
@@ -364,7 +368,8 @@ class Selection:
 
     def state(self) -> dict:
         # The last evaluation's metrics: a stack trains on past a member that diverged, and its resume
-        # must not train that member again; a trial restored from the checkpoint it ended at reports them again.
+        # must not train that member again; a trial restored from the checkpoint it ended at reports
+        # them again.
         return {"best": self.best, "early": self.early, "depth_best": self.depth_best, "last": self.metrics}
 
     def restore(self, state: dict) -> None:
@@ -426,72 +431,10 @@ class Selection:
     ) -> dict:
         """The metrics of the evaluation at `iteration`, given the mean training loss and scores since
         the last one; status "diverged" (and no evaluation) where that loss is not finite."""
-        cfg, m, best = self.cfg, self.m, self.best
         if not math.isfinite(mean_loss):
-            # A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the
-            # best so far. The last evaluation's scores are not this iteration's; and a run diverged
-            # before its first has no best: NaN, which Tune needs as its metric and MLflow leaves out.
-            self.metrics = {
-                "status": "diverged",
-                "iteration": iteration,
-                "loss": mean_loss,
-                **(self.best_so_far() or {f"best_ood_valid_{m}": math.nan}),
-            }
-            if self.log:
-                self.log(
-                    f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)"
-                )
-            return self.metrics
-        final = iteration == cfg.n_iters
-        iid = self.evaluate_split(model, "iid_valid", by_depth=self.per_depth)
-        # Tasks without an OOD validation set fill both slots with their IID hold-out: score it once.
-        ood = (
-            iid
-            if self.task.splits["ood_valid"] is self.task.splits["iid_valid"]
-            else self.evaluate_split(model, "ood_valid", self.per_depth)
-        )
-        # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
-        # saturates (NDR on CTL), the most-trained model is the one reported.
-        new_best = self.at_least_as_good(ood[m], best[f"best_ood_valid_{m}"])
-        new_early = (
-            bool(cfg.early_budget)
-            and iteration <= cfg.early_budget
-            and self.at_least_as_good(ood[m], self.early[f"best_ood_valid_{m}_early"])
-        )
-        # Strictly better, as the Sort-of-CLEVR authors' per-type selection: ties keep the earlier epoch.
-        depths_improved = [
-            k
-            for k in ood
-            if self.per_depth
-            and re.fullmatch(r"depth\d+_acc", k)
-            and ood[k] > self.depth_best.get(f"best_ood_valid_{k}", -1.0)
-        ]
-        tests = (
-            {name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits}
-            if new_best or new_early or final or depths_improved
-            else {}
-        )
-        for k in depths_improved:
-            self.depth_best.update(
-                {
-                    f"best_ood_valid_{k}": ood[k],
-                    f"best_iteration_{k}": iteration,
-                    f"test_{k}_at_best": self.test_scores(tests, "_at_best")[f"test_{k}_at_best"],
-                }
-            )
-        if new_best:
-            self.best = best = {
-                f"best_ood_valid_{m}": ood[m],
-                f"iid_valid_{m}_at_best": iid[m],
-                "best_iteration": iteration,
-                **self.test_scores(tests, "_at_best"),
-            }
-        if new_early:
-            self.early = {
-                f"best_ood_valid_{m}_early": ood[m],
-                "best_iteration_early": iteration,
-                **self.test_scores(tests, "_at_best_early"),
-            }
+            return self.diverge(iteration, mean_loss)
+        final = iteration == self.cfg.n_iters
+        iid, ood, tests = self.select(model, iteration, final)
         metrics = {
             "status": "completed" if final else "running",
             "iteration": iteration,
@@ -507,21 +450,81 @@ class Selection:
             # CUDA context's few hundred MiB not), a stack's for each of its members: what a trial
             # needs of a GPU it shares (resources.gpu) is read off it.
             metrics["gpu_memory_mib"] = torch.cuda.max_memory_reserved(self.device) / 2**20
-        if final:  # the NDR paper's IID columns and Table 4, and the Compositional Attention paper's numbers, are final values
-            metrics.update(
-                {
-                    **named("iid_valid", iid, "_final"),
-                    **named("ood_valid", ood, "_final"),
-                    **self.test_scores(tests, "_final"),
-                }
-            )
+        if final:  # the NDR paper's IID columns and Table 4, and the CA paper's numbers, are final values
+            metrics.update(named("iid_valid", iid, "_final"))
+            metrics.update(named("ood_valid", ood, "_final"))
+            metrics.update(self.test_scores(tests, "_final"))
         if self.log:
+            m, test = self.m, self.best.get(f"test_{self.m}_at_best", math.nan)
             self.log(
-                f"[{self.label}] it {iteration}/{cfg.n_iters} loss {mean_loss:.4f} train {metrics[f'train_{m}']:.3f} "
-                f"iid {iid[m]:.3f} ood {ood[m]:.3f} test@best {best.get(f'test_{m}_at_best', math.nan):.3f} ({steps_per_s:.1f} it/s)"
+                f"[{self.label}] it {iteration}/{self.cfg.n_iters} loss {mean_loss:.4f} "
+                f"train {metrics[f'train_{m}']:.3f} iid {iid[m]:.3f} ood {ood[m]:.3f} test@best {test:.3f} "
+                f"({steps_per_s:.1f} it/s)"
             )
         self.metrics = metrics
         return metrics
+
+    def diverge(self, iteration: int, mean_loss: float) -> dict:
+        """A NaN/inf loss since the last evaluation: training on only produces garbage; stop with the
+        best so far. The last evaluation's scores are not this iteration's; and a run diverged before
+        its first has no best: NaN, which Tune needs as its metric and MLflow leaves out."""
+        self.metrics = {
+            "status": "diverged",
+            "iteration": iteration,
+            "loss": mean_loss,
+            **(self.best_so_far() or {f"best_ood_valid_{self.m}": math.nan}),
+        }
+        if self.log:
+            self.log(
+                f"[{self.label}] loss became {mean_loss} by iteration {iteration}: stopping (status diverged)"
+            )
+        return self.metrics
+
+    def select(self, model: torch.nn.Module, iteration: int, final: bool) -> tuple[dict, dict, dict]:
+        """Validation scores, and the test scores where a checkpoint is kept (a new best, early best
+        or per-depth best, or the final one): -> (iid, ood, tests); the kept checkpoints updated."""
+        m, cfg = self.m, self.cfg
+        iid = self.evaluate_split(model, "iid_valid", by_depth=self.per_depth)
+        # Tasks without an OOD validation set fill both slots with their IID hold-out: score it once.
+        same = self.task.splits["ood_valid"] is self.task.splits["iid_valid"]
+        ood = iid if same else self.evaluate_split(model, "ood_valid", self.per_depth)
+        # Ties go to the later checkpoint, as in the authors' selection: once OOD validation
+        # saturates (NDR on CTL), the most-trained model is the one reported.
+        new_best = self.at_least_as_good(ood[m], self.best[f"best_ood_valid_{m}"])
+        new_early = (
+            bool(cfg.early_budget)
+            and iteration <= cfg.early_budget
+            and self.at_least_as_good(ood[m], self.early[f"best_ood_valid_{m}_early"])
+        )
+        # Strictly better, as the Sort-of-CLEVR authors' per-type selection: ties keep the earlier epoch.
+        depths_improved = [
+            k
+            for k in ood
+            if self.per_depth
+            and re.fullmatch(r"depth\d+_acc", k)
+            and ood[k] > self.depth_best.get(f"best_ood_valid_{k}", -1.0)
+        ]
+        kept = new_best or new_early or final or depths_improved
+        tests = (
+            {name: self.evaluate_split(model, name, by_depth=True) for name in self.task.test_splits}
+            if kept
+            else {}
+        )
+        for k in depths_improved:
+            self.depth_best[f"best_ood_valid_{k}"] = ood[k]
+            self.depth_best[f"best_iteration_{k}"] = iteration
+            self.depth_best[f"test_{k}_at_best"] = self.test_scores(tests, "_at_best")[f"test_{k}_at_best"]
+        if new_best:
+            best = {
+                f"best_ood_valid_{m}": ood[m],
+                f"iid_valid_{m}_at_best": iid[m],
+                "best_iteration": iteration,
+            }
+            self.best = {**best, **self.test_scores(tests, "_at_best")}
+        if new_early:
+            early = {f"best_ood_valid_{m}_early": ood[m], "best_iteration_early": iteration}
+            self.early = {**early, **self.test_scores(tests, "_at_best_early")}
+        return iid, ood, tests
 
 
 def named(prefix: str, scores: dict[str, float], suffix: str = "") -> dict[str, float]:
@@ -568,7 +571,8 @@ class Single:
         self.rngs = [np.random.default_rng(cfg.seed)]
         if log:
             log(
-                f"[{self.labels[0]}] data: loading {cfg.task}, or generating it once into the cache (this can take minutes)"
+                f"[{self.labels[0]}] data: loading {cfg.task}, or generating it once into the cache "
+                "(this can take minutes)"
             )
         self.task = load_task(cfg.task, cfg.task_options)
         self.next_batch, buckets = batch_source(cfg, self.task, self.rngs[0])
@@ -578,8 +582,8 @@ class Single:
             compile_model(cfg, self.model)
         if log:
             log(
-                f"[{self.labels[0]}] model: {sum(p.numel() for p in self.model.parameters()):,} parameters on {where(cfg, device)}; "
-                f"{cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}"
+                f"[{self.labels[0]}] model: {sum(p.numel() for p in self.model.parameters()):,} parameters "
+                f"on {where(cfg, device)}; {cfg.n_iters:,} iterations, evaluating every {cfg.eval_every:,}"
             )
         self.run, self.optimizer, self.bucketed = step_function(cfg, self.model, self.task, device)
         self.compiled = True  # a lone trial's compile never falls back (batched.Stack's may)
@@ -628,38 +632,22 @@ def run(
     # A bar with an ETA on a terminal; elsewhere (cron, CI, Ray workers) only the plain evaluation lines.
     bar = tqdm(total=cfg.n_iters, unit="it", disable=not (log and sys.stderr.isatty()), dynamic_ncols=True)
     say = learner.log = log and (bar.write if not bar.disable else log)
-    selections = [
-        Selection(c, learner.task, device, say, label) for c, label in zip(learner.configs, learner.labels)
-    ]
+    labelled = zip(learner.configs, learner.labels)
+    selections = [Selection(c, learner.task, device, say, label) for c, label in labelled]
     start = resume(learner, selections, resume_state) if resume_state else 0
     bar.update(start)
-    iteration = start
 
-    def snapshot() -> dict:
-        members = [
-            {
-                "batch_rng": rng.bit_generator.state,
-                **selection.state(),
-                "buckets": buckets.state() if buckets else None,
-            }
-            for rng, buckets, selection in zip(learner.rngs, learner.buckets, selections)
-        ]
-        # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
-        return copy.deepcopy(
-            learner.pack({**learner.weights(), "iteration": iteration, **random_states(device)}, members)
-        )
-
-    def reported() -> list[dict[str, Any]]:
+    def reported(iteration: int) -> list[dict[str, Any]]:
         metrics = [selection.metrics for selection in selections]
         if report:
-            report(metrics, snapshot, learner.compiled)
+            report(metrics, functools.partial(snapshot, learner, selections, iteration), learner.compiled)
         return metrics
 
     if all(selection.ended(start) for selection in selections):
         # Restored from the checkpoint the run ended at: it reports that evaluation again, as its
         # driver may have died before logging it (the tracker logs an evaluation once).
         bar.close()
-        return reported()
+        return reported(start)
     # The losses and training scores are summed on the device and read once per evaluation: a step
     # never waits for the host (on a GPU, a read per step stalls the queue of small kernels).
     window = Window(len(selections), device)
@@ -669,18 +657,38 @@ def run(
         window.add(*learner.step())
         bar.update()
         if iteration % cfg.eval_every == 0 or iteration == cfg.n_iters:
-            mean_losses, train_scores, rate = (
-                window.close()
-            )  # waits for its last step: the rate times the device's work
-            for k, selection in enumerate(selections):
-                if not selection.diverged:
-                    selection(learner.member_model(k), iteration, mean_losses[k], train_scores[k], rate)
-            reported()
+            evaluate_members(learner, selections, iteration, window)
+            reported(iteration)
             if all(selection.diverged for selection in selections):
                 break
             window = Window(len(selections), device)
     bar.close()
     return [selection.metrics for selection in selections]
+
+
+def evaluate_members(learner, selections: list[Selection], iteration: int, window: Window) -> None:
+    """Each member's evaluation at `iteration`, but a diverged member's: it keeps its last metrics."""
+    mean_losses, train_scores, rate = (
+        window.close()
+    )  # waits for its last step: the rate times the device's work
+    for k, selection in enumerate(selections):
+        if not selection.diverged:
+            selection(learner.member_model(k), iteration, mean_losses[k], train_scores[k], rate)
+
+
+def snapshot(learner, selections: list[Selection], iteration: int) -> dict:
+    """A resumable checkpoint of the run at `iteration` (resume reads it)."""
+    members = [
+        {
+            "batch_rng": rng.bit_generator.state,
+            **selection.state(),
+            "buckets": buckets.state() if buckets else None,
+        }
+        for rng, buckets, selection in zip(learner.rngs, learner.buckets, selections)
+    ]
+    common = {**learner.weights(), "iteration": iteration, **random_states(learner.device)}
+    # Deep copy: state_dict() holds live tensors that the next optimizer step overwrites.
+    return copy.deepcopy(learner.pack(common, members))
 
 
 def resume(learner, selections: list[Selection], saved: dict) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kinds import SEQUENCE_CLASSIFICATION
-from .base import SPECIAL_TOKENS, Task, balanced_counts, cached, check_values, draw_unique, pack_split
+from .base import SPECIAL_TOKENS, Split, Task, balanced_counts, cached, check_values, draw_unique, pack_split
 
 N_SYMBOLS = 8
 N_FUNCTIONS = 9
@@ -61,32 +61,33 @@ def probe(config: CTLConfig) -> Task:
     )
 
 
-def build(config: CTLConfig) -> Task:
-    vocab = probe(config).vocab
-    sym_id = {s: vocab.index(s) for s in SYMBOLS}
-    fn_id = {f: vocab.index(f) for f in FUNCTIONS}
-    rng = np.random.default_rng(config.seed)
-    tables = make_tables(rng)
+class Problems:
+    """Problems of one CTL task: a symbol and the functions applied to it, drawn from `rng`."""
 
-    def encode(symbol: int, fns: tuple[int, ...]) -> list[int]:
-        ids = [sym_id[SYMBOLS[symbol]]] + [fn_id[FUNCTIONS[f]] for f in fns]
-        return ids if config.direction == "forward" else ids[::-1]
+    def __init__(self, config: CTLConfig, rng: np.random.Generator):
+        vocab = probe(config).vocab
+        self.config, self.rng = config, rng
+        self.sym_id = {s: vocab.index(s) for s in SYMBOLS}
+        self.fn_id = {f: vocab.index(f) for f in FUNCTIONS}
+        self.tables = make_tables(rng)
 
-    def sample(symbol: int, fns: tuple[int, ...]):
+    def encode(self, symbol: int, fns: tuple[int, ...]) -> list[int]:
+        ids = [self.sym_id[SYMBOLS[symbol]]] + [self.fn_id[FUNCTIONS[f]] for f in fns]
+        return ids if self.config.direction == "forward" else ids[::-1]
+
+    def sample(self, symbol: int, fns: tuple[int, ...]):
         value = symbol
         for f in fns:
-            value = tables[f, value]
-        return (symbol, fns), encode(symbol, fns), int(value)
+            value = self.tables[f, value]
+        return (symbol, fns), self.encode(symbol, fns), int(value)
 
-    def draw_at(depth: int):
-        return lambda: sample(
+    def draw_at(self, depth: int):
+        rng = self.rng
+        return lambda: self.sample(
             int(rng.integers(N_SYMBOLS)), tuple(int(f) for f in rng.integers(N_FUNCTIONS, size=depth))
         )
 
-    def capacity(depth: int) -> int:
-        return N_SYMBOLS * N_FUNCTIONS**depth
-
-    def draw_split(counts: dict[int, int], required=()) -> list[tuple[list[int], int, int]]:
+    def draw_split(self, counts: dict[int, int], required=()) -> list[tuple[list[int], int, int]]:
         used: set = set()  # unique within a split; splits of different depths are disjoint anyway
         samples = []
         for key, ids, label in required:
@@ -94,25 +95,37 @@ def build(config: CTLConfig) -> Task:
             samples.append((ids, label, len(key[1])))
             counts[len(key[1])] -= 1
         for d, n in counts.items():
-            samples += [(ids, label, d) for _, ids, label in draw_unique(n, draw_at(d), used)]
+            samples += [(ids, label, d) for _, ids, label in draw_unique(n, self.draw_at(d), used)]
         return samples
 
-    def shuffled(samples: list) -> list:
-        return [samples[i] for i in rng.permutation(len(samples))]
+    def shuffled(self, samples: list) -> list:
+        return [samples[i] for i in self.rng.permutation(len(samples))]
 
-    def balanced(depth_range: tuple[int, int], size: int) -> dict[int, int]:
-        return balanced_counts(size, list(range(depth_range[0], depth_range[1] + 1)), capacity)
+    def drawn(self, depth_range: tuple[int, int]) -> Split:
+        """A shuffled evaluation split of `eval_size` problems balanced over the depths of `depth_range`."""
+        return pack_split(self.shuffled(self.draw_split(balanced(depth_range, self.config.eval_size))))
 
+
+def capacity(depth: int) -> int:
+    return N_SYMBOLS * N_FUNCTIONS**depth
+
+
+def balanced(depth_range: tuple[int, int], size: int) -> dict[int, int]:
+    return balanced_counts(size, list(range(depth_range[0], depth_range[1] + 1)), capacity)
+
+
+def build(config: CTLConfig) -> Task:
+    problems = Problems(config, np.random.default_rng(config.seed))
     # The IID set "matches the distribution of the train set" (App. C.2) and, as in the authors'
     # code (one pool of distinct problems, a random part of it held out), shares no problem with
     # it: with the paper's sizes the pool holds every problem of depth 1-3, so the IID set takes
     # its shallow problems out of train. Every single function on every symbol stays in train
     # (App. C.2; the authors' IID draws start at depth 2).
-    singles = [sample(x, (f,)) for x in range(N_SYMBOLS) for f in range(N_FUNCTIONS)]
+    singles = [problems.sample(x, (f,)) for x in range(N_SYMBOLS) for f in range(N_FUNCTIONS)]
     pool_counts = balanced(config.train_depths, config.train_size + config.eval_size)
     iid_counts = proportional({d: n for d, n in pool_counts.items() if d > 1}, config.eval_size)
     train, iid = [], []
-    for problem in shuffled(draw_split(dict(pool_counts), required=singles)):
+    for problem in problems.shuffled(problems.draw_split(dict(pool_counts), required=singles)):
         depth = problem[2]
         if iid_counts.get(depth, 0) > 0:
             iid_counts[depth] -= 1
@@ -122,8 +135,8 @@ def build(config: CTLConfig) -> Task:
     splits = {
         "train": pack_split(train),
         "iid_valid": pack_split(iid),
-        "ood_valid": pack_split(shuffled(draw_split(balanced(config.ood_valid_depths, config.eval_size)))),
-        "test": pack_split(shuffled(draw_split(balanced(config.test_depths, config.eval_size)))),
+        "ood_valid": problems.drawn(config.ood_valid_depths),
+        "test": problems.drawn(config.test_depths),
     }
     return dataclasses.replace(probe(config), splits=splits)
 

@@ -131,25 +131,28 @@ def answer(
 
     squared = ((xy - pa[:, None]) ** 2).sum(-1)  # (q, 6): each object's squared distance from A
     own = np.arange(len(COLOURS))[None] == a[:, None]
-    put(
-        BINARY,
-        0,
-        shape_class[
-            q,
-            np.where(
-                own, AUTHORS_SELF_DISTANCE if authors_closest else np.iinfo(np.int64).max, squared
-            ).argmin(-1),
-        ],
-    )
+    self_distance = AUTHORS_SELF_DISTANCE if authors_closest else np.iinfo(np.int64).max
+    put(BINARY, 0, shape_class[q, np.where(own, self_distance, squared).argmin(-1)])
     put(BINARY, 1, shape_class[q, squared.argmax(-1)])
     put(BINARY, 2, COUNT_ZERO + (shapes == shapes[q, a][:, None]).sum(-1) - 1)
 
     others = ~own & (np.arange(len(COLOURS))[None] != b[:, None])
+    between, on_band, obtuse = ternary_relations(xy, pa, pb)
+    put(TERNARY, 0, COUNT_ZERO + (between & others).sum(-1))
+    put(TERNARY, 1, np.where((on_band & others).any(-1), YES, NO))
+    put(TERNARY, 2, COUNT_ZERO + (obtuse & others).sum(-1))
+    assert (out >= 0).all()
+    return out
+
+
+def ternary_relations(xy: np.ndarray, pa: np.ndarray, pb: np.ndarray) -> tuple[np.ndarray, ...]:
+    """For each object C of each question's scene (q, 6), in integers: whether it lies in the box
+    A and B span; whether it lies within BAND of the line through A and B, vertically:
+    |(y - ya) dx - dy (x - xa)| <= BAND |dx| (a vertical line, dx = 0, only meets points straight
+    above or below A); whether the triangle ABC has an angle of at least 90 degrees at some vertex
+    and is not flat (its largest angle under 180)."""
     low, high = np.minimum(pa, pb)[:, None], np.maximum(pa, pb)[:, None]
-    inside = ((xy >= low) & (xy <= high)).all(-1)
-    put(TERNARY, 0, COUNT_ZERO + (inside & others).sum(-1))
-    # Vertically within BAND of the line through A and B, in integers: |(y - ya) dx - dy (x - xa)| <= BAND |dx|;
-    # a vertical line (dx = 0) only meets points straight above or below A.
+    between = ((xy >= low) & (xy <= high)).all(-1)
     dx, dy = (pb - pa)[:, 0, None], (pb - pa)[:, 1, None]
     rel = xy - pa[:, None]
     on_band = np.where(
@@ -157,17 +160,13 @@ def answer(
         np.abs(rel[..., 1] * dx - dy * rel[..., 0]) <= BAND * np.abs(dx),
         (rel[..., 0] == 0) & (np.abs(rel[..., 1]) <= BAND),
     )
-    put(TERNARY, 1, np.where((on_band & others).any(-1), YES, NO))
-    # An angle of at least 90 degrees at some vertex, the triangle not flat (its largest angle under 180).
     ca, cb = xy - pa[:, None], xy - pb[:, None]
     ab = (pb - pa)[:, None]
     at_a = (ca * ab).sum(-1) <= 0
     at_b = (cb * -ab).sum(-1) <= 0
     at_c = (ca * cb).sum(-1) <= 0
     flat = ca[..., 0] * ab[..., 1] - ca[..., 1] * ab[..., 0] == 0
-    put(TERNARY, 2, COUNT_ZERO + ((at_a | at_b | at_c) & ~flat & others).sum(-1))
-    assert (out >= 0).all()
-    return out
+    return between, on_band, (at_a | at_b | at_c) & ~flat
 
 
 def encode(kind: np.ndarray, subtype: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
