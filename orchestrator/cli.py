@@ -1,20 +1,62 @@
-"""`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard | accept | list`:
-one entry point for the service."""
+"""`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard |
+accept | list`: one entry point for the service."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
 import signal
+import socket
+import statistics
 import sys
 import threading
 import traceback
 from pathlib import Path
 
 import yaml
+
+# Only what imports in a blink: `status`, `best`, `list` and `--help` must not wait for Ray or torch.
+from .plan.storage import StorageError, TrialStorage
+from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
+from .record.retries import StoreUnavailable
+from .record.runs import launch_trial_runs
+from .record.secrets import redact, redact_secrets
+from .record.state import (
+    SEED_STRIDE,
+    SNAPSHOT_MODULES,
+    DamagedLaunch,
+    LaunchState,
+    describe,
+    driver,
+    find_launch,
+    misplaced,
+    previous_launch,
+    readable_launches,
+    started_at,
+)
+from .record.stores import (
+    TrackingError,
+    check_store,
+    damaged_store,
+    missing_sqlite_file,
+    normalize_store,
+    reveal,
+    store_exists,
+    unwritable,
+)
+from .record.summaries import (
+    cell_name,
+    cell_order,
+    cell_summaries,
+    confirmed_text,
+    failed_text,
+    pair_summaries,
+)
+from .run.cluster import ClusterUnreachable
 
 
 class UsageError(Exception):
@@ -33,7 +75,7 @@ class UsageError(Exception):
 
 def read_yaml(path: Path):
     """A YAML file the user named, or a UsageError in one line naming it (and the line at fault)."""
-    from .plan import spec
+    from .plan import spec  # noqa: PLC0415 - plan.spec imports trainables, hence torch
 
     try:
         return spec.read_yaml(path)
@@ -43,8 +85,9 @@ def read_yaml(path: Path):
 
 def load_trial_source(source: str) -> dict:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
-    from trainables.config import ConfigError, preset
-    from trainables.models import is_file_model
+    # trainables imports torch (seconds): only `train` needs it
+    from trainables.config import ConfigError, preset  # noqa: PLC0415
+    from trainables.models import is_file_model  # noqa: PLC0415
 
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
@@ -72,7 +115,12 @@ def port_number(text: str) -> int:
 
 
 def cmd_train(args) -> int:
-    from trainables.config import ConfigError, check_builds, parse_trial_config, set_override
+    from trainables.config import (  # noqa: PLC0415 - trainables imports torch: only `train` needs it
+        ConfigError,
+        check_builds,
+        parse_trial_config,
+        set_override,
+    )
 
     flat = load_trial_source(args.source)
     try:
@@ -87,7 +135,7 @@ def cmd_train(args) -> int:
         raise UsageError(
             f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}"
         ) from None
-    from trainables.train import pick_device, train
+    from trainables.train import pick_device, train  # noqa: PLC0415 - as above: torch, for `train` only
 
     try:
         pick_device(cfg.device)
@@ -116,10 +164,7 @@ def validated(
 ):
     """The Study of `spec_file` (or of `text`, read as that file), with `tracking_uri` and `storage`
     overriding the file's, and its text, with the tracking store reachable; UsageError otherwise."""
-    from .plan.spec import SpecError, load_study
-    from .plan.storage import TrialStorage
-    from .record.secrets import redact
-    from .record.stores import TrackingError, check_store, normalize_store
+    from .plan.spec import SpecError, load_study  # noqa: PLC0415 - imports trainables, hence torch
 
     try:
         study = load_study(spec_file, text=text)
@@ -137,11 +182,12 @@ def validated(
             raise UsageError(f"--storage: {e}") from None
     if tracking_uri and redact(tracking_uri) != tracking_uri:
         raise UsageError(
-            "--tracking-uri: holds a password, which `ps` shows every user of this machine for as long as the launch "
-            "runs; set MLFLOW_TRACKING_URI to this URI instead"
+            "--tracking-uri: holds a password, which `ps` shows every user of this machine for as long as "
+            "the launch runs; set MLFLOW_TRACKING_URI to this URI instead"
         )
     from_env = os.environ.get("MLFLOW_TRACKING_URI")
-    # The flag, then the environment (where a password can stay out of files and command lines), then the file.
+    # The flag, then the environment (where a password can stay out of files and command lines), then
+    # the file.
     uri = normalize_store(tracking_uri or from_env or study.tracking.uri)
     study = dataclasses.replace(study, tracking=dataclasses.replace(study.tracking, uri=uri))
     try:
@@ -167,8 +213,6 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
     Answering means more than accepting: a port that accepts and stays silent kept ray.init
     waiting past 300 s, while Ray's GCS, a gRPC server, answers HTTP/2's preface at once (in 1.4 ms
     on this machine's loopback; a service of another kind, e.g. Redis, answers too and Ray refuses it)."""
-    import socket
-
     if not address or address in ("auto", "local") or "://" in address:
         return
     host, _, port = address.rpartition(":")
@@ -189,18 +233,18 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
             ) from None
         except OSError:
             pass  # it reset the connection: an answer too
-    from ray._private.services import find_node_ids  # the raylets running here, as ray.init looks for them
+    # The raylets running here, as ray.init looks for them; ray takes seconds to import: a launch only.
+    from ray._private.services import find_node_ids  # noqa: PLC0415
 
     if not find_node_ids():
         raise UsageError(
-            f"--address: this machine is not a node of the Ray cluster at {address}, and a driver runs on one: "
-            f"join it first with `ray start --address {address} --num-cpus=0` (trials never run there; deploy/README.md)"
+            f"--address: this machine is not a node of the Ray cluster at {address}, and a driver runs on "
+            f"one: join it first with `ray start --address {address} --num-cpus=0` (trials never run there; "
+            "deploy/README.md)"
         )
 
 
 def check_writable(folder: Path, where: str) -> None:
-    from .record.stores import unwritable
-
     problem = unwritable(folder)
     if problem:
         raise UsageError(f"{where}: cannot create launch folders in {folder} ({problem})")
@@ -213,7 +257,7 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
     """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
     the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
     over its own."""
-    from .plan.spec import Report, SpecError, parse_budget
+    from .plan.spec import Report, SpecError, parse_budget  # noqa: PLC0415 - imports trainables, hence torch
 
     try:
         raw = read_yaml(Path(path))
@@ -255,7 +299,8 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
         out.append(
             (
                 str(listed),
-                f"# {listed} with the budget of {path}{' and 1/' + str(len(files)) + ' of its alpha' if len(files) > 1 else ''}\n"
+                f"# {listed} with the budget of {path}"
+                f"{' and 1/' + str(len(files)) + ' of its alpha' if len(files) > 1 else ''}\n"
                 + yaml.safe_dump(data, sort_keys=False),
             )
         )
@@ -264,63 +309,18 @@ def nightly_files(path: str) -> list[tuple[str, str | None]]:
 
 def cmd_launch(args) -> int:
     """`launch FILE`, or `nightly FILE`: each ablation FILE covers, as tonight's night of its own."""
-    from .plan.spec import name_problem
-    from .plan.storage import StorageError
-    from .record.state import SEED_STRIDE
-    from .run import launch
+    from .plan.spec import name_problem  # noqa: PLC0415 - imports trainables, hence torch
+    from .run import launch  # noqa: PLC0415 - imports Ray (seconds): the commands that launch only
 
     if args.launch_id and name_problem(args.launch_id):
         raise UsageError(f"--launch-id: {name_problem(args.launch_id)}")  # it names a folder under storage
-    nightly = args.command == "nightly"
-    plans = []  # everything is validated before anything launches
-    for file, text in nightly_files(args.file) if nightly else [(args.file, None)]:
-        study, text = validated(file, args.tracking_uri, args.storage, text)
-        args.store_uri = study.tracking.uri
-        if nightly and not study.is_ablation:
-            raise UsageError(
-                f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search"
-            )
-        check_writable(Path(study.storage_path), f"{file}: storage_path")
-        if (
-            not study.storage.is_object_store
-        ):  # a dry run checks it here; a launch also on every node (launch.check_storage)
-            from .record.stores import unwritable
-
-            problem = unwritable(Path(study.storage.uri).expanduser())
-            if problem:
-                raise UsageError(
-                    f"{'--storage' if args.storage else f'{file}: storage'}: cannot write trial storage in {study.storage.uri} ({problem})"
-                )
-        if args.launch_id and (Path(study.storage_path) / args.launch_id / "launch.json").exists():
-            raise UsageError(
-                f"--launch-id: launch {args.launch_id} exists in {study.storage_path}; "
-                f"`orchestrator resume {args.launch_id}` goes on with it, another id starts a new one"
-            )
-        night = nights_so_far(Path(study.storage_path), study.experiment, file) if nightly else None
-        plans.append((study, text, night))
-    if nightly and args.launch_id and len(plans) > 1:
-        raise UsageError(f"--launch-id: {args.file} runs {len(plans)} ablations; each names its own night")
+    plans = checked_plans(args)
     check_address(args.address)
     codes = {0}
     for study, text, night in plans:
-        print(describe_study(study), flush=True)
-        if night is not None:
-            print(
-                f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; compared with the last finished night "
-                f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})",
-                flush=True,
-            )
+        print_plan(study, night)
         if args.dry_run:
-            from .run.cost import describe_cost, on_cluster
-
-            if args.calibrate:
-                where = f", on nodes of the cluster at {args.address}" if on_cluster(args.address) else ""
-                print(
-                    f"  calibrating: a few training steps of each pair's typical trial ({len(study.pairs)} pairs){where}",
-                    flush=True,
-                )
-            for line in describe_cost(study, args.calibrate, args.address):
-                print(line, flush=True)
+            print_cost(study, args)
             continue
         try:
             code = launch.start(study, text, args.launch_id, args.address, night)
@@ -336,11 +336,75 @@ def cmd_launch(args) -> int:
     return launch.EXIT_REGRESSION if launch.EXIT_REGRESSION in codes else max(codes)  # a regression says most
 
 
+def checked_plans(args) -> list[tuple]:
+    """(study, text, night) of each file the command launches (night: None but for `nightly`),
+    every one validated before anything launches."""
+    nightly = args.command == "nightly"
+    plans = []
+    for file, text in nightly_files(args.file) if nightly else [(args.file, None)]:
+        study, text = validated(file, args.tracking_uri, args.storage, text)
+        args.store_uri = study.tracking.uri
+        check_launchable(args, file, study, nightly)
+        night = nights_so_far(Path(study.storage_path), study.experiment, file) if nightly else None
+        plans.append((study, text, night))
+    if nightly and args.launch_id and len(plans) > 1:
+        raise UsageError(f"--launch-id: {args.file} runs {len(plans)} ablations; each names its own night")
+    return plans
+
+
+def check_launchable(args, file: str, study, nightly: bool) -> None:
+    """What a launch of `study` (from `file`) needs beyond a valid file: an ablation for `nightly`,
+    folders it can write, and a --launch-id no launch has taken."""
+    if nightly and not study.is_ablation:
+        raise UsageError(
+            f"{file}: grid: the nightly job runs ablations (a grid or seeds); this file is a search"
+        )
+    check_writable(Path(study.storage_path), f"{file}: storage_path")
+    if not study.storage.is_object_store:
+        # A dry run checks it here; a launch also on every node (launch.check_storage).
+        problem = unwritable(Path(study.storage.uri).expanduser())
+        if problem:
+            raise UsageError(
+                f"{'--storage' if args.storage else f'{file}: storage'}: cannot write trial storage in "
+                f"{study.storage.uri} ({problem})"
+            )
+    if args.launch_id and (Path(study.storage_path) / args.launch_id / "launch.json").exists():
+        raise UsageError(
+            f"--launch-id: launch {args.launch_id} exists in {study.storage_path}; "
+            f"`orchestrator resume {args.launch_id}` goes on with it, another id starts a new one"
+        )
+
+
+def print_plan(study, night: int | None) -> None:
+    """The plan of a launch, and for a night of the nightly job its seeds and its baseline."""
+    print(describe_study(study), flush=True)
+    if night is not None:
+        print(
+            f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; "
+            "compared with the last finished night "
+            f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})",
+            flush=True,
+        )
+
+
+def print_cost(study, args) -> None:
+    """`--dry-run`'s estimate of what the launch of `study` will cost, a line at a time."""
+    from .run.cost import describe_cost, on_cluster  # noqa: PLC0415 - imports trainables, hence torch
+
+    if args.calibrate:
+        where = f", on nodes of the cluster at {args.address}" if on_cluster(args.address) else ""
+        print(
+            "  calibrating: a few training steps of each pair's typical trial "
+            f"({len(study.pairs)} pairs){where}",
+            flush=True,
+        )
+    for line in describe_cost(study, args.calibrate, args.address):
+        print(line, flush=True)
+
+
 def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
     """How many nights of the nightly job the launches under `storage_path` hold for `file` (by its
     name, state.same_file) in `experiment`."""
-    from .record.state import readable_launches
-
     states = readable_launches(storage_path)
     return sum(
         1
@@ -350,16 +414,15 @@ def nights_so_far(storage_path: Path, experiment: str, file: str) -> int:
 
 
 def cmd_resume(args) -> int:
-    from .plan.storage import StorageError
-    from .record.optuna_store import search_store
-    from .record.runs import launch_trial_runs
-    from .record.state import SNAPSHOT_MODULES, driver, misplaced
-    from .run import launch
+    # Optuna and Ray take seconds to import: of the commands that read a launch, only resume needs them
+    from .record.optuna_store import search_store  # noqa: PLC0415
+    from .run import launch  # noqa: PLC0415
 
     state = load_state(args, writes_store=True)
     if state.snapshot_modules != SNAPSHOT_MODULES:  # Tune could not unpickle its own snapshot
         raise UsageError(
-            f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads {SNAPSHOT_MODULES}: Tune's "
+            f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads "
+            f"{SNAPSHOT_MODULES}: Tune's "
             "snapshot of the launch names the modules of the service that began it (1: before the split into "
             "plan/run/record/report, commit 1f0f7de); resume it with that service, or launch the file again "
             "(its MLflow runs stay where they are)"
@@ -367,7 +430,8 @@ def cmd_resume(args) -> int:
     alive, where = driver(state.dir)
     if alive:
         raise UsageError(
-            f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` shows its progress"
+            f"{state.dir}: a driver is running this launch now ({where}); `orchestrator status {state.dir}` "
+            "shows its progress"
         )
     if state.moved_from and (
         state.recorded["tracking_uri"],
@@ -376,8 +440,9 @@ def cmd_resume(args) -> int:
     ) != (state.tracking_uri, state.storage, search_store(state.tracking_uri, state.dir, create=False)[0]):
         # Tune restored the trials of a moved launch with their old storage, and each failed for good
         raise UsageError(
-            f"{state.dir}: moved here from {state.moved_from} with its store or checkpoints; Tune's snapshot names "
-            "their old places, so it resumes only there: move it back to resume it (status, report, best and export read it here)"
+            f"{state.dir}: moved here from {state.moved_from} with its store or checkpoints; Tune's "
+            "snapshot names their old places, so it resumes only there: move it back to resume it "
+            "(status, report, best and export read it here)"
         )
     if wrong := misplaced(state.dir):
         raise UsageError(f"{wrong}: a launch's folders and files are the service's to write")
@@ -398,10 +463,6 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     """The launch `args` name, its tracking store checked: it answers and holds MLflow's tables,
     and with `writes_store` (`resume`) a SQLite file is writable too; with `uses_store` False
     (`accept`, which only writes launch.json) neither checked nor its password asked for."""
-    from .record.secrets import redact
-    from .record.state import LaunchState, find_launch
-    from .record.stores import TrackingError, check_store, missing_sqlite_file, reveal, store_exists
-
     try:
         state = LaunchState.load(find_launch(args.storage_path, args.launch))
     except FileNotFoundError as e:
@@ -412,12 +473,14 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     database = missing_sqlite_file(state.tracking_uri)
     if database:  # opening it would make an empty store and show no trials
         moved = (
-            f", nor at {state.here(Path(database))}, where the launch folder's move from {state.moved_from} puts it"
+            f", nor at {state.here(Path(database))}, where the launch folder's move from "
+            f"{state.moved_from} puts it"
             if state.moved_from
             else ""
         )
         raise UsageError(
-            f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from {Path.cwd()}{moved} "
+            f"{state.dir / 'launch.json'}: tracking_uri: no SQLite store at {database} from "
+            f"{Path.cwd()}{moved} "
             "(run where the launch ran, or copy its database there)"
         )
     try:  # one line where a server or database cannot answer, not its client's traceback (the
@@ -430,7 +493,8 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
             check_store(state.tracking_uri)
         if not store_exists(state.tracking_uri):  # reading it through MLflow would write its tables into it
             raise TrackingError(
-                f"{redact(state.tracking_uri)} holds no MLflow store (an empty file, or another program's database)"
+                f"{redact(state.tracking_uri)} holds no MLflow store (an empty file, or another program's "
+                "database)"
             )
         if sqlite and writes_store:  # a read needs the file readable only
             check_store(state.tracking_uri)
@@ -441,8 +505,6 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
 
 def cmd_status(args) -> int:
     """From launch.json and the tracking store only: no Ray, no spec parsing, no torch."""
-    from .record.state import describe, driver
-
     state = load_state(args)
     plan = state.the_plan()
     # Asked once: a driver that stops between two asks made the header and the table disagree.
@@ -454,15 +516,14 @@ def cmd_status(args) -> int:
     (cell_status if plan["ablation"] else trial_status)(state, plan, running)
     if running == "unfinished" and state.state != "finished":
         print(
-            f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues them)"
+            f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues "
+            "them)"
         )
     return 0
 
 
 def trial_status(state, plan: dict, running: str) -> None:
     """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
-    from .record.summaries import confirmed_text, pair_summaries
-
     summaries = pair_summaries(
         state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
     )
@@ -474,14 +535,16 @@ def trial_status(state, plan: dict, running: str) -> None:
         return f" {value:>8}" if asha else ""
 
     print(
-        f"{'pair':40s} {'done':>5s}{stopped('stopped')} {running:>10s} {'failed':>7s} {'of':>4s} {'best':>8s} {'test@best':>10s}  chance"
+        f"{'pair':40s} {'done':>5s}{stopped('stopped')} {running:>10s} {'failed':>7s} {'of':>4s} "
+        f"{'best':>8s} {'test@best':>10s}  chance"
     )
     for pair in plan["pairs"]:
         s = summaries.get(pair["name"], {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
         best = "-" if s["best"] is None else f"{s['best']:.4f}"
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         print(
-            f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:10d} {s['failed']:7d} {pair['trials']:4d} "
+            f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:10d} "
+            f"{s['failed']:7d} {pair['trials']:4d} "
             f"{best:>8s} {test:>10s}  {pair['chance']}"
         )
         if s.get("confirmed"):
@@ -498,10 +561,6 @@ def trial_status(state, plan: dict, running: str) -> None:
 def cell_status(state, plan: dict, running: str) -> None:
     """An ablation's table: per pair and grid cell, in numeric order, its seeds by how they ended
     and the mean ± std over its done seeds of the metric and the test score."""
-    import itertools
-    import statistics
-
-    from .record.summaries import cell_name, cell_order, cell_summaries
 
     def spread(values: list[float]) -> str:
         if not values:
@@ -516,7 +575,8 @@ def cell_status(state, plan: dict, running: str) -> None:
     test = f"test_{plan['score']}_at_best"
     width = max(len(plan["metric"]), len(test), len("0.0000 ± 0.0000")) + 2
     print(
-        f"{'pair / grid cell':40s} {'done':>5s} {running:>10s} {'failed':>7s} {'of':>4s} {plan['metric']:>{width}s} {test:>{width}s}"
+        f"{'pair / grid cell':40s} {'done':>5s} {running:>10s} {'failed':>7s} {'of':>4s} "
+        f"{plan['metric']:>{width}s} {test:>{width}s}"
     )
     for pair in plan["pairs"]:
         cells = summaries.get(pair["name"], {})
@@ -536,7 +596,8 @@ def cell_status(state, plan: dict, running: str) -> None:
         for name in names:
             c = cells.get(name, {"done": 0, "running": 0, "failed": 0, "metric": [], "test": []})
             print(
-                f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} {c['failed']:7d} {seeds:4d} "
+                f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} "
+                f"{c['failed']:7d} {seeds:4d} "
                 f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}"
             )
     diverged = ", ".join(
@@ -570,9 +631,6 @@ def cmd_accept(args) -> int:
 
 def cmd_best(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
-    from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
-    from .record.summaries import failed_text
-
     state = load_state(args)
     if state.the_plan()["ablation"]:  # its best seed across cells is chosen on noise
         raise UsageError(
@@ -592,7 +650,8 @@ def cmd_best(args) -> int:
     for pair in [p["name"] for p in state.the_plan()["pairs"] if p["name"] not in answered]:
         s = summaries.get(pair, {})
         print(
-            f"no best config for {pair}: none of its trials completed ({failed_text(s)}; {s.get('stopped', 0)} stopped early)"
+            f"no best config for {pair}: none of its trials completed ({failed_text(s)}; "
+            f"{s.get('stopped', 0)} stopped early)"
         )
     if args.ablation:
         try:
@@ -606,33 +665,37 @@ def cmd_best(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .record.state import previous_launch
-    from .report.report import verdict_lines, write_report
+    from .report.report import verdict_lines, write_report  # noqa: PLC0415 - Optuna and pandas: seconds
 
     state = load_state(args)
     if args.compare and not state.study().is_ablation:
         raise UsageError(
-            f"--compare: launch {state.launch_id} is a search; launches compare cell by cell only as ablations"
+            f"--compare: launch {state.launch_id} is a search; launches compare cell by cell only as "
+            "ablations"
         )
     previous = None
     if args.compare == "previous":
         previous = previous_launch(state)
         if previous is None:
             raise UsageError(
-                f"--compare previous: no finished launch of {Path(state.spec_file).name} in {state.experiment} under {state.dir.parent} before {state.launch_id}; "
+                f"--compare previous: no finished launch of {Path(state.spec_file).name} in "
+                f"{state.experiment} under {state.dir.parent} before {state.launch_id}; "
                 "nothing to compare with"
             )
     elif args.compare:
         previous = load_state(argparse.Namespace(storage_path=args.storage_path, launch=args.compare))
-        # A search, or a launch of other pairs, shares no cell: its verdict was "no regression in 0 cells", exit 0.
+        # A search, or a launch of other pairs, shares no cell: its verdict was "no regression in 0
+        # cells", exit 0.
         theirs = previous.the_plan()
         if not theirs["ablation"]:
             raise UsageError(
-                f"--compare: launch {previous.launch_id} is a search; launches compare cell by cell only as ablations"
+                f"--compare: launch {previous.launch_id} is a search; launches compare cell by cell only "
+                "as ablations"
             )
         if not {p["name"] for p in theirs["pairs"]} & {p["name"] for p in state.the_plan()["pairs"]}:
             raise UsageError(
-                f"--compare: launch {previous.launch_id} ({previous.spec_file}) has no model/task pair of {state.launch_id} "
+                f"--compare: launch {previous.launch_id} ({previous.spec_file}) has no model/task pair of "
+                f"{state.launch_id} "
                 f"({state.spec_file}); nothing to compare"
             )
     paths, regressions = write_report(state, previous)
@@ -645,8 +708,7 @@ def cmd_report(args) -> int:
 
 def cmd_export(args) -> int:
     """From launch.json and the tracking store only, as `status`."""
-    from .record.export import FORMATS, launch_frame, write_frame
-    from .record.stores import unwritable
+    from .record.export import FORMATS, launch_frame, write_frame  # noqa: PLC0415 - pandas takes a second
 
     suffix = Path(args.output).suffix.lstrip(".") if args.output else ""
     fmt = args.format or (suffix if suffix in FORMATS else "csv")
@@ -672,13 +734,12 @@ def cmd_export(args) -> int:
 def cmd_dashboard(args) -> int:
     """optuna-dashboard (an optional extra) on the Optuna storage of a search launch."""
     try:
-        import optuna_dashboard
+        import optuna_dashboard  # noqa: PLC0415 - an optional extra: only this command asks for it
     except ImportError:
         raise UsageError(
             "dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'"
         ) from None
-    from .record.optuna_store import read_only_view, search_storage
-    from .record.stores import TrackingError
+    from .record.optuna_store import read_only_view, search_storage  # noqa: PLC0415 - Optuna: seconds
 
     state = load_state(args)
     plan = state.the_plan()
@@ -705,10 +766,11 @@ def cmd_dashboard(args) -> int:
 
 def cmd_list(args) -> int:
     """What a researcher can name in a file or on the command line, without importing Ray."""
-    from trainables.config import preset_models
-    from trainables.kinds import KINDS
-    from trainables.models import MODELS
-    from trainables.tasks import TASKS
+    # trainables imports torch (seconds): `list launches` reads launch.json only
+    from trainables.config import preset_models  # noqa: PLC0415
+    from trainables.kinds import KINDS  # noqa: PLC0415
+    from trainables.models import MODELS  # noqa: PLC0415
+    from trainables.tasks import TASKS  # noqa: PLC0415
 
     if args.what == "tasks":
         kind_width = max(len(spec.kind.name) for spec in TASKS.values())
@@ -716,7 +778,8 @@ def cmd_list(args) -> int:
         for name, spec in TASKS.items():
             options = ", ".join(f.name for f in dataclasses.fields(spec.config))
             print(
-                f"{name:22s} {spec.kind.name:{kind_width}s} scores {'/'.join(spec.kind.scores):{scores_width}s} options: {options}"
+                f"{name:22s} {spec.kind.name:{kind_width}s} "
+                f"scores {'/'.join(spec.kind.scores):{scores_width}s} options: {options}"
             )
     elif args.what == "models":
         for name, spec in MODELS.items():
@@ -725,8 +788,6 @@ def cmd_list(args) -> int:
         for task, models in preset_models().items():
             print(f"{task:22s} " + " ".join(f"{task}/{model}" for model in models))
     else:
-        from .record.state import DamagedLaunch, LaunchState, driver, started_at
-
         folders = sorted(
             Path(args.storage_path).glob("*/launch.json"), key=started_at
         )  # as `status` finds the last one
@@ -777,40 +838,48 @@ def unstopped(study, pair) -> str:
     n_iters = int(pair.base["n_iters"])
     if not study.uses_asha or n_iters > study.scheduler.grace_period:
         return ""
-    return f"; ASHA stops none of its trials: they end at {n_iters} iterations, within scheduler.grace_period {study.scheduler.grace_period}"
+    return (
+        f"; ASHA stops none of its trials: they end at {n_iters} iterations, within "
+        f"scheduler.grace_period {study.scheduler.grace_period}"
+    )
 
 
 def describe_study(study) -> str:
-    from .record.secrets import redact
-    from .run.stacking import decide
+    from .run.stacking import decide  # noqa: PLC0415 - imports trainables, hence torch: a launch only
 
     stacking = decide(study, use_gpu=None)  # printed before the launch knows whether trials get GPUs
     if study.is_ablation:
         cells = [math.prod(len(v) for v in p.grid.values()) for p in study.pairs]
         lines = [
-            f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in all x {len(study.seeds)} seeds, "
+            f"{study.path}: ablation of {len(study.pairs)} model/task pairs, {sum(cells)} grid cells in "
+            f"all x {len(study.seeds)} seeds, "
             f"{study.budget.max_concurrent} at a time per pair; MLflow {redact(study.tracking.uri)}"
         ]
         lines += [
-            f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; {stacking.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
+            f"  pair {p.name}: grid over {', '.join(p.grid) or 'seeds only'} ({n} cells; "
+            f"{stacking.seed_batching(p)}){own_resources(study, p)}{own_values(p)}"
             for p, n in zip(study.pairs, cells)
         ]
     else:
         lines = [
             f"{study.path}: {len(study.pairs)} model/task pairs x {study.budget.trials} trials, "
-            f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); MLflow {redact(study.tracking.uri)}"
+            f"{study.budget.max_concurrent} at a time per pair; optimising {study.metric} ({study.mode}); "
+            f"MLflow {redact(study.tracking.uri)}"
         ]
         lines += [
-            f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking.search_stacking(p)}{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}"
+            f"  pair {p.name}: searching {', '.join(p.space) or 'nothing'}{stacking.search_stacking(p)}"
+            f"{unstopped(study, p)}{own_resources(study, p)}{own_values(p)}"
             for p in study.pairs
         ]
         if study.confirm.top_k:
             lines.append(
-                f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds {', '.join(map(str, study.confirm.seeds))}; "
+                f"  then confirming: each pair's {study.confirm.top_k} best trials again with seeds "
+                f"{', '.join(map(str, study.confirm.seeds))}; "
                 "the pair's answer is the best candidate's mean"
             )
     lines.append(
-        f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} times from its last one"
+        f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} "
+        "times from its last one"
     )
     lines += [f"  skipped (incompatible): {s}" for s in study.skipped]
     lines += [f"  unused: {u}" for u in study.unused]
@@ -819,7 +888,8 @@ def describe_study(study) -> str:
 
 ADDRESS = {
     "default": os.environ.get("RAY_ADDRESS"),
-    "help": "join this Ray cluster, HOST:PORT or auto (default: $RAY_ADDRESS, else start a new local instance)",
+    "help": "join this Ray cluster, HOST:PORT or auto (default: $RAY_ADDRESS, else start a new local "
+    "instance)",
 }
 
 
@@ -833,11 +903,22 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="orchestrator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    add_train_command(sub)
+    add_launch_commands(sub)
+    add_list_command(sub)
+    add_launch_readers(sub)
+    return parser
+
+
+def add_train_command(sub) -> None:
     p = sub.add_parser("train", help="train one trial from a preset (task/model) or a YAML trial config")
     p.add_argument("source", help="a YAML trial config, or a preset such as ctl/ndr")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key (repeatable)")
     p.set_defaults(func=cmd_train)
 
+
+def add_launch_commands(sub) -> None:
+    """`launch` and `nightly`: the same options, for a launch of one file or a night of several."""
     for name, text, example in [
         (
             "launch",
@@ -846,9 +927,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         (
             "nightly",
-            "run an ablation file (or each ablation a nightly file lists) as tonight's night: new seeds, a report "
-            "compared by a test across seeds with the last finished night that flagged no regression (or whose "
-            "regression was accepted), dated beside the previous nights' (exit 1 on a regression)",
+            "run an ablation file (or each ablation a nightly file lists) as tonight's night: new seeds, "
+            "a report compared by a test across seeds with the last finished night that flagged no "
+            "regression (or whose regression was accepted), dated beside the previous nights' (exit 1 on "
+            "a regression)",
             "ablations/ndr_cpu_ctl.yaml",
         ),
     ]:
@@ -863,7 +945,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tracking-uri", help="override the file's tracking.uri")
         p.add_argument(
             "--storage",
-            help="override the file's storage: where trial checkpoints live (a folder every node sees, or s3://bucket/prefix)",
+            help="override the file's storage: where trial checkpoints live (a folder every node sees, "
+            "or s3://bucket/prefix)",
         )
         p.add_argument(
             "--launch-id", help="name the launch (default: <name>-<timestamp>, or <name>-night-<timestamp>)"
@@ -875,10 +958,13 @@ def build_parser() -> argparse.ArgumentParser:
             "--no-calibrate",
             dest="calibrate",
             action="store_false",
-            help="with --dry-run: time no training steps; estimate from the step rates of earlier trials in the tracking store",
+            help="with --dry-run: time no training steps; estimate from the step rates of earlier trials "
+            "in the tracking store",
         )
         p.set_defaults(func=cmd_launch)
 
+
+def add_list_command(sub) -> None:
     p = sub.add_parser(
         "list", help="the tasks, models and presets one can name, or the launches under --storage-path"
     )
@@ -886,26 +972,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
     p.set_defaults(func=cmd_list)
 
+
+def add_launch_readers(sub) -> None:
+    """The commands on a launch already made: each names one (by id or folder), or takes the last."""
     for name, func, text in [
         ("resume", cmd_resume, "continue a launch whose driver stopped"),
         (
             "status",
             cmd_status,
-            "whether the driver is alive; per pair trials done / stopped early / running / failed and the best so far "
-            "(an ablation's per grid cell)",
+            "whether the driver is alive; per pair trials done / stopped early / running / failed and the "
+            "best so far (an ablation's per grid cell)",
         ),
         ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
         (
             "report",
             cmd_report,
-            "a launch's report: a search's per pair (best trial, trials, curves, importances, confirmed candidates), "
-            "an ablation's per cell statistics over seeds, beside the papers' numbers, plots, attention maps "
-            "(exit 1 on a regression vs --compare)",
+            "a launch's report: a search's per pair (best trial, trials, curves, importances, confirmed "
+            "candidates), an ablation's per cell statistics over seeds, beside the papers' numbers, plots, "
+            "attention maps (exit 1 on a regression vs --compare)",
         ),
         (
             "export",
             cmd_export,
-            "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per run",
+            "a launch's trial runs as one table (CSV or Parquet): tags, config and last metrics, a row per "
+            "run",
         ),
         (
             "dashboard",
@@ -915,37 +1005,43 @@ def build_parser() -> argparse.ArgumentParser:
         (
             "accept",
             cmd_accept,
-            "a night that regressed on purpose: the nights after it compare with it, not with the last night before it",
+            "a night that regressed on purpose: the nights after it compare with it, not with the last "
+            "night before it",
         ),
     ]:
         p = sub.add_parser(name, help=text)
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the one started last)")
         p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
-        if name == "resume":
-            p.add_argument("--address", **ADDRESS)
-        if name == "best":
-            p.add_argument(
-                "--ablation",
-                help="an ablation file: also write it with each pair's winning values (per_pair) to <launch>/best/<its stem>_tuned.yaml",
-            )
-        if name == "report":
-            p.add_argument(
-                "--compare",
-                help="another launch (id or folder), or 'previous' for the last finished launch of the same file",
-            )
-        if name == "export":
-            # Checked by cmd_export, not by argparse's choices: bad input is one line, exit status 2.
-            p.add_argument("--format", help="csv or parquet (default: --output's extension, else csv)")
-            p.add_argument("--output", help="the file to write (default: <launch>/export/runs.<format>)")
-        if name == "dashboard":
-            p.add_argument("--port", type=port_number, default=8080, help="default: 8080")
-            p.add_argument(
-                "--host",
-                default="127.0.0.1",
-                help="the address to listen on (default: 127.0.0.1, this machine only)",
-            )
+        add_own_options(p, name)
         p.set_defaults(func=func)
-    return parser
+
+
+def add_own_options(p, name: str) -> None:
+    """The options of the launch reader `name` beyond the launch and --storage-path."""
+    if name == "resume":
+        p.add_argument("--address", **ADDRESS)
+    if name == "best":
+        p.add_argument(
+            "--ablation",
+            help="an ablation file: also write it with each pair's winning values (per_pair) to "
+            "<launch>/best/<its stem>_tuned.yaml",
+        )
+    if name == "report":
+        p.add_argument(
+            "--compare",
+            help="another launch (id or folder), or 'previous' for the last finished launch of the same file",
+        )
+    if name == "export":
+        # Checked by cmd_export, not by argparse's choices: bad input is one line, exit status 2.
+        p.add_argument("--format", help="csv or parquet (default: --output's extension, else csv)")
+        p.add_argument("--output", help="the file to write (default: <launch>/export/runs.<format>)")
+    if name == "dashboard":
+        p.add_argument("--port", type=port_number, default=8080, help="default: 8080")
+        p.add_argument(
+            "--host",
+            default="127.0.0.1",
+            help="the address to listen on (default: 127.0.0.1, this machine only)",
+        )
 
 
 def to_devnull(stream) -> None:
@@ -978,7 +1074,8 @@ class OutlivesItsReader:
         to_devnull(self._stream)  # what the stream still buffers goes there too
         other = sys.stderr if self._name == "stdout" else sys.stdout
         other.write(
-            "[launch] the console's reader is gone; the launch goes on: `orchestrator status` shows its progress\n"
+            "[launch] the console's reader is gone; the launch goes on: `orchestrator status` shows its "
+            "progress\n"
         )
         other.flush()
 
@@ -987,12 +1084,6 @@ class OutlivesItsReader:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .record.retries import StoreUnavailable
-    from .record.secrets import redact_secrets
-    from .record.state import DamagedLaunch
-    from .record.stores import damaged_store
-    from .run.cluster import ClusterUnreachable
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -1010,16 +1101,18 @@ def main(argv: list[str] | None = None) -> int:
         IsADirectoryError,
     ) as e:  # a launch folder's report/ or best/ made a file
         print(
-            f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the service's to write",
+            f"orchestrator: error: {e.filename}: {e.strerror}: a launch's folders and files are the "
+            "service's to write",
             file=sys.stderr,
         )
         return 2
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
         print(
-            f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again once the store answers",
+            f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again "
+            "once the store answers",
             file=sys.stderr,
         )
-        from .run.launch import EXIT_STORE_UNREACHABLE
+        from .run.launch import EXIT_STORE_UNREACHABLE  # noqa: PLC0415 - imports Ray: seconds
 
         return EXIT_STORE_UNREACHABLE
     except BrokenPipeError:  # `orchestrator status | head -1`: the reader has what it wanted
@@ -1034,7 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         store = getattr(args, "store_uri", None)  # the store the command opened: load_state and launch say
         print(
-            f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's database is damaged: {damage}",
+            f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's "
+            f"database is damaged: {damage}",
             file=sys.stderr,
         )
         return 2
@@ -1061,8 +1155,6 @@ def redact_tracebacks() -> None:
     the secrets its messages may hold: a store's error names its URI, password and all."""
 
     def hook(kind, value, tb) -> None:
-        from .record.secrets import redact_secrets
-
         sys.stderr.write(redact_secrets("".join(traceback.format_exception(kind, value, tb))))
 
     sys.excepthook = hook

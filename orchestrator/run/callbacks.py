@@ -146,7 +146,9 @@ class TrialTracker(Callback):
             )
             run_id = run.info.run_id
             self.last_step[run_id] = -1
-        from mlflow.entities import Param
+        # MLflow takes seconds to import: the driver imports it beside Ray's start (stores.warm_up),
+        # and the trial workers, which import this module too, never need it.
+        from mlflow.entities import Param  # noqa: PLC0415
 
         # Again for a run found again: a driver killed between create_run and here left it without
         # some params (logging a param again with the same value is allowed).
@@ -217,7 +219,7 @@ class TrialTracker(Callback):
         self.run_ids(trial)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        from mlflow.entities import RunTag
+        from mlflow.entities import RunTag  # noqa: PLC0415 - MLflow: seconds, as in run_id
 
         for member, run_id in self.run_ids(trial).items():
             # A restored trial first replays the evaluations its checkpoint holds: the driver may have
@@ -236,7 +238,7 @@ class TrialTracker(Callback):
                 self.mlflow.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in where.items()])
 
     def log_evaluation(self, run_id: str, result: dict) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # noqa: PLC0415 - MLflow: seconds, as in run_id
 
         if result.get("status") == "diverged":
             # No evaluation ran: the loss went NaN or infinite since the last one, whose scores MLflow
@@ -268,7 +270,8 @@ class TrialTracker(Callback):
     def on_trial_recover(self, iteration, trials, trial, **info):
         """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
         print(
-            f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s)){error_line(trial)}; restarting it "
+            f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s))"
+            f"{error_line(trial)}; restarting it "
             f"from its last checkpoint",
             flush=True,
         )
@@ -276,7 +279,8 @@ class TrialTracker(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
         print(
-            f"[launch] trial {trial.trial_id} failed for good{error_line(trial)}; its traceback is in its MLflow run's error tag",
+            f"[launch] trial {trial.trial_id} failed for good{error_line(trial)}; its traceback is in its "
+            "MLflow run's error tag",
             flush=True,
         )
         for run_id in self.run_ids(trial).values():

@@ -3,6 +3,8 @@ import: the CLI's entry point catches ClusterUnreachable for every command."""
 
 from __future__ import annotations
 
+from ..plan.storage import last_line
+
 
 class ClusterUnreachable(RuntimeError):
     """Ray could not join the cluster at --address; refused (one line, exit 2) before anything is written."""
@@ -13,9 +15,7 @@ def join(address: str, **options) -> None:
     about half a minute of retries, at a port that answered but was no Ray head's), one line, not
     its traceback. A port that accepts and never answers would keep ray.init waiting (past 300 s
     here): cli.check_address refuses it first."""
-    import ray
-
-    from ..plan.storage import last_line
+    import ray  # noqa: PLC0415 - ray takes seconds to import, and every command imports this module
 
     try:
         ray.init(address=address, **options)
@@ -28,7 +28,7 @@ def join(address: str, **options) -> None:
 def one_gpu() -> float:
     """A whole GPU, or all a node has where no node has one (a fraction declared to Ray): what a
     measurement on the joined cluster asks for, so that nothing beside it times it too."""
-    import ray
+    import ray  # noqa: PLC0415 - as in join: seconds, for the commands that use Ray only
 
     return min(
         1, max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
@@ -41,6 +41,6 @@ def measurement(function, **resources):
     GPUs. Given them through .options(), a measurement's worker stayed, holding its CUDA context
     and its allocator's memory on the GPU that the trials then train on, and kept the device it
     started with for a later measurement given another GPU (CUDA reads CUDA_VISIBLE_DEVICES once)."""
-    import ray
+    import ray  # noqa: PLC0415 - as in join: seconds, for the commands that use Ray only
 
     return ray.remote(**resources)(function)

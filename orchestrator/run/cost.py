@@ -5,11 +5,22 @@ rates earlier trials logged in the tracking store."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
+import socket
 import statistics
 from collections.abc import Iterator
+
+import torch
+
+from trainables.batched import member_steps_per_second
+from trainables.config import parse_trial_config, yaml_word
+from trainables.models import batchable
+from trainables.tasks import small_copy_options
+from trainables.tasks.base import throwaway_data_cache
+from trainables.train import seconds_per_step as train_seconds_per_step
 
 from ..plan.spec import Distribution, Pair, Study
 from ..plan.storage import last_line
@@ -37,12 +48,10 @@ def typical(d: Distribution):
 
 def typical_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dict:
     """The pair's middle grid cell (each key's middle value: a grid's first cell is often its
-    cheapest, PANM's heads ablation's H^a = H^c = 0), or its search's warm start or middle. `stacked`: one whose
-    trials stack, for a stack-size curve: the cell of the largest stacking group (an ablation's
-    first cell may be one that cannot stack, `act: graves`), a search's typical config with the
-    first value of a choice that lets it stack where the typical one cannot."""
-    from trainables.models import batchable
-
+    cheapest, PANM's heads ablation's H^a = H^c = 0), or its search's warm start or middle.
+    `stacked`: one whose trials stack, for a stack-size curve: the cell of the largest stacking
+    group (an ablation's first cell may be one that cannot stack, `act: graves`), a search's typical
+    config with the first value of a choice that lets it stack where the typical one cannot."""
     study = stacking.study
     if study.is_ablation:
         if stacked:
@@ -69,8 +78,6 @@ def typical_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dic
 
 def calibration_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dict:
     """The pair's typical trial (typical_config) on a small copy of its task: what a calibration times."""
-    from trainables.tasks import small_copy_options
-
     flat = typical_config(stacking, pair, stacked)
     batch = int(flat.get("batch_size", 64))
     flat["task_options"] = small_copy_options(
@@ -82,21 +89,15 @@ def calibration_config(stacking: Stacking, pair: Pair, stacked: bool = False) ->
 def seconds_per_step(stacking: Stacking, pair: Pair) -> float:
     """Training steps of the pair's typical trial, timed here on a small copy of its task whose data
     go to a temporary cache (nothing of the calibration stays)."""
-    from trainables.config import parse_trial_config
-    from trainables.tasks.base import throwaway_data_cache
-    from trainables.train import seconds_per_step as timed
-
     with throwaway_data_cache():
-        return timed(parse_trial_config(calibration_config(stacking, pair)), CALIBRATION_STEPS)
+        return train_seconds_per_step(
+            parse_trial_config(calibration_config(stacking, pair)), CALIBRATION_STEPS
+        )
 
 
 def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
     """The throughput curve (trainables.batched.member_steps_per_second) of a calibration config,
     its data in a temporary cache."""
-    from trainables.batched import member_steps_per_second
-    from trainables.config import parse_trial_config
-    from trainables.tasks.base import throwaway_data_cache
-
     # Uncompiled, even where the stack will train compiled (compile: auto on CUDA): a compile per
     # size tried would take minutes each, and on an H100 NDR's compiled stack levels off where its
     # graphed one does (about 20 members; docs/measurements.md).
@@ -132,7 +133,7 @@ def resources(address: str | None) -> tuple[str, dict[str, float], list[dict[str
     """(where, its resources by Ray's names, each node's) of what will train the trials: the Ray
     cluster at `address`, joined (describe_cost leaves it when done), else this machine."""
     if on_cluster(address):
-        import ray
+        import ray  # noqa: PLC0415 - seconds to import: a dry run on this machine runs without Ray
 
         join(address, log_to_driver=False, logging_level=logging.WARNING)
         return (
@@ -140,8 +141,6 @@ def resources(address: str | None) -> tuple[str, dict[str, float], list[dict[str
             ray.cluster_resources(),
             [node["Resources"] for node in ray.nodes() if node.get("Alive")],
         )
-    import torch
-
     machine = {
         "CPU": os.cpu_count() or 1,
         "GPU": torch.cuda.device_count() if torch.cuda.is_available() else 0,
@@ -172,10 +171,6 @@ def stored_rate(rates: list[dict], model: str, task: str, device: str) -> tuple[
 def on_node(needs_cuda: bool, measure, *args) -> tuple:
     """A Ray task's body: (measure(*args), the node's name), or (None, its name) where the trials
     train on CUDA and torch there finds none (a CPU's time is no estimate of a GPU's)."""
-    import socket
-
-    import torch
-
     if needs_cuda and not torch.cuda.is_available():
         return None, socket.gethostname()
     return measure(*args), socket.gethostname()
@@ -209,11 +204,13 @@ class Calibration:
             if device == "cuda" and not cuda_here():
                 return (
                     None,
-                    "this machine has none (run the dry run on a GPU node or with --address of a cluster with GPUs, or --no-calibrate)",
+                    "this machine has none (run the dry run on a GPU node or with --address of a cluster "
+                    "with GPUs, or --no-calibrate)",
                 )
             return measure(*args), "here"
-        import ray
-        from ray.exceptions import GetTimeoutError, RayTaskError
+        # Seconds to import: a calibration on this machine runs without Ray
+        import ray  # noqa: PLC0415
+        from ray.exceptions import GetTimeoutError, RayTaskError  # noqa: PLC0415
 
         if (pair.name, measure.__name__) not in self.jobs:
             self.submit(pair, device, measure, *args)
@@ -223,7 +220,8 @@ class Calibration:
         except GetTimeoutError:
             ray.cancel(job)
             raise TimeoutError(
-                f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's resources"
+                f"not done within {CALIBRATION_WAIT_S} s: other work may hold the nodes with a trial's "
+                "resources"
             ) from None
         except RayTaskError as e:  # its first line names Ray's worker; the cause ends it
             raise RuntimeError(last_line(e)) from None
@@ -248,7 +246,7 @@ def step_time(
             per_step, where = (calibration or Calibration(False)).result(
                 pair, device, seconds_per_step, stacking, pair
             )
-        except Exception as e:  # noqa: BLE001 - an estimate that cannot be made is no reason to refuse the launch
+        except Exception as e:  # noqa: BLE001 - an estimate not made is no reason to refuse the launch
             return None, f"no time estimate ({reason(e)})"
         if per_step is None:
             return None, f"not timed: its trials train on GPUs and {where}"
@@ -258,8 +256,6 @@ def step_time(
 
 
 def cuda_here() -> bool:
-    import torch
-
     return torch.cuda.is_available()
 
 
@@ -291,8 +287,6 @@ def stacked_step_time(
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
     launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here or where `calibration` says. None where the stack does not fit the device."""
-    from trainables.config import parse_trial_config, yaml_word
-
     (flat, sizes), most = curve_args(stacking, pair, size), stacking.most_stacked(pair)
     measured_curve, where = (calibration or Calibration(False)).result(pair, device, stack_curve, flat, sizes)
     if measured_curve is None:
@@ -326,7 +320,10 @@ def busy_note() -> str | None:
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if load < cores:
         return None
-    return f"  this machine is busy (load average {load:.1f} on {cores} CPUs): the calibrated step times below may be many times too long"
+    return (
+        f"  this machine is busy (load average {load:.1f} on {cores} CPUs): the calibrated step times below "
+        "may be many times too long"
+    )
 
 
 def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
@@ -339,7 +336,7 @@ def describe_cost(study: Study, calibrate: bool = True, address: str | None = No
         yield from cost_lines(study, calibrate, on_cluster(address), *resources(address))
     finally:
         if on_cluster(address):
-            import ray
+            import ray  # noqa: PLC0415 - as in resources: imported where the dry run joined a cluster
 
             ray.shutdown()
 
@@ -361,13 +358,35 @@ def cost_lines(
         yield note
     rates = None
     if not calibrate:
-        try:
-            rates = step_rates(study.tracking.uri)
-        except Exception as e:  # noqa: BLE001 - as with a failed calibration: no estimate, and no reason to refuse the launch
-            rates = []
-            yield f"  cannot read step rates from {redact(study.tracking.uri)}: {redact_text(reason(e), study.tracking.uri)}"
+        rates, problem = stored_rates(study)
+        if problem:
+            yield problem
     calibration = Calibration(cluster)
-    for pair in study.pairs if rates is None and cluster else ():
+    if rates is None and cluster:
+        submit_calibrations(calibration, stacking, use_gpu, nodes)
+    tally = Tally()
+    for pair in study.pairs:
+        line, stacking = pair_cost(stacking, pair, rates, calibration, use_gpu, nodes, tally)
+        yield line
+    yield summary_line(stacking, tally, where, total, use_gpu)
+
+
+def stored_rates(study: Study) -> tuple[list[dict], str | None]:
+    """The step rates of earlier trials in the study's store, and a line where it cannot be read."""
+    try:
+        return step_rates(study.tracking.uri), None
+    except Exception as e:  # noqa: BLE001 - as a failed calibration: no estimate, no refusal
+        return [], (
+            f"  cannot read step rates from {redact(study.tracking.uri)}: "
+            f"{redact_text(reason(e), study.tracking.uri)}"
+        )
+
+
+def submit_calibrations(
+    calibration: Calibration, stacking: Stacking, use_gpu: bool, nodes: list[dict[str, float]]
+) -> None:
+    """Every measurement of the pairs a node of the cluster holds, submitted before any is awaited."""
+    for pair in stacking.study.pairs:
         if holds(pair, use_gpu, nodes):
             device, size = (
                 device_kind(pair, use_gpu and pair.resources.gpu > 0),
@@ -376,73 +395,124 @@ def cost_lines(
             calibration.submit(pair, device, seconds_per_step, stacking, pair)
             if size != 1:
                 calibration.submit(pair, device, stack_curve, *curve_args(stacking, pair, size))
-    total_steps, total_s, unestimated, shared_timed_alone = 0, 0.0, 0, 0
-    held_s: dict[str, float] = {}  # resource -> seconds of trial time x the amount trials hold of it
-    pair_walls = []  # each pair's trial time over the trials it runs at once (budget.max_concurrent)
-    for pair in study.pairs:
-        on_gpu = use_gpu and pair.resources.gpu > 0
-        trials, steps = study.trial_count(pair) + study.confirm_count(), int(pair.base["n_iters"])
-        total_steps += trials * steps
-        confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
-        line = f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} training steps"
-        if (
-            rates is None and cluster and not holds(pair, use_gpu, nodes)
-        ):  # a task for it would wait for no node
-            per_step, words = None, "not timed: no node of the cluster holds its trials (above)"
-        else:
-            per_step, words = step_time(stacking, pair, rates, device_kind(pair, on_gpu), calibration)
-        size = launch_stack_size(stacking, pair, use_gpu)
-        # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
-        if per_step is not None and rates is None and size != 1:
-            try:
-                per_step, stacked, size = stacked_step_time(
-                    stacking, pair, size, device_kind(pair, on_gpu), calibration
-                )
-                if (
-                    study.budget.stack_size == "auto"
-                ):  # as the launch records the knee: its trial count follows
-                    stacking = stacking.measured(pair, size)
-            except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
-                per_step, stacked = None, f"no stack estimate ({reason(e)})"
-            words = f"{words}; {stacked}"
-        if per_step is None:
-            unestimated += 1
-            yield f"{line}; {words}"
-            continue
-        total_s += trials * steps * per_step
-        pair_walls.append(
-            trials * steps * per_step / min(study.budget.max_concurrent, stacking.tune_trial_count(pair))
+
+
+@dataclasses.dataclass
+class Tally:
+    """What cost_lines adds up over the pairs, for its last line."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    unestimated: int = 0
+    shared_timed_alone: int = 0
+    # resource -> seconds of trial time x the amount trials hold of it
+    held_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    # each pair's trial time over the trials it runs at once (budget.max_concurrent)
+    pair_walls: list[float] = dataclasses.field(default_factory=list)
+
+
+def pair_cost(
+    stacking: Stacking,
+    pair: Pair,
+    rates: list[dict] | None,
+    calibration: Calibration,
+    use_gpu: bool,
+    nodes: list[dict[str, float]],
+    tally: Tally,
+) -> tuple[str, Stacking]:
+    """The pair's line (counted into `tally`), and the stacking with its stack size where the
+    launch would measure it."""
+    study = stacking.study
+    on_gpu = use_gpu and pair.resources.gpu > 0
+    trials, steps = study.trial_count(pair) + study.confirm_count(), int(pair.base["n_iters"])
+    tally.steps += trials * steps
+    confirming = f" (with {study.confirm_count()} confirmation trials)" if study.confirm_count() else ""
+    line = (
+        f"  cost of {pair.name}: {trials} trials{confirming} x {steps:,} steps = {trials * steps:,} "
+        "training steps"
+    )
+    per_step, words, stacking = pair_step_time(stacking, pair, rates, calibration, use_gpu, nodes)
+    if per_step is None:
+        tally.unestimated += 1
+        return f"{line}; {words}", stacking
+    tally.seconds += trials * steps * per_step
+    tally.pair_walls.append(
+        trials * steps * per_step / min(study.budget.max_concurrent, stacking.tune_trial_count(pair))
+    )
+    for name, amount in pair.resources.asks(use_gpu).items():
+        tally.held_s[name] = tally.held_s.get(name, 0.0) + trials * steps * per_step * amount
+    alone = ""
+    if rates is None and device_kind(pair, on_gpu) == "cuda" and pair.resources.gpu <= 0.5:
+        # Timed alone, they train beside others: four Transformer stacks of 5 on an H200 each ran
+        # at 0.55 of their speed alone (docs/measurements.md, thirteenth session). Stored rates
+        # come from trials as they shared, so they need no such word.
+        alone = (
+            " if its trials did not slow each other (timed alone; they share a GPU, "
+            f"{pair.resources.gpu:g} each)"
         )
-        for name, amount in pair.resources.asks(use_gpu).items():
-            held_s[name] = held_s.get(name, 0.0) + trials * steps * per_step * amount
-        alone = ""
-        if rates is None and device_kind(pair, on_gpu) == "cuda" and pair.resources.gpu <= 0.5:
-            # Timed alone, they train beside others: four Transformer stacks of 5 on an H200 each ran
-            # at 0.55 of their speed alone (docs/measurements.md, thirteenth session). Stored rates
-            # come from trials as they shared, so they need no such word.
-            alone = f" if its trials did not slow each other (timed alone; they share a GPU, {pair.resources.gpu:g} each)"
-            shared_timed_alone += 1
-        yield f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time{alone}"
-    summary = f"  cost in all: {total_steps:,} training steps"
-    if total_s:
-        slots = slots_in(stacking, total, use_gpu)
-        # Trials of several sizes (per_model resources) fill the cluster unevenly: no sooner than
-        # the busiest resource allows either, nor than the longest pair at its own concurrency.
-        wall = max(
-            total_s / slots, *(held_s[name] / total[name] for name in held_s if total.get(name)), *pair_walls
-        )
-        used = (
-            f"{resource_hours(held_s['GPU'])} GPU-hours"
-            if "GPU" in held_s
-            else f"{resource_hours(held_s['CPU'])} CPU core-hours"
-        )
-        held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
+        tally.shared_timed_alone += 1
+    return f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time{alone}", stacking
+
+
+def pair_step_time(
+    stacking: Stacking,
+    pair: Pair,
+    rates: list[dict] | None,
+    calibration: Calibration,
+    use_gpu: bool,
+    nodes: list[dict[str, float]],
+) -> tuple[float | None, str, Stacking]:
+    """(seconds per step of the pair's trials, or of a stack's member where they stack, or None;
+    in words; the stacking with the size measured where budget.stack_size is auto)."""
+    device = device_kind(pair, use_gpu and pair.resources.gpu > 0)
+    if rates is None and calibration.cluster and not holds(pair, use_gpu, nodes):
+        # a task for it would wait for no node
+        return None, "not timed: no node of the cluster holds its trials (above)", stacking
+    per_step, words = step_time(stacking, pair, rates, device, calibration)
+    size = launch_stack_size(stacking, pair, use_gpu)
+    # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
+    if per_step is not None and rates is None and size != 1:
+        try:
+            per_step, stacked, size = stacked_step_time(stacking, pair, size, device, calibration)
+            if stacking.study.budget.stack_size == "auto":
+                # as the launch records the knee: its trial count follows
+                stacking = stacking.measured(pair, size)
+        except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
+            per_step, stacked = None, f"no stack estimate ({reason(e)})"
+        words = f"{words}; {stacked}"
+    return per_step, words, stacking
+
+
+def summary_line(stacking: Stacking, tally: Tally, where: str, total: dict[str, float], use_gpu: bool) -> str:
+    """The last line: the training steps in all and, where any pair has an estimate, the GPU- or
+    core-hours and the wall time on `where`."""
+    summary = f"  cost in all: {tally.steps:,} training steps"
+    if not tally.seconds:
+        return summary
+    held_s = tally.held_s
+    slots = slots_in(stacking, total, use_gpu)
+    # Trials of several sizes (per_model resources) fill the cluster unevenly: no sooner than
+    # the busiest resource allows either, nor than the longest pair at its own concurrency.
+    wall = max(
+        tally.seconds / slots,
+        *(held_s[name] / total[name] for name in held_s if total.get(name)),
+        *tally.pair_walls,
+    )
+    used = (
+        f"{resource_hours(held_s['GPU'])} GPU-hours"
+        if "GPU" in held_s
+        else f"{resource_hours(held_s['CPU'])} CPU core-hours"
+    )
+    held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
+    summary += (
+        f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
+        f" (evaluations left out{'; ASHA stops poor trials sooner' if stacking.study.uses_asha else ''})"
+    )
+    if tally.shared_timed_alone:
         summary += (
-            f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
-            f" (evaluations left out{'; ASHA stops poor trials sooner' if study.uses_asha else ''})"
+            f"; longer in fact: {tally.shared_timed_alone} pair(s) were timed alone though their trials "
+            "share a GPU and slow each other"
         )
-        if shared_timed_alone:
-            summary += f"; longer in fact: {shared_timed_alone} pair(s) were timed alone though their trials share a GPU and slow each other"
-        if unestimated:
-            summary += f"; {unestimated} pair(s) without an estimate left out"
-    yield summary
+    if tally.unestimated:
+        summary += f"; {tally.unestimated} pair(s) without an estimate left out"
+    return summary

@@ -28,6 +28,19 @@ import time
 from pathlib import Path
 from typing import IO
 
+import optuna
+import pyarrow.fs
+import ray
+import torch
+from ray import tune
+from ray.tune import Checkpoint, PlacementGroupFactory
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.trainable.function_trainable import wrap_function
+
+from trainables.batched import train_members
+from trainables.config import parse_trial_config, yaml_word
+from trainables.train import pick_device, train
+
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import write_best
@@ -54,8 +67,10 @@ from ..record.summaries import (
     summarize_pairs,
     top_configs,
 )
+from ..report.report import answer_lines, verdict_lines, write_night, write_report
 from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
+from .cost import calibration_config, stack_curve, stack_sizes_to_try
 from .search import (
     CANDIDATE_KEY,
     PAIR_KEY,
@@ -71,8 +86,13 @@ from .search import (
 )
 from .stacking import MEMBERS_KEY, Stacking, decide, knee, launched, misfits, slots_in
 
+try:  # Ray's forwarder of its processes' output (quiet_ray): private, so not in every Ray
+    from ray._private.worker import global_worker_stdstream_dispatcher
+except ImportError:
+    global_worker_stdstream_dispatcher = None
+
 EXIT_INTERRUPTED = 130
-EXIT_USAGE = 2  # as the command line's: another driver took the launch between its check and this one's lock
+EXIT_USAGE = 2  # as the command line's: another driver took the launch between its check and its lock
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 EXIT_TRIALS_FAILED = 3  # the launch finished and answered, but trials failed after their retries
 EXIT_STORE_UNREACHABLE = 4  # a tracking or search store stayed unreachable through every retry: resumable
@@ -85,70 +105,84 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
     metrics under `member<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric`
     their `stack_of`: "mean" (the seeds of a cell) or "best" (a search's suggestions: ASHA keeps
     a stack while its best member is among the best)."""
-    import ray
-    import torch
-    from ray import tune
-
-    from trainables.batched import train_members
-    from trainables.config import parse_trial_config, yaml_word
-    from trainables.train import pick_device, train
-
-    logging.getLogger("ray.train").setLevel(
-        logging.WARNING
-    )  # a line per checkpoint drowns the progress lines
+    # A line per checkpoint drowns the progress lines.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
     cfg.threads = max(1, int(cpus[config[PAIR_KEY]]))
-    # Two Ray nodes on one machine share a hostname; the node id tells them apart. compile and bf16
-    # as the trial runs them: the recorded config keeps `auto`, which depends on the device and the stack.
     device, members = pick_device(cfg.device), config.get(MEMBERS_KEY)
     ran_as = cfg.settled(device.type, len(members) if members else 1)
-    where = {
+    reporter = TrialReport(metric, mode, stack_of, ran_as, where_it_runs(device, ran_as))
+    resume_state = reporter.restore()
+    if members:
+        train_members(cfg, members, report=reporter.members, resume_state=resume_state, log=None)
+    else:  # the driver prints progress (callbacks.ProgressLines)
+        train(cfg, report=reporter.report, resume_state=resume_state, log=None)
+
+
+def where_it_runs(device, ran_as) -> dict:
+    """The tags that say where and how a trial runs. Two Ray nodes on one machine share a hostname;
+    the node id tells them apart. compile and bf16 as the trial runs them: the recorded config keeps
+    `auto`, which depends on the device and the stack."""
+    return {
         "device": str(device),
         "node_id": ray.get_runtime_context().get_node_id(),
         "compile": ran_as.compile_mode or "off",
         "bf16": yaml_word(ran_as.bf16),
     }
-    resume_state, history, replay = (
-        None,
-        [],
-        None,
-    )  # history: every evaluation so far, kept in each checkpoint
-    checkpoint = tune.get_checkpoint()
-    if checkpoint:
+
+
+class TrialReport:
+    """run_trial's report to Tune: each evaluation's metrics, with a checkpoint of the trial's state
+    and of its history (every evaluation so far, which a restored trial replays first)."""
+
+    def __init__(self, metric: str, mode: str, stack_of: str, ran_as, where: dict):
+        self.metric, self.mode, self.stack_of, self.ran_as, self.where = metric, mode, stack_of, ran_as, where
+        self.history: list[dict] = []
+        self.replay: list[dict] | None = None
+
+    def restore(self):
+        """The state of the checkpoint Tune restores the trial from (None where it starts afresh),
+        and the history the checkpoint holds."""
+        checkpoint = tune.get_checkpoint()
+        if not checkpoint:
+            return None
         with checkpoint.as_directory() as d:
             # Onto the CPU: the trial copies it into its own tensors, and a copy on the GPU would
             # stay for the whole trial (resume_state is held here) and count in its gpu_memory_mib.
             resume_state = torch.load(Path(d) / "state.pt", weights_only=False, map_location="cpu")
             if (Path(d) / "history.json").exists():
-                history = json.loads((Path(d) / "history.json").read_text())
-        replay = list(history)
+                self.history = json.loads((Path(d) / "history.json").read_text())
+        self.replay = list(self.history)
+        return resume_state
 
-    def report(metrics: dict, state) -> None:
-        nonlocal replay
+    def report(self, metrics: dict, state) -> None:
         # Tune fails a result without the metric it optimises: a run that diverged has none of its
         # scores (NaN: no score), nor has an evaluation before the last a final one (`test_*_final`).
-        metrics = {metric: math.nan, **metrics}
+        metrics = {self.metric: math.nan, **metrics}
         numbers = {
             k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        if not history or history[-1].get("iteration") != numbers.get(
-            "iteration"
-        ):  # a trial restored from the checkpoint it ended at reports that evaluation again
-            history.append(numbers)
-        extra = {REPLAY_KEY: json.dumps(replay)} if replay else {}  # a string: Tune's loggers skip it quietly
-        replay = None
+        # A trial restored from the checkpoint it ended at reports that evaluation again.
+        if not self.history or self.history[-1].get("iteration") != numbers.get("iteration"):
+            self.history.append(numbers)
+        # A string: Tune's loggers skip it quietly.
+        extra = {REPLAY_KEY: json.dumps(self.replay)} if self.replay else {}
+        self.replay = None
         with tempfile.TemporaryDirectory() as d:
             torch.save(state(), Path(d) / "state.pt")
-            (Path(d) / "history.json").write_text(json.dumps(history))
-            tune.report({**metrics, **where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
+            (Path(d) / "history.json").write_text(json.dumps(self.history))
+            tune.report({**metrics, **self.where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    def report_members(per_member: list[dict], state, compiled: bool) -> None:
-        if ran_as.compile and not compiled:  # the tag says how the trial ran, from here on
-            where["compile"] = "off (the compiled step failed)"
-        statuses = {m["status"] for m in per_member}
+    def members(self, per_member: list[dict], state, compiled: bool) -> None:
+        """A stack's evaluation: each member's metrics, and `metric` as their `stack_of`."""
+        if self.ran_as.compile and not compiled:  # the tag says how the trial ran, from here on
+            self.where["compile"] = "off (the compiled step failed)"
+        metric, statuses = self.metric, {m["status"] for m in per_member}
         live = [m[metric] for m in per_member if m["status"] != "diverged" and metric in m] or [math.nan]
-        overall = sum(live) / len(live) if stack_of == "mean" else (min if mode == "min" else max)(live)
-        report(
+        overall = (
+            sum(live) / len(live) if self.stack_of == "mean" else (min if self.mode == "min" else max)(live)
+        )
+        self.report(
             {
                 **{member_key(k, key): v for k, m in enumerate(per_member) for key, v in m.items()},
                 "iteration": max(m.get("iteration", 0) for m in per_member),
@@ -162,13 +196,6 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
             state,
         )
 
-    if members:
-        train_members(cfg, members, report=report_members, resume_state=resume_state, log=None)
-    else:
-        train(
-            cfg, report=report, resume_state=resume_state, log=None
-        )  # the driver prints progress (callbacks.ProgressLines)
-
 
 def newest_existing_checkpoint(result):
     """Tune restores a trial from the checkpoint its experiment snapshot names. That one may be
@@ -176,9 +203,6 @@ def newest_existing_checkpoint(result):
     rewritten, so a driver killed in between (or a snapshot older than the last few evaluations)
     names a deleted folder. Then the newest checkpoint of the trial that does exist is as good (the
     tracker skips evaluations MLflow already has); with none left the trial starts over."""
-    import pyarrow.fs
-    from ray.tune import Checkpoint
-
     checkpoint = result.checkpoint
     fs = checkpoint.filesystem if checkpoint else None
     if checkpoint is None or fs.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
@@ -203,10 +227,6 @@ def stack_of(study: Study, phase: str) -> str:
 
 
 def make_trainable(study: Study, use_gpu: bool, phase: str):
-    from ray import tune
-    from ray.tune import PlacementGroupFactory
-    from ray.tune.trainable.function_trainable import wrap_function
-
     bases = {pair.name: pair.base for pair in study.pairs}
     cpus = {pair.name: pair.resources.cpu for pair in study.pairs}
     function_trainable = wrap_function(
@@ -241,8 +261,6 @@ def make_trainable(study: Study, use_gpu: bool, phase: str):
 
 def make_searcher(study: Study, pair: Pair, storage, study_name: str, stack: int = 1):
     """The pair's TPE searcher; `stack`: the suggestions one trial trains (Stacking.search_stack)."""
-    import optuna
-
     return TruncationAwareOptunaSearch(
         space={k: d.to_optuna() for k, d in pair.space.items()},
         storage=storage,
@@ -288,8 +306,6 @@ def settle_proposals(storage, study_name: str, runs: list, metric: str) -> None:
     killed driver made after the searcher's last checkpoint, which no trial took (FAIL), or one
     whose end Optuna never heard (a store outage outlasted its tell, or the driver died before
     it): MLflow's run of it (`runs`, the pair's search runs; search.RUN_ATTR) says how it ended."""
-    import optuna
-
     State = optuna.trial.TrialState
     ended = {run_key(run.data.tags.get("trial_id", ""), run.data.tags.get("member")): run for run in runs}
     study = optuna.load_study(study_name=study_name, storage=storage)
@@ -306,8 +322,6 @@ def settle_proposals(storage, study_name: str, runs: list, metric: str) -> None:
 
 def cluster_slots(stacking: Stacking, use_gpu: bool, cells: dict[str, list[dict]] | None = None) -> int:
     """How many trials the cluster runs at once (stacking.slots_in) in a phase of `cells` (phase_cells)."""
-    import ray
-
     return slots_in(
         stacking, ray.cluster_resources(), use_gpu, cells and {name: len(c) for name, c in cells.items()}
     )
@@ -321,8 +335,6 @@ def phase_plan(stacking: Stacking, state: LaunchState, phase: str) -> tuple[dict
     ablation's cells x seeds, or the confirmation of a search's best trials over new seeds. A
     budget counts runs (a stacked trial's members each): the Tune trials are as many or fewer,
     and a pair's searcher says when it has proposed its last."""
-    from ray.tune.schedulers import FIFOScheduler
-
     study, cells = stacking.study, phase_cells(stacking, state, phase)
     runs = phase_runs(study, cells)
     if cells is not None:
@@ -351,8 +363,6 @@ def phase_runs(study: Study, cells: dict[str, list[dict]] | None) -> dict[str, i
 
 
 def build_tuner(stacking: Stacking, state: LaunchState, use_gpu: bool, slots: int, phase: str = SEARCH):
-    from ray import tune
-
     study, (searchers, schedulers, budgets) = stacking.study, phase_plan(stacking, state, phase)
     search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
     return tune.Tuner(
@@ -376,8 +386,6 @@ def trial_dirname(trial) -> str:
 
 
 def pair_scheduler(study: Study, pair: Pair):
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
     if study.scheduler.name != "asha":
         return FIFOScheduler()
     n_iters = int(pair.base["n_iters"])
@@ -396,8 +404,6 @@ def experiment_location(state: LaunchState, phase: str = SEARCH) -> tuple:
 
 
 def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, int]):
-    from ray import tune
-
     fs, storage_path, name = experiment_location(state, phase)
     tags = {
         p.name: {
@@ -440,8 +446,6 @@ def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, 
 
 def start_ray(address: str | None) -> bool:
     """Join `address` or start a local instance; returns whether the cluster has GPUs."""
-    import ray
-
     if not ray.is_initialized():
         # Ray's start-up lines (its token-authentication notice among them) say nothing a user acts on.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
@@ -498,9 +502,8 @@ def quiet_ray() -> None:
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(restated)
     logging.getLogger("ray.tune.tune").addFilter(restated)
     logging.getLogger("ray.tune.execution.experiment_state").addFilter(superseded_sync)
-    try:
-        from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
-    except ImportError:
+    dispatcher = global_worker_stdstream_dispatcher
+    if dispatcher is None:
         return
 
     def only_ours(forward):
@@ -528,8 +531,6 @@ def check_fits(study: Study, use_gpu: bool) -> None:
     """A trial that no node can hold would wait for ever (Ray queues it silently), and one told to
     train on CUDA where the cluster has no GPU would fail at its first step: refused, with the key
     at fault, before anything of the launch is written."""
-    import ray
-
     problems = misfits(study, use_gpu, [node["Resources"] for node in ray.nodes() if node.get("Alive")])
     if problems:
         raise ClusterMismatch(problems[0])
@@ -540,8 +541,6 @@ CUDA_CHECK_S = 120  # a worker's start and torch's import take seconds; the task
 
 def torch_cuda() -> dict:
     """What torch on this node makes of its GPU (a Ray task's body)."""
-    import torch
-
     return {
         "available": torch.cuda.is_available(),
         "torch": torch.__version__,
@@ -561,7 +560,8 @@ def without_cuda(seen: dict) -> str | None:
         else f"built for CUDA {seen['cuda']}; the driver or the GPU does not answer"
     )
     return (
-        f"[launch] warning: on {seen['node']}, a node with GPUs, torch {seen['torch']} finds no CUDA ({why}): trials that "
+        f"[launch] warning: on {seen['node']}, a node with GPUs, torch {seen['torch']} finds no CUDA "
+        f"({why}): trials that "
         "hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes"
     )
 
@@ -570,8 +570,6 @@ def check_cuda(study: Study) -> None:
     """Asks one GPU of the cluster, with a trial's CPUs, whether torch there finds CUDA (a few
     seconds) and says so where it does not; the launch goes on (a GPU declared to Ray, as tests
     do, is no error)."""
-    import ray
-
     if not any(p.resources.gpu > 0 for p in study.pairs):
         return
     cpus = min(p.resources.cpu for p in study.pairs if p.resources.gpu > 0)
@@ -595,9 +593,6 @@ def measure_stack_sizes(stacking: Stacking) -> dict[str, int]:
     with a trial's CPUs, on a small copy of the pair's task (cost.calibration_config). A whole one
     even where trials share a GPU: curves timed side by side on one GPU timed each other (four pairs
     at a quarter of an H100 each: one curve gave 234.4 member-steps/s at 4 members, 156.0 at 5)."""
-    import ray
-
-    from .cost import calibration_config, stack_curve, stack_sizes_to_try
 
     most = {
         p.name: stacking.most_stacked(p)
@@ -633,7 +628,8 @@ def measure_stack_sizes(stacking: Stacking) -> dict[str, int]:
         sizes[pair.name] = knee(curve, members=most[pair.name])
         shown = ", ".join(f"{n}: {rate:.1f}" for n, rate in curve)
         print(
-            f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its {most[pair.name]} members (a stack of "
+            f"[launch] stack size of {pair.name}: {sizes[pair.name]}, where the member-steps/s of its "
+            f"{most[pair.name]} members (a stack of "
             f"the rest included) level off ({shown})",
             flush=True,
         )
@@ -693,20 +689,21 @@ def execute(
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     # "The `process_trial_result` operation took 31 s": a store being retried, which [store] lines say.
     logging.getLogger("ray.tune.utils.util").setLevel(logging.ERROR)
-    import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # "Falling back to a slower alternative" with the SQL of a dropped connection: it recovered.
     logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
     print(
-        f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on {'GPU' if use_gpu else 'CPU'}; "
+        f"[launch] {state.launch_id}: {len(study.pairs)} pairs, up to {slots} trials at once on "
+        f"{'GPU' if use_gpu else 'CPU'}; "
         f"MLflow {redact(state.tracking_uri)} experiment {study.experiment!r}",
         flush=True,
     )
     lock = lock or hold_driver_lock(state.dir)
     if lock is None:  # another driver took it after the command's check
         print(
-            f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress",
+            f"orchestrator: error: {state.dir}: a driver is running this launch now; "
+            f"`orchestrator status {state.dir}` shows its progress",
             file=sys.stderr,
             flush=True,
         )
@@ -733,7 +730,8 @@ def stopped_by_outage(state: LaunchState, reason: str) -> int:
     state.state = "failed"
     state.save()
     print(
-        f"orchestrator: error: {reason}; every trial is checkpointed: continue with `orchestrator resume {state.dir}`",
+        f"orchestrator: error: {reason}; every trial is checkpointed: continue with "
+        f"`orchestrator resume {state.dir}`",
         flush=True,
     )
     return EXIT_STORE_UNREACHABLE
@@ -747,53 +745,15 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     code, errors = run_phase(state, stacking, SEARCH, use_gpu)
     confirming = study.confirm.top_k and not study.is_ablation
     if code == 0 and confirming:
-        if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
-            state.candidates = top_configs(
-                state.tracking_uri,
-                state.experiment,
-                state.launch_id,
-                study.metric,
-                study.score,
-                study.confirm.top_k,
-            )
-            state.save()
-        print(
-            f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
-            f"{', '.join(map(str, study.confirm.seeds))}",
-            flush=True,
-        )
-        code, more_errors = run_phase(state, stacking, CONFIRM, use_gpu)
+        code, more_errors = run_confirmation(state, stacking, use_gpu)
         errors += more_errors
     if code:
         return code
-    from ..report.report import verdict_lines, write_night, write_report
-
-    regressions, summaries = [], None
-    if study.is_ablation:
-        written, regressions = write_night(state) if state.night is not None else write_report(state)
-    else:
-        storage = optuna_storage(state)
-        trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
-        for pair in study.pairs:
-            searched = [
-                r
-                for r in trial_runs
-                if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"
-            ]
-            settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
-        summaries = pair_summaries(
-            state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs
-        )
-        written = write_best(state, summaries)
-        summarize_pairs(
-            state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries
-        )
-        written += write_report(state)[0]
+    written, regressions, summaries = write_answer(state, study)
     close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
     state.state = "finished"
-    if state.night is not None and getattr(
-        regressions, "compared", None
-    ):  # a first night compared with none: no verdict
+    # A first night compared with none: no verdict.
+    if state.night is not None and getattr(regressions, "compared", None):
         state.regressed = bool(regressions)
     state.save()
     for path in written:
@@ -801,7 +761,8 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     print_summary(state, study, summaries)
     if errors:
         print(
-            f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow runs' error tag",
+            f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow "
+            "runs' error tag",
             flush=True,
         )
     for line in verdict_lines(regressions):
@@ -809,11 +770,57 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     return EXIT_REGRESSION if regressions else EXIT_TRIALS_FAILED if errors else 0
 
 
+def run_confirmation(state: LaunchState, stacking: Stacking, use_gpu: bool) -> tuple[int, int]:
+    """A search's confirmation phase: its best trials again over new seeds. -> as run_phase."""
+    study = stacking.study
+    if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
+        state.candidates = top_configs(
+            state.tracking_uri,
+            state.experiment,
+            state.launch_id,
+            study.metric,
+            study.score,
+            study.confirm.top_k,
+        )
+        state.save()
+    print(
+        f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
+        f"{', '.join(map(str, study.confirm.seeds))}",
+        flush=True,
+    )
+    return run_phase(state, stacking, CONFIRM, use_gpu)
+
+
+def write_answer(state: LaunchState, study: Study) -> tuple[list, list, dict | None]:
+    """The files of a launch whose phases have ended: an ablation's report (a night's, compared with
+    the nights before), or a search's best configs and report once Optuna knows how every proposal
+    ended. -> (the files written, the regressions found, a search's summaries per pair)."""
+    if study.is_ablation:
+        written, regressions = write_night(state) if state.night is not None else write_report(state)
+        return written, regressions, None
+    storage = optuna_storage(state)
+    trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+    for pair in study.pairs:
+        searched = [
+            r
+            for r in trial_runs
+            if r.data.tags.get("pair") == pair.name and r.data.tags.get("phase", "search") == "search"
+        ]
+        settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
+    summaries = pair_summaries(
+        state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs
+    )
+    written = write_best(state, summaries)
+    summarize_pairs(
+        state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries
+    )
+    written += write_report(state)[0]
+    return written, [], summaries
+
+
 def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool) -> tuple[int, int]:
     """Run (or continue, from its Tune experiment) one phase until its trials have ended.
     -> (exit status: 0, EXIT_STORE_UNREACHABLE, EXIT_INTERRUPTED; trials that failed for good)."""
-    from ray import tune
-
     # A phase's own concurrency: a stacked search may be a trial or two per pair, its confirmation many.
     slots = cluster_slots(
         stacking, use_gpu, phase_cells(stacking, state, phase) if phase == CONFIRM else None
@@ -851,8 +858,6 @@ def has_snapshot(experiment: str, fs) -> bool:
     ends after one trial. Without a snapshot no trial has reported, so the phase starts afresh: the
     Optuna study adopts what the killed driver proposed (search.TruncationAwareOptunaSearch.suggest),
     and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end)."""
-    import pyarrow.fs
-
     found = (fs or pyarrow.fs.LocalFileSystem()).get_file_info(
         pyarrow.fs.FileSelector(experiment, allow_not_found=True)
     )
@@ -990,21 +995,7 @@ def new_launch(
     launch.json is there) and its MLflow parent run. Call only after the spec validated, the store
     answered and the cluster saw the trial storage. `stacking`: as start decided it (launch.json
     keeps it); by default the file's alone."""
-    if launch_id:  # --launch-id, which the command refused where it named a launch
-        launch_dir = (Path(study.storage_path) / launch_id).resolve()
-        launch_dir.mkdir(parents=True, exist_ok=True)
-        # Claimed by its lock, which a killed driver leaves free (an empty launch.json claiming the
-        # id was left for good, and a RayJob's retry then resumed a "damaged" launch): two launches
-        # of one id both passed the check.
-        lock = hold_driver_lock(launch_dir)
-        if lock is None or (launch_dir / "launch.json").exists():
-            if lock:
-                lock.close()
-            raise LaunchExists(f"launch {launch_id} exists in {study.storage_path}, begun a moment ago")
-    else:
-        stamped = f"{study.name}-{'' if night is None else 'night-'}{time.strftime('%Y%m%d-%H%M%S')}"
-        launch_id, launch_dir = claim_launch_id(Path(study.storage_path), stamped)
-        lock = hold_driver_lock(launch_dir)
+    launch_id, launch_dir, lock = claim_launch(study, launch_id, night)
     uri = normalize_store(study.tracking.uri)
     # The password stays in this process's memory (stores.reveal); every record of the launch
     # (launch.json, Tune's pickles, MLflow) holds the redacted URI and the redacted file.
@@ -1035,12 +1026,34 @@ def new_launch(
     )
     try:
         state.save()
-    except BaseException:  # no launch.json, no launch to resume: its run ends (MLflow showed it RUNNING for good) and the id's claim goes
+    except BaseException:
+        # No launch.json, no launch to resume: its run ends (MLflow showed it RUNNING for good) and
+        # the id's claim goes.
         with contextlib.suppress(Exception):
             close_launch(stored_uri, parent, status="KILLED", launch_status="never registered")
         lock.close()
         raise
     return state, lock
+
+
+def claim_launch(study: Study, launch_id: str | None, night: int | None) -> tuple[str, Path, IO]:
+    """(id, folder, its driver.lock held) of a new launch: `launch_id` (--launch-id, which the
+    command refused where it named a launch), else the file's name and the second."""
+    if launch_id:
+        launch_dir = (Path(study.storage_path) / launch_id).resolve()
+        launch_dir.mkdir(parents=True, exist_ok=True)
+        # Claimed by its lock, which a killed driver leaves free (an empty launch.json claiming the
+        # id was left for good, and a RayJob's retry then resumed a "damaged" launch): two launches
+        # of one id both passed the check.
+        lock = hold_driver_lock(launch_dir)
+        if lock is None or (launch_dir / "launch.json").exists():
+            if lock:
+                lock.close()
+            raise LaunchExists(f"launch {launch_id} exists in {study.storage_path}, begun a moment ago")
+        return launch_id, launch_dir, lock
+    stamped = f"{study.name}-{'' if night is None else 'night-'}{time.strftime('%Y%m%d-%H%M%S')}"
+    launch_id, launch_dir = claim_launch_id(Path(study.storage_path), stamped)
+    return launch_id, launch_dir, hold_driver_lock(launch_dir)
 
 
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
@@ -1059,13 +1072,12 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         test = "-" if s.get("test") is None else f"{s['test']:.4f}"
         confirmed = confirmed_text(s.get("confirmed"))
         print(
-            f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}({pair.chance(study.score)}; "
+            f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}"
+            f"({pair.chance(study.score)}; "
             f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {failed_text(s)})",
             flush=True,
         )
     if not study.is_ablation:
-        from ..report.report import answer_lines
-
         for line in answer_lines(study, summaries):
             print(f"[launch] {line}", flush=True)
     # A pair's best config is written where one of its trials may answer: none where all diverged or failed.
