@@ -2,7 +2,8 @@
 (nn.Dropout's Bernoulli draw), side by side in one process: the same model and batches, the
 dropout forward swapped between rounds, the median seconds per step over --repeats rounds each.
 
-  python benchmarks/bench_dropout.py [--sizes small,paper] [--models "ctl / ndr,..."] [--steps 20] [--repeats 5] [--threads 1]
+  python benchmarks/bench_dropout.py [--sizes small,paper] [--models "ctl / ndr,..."] [--steps 20]
+                                     [--repeats 5] [--threads 1]
 
 Prints per model the two medians and their ratio (ours / torch's; under 1 is faster).
 """

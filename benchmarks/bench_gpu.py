@@ -1,6 +1,7 @@
 """Throughput of small-model trials on one device: what packing trials and batching seeds buy.
 
-  python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small] [--sections models,curve,packing,seeds,layer]
+  python benchmarks/bench_gpu.py [--device cuda|cpu] [--sizes paper,small]
+                                 [--sections models,curve,packing,seeds,layer]
                                  [--bf16] [--fp32] [--compile [MODE]] [--steps N] [--repeats R] [--quick]
 
 Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
@@ -49,7 +50,16 @@ from trainables.config import COMPILE_MODES, parse_trial_config, set_override
 from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
 from trainables.tasks import load_task
-from trainables.train import pick_device, seconds_per_step, setup_device, synchronize, train
+from trainables.train import (
+    Selection,
+    make_model,
+    pick_device,
+    seconds_per_step,
+    setup_device,
+    synchronize,
+    train,
+    training_step,
+)
 
 
 def trial_config(flat: dict, args, **more) -> dict:
@@ -83,8 +93,6 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
     (batches are drawn at random): a capture inside the window would count as the GPU idling.
     The rate without the profiler; kernels and busy (CUDA only) from torch.profiler over as many
     steps again."""
-    from trainables.train import training_step
-
     step, device = training_step(cfg)
 
     def queued(n: int) -> float:
@@ -110,8 +118,6 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
 def evaluation_seconds(cfg) -> float:
     """Seconds of one evaluation of `cfg`'s untrained model as a trial makes it on a new best (both
     validation splits and every test split, trainables.train.Selection), after one warm-up."""
-    from trainables.train import Selection, make_model
-
     device = pick_device(cfg.device)
     task = load_task(cfg.task, cfg.task_options)
     model = make_model(cfg, task).to(device)
@@ -126,15 +132,17 @@ def evaluation_seconds(cfg) -> float:
 
 def models(args, rows) -> None:
     print(
-        f"\nTraining steps/s through trainables.train's step, median of {args.steps} steps each waited for, after one warm-up "
-        f"(graphed: cuda_graphs auto, '-' where the step stays eager; compiled: with --compile, its first step's seconds beside it); "
-        f"back-to-back: the faster of eager and graphed, {args.steps} steps queued as a trial queues them, with their kernels per step and "
-        f"GPU busy (bench_gpu.back_to_back); eval share: one evaluation of every split, eager, over itself and eval_every steps "
-        f"at the fastest rate"
+        f"\nTraining steps/s through trainables.train's step, median of {args.steps} steps each waited for, "
+        "after one warm-up (graphed: cuda_graphs auto, '-' where the step stays eager; compiled: with "
+        "--compile, its first step's seconds beside it); back-to-back: the faster of eager and graphed, "
+        f"{args.steps} steps queued as a trial queues them, with their kernels per step and GPU busy "
+        "(bench_gpu.back_to_back); eval share: one evaluation of every split, eager, over itself and "
+        "eval_every steps at the fastest rate"
     )
     print(
-        f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} {'compile s':>9s} "
-        f"{'back-to-back':>12s} {'kernels':>8s} {'GPU busy':>8s} {'eval share':>10s} {'peak MiB':>9s}"
+        f"{'task / model':48s} {'size':6s} {'batch':>6s} {'eager':>9s} {'graphed':>9s} {'compiled':>9s} "
+        f"{'compile s':>9s} {'back-to-back':>12s} {'kernels':>8s} {'GPU busy':>8s} "
+        f"{'eval share':>10s} {'peak MiB':>9s}"
     )
     for label, _, _, size, flat in rows:
         cfg = parse_trial_config(trial_config(flat, args, cuda_graphs=False, compile=False))
@@ -167,16 +175,18 @@ def models(args, rows) -> None:
             return f"{'-':>{spec.split('.')[0]}s}" if value is None else format(value, spec)
 
         print(
-            f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} {cell(compiled, '9.2f')} "
-            f"{cell(compile_s, '9.0f')} {rate:12.2f} {cell(kernels, '8.0f')} {cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}",
+            f"{label:48s} {size:6s} {cfg.batch_size:6d} {eager:9.2f} {cell(graphed, '9.2f')} "
+            f"{cell(compiled, '9.2f')} {cell(compile_s, '9.0f')} {rate:12.2f} {cell(kernels, '8.0f')} "
+            f"{cell(busy, '8.2f')} {eval_share:10.3f} {shown(peak_mib(device)):>9s}",
             flush=True,
         )
 
 
 def curve(args, rows) -> None:
     print(
-        f"\nMember-steps/s of one configuration stacked N members high (trainables.batched.member_steps_per_second, "
-        f"median of {args.steps} steps), and its knee (the stack size budget.stack_size auto takes)"
+        "\nMember-steps/s of one configuration stacked N members high "
+        f"(trainables.batched.member_steps_per_second, median of {args.steps} steps), and its knee (the "
+        "stack size budget.stack_size auto takes)"
     )
     print(
         f"{'task / model':32s} {'size':6s} "
@@ -273,12 +283,12 @@ def packed_rates(flat: dict, k: int, members: int, args) -> tuple[list[float], f
 
 def packing(args, rows) -> None:
     print(
-        f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, started together "
-        f"(members: each trial's stack of seeds)"
+        f"\nTrials packed on one {args.device} device as separate processes, {args.steps} steps each, "
+        "started together (members: each trial's stack of seeds)"
     )
     print(
-        f"{'task / model':32s} {'size':6s} {'members':>7s} {'trials':>6s} {'steps/s each':>13s} {'member-steps/s all':>19s} "
-        f"{'vs 1 trial':>10s} {'peak MiB each':>14s}"
+        f"{'task / model':32s} {'size':6s} {'members':>7s} {'trials':>6s} {'steps/s each':>13s} "
+        f"{'member-steps/s all':>19s} {'vs 1 trial':>10s} {'peak MiB each':>14s}"
     )
     for label, _, _, size, flat in rows:
         for members in args.pack_members:
@@ -287,20 +297,21 @@ def packing(args, rows) -> None:
                 rates, total, peak = packed_rates(flat, k, members, args)
                 alone = alone or total
                 print(
-                    f"{label:32s} {size:6s} {members:7d} {k:6d} {statistics.median(rates):13.2f} {total:19.2f} {total / alone:10.2f} "
-                    f"{shown(peak):>14s}",
+                    f"{label:32s} {size:6s} {members:7d} {k:6d} {statistics.median(rates):13.2f} "
+                    f"{total:19.2f} {total / alone:10.2f} {shown(peak):>14s}",
                     flush=True,
                 )
 
 
 def seeds(args, rows) -> None:
     print(
-        f"\nN seeds batched in one stacked model vs the same N seeds one after another: whole runs of {args.steps} "
-        f"steps and one evaluation, alternated, median of {args.repeats}"
+        "\nN seeds batched in one stacked model vs the same N seeds one after another: whole runs of "
+        f"{args.steps} steps and one evaluation, alternated, median of {args.repeats}"
     )
     print(
-        f"{'task / model':32s} {'size':6s} {'N':>3s} {'separate s':>11s} {'batched s':>10s} {'batched/separate':>17s} "
-        f"{'loop seed-steps/s sep.':>23s} {'batched':>8s} {'own lr s':>9s} {'own lr/batched':>15s}"
+        f"{'task / model':32s} {'size':6s} {'N':>3s} {'separate s':>11s} {'batched s':>10s} "
+        f"{'batched/separate':>17s} {'loop seed-steps/s sep.':>23s} {'batched':>8s} "
+        f"{'own lr s':>9s} {'own lr/batched':>15s}"
     )
     for label, _, _, size, flat in rows:
         base = trial_config(flat, args, n_iters=args.steps, eval_every=args.steps)
@@ -334,7 +345,8 @@ def seeds(args, rows) -> None:
             sep, bat, mine = statistics.median(separate), statistics.median(batched), statistics.median(own)
             print(
                 f"{label:32s} {size:6s} {n:3d} {sep:11.1f} {bat:10.1f} {bat / sep:17.2f} "
-                f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f} {mine:9.1f} {mine / bat:15.2f}",
+                f"{statistics.median(rate_separate):23.2f} {statistics.median(rate_batched):8.2f} "
+                f"{mine:9.1f} {mine / bat:15.2f}",
                 flush=True,
             )
 
@@ -342,17 +354,20 @@ def seeds(args, rows) -> None:
 def layer(args) -> None:
     device = torch.device(args.device)
     print(
-        "\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer"
+        "\nOne NDR layer (geometric attention + copy gate) forward+backward vs "
+        "torch.nn.TransformerEncoderLayer"
     )
     print(
-        f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}"
+        f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} "
+        f"{'torch ms':>9s} {'ratio':>6s}"
     )
     for d_model, heads, d_ff, length, batch in LAYER_SHAPES:
         t_ndr, t_ref, ratio = layer_ratio(
             d_model, heads, d_ff, length, batch, device, repeats=max(3, args.steps)
         )
         print(
-            f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}",
+            f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} "
+            f"{t_ref * 1e3:9.1f} {ratio:6.2f}",
             flush=True,
         )
 
@@ -378,8 +393,9 @@ def main() -> None:
         const=True,
         default=False,
         choices=COMPILE_MODES,
-        help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): the models "
-        "section's compiled column; the curve section's stacks compiled (captured as one CUDA graph unless --no-graphs or the mode graphs them itself)",
+        help="torch.compile (in torch's default mode, or MODE: e.g. reduce-overhead, its own CUDA graphs): "
+        "the models section's compiled column; the curve section's stacks compiled (captured as one CUDA "
+        "graph unless --no-graphs or the mode graphs them itself)",
     )
     parser.add_argument(
         "--no-graphs",
@@ -423,8 +439,9 @@ def main() -> None:
     chosen(None)  # a name no row has stops the run here, before its header
 
     print(
-        f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch {torch.__version__}, "
-        f"{os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile {args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}"
+        f"device {args.device}{f' ({torch.cuda.get_device_name()})' if args.device == 'cuda' else ''}, torch "
+        f"{torch.__version__}, {os.cpu_count()} CPUs, bf16 {args.bf16}, tf32 {not args.fp32}, compile "
+        f"{args.compile}, cuda_graphs {'false' if args.no_graphs else 'auto'}"
         + "".join(f", {assignment}" for assignment in args.set)
     )
     if "models" in sections:

@@ -63,7 +63,8 @@ def main() -> None:
     scores = {k: [score(cell, seed) for seed in range(args.seeds)] for k, cell in enumerate(CELLS)}
     for k, cell in enumerate(CELLS):
         print(
-            f"cell {cell}: test accuracy over {args.seeds} seeds {np.mean(scores[k]):.3f} ± {np.std(scores[k], ddof=1):.3f}"
+            f"cell {cell}: test accuracy over {args.seeds} seeds {np.mean(scores[k]):.3f} ± "
+            f"{np.std(scores[k], ddof=1):.3f}"
         )
     nights = [
         list(range(start, start + args.per_night))
@@ -81,8 +82,9 @@ def main() -> None:
         flagged += bool(found)
         cells_flagged += len(found)
     print(
-        f"{len(pairs)} pairs of unchanged nights ({len(nights)} nights of {args.per_night} seeds, {len(CELLS)} cells each, "
-        f"{args.test}): {flagged} raised a flag ({flagged / len(pairs):.1%}); {cells_flagged} of {len(pairs) * len(CELLS)} cell checks"
+        f"{len(pairs)} pairs of unchanged nights ({len(nights)} nights of {args.per_night} seeds, "
+        f"{len(CELLS)} cells each, {args.test}): {flagged} raised a flag ({flagged / len(pairs):.1%}); "
+        f"{cells_flagged} of {len(pairs) * len(CELLS)} cell checks"
     )
 
 

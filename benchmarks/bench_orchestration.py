@@ -21,6 +21,10 @@ import time
 from pathlib import Path
 
 import yaml
+from mlflow.tracking import MlflowClient
+
+from trainables.config import parse_trial_config
+from trainables.train import train
 
 TASK = {
     "train_size": 4000,
@@ -33,9 +37,6 @@ MODEL = {"d_model": 64, "n_layers": 4, "n_heads": 4, "batch_size": 64, "threads"
 
 
 def calibrate_steps_per_s() -> float:
-    from trainables.config import parse_trial_config
-    from trainables.train import train
-
     reports = []
     cfg = parse_trial_config(
         {"task": "ctl", "model": "ndr", "task_options": TASK, "n_iters": 150, "eval_every": 50, **MODEL}
@@ -93,8 +94,6 @@ def main() -> None:
         )
         wall = time.time() - start
 
-        from mlflow.tracking import MlflowClient
-
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name("orchestration-benchmark")
         runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("kind") == "trial"]
@@ -105,7 +104,8 @@ def main() -> None:
             for r in runs
         )
     print(
-        f"pairs {args.pairs}, trials {len(runs)}, concurrent {args.concurrent}, total trial time {trial_time:.1f} s, launch wall time {wall:.1f} s"
+        f"pairs {args.pairs}, trials {len(runs)}, concurrent {args.concurrent}, total trial time "
+        f"{trial_time:.1f} s, launch wall time {wall:.1f} s"
     )
     print(f"cluster utilization: {trial_time / (wall * args.concurrent):.3f}")
     print(f"launch -> first trial running: {first_start - start:.1f} s")

@@ -5,7 +5,8 @@ past torch's recompile limit by its end (from then on, whatever is not compiled 
 uncompiled, with one log line).
 
   python benchmarks/bench_recompiles.py [--device cpu] [--model "ctl / ndr"] [--size small] [--members 2]
-                                        [--steps 20] [--trials "dropout=0.1; dropout=0.3; d_model=32 n_heads=2; ..."]
+                                        [--steps 20]
+                                        [--trials "dropout=0.1; dropout=0.3; d_model=32 n_heads=2; ..."]
 
 With --members 1 each trial is a plain trial, as the service trains a lone member, compiled as a
 single model: its steps and one evaluation.
@@ -66,7 +67,8 @@ def stack_trial(cfg: TrainConfig, members: int, steps: int) -> set[int]:
 
 
 def single_trial(cfg: TrainConfig) -> set[int]:
-    """A plain trial, as the service trains a lone member: its steps and one evaluation (widths not seen here)."""
+    """A plain trial, as the service trains a lone member: its steps and one evaluation (widths not
+    seen here)."""
     train(dataclasses.replace(cfg, eval_every=cfg.n_iters), log=None)
     return set()
 
@@ -99,8 +101,9 @@ def main() -> None:
         compiled_before, start = counters["frames"]["ok"], time.perf_counter()
         widths = single_trial(cfg) if args.members == 1 else stack_trial(cfg, args.members, args.steps)
         print(
-            f"{trial.strip():32s} {','.join(map(str, sorted(widths))) or '-':>12s} {counters['frames']['ok'] - compiled_before:9d} "
-            f"{time.perf_counter() - start:8.1f} {'yes' if limit_hits.hits else 'no':>11s}",
+            f"{trial.strip():32s} {','.join(map(str, sorted(widths))) or '-':>12s} "
+            f"{counters['frames']['ok'] - compiled_before:9d} {time.perf_counter() - start:8.1f} "
+            f"{'yes' if limit_hits.hits else 'no':>11s}",
             flush=True,
         )
 

@@ -102,7 +102,8 @@ def chosen_rows(rows: list[tuple], models: str | None, default: list[str] | None
     unknown = sorted(set(wanted) - {row[0] for row in rows})
     if unknown:
         print(
-            f"--models: no row named {', '.join(map(repr, unknown))}; the rows: {', '.join(sorted({row[0] for row in rows}))}",
+            f"--models: no row named {', '.join(map(repr, unknown))}; the rows: "
+            f"{', '.join(sorted({row[0] for row in rows}))}",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -201,17 +202,20 @@ def main() -> None:
         print(f"{label:48s} {size:6s} {n_params:9d} {cfg.batch_size:6d} {sps:9.2f} {tps:10.0f}", flush=True)
 
     print(
-        "\nOne NDR layer (geometric attention + copy gate) forward+backward vs torch.nn.TransformerEncoderLayer"
+        "\nOne NDR layer (geometric attention + copy gate) forward+backward vs "
+        "torch.nn.TransformerEncoderLayer"
     )
     print(
-        f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} {'torch ms':>9s} {'ratio':>6s}"
+        f"{'d_model':>7s} {'heads':>5s} {'d_ff':>5s} {'len':>4s} {'batch':>5s} {'NDR ms':>8s} "
+        f"{'torch ms':>9s} {'ratio':>6s}"
     )
     for d_model, heads, d_ff, length, batch in LAYER_SHAPES:
         t_ndr, t_ref, ratio = layer_ratio(
             d_model, heads, d_ff, length, batch, device, repeats=3 if args.quick else 10
         )
         print(
-            f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} {t_ref * 1e3:9.1f} {ratio:6.2f}",
+            f"{d_model:7d} {heads:5d} {d_ff:5d} {length:4d} {batch:5d} {t_ndr * 1e3:8.1f} "
+            f"{t_ref * 1e3:9.1f} {ratio:6.2f}",
             flush=True,
         )
 

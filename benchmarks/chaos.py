@@ -35,7 +35,12 @@ import time
 import uuid
 from pathlib import Path
 
+import optuna
+import psycopg
 import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator.record.optuna_store import search_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from nodes import Cluster  # noqa: E402 - the cluster the tests start too
@@ -62,8 +67,6 @@ class Database:
     """The launch's PostgreSQL database, and the faults it suffers."""
 
     def __init__(self):
-        import psycopg
-
         self.name = f"sysgen_chaos_{uuid.uuid4().hex[:8]}"
         self.admin = psycopg.connect(ADMIN, autocommit=True)
         self.admin.execute(f"CREATE DATABASE {self.name}")
@@ -217,11 +220,6 @@ def ours(line: str, path: Path) -> bool:
 def audit(
     folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int, unfired: list
 ) -> dict[str, int]:
-    import optuna
-    from mlflow.tracking import MlflowClient
-
-    from orchestrator.record.optuna_store import search_store
-
     spec = yaml.safe_load(path.read_text())
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(spec["name"])
@@ -330,8 +328,9 @@ def main() -> int:
     trials_per_pair, n_iters = (4, 100) if args.short else (args.trials_per_pair, 300)
     faults = schedule(random.Random(args.seed), args.short)
     print(
-        f"[chaos] seed {args.seed}: {len(MODELS)} pairs x {trials_per_pair} trials of {n_iters} steps on a head and 2 worker nodes, "
-        f"PostgreSQL tracking; faults (kind, seconds after the previous one or the driver's start): {faults}",
+        f"[chaos] seed {args.seed}: {len(MODELS)} pairs x {trials_per_pair} trials of {n_iters} steps on a "
+        "head and 2 worker nodes, PostgreSQL tracking; faults (kind, seconds after the previous one or the "
+        f"driver's start): {faults}",
         flush=True,
     )
     folder = Path(tempfile.mkdtemp(prefix="chaos-"))

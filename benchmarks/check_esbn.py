@@ -56,7 +56,8 @@ def main() -> None:
     table = pd.DataFrame(rows)
     print(table.to_string(index=False))
     print(
-        f"trials checked: {table['checked'].sum():,}; disagreements with the evaluator: {table['disagreements'].sum()}"
+        f"trials checked: {table['checked'].sum():,}; disagreements with the evaluator: "
+        f"{table['disagreements'].sum()}"
     )
 
 

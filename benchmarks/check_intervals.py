@@ -29,7 +29,8 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(7)
     print(
-        f"{'seeds':>5s} {'percentile bootstrap':>21s} {'Student-t':>10s}   (share of {args.draws} cells whose interval holds the mean)"
+        f"{'seeds':>5s} {'percentile bootstrap':>21s} {'Student-t':>10s}   (share of {args.draws} cells "
+        "whose interval holds the mean)"
     )
     for n in (2, 3, 5, 20):
         draws = [rng.normal(0.5, 0.1, n) for _ in range(args.draws)]
@@ -40,8 +41,9 @@ def main() -> None:
         print(f"{n:5d} {boot:21.3f} {t:10.3f}")
     now, before = [0.96, 0.98, 0.99, 1.0], [1.0] * 4
     print(
-        f"Mann-Whitney, {now} below {before}: exact p {stats.worse_p_value(now, before, test='mannwhitney'):.4f}, "
-        f"scipy's default {scipy_stats.mannwhitneyu(now, before, alternative='less').pvalue:.4f}"
+        f"Mann-Whitney, {now} below {before}: exact p "
+        f"{stats.worse_p_value(now, before, test='mannwhitney'):.4f}, scipy's default "
+        f"{scipy_stats.mannwhitneyu(now, before, alternative='less').pvalue:.4f}"
     )
 
 

@@ -13,6 +13,8 @@ fastest first.
 from __future__ import annotations
 
 import argparse
+import collections
+import re
 import time
 
 import torch
@@ -39,7 +41,8 @@ def main() -> None:
         return instructions(args.d_model)
     if not torch.cuda.is_available():
         raise SystemExit(
-            "ff_kernel.py: needs CUDA but for --ptx (tests/test_feed_forward_op.py runs the kernels in Triton's interpreter)"
+            "ff_kernel.py: needs CUDA but for --ptx (tests/test_feed_forward_op.py runs the "
+            "kernels in Triton's interpreter)"
         )
     if args.sweep:
         for members in (int(m) for m in args.members.split(",")):
@@ -48,8 +51,8 @@ def main() -> None:
     device = torch.device("cuda")
     compiled = torch.compile(reference)
     print(
-        f"feed-forward D {args.d_model}, F {args.hidden}, {args.rows} rows a member, dropout {args.dropout}, bf16, "
-        f"{torch.cuda.get_device_name()}"
+        f"feed-forward D {args.d_model}, F {args.hidden}, {args.rows} rows a member, dropout {args.dropout}, "
+        f"bf16, {torch.cuda.get_device_name()}"
     )
     print(
         f"{'members':>7}  {'ours ms':>8}  {'eager ms':>8}  {'compiled ms':>11}  {'ours GB/s':>9}  "
@@ -87,10 +90,12 @@ def main() -> None:
         ours_ms = timed(lambda: feed_forward(a, w1, b1, w2, rate, seed))
         eager_ms = timed(lambda: reference(a, w1, b1, w2, rate, keep))
         compiled_ms = timed(lambda: compiled(a, w1, b1, w2, rate, keep))
-        # what ours must move: a, y, grad y, grad a (bf16), the weights read three times and their gradients written (fp32)
+        # what ours must move: a, y, grad y, grad a (bf16), the weights read three times and their
+        # gradients written (fp32)
         moved = members * (4 * args.rows * args.d_model * 2 + 4 * 2 * args.hidden * args.d_model * 4)
         print(
-            f"{members:7d}  {ours_ms:8.3f}  {eager_ms:8.3f}  {compiled_ms:11.3f}  {moved / ours_ms / 1e6:9.1f}  {errors}"
+            f"{members:7d}  {ours_ms:8.3f}  {eager_ms:8.3f}  {compiled_ms:11.3f}  "
+            f"{moved / ours_ms / 1e6:9.1f}  {errors}"
         )
 
 
@@ -107,10 +112,7 @@ def sublayer(members: int, rows: int, d: int, hidden: int) -> tuple[torch.Tensor
 def instructions(d: int) -> None:
     """PTX instructions of each kernel's first (fastest measured) block, bf16: all, the dropout
     draw's (Philox: mul.hi, mul.lo, xor) and the matrix products' (wgmma)."""
-    import collections
-    import re
-
-    from trainables.models import feed_forward_triton as kernels
+    from trainables.models import feed_forward_triton as kernels  # noqa: PLC0415 - Triton: --ptx and --sweep only
 
     print(
         f"PTX of each kernel's loop as compiled for sm_90, bf16, D {d} (a static count: the loop body once)"
@@ -133,7 +135,7 @@ def instructions(d: int) -> None:
 
 def sweep(members: int, rows: int, d: int, hidden: int, dropout: float) -> None:
     """One forward and backward of the op, then the autotuner's timing of each candidate block."""
-    from trainables.models import feed_forward_triton as kernels
+    from trainables.models import feed_forward_triton as kernels  # noqa: PLC0415 - Triton: --ptx and --sweep only
 
     device = torch.device("cuda")
     a, w1, b1, w2 = sublayer(members, rows, d, hidden)
@@ -144,7 +146,8 @@ def sweep(members: int, rows: int, d: int, hidden: int, dropout: float) -> None:
         # configs_timings: [median, 20th, 80th percentile] ms a block, inf where it did not fit
         timings = sorted((ms[0], str(config)) for config, ms in getattr(tuned, "configs_timings", {}).items())
         print(
-            f"{members} members, {name} ({len(timings)} blocks, {sum(ms == float('inf') for ms, _ in timings)} too large): "
+            f"{members} members, {name} ({len(timings)} blocks, "
+            f"{sum(ms == float('inf') for ms, _ in timings)} too large): "
             + "; ".join(f"{ms:.3f} ms {config}" for ms, config in timings),
             flush=True,
         )

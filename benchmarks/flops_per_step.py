@@ -3,11 +3,11 @@
   python benchmarks/flops_per_step.py [--presets ctl/ndr,ctl/transformer] [--batches 3] [--rate 1000]
 
 For each preset: parameters, the widths of a few training batches as a trial draws them (padded
-as a graphed step on a GPU pads them), and the floating-point operations of their forward and backward passes as
-torch.utils.flop_counter counts them (matrix products and attention, 2 per multiply-add; the
-elementwise work is not counted). Then the sustained TFLOP/s that `--rate` member-steps/s would
-need, to set beside a GPU's peak (H100 SXM dense: about 67 float32, 495 TF32, 990 bf16). Runs on
-the CPU: the count does not depend on the device.
+as a graphed step on a GPU pads them), and the floating-point operations of their forward and
+backward passes as torch.utils.flop_counter counts them (matrix products and attention, 2 per
+multiply-add; the elementwise work is not counted). Then the sustained TFLOP/s that `--rate`
+member-steps/s would need, to set beside a GPU's peak (H100 SXM dense: about 67 float32, 495
+TF32, 990 bf16). Runs on the CPU: the count does not depend on the device.
 """
 
 from __future__ import annotations
@@ -52,13 +52,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="member-steps/s to price")
     args = parser.parse_args()
     print(
-        f"{'task/model':28s} {'params':>9s} {'batch widths':>14s} {'GFLOP/step':>11s} {f'TFLOP/s at {args.rate:,.0f}/s':>18s}"
+        f"{'task/model':28s} {'params':>9s} {'batch widths':>14s} {'GFLOP/step':>11s} "
+        f"{f'TFLOP/s at {args.rate:,.0f}/s':>18s}"
     )
     for task_model in args.presets.split(","):
         params, widths, gflops = step_gflop(task_model.strip(), args.batches)
         median = statistics.median(gflops)
         print(
-            f"{task_model:28s} {params:9,d} {','.join(map(str, widths)):>14s} {median:11.1f} {median * args.rate / 1e3:18.1f}",
+            f"{task_model:28s} {params:9,d} {','.join(map(str, widths)):>14s} {median:11.1f} "
+            f"{median * args.rate / 1e3:18.1f}",
             flush=True,
         )
 

@@ -79,7 +79,8 @@ def _part_op(n: int):
     if n in _PART_OPS:
         return _PART_OPS[n]
     names = [f"t{i}" for i in range(n)]
-    schema = f"(str key, {', '.join(f'Tensor {t}' for t in names)}, int[] member_dims, str autocast) -> (Tensor, Tensor)"
+    tensors = ", ".join(f"Tensor {t}" for t in names)
+    schema = f"(str key, {tensors}, int[] member_dims, str autocast) -> (Tensor, Tensor)"
 
     def forward(key, *args):
         *inputs, member_dims, autocast = args

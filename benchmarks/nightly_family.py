@@ -54,7 +54,8 @@ def main() -> None:
         cells = sum(math.prod(len(v) for v in pair.grid.values()) for pair in study.pairs)
         files.append((path, cells, len(study.seeds), study.report))
         print(
-            f"{path}: {cells} cells x {len(study.seeds)} seeds, {study.report.test} at alpha {study.report.alpha:g}"
+            f"{path}: {cells} cells x {len(study.seeds)} seeds, {study.report.test} at "
+            f"alpha {study.report.alpha:g}"
         )
     shared = [report.alpha for *_, report in files]
     for label, alphas in (

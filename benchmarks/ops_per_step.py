@@ -3,7 +3,8 @@ per step, counted on any device, so that a machine without a GPU can see a chang
 the bytes they read and write, which bound a step of small elementwise kernels on a GPU (its
 memory moves them at a few TB/s).
 
-  python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...] [--kernels TEXT] [--fused CUT]
+  python benchmarks/ops_per_step.py [--preset ctl/ndr] [--members 1,4,20] [--rows 20] [--set key=value ...]
+                                    [--kernels TEXT] [--fused CUT]
 
 With `--bf16-activations`, what the step would move were its activations bf16 throughout (the
 parameters cast inside the step), not only its matrix products' as autocast does. With
@@ -101,7 +102,7 @@ def watch_buffers() -> tuple[list[tuple[str, str, str, dict]], Callable[[], None
     """(kind, model line, kernel, bytes per buffer) of every kernel Inductor counts until the
     returned function is called: what a kernel of our own would have to keep out of memory (the
     saved activations its backward reads again, masks kept apart)."""
-    from torch._inductor.graph import GraphLowering
+    from torch._inductor.graph import GraphLowering  # noqa: PLC0415 - Inductor: --kernels with compile only
 
     seen, count_bytes = [], GraphLowering.count_bytes
 
@@ -127,7 +128,8 @@ def count(
 ) -> None:
     device = setup_device(cfg)
     stack = Stack(cfg, [{"seed": seed} for seed in range(n)], load_task(cfg.task, cfg.task_options), device)
-    if bf16_activations:  # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
+    # what the step would move were every activation bf16, not only the products' (a what-if: not a setting)
+    if bf16_activations:
         forward = stack.forward
         stack.forward = lambda params, buffers, batch: forward(
             in_bf16(params), in_bf16(buffers), batch
@@ -135,7 +137,8 @@ def count(
     cfg = stack.cfg  # compile and bf16 as the stack runs them (auto decided for this device)
     if (kernels or fused) and not cfg.compile:  # our ops count as one kernel each only in a compiled graph
         raise SystemExit(
-            f"ops_per_step.py: {'--kernels' if kernels else '--fused'} counts compiled kernels: add --set compile=true"
+            f"ops_per_step.py: {'--kernels' if kernels else '--fused'} counts compiled "
+            "kernels: add --set compile=true"
         )
     # One batch throughout: a compile is made per batch width, and each width moves its own bytes.
     batch = stack.next_batch()
@@ -144,9 +147,9 @@ def count(
     if (
         cfg.compile
     ):  # Inductor sums each kernel's reads and writes as it compiles, where its metrics log is on
-        from torch._functorch import config as functorch_config
-        from torch._inductor import compile_fx, metrics
-        from torch._inductor import config as inductor_config
+        from torch._functorch import config as functorch_config  # noqa: PLC0415 - Inductor: compiled steps only
+        from torch._inductor import compile_fx, metrics  # noqa: PLC0415 - as above
+        from torch._inductor import config as inductor_config  # noqa: PLC0415 - as above
 
         # A graph loaded from the compile caches brings its byte total back but not its kernels.
         inductor_config.fx_graph_cache = functorch_config.enable_autograd_cache = False
@@ -159,8 +162,9 @@ def count(
     if cfg.compile:  # its kernels run inside the compiled code, where a dispatch mode would not see them
         stop_watching()
         print(
-            f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward and backward "
-            f"graphs' {metrics.generated_kernel_count} generated kernels and their matrix products"
+            f"\n{where}, compiled: {metrics.num_bytes_accessed / 1e9:.3f} GB read and written by the forward "
+            f"and backward graphs' {metrics.generated_kernel_count} generated kernels "
+            "and their matrix products"
         )
         by_line = Counter()
         for node, words in metrics.nodes_num_elem:  # (scheduler node, its bytes / 4)
@@ -170,7 +174,8 @@ def count(
             print(f"{moved / 1e9:7.3f}  {line}")
         if kernels:
             print(
-                f"\nkernels whose model line holds {kernels!r}: MB moved, then each buffer read or written (MB)"
+                f"\nkernels whose model line holds {kernels!r}: MB moved, then each "
+                "buffer read or written (MB)"
             )
             for kind, line, name, accesses in buffers:
                 if kernels in line:
@@ -207,13 +212,15 @@ def main() -> None:
     parser.add_argument(
         "--bf16-activations",
         action="store_true",
-        help="cast the parameters to bf16 inside each step (float32 masters), so that every activation is bf16",
+        help="cast the parameters to bf16 inside each step (float32 masters), so "
+        "that every activation is bf16",
     )
     parser.add_argument(
         "--fused",
         metavar="CUT",
         choices=CUTS,
-        help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs (a what-if: fused_layer.py)",
+        help="parts of NDR's layer as kernels of our own, each counted as its inputs and outputs "
+        "(a what-if: fused_layer.py)",
     )
     parser.add_argument(
         "--kernels",

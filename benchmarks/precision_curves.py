@@ -1,8 +1,8 @@
 """Learning curves in float32, TF32 and bf16 autocast, over seeds: whether fast matmuls are safe.
 
   python benchmarks/precision_curves.py [--preset ctl/ndr] [--set key=value ...] [--seeds 0,1,2,3,4]
-                                        [--precisions fp32,tf32,bf16] [--n-iters N] [--eval-every E] [--csv out.csv]
-                                        [--parallel]
+                                        [--precisions fp32,tf32,bf16] [--n-iters N] [--eval-every E]
+                                        [--csv out.csv] [--parallel]
 
 Issue 21 item 2: TF32 and/or bf16 become the CUDA default only if their curves at the papers'
 settings stay within seed noise of float32. Each precision trains the same seeds (stacked, as a
@@ -139,7 +139,8 @@ def main() -> None:
     metric = score_of(next(iter(runs[precisions[0]].values()))[0])
     print(
         f"{args.preset}, seeds {seeds}: ood_valid_{metric} / iid_valid_{metric}, mean ± std over seeds"
-        f" ({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better); '~' within seed noise of fp32, '!' not"
+        f" ({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better); '~' within "
+        "seed noise of fp32, '!' not"
     )
     print(f"{'iteration':>9s} " + " ".join(f"{p:>27s}" for p in precisions))
     verdicts = {p: [] for p in precisions}
@@ -153,12 +154,14 @@ def main() -> None:
             verdicts[p].append(same)
             spread = statistics.stdev(ood) if len(ood) > 1 else 0.0
             cells.append(
-                f"{statistics.fmean(ood):.3f}±{spread:.3f} / {statistics.fmean(iid):.3f} {'~' if same else '!'}"
+                f"{statistics.fmean(ood):.3f}±{spread:.3f} / "
+                f"{statistics.fmean(iid):.3f} {'~' if same else '!'}"
             )
         print(f"{iteration:9d} " + " ".join(f"{c:>27s}" for c in cells))
     for p in precisions[1:]:
         print(
-            f"{p}: within seed noise of {precisions[0]} at {sum(verdicts[p])} of {len(verdicts[p])} evaluations"
+            f"{p}: within seed noise of {precisions[0]} at {sum(verdicts[p])} of "
+            f"{len(verdicts[p])} evaluations"
         )
     if args.csv:
         with open(args.csv, "w", newline="") as f:

@@ -1,7 +1,7 @@
 """Where one training step's device time goes: the kernels of a stack of N members, by total time.
 
-  python benchmarks/profile_step.py [--preset ctl/ndr] [--device cuda] [--members 1,20] [--steps 10] [--fp32] [--bf16]
-                                    [--set key=value ...] [--rows 25]
+  python benchmarks/profile_step.py [--preset ctl/ndr] [--device cuda] [--members 1,20] [--steps 10]
+                                    [--fp32] [--bf16] [--set key=value ...] [--rows 25]
 
 For each stack size, the step (graphed where the model allows, as a launch runs it) is warmed up
 until every length bucket is captured, then profiled over --steps steps: the share of the device
@@ -64,7 +64,8 @@ def profile(cfg, n: int, steps: int, rows: int) -> None:
     print(f"{'share':>6s} {'us/step':>9s} {'calls/step':>10s}  kernel")
     for e in sorted(events, key=self_us, reverse=True)[:rows]:
         print(
-            f"{self_us(e) / steps / total:6.3f} {self_us(e) / steps:9.1f} {e.count / steps:10.1f}  {e.key[:110]}"
+            f"{self_us(e) / steps / total:6.3f} {self_us(e) / steps:9.1f} "
+            f"{e.count / steps:10.1f}  {e.key[:110]}"
         )
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: the headless browser that checks the pages a researcher reads; the data sets users bring; a throwaway PostgreSQL database."""
+"""Shared fixtures: the headless browser that checks the pages a researcher reads; the data sets
+users bring; a throwaway PostgreSQL database."""
 
 import os
 import shutil

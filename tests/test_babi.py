@@ -113,7 +113,8 @@ def test_a_missing_folder_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("BABI_DATA", raising=False)
     with pytest.raises(
         ValueError,
-        match=r"data_dir: '\$BABI_DATA' names an unset environment variable: set it to the folder holding bAbI's qa1_",
+        match=r"data_dir: '\$BABI_DATA' names an unset environment variable: set it to the "
+        r"folder holding bAbI's qa1_",
     ):
         task_config("babi", {})
     with pytest.raises(ValueError, match="has no qa2_"):

@@ -216,7 +216,8 @@ SPEC_CASES = {
         "space.lr.loguniform: expected [low, high] finite numbers, "
         "got ['125e-6', 0.001] (YAML reads 125e-6 as text: write 1.25e-04)",
     ),
-    # a reason that names no key of the file (torch's "embed_dim must be divisible by num_heads") points at the value probed
+    # a reason that names no key of the file (torch's "embed_dim must be divisible by num_heads") points
+    # at the value probed
     "a later grid cell whose reason names no key": (
         {
             **ABLATION,
@@ -283,8 +284,8 @@ MODEL_CASES = {
     ("copy/panm", "mode2_heads=-1"): "mode2_heads: must be at least 0",
     ("ctl/ndr", "n_layers=null"): "n_layers: expected a number, got null",
     ("ctl/ndr", "d_model=true"): "d_model: expected a number, got true",
-    # checked by building it: an LSTM of 10^6 layers took minutes and most of the memory, a PANM of 10^6 Mode-2
-    # heads more than 20 s (mutations drew both)
+    # checked by building it: an LSTM of 10^6 layers took minutes and most of the memory, a PANM of
+    # 10^6 Mode-2 heads more than 20 s (mutations drew both)
     ("ctl/lstm", "n_layers=1000000"): "n_layers: must be at least 1 and at most 1000",
     ("copy/panm", "mode2_heads=1000000"): "mode2_heads: must be at least 0 and at most 1000",
     (
@@ -326,7 +327,8 @@ def test_a_trial_files_yaml_error_names_its_line_as_a_launch_files_does(tmp_path
     for argv in (["launch", str(path), "--dry-run", "--no-calibrate"], ["train", str(path)]):
         assert (
             refused(tmp_path, argv)
-            == f"orchestrator: error: {path}: line 3: malformed YAML: expected ',' or ']', but got '<stream end>'"
+            == f"orchestrator: error: {path}: line 3: malformed YAML: expected ',' or "
+            "']', but got '<stream end>'"
         )
 
 
@@ -430,7 +432,8 @@ def test_a_pair_without_a_paper_setting_plans_at_the_trials_default_length(tmp_p
     __import__("torch").cuda.is_available(), reason="this machine has the GPU the case asks for"
 )
 def test_training_on_a_gpu_this_machine_lacks_is_one_line(tmp_path):
-    """A GPU launch's best config re-run here (`orchestrator train runs/<launch>/best/<pair>.yaml`) crashed in torch."""
+    """A GPU launch's best config re-run here (`orchestrator train runs/<launch>/best/<pair>.yaml`)
+    crashed in torch."""
     line = refused(tmp_path, ["train", "ctl/lstm", "--set", "n_iters=2", "--set", "device=cuda"])
     assert line.startswith(
         "orchestrator: error: ctl/lstm: device: cuda, but torch finds 0 CUDA device(s) here"
@@ -488,7 +491,8 @@ def test_trial_storage_under_home_is_checked_where_the_launch_puts_it(tmp_path, 
     path.write_text(yaml.safe_dump({**GOOD, "storage": "~/trials"}))
     line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
     assert line.startswith(
-        f"orchestrator: error: {path}: storage: cannot write trial storage in ~/trials ({tmp_path / 'home_is_a_file'} is not"
+        f"orchestrator: error: {path}: storage: cannot write trial storage in ~/trials "
+        f"({tmp_path / 'home_is_a_file'} is not"
     ), line
 
 
@@ -504,5 +508,6 @@ def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_pat
     monkeypatch.setattr(cli, "cmd_status", unreachable)
     assert cli.main(["status"]) == EXIT_STORE_UNREACHABLE
     assert capsys.readouterr().err.splitlines() == [
-        "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run the command again once the store answers"
+        "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run "
+        "the command again once the store answers"
     ]

@@ -214,7 +214,8 @@ def test_a_compiled_stack_pads_its_batches_to_a_few_widths():
     )  # what it would have compiled
 
 
-INDUCTOR_ERROR = "expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ..."  # the GPU's, abridged
+# the GPU's, abridged
+INDUCTOR_ERROR = "expected size 512==512, stride 32==24 at dim=0\nThis error most often comes from ..."
 
 
 class FailsBackward(torch.autograd.Function):
@@ -286,7 +287,8 @@ def test_a_compiled_step_that_fails_leaves_an_auto_compiled_stack_training_uncom
     )  # what compile and bf16 resolved to
     said = [line for line in lines if "compiled step failed" in line]
     assert said == [
-        "[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at dim=0); training on uncompiled"
+        "[ctl/ndr] the compiled step failed (AssertionError: expected size 512==512, stride 32==24 at "
+        "dim=0); training on uncompiled"
     ]
     with pytest.warns(
         UserWarning, match="compiled step failed"
@@ -386,7 +388,8 @@ def test_resume_from_a_batched_snapshot_continues_exactly():
 
 
 def test_a_seeds_weights_load_into_a_model_of_its_own():
-    """What the report's attention maps load from a checkpoint of batched seeds (orchestrator/report/maps.py)."""
+    """What the report's attention maps load from a checkpoint of batched seeds
+    (orchestrator/report/maps.py)."""
     states = []
     cfg = tiny("ndr", **NO_DROPOUT)
     train_seeds(cfg, [4, 9], report=lambda metrics, state, compiled: states.append(state()), log=None)

@@ -157,8 +157,9 @@ print(ray.get(measured.remote()), ray.get(measured.remote()))
 def test_a_measurement_given_a_gpu_runs_in_a_worker_process_of_its_own(cluster):
     """The launch's CUDA check and stack-size curves, and the dry run's timings, got their GPU
     through .options(); Ray runs a worker once only for tasks declared with GPUs in ray.remote, so
-    a measurement's worker stayed for the next task, holding its CUDA context and memory on the GPU the trials train
-    on (and the device it started with). A GPU declared to Ray here: none is touched."""
+    a measurement's worker stayed for the next task, holding its CUDA context and memory on the GPU
+    the trials train on (and the device it started with). A GPU declared to Ray here: none is
+    touched."""
     cluster.start(f"--address={cluster.address}", "--num-cpus=1", "--num-gpus=1")
     done = subprocess.run(
         [sys.executable, "-c", MEASURED_TWICE, cluster.address],
@@ -194,9 +195,9 @@ def test_a_driver_must_run_on_a_node_of_the_cluster(tmp_path, cluster):
     )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert refused.stderr.strip() == (
-        f"orchestrator: error: --address: this machine is not a node of the Ray cluster at {cluster.address}, "
-        f"and a driver runs on one: join it first with `ray start --address {cluster.address} --num-cpus=0` "
-        "(trials never run there; deploy/README.md)"
+        "orchestrator: error: --address: this machine is not a node of the Ray cluster at "
+        f"{cluster.address}, and a driver runs on one: join it first with `ray start --address "
+        f"{cluster.address} --num-cpus=0` (trials never run there; deploy/README.md)"
     )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
     joined = subprocess.run(
@@ -226,7 +227,7 @@ def test_storage_every_node_must_see(tmp_path, cluster, monkeypatch):
         "launch", str(path), "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env, check=False
     )
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    [line] = [l for l in refused.stderr.splitlines() if l.startswith("orchestrator:")]
+    [line] = [said for said in refused.stderr.splitlines() if said.startswith("orchestrator:")]
     assert (
         line.startswith(f"orchestrator: error: {path}: storage: node ")
         and "cannot see" in line
@@ -306,8 +307,8 @@ def test_a_trial_no_node_can_hold_is_refused(tmp_path, cluster):
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.strip() == (
-        f"orchestrator: error: {path}: resources.cpu: a trial asks for 2 CPU; no node of the cluster has that "
-        "much (the most on one node: 1)"
+        f"orchestrator: error: {path}: resources.cpu: a trial asks for 2 CPU; no node of the cluster has "
+        "that much (the most on one node: 1)"
     )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
@@ -386,7 +387,8 @@ def test_a_ctrl_c_raised_inside_a_finalizer_is_delivered_again():
     program = """
 import os, signal, time
 from orchestrator.cli import redeliver_lost_interrupts
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as under a terminal (a background job inherits SIGINT ignored)
+# as under a terminal (a background job inherits SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 redeliver_lost_interrupts()
 class Finalized:
     def __del__(self):
@@ -519,7 +521,8 @@ def test_launch_survives_postgresql_dropping_its_connections(tmp_path, postgres_
     check_complete(uri, path, trials=4, n_iters=n_iters, eval_every=every)
 
 
-@pytest.mark.long  # 165 s in CI; test_launch_survives_postgresql_dropping_its_connections causes the store's faults by default
+# 165 s in CI; test_launch_survives_postgresql_dropping_its_connections causes the store's faults by default
+@pytest.mark.long
 def test_a_postgresql_outage_longer_than_the_retries_stops_the_launch_in_one_line_and_resume_finishes_it(
     tmp_path, postgres_database
 ):
@@ -608,8 +611,8 @@ def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_p
         == 1
     )
     assert (
-        f"[launch] stack size of cr__transformer: {size}, where the member-steps/s of its 4 members (a stack of the rest included) level off (1: "
-        in out.stdout
+        f"[launch] stack size of cr__transformer: {size}, where the member-steps/s of its 4 members (a stack "
+        "of the rest included) level off (1: " in out.stdout
     )
     experiment = yaml.safe_load(path.read_text())["name"]
     _, _, runs = trial_runs(uri, experiment)
@@ -620,7 +623,8 @@ def test_stack_size_auto_is_measured_on_a_gpu_node_and_kept_in_launch_json(tmp_p
     )
 
 
-@pytest.mark.long  # its parts have fast tests (test_spec); this one checks that Ray honours each pair's request
+# its parts have fast tests (test_spec); this one checks that Ray honours each pair's request
+@pytest.mark.long
 def test_each_pair_asks_for_its_own_share_of_a_gpu(tmp_path, cluster):
     """A node with 2 CPUs and one (declared) GPU. A stacked Transformer trial asks for the whole GPU,
     the LSTM's trials (per_model resources) for half of it each: the two LSTM trials run at once,

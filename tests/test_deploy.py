@@ -103,7 +103,8 @@ def test_the_commands_deploy_runs_are_ours_and_name_files_that_exist():
     commands += orchestrator_commands(re.search(r"^ExecStart=(.*)$", service, re.M).group(1))
     for args in commands:
         check_command(args)
-    # Both clusters' drivers and nodes see one volume at the repository's runs/ (launch folders and trial storage).
+    # Both clusters' drivers and nodes see one volume at the repository's runs/ (launch folders and
+    # trial storage).
     assert "/opt/sysgen-search/runs" in (DEPLOY / "kuberay-cluster.yaml").read_text()
 
 

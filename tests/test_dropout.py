@@ -48,8 +48,9 @@ def test_stacked_members_draw_their_own_masks():
 
 
 def test_stacked_members_drop_at_their_own_rates_and_scale_by_them():
-    """A stack whose members' rates differ (trainables.batched sets their rates in tensors) keeps the rates as a
-    stacked buffer: each member's mask and scale are the definition's at its own rate, the gate-drop's too."""
+    """A stack whose members' rates differ (trainables.batched sets their rates in tensors) keeps the
+    rates as a stacked buffer: each member's mask and scale are the definition's at its own rate, the
+    gate-drop's too."""
     from torch.func import functional_call
 
     from trainables.models.dropout import GateDrop

@@ -248,7 +248,8 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
         ),
         (
             ["--output", "{tmp}/a-file/runs.csv"],
-            "orchestrator: error: --output: cannot write {tmp}/a-file/runs.csv ({tmp}/a-file is not a writable folder)",
+            "orchestrator: error: --output: cannot write {tmp}/a-file/runs.csv ({tmp}/a-file "
+            "is not a writable folder)",
         ),
         (["--output", "{tmp}"], "orchestrator: error: --output: cannot write {tmp} ({tmp} is a folder)"),
     ],
@@ -401,6 +402,7 @@ def test_dashboard_of_a_launch_whose_search_store_is_gone_is_one_line(tmp_path, 
     assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == [
-        f"orchestrator: error: dashboard: no search store (Optuna) at {tmp_path}/mlflow.optuna.db: the launch's studies were kept there"
+        f"orchestrator: error: dashboard: no search store (Optuna) at {tmp_path}/mlflow.optuna.db: the "
+        "launch's studies were kept there"
     ]
     assert not (tmp_path / "mlflow.optuna.db").exists()

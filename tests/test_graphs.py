@@ -98,7 +98,8 @@ def test_cuda_graphs_false_and_the_cpu_step_eagerly():
     assert (
         graphs.graphs_unused_because(tiny("ndr", compile="auto"), torch.device("cuda")) is None
     )  # auto compiles stacks only
-    # A stack's compiled step keeps the graph, as `auto` settles a stack on CUDA; torch's own graphing modes keep theirs instead.
+    # A stack's compiled step keeps the graph, as `auto` settles a stack on CUDA; torch's own graphing
+    # modes keep theirs instead.
     assert (
         graphs.graphs_unused_because(
             tiny("ndr", compile="auto", bf16="auto").settled("cuda", 5), torch.device("cuda"), stacked=True
@@ -221,7 +222,8 @@ def test_on_cuda_a_compiled_stack_can_be_graphed():
     )
     losses = [stack.run(batch)[0].clone() for _ in range(4)]
     assert len({tuple(loss.tolist()) for loss in losses}) == 4
-    # As a launch's stacks run by default (compile: auto, bf16: auto): graphed, in bf16 autocast, and it learns.
+    # As a launch's stacks run by default (compile: auto, bf16: auto): graphed, in bf16 autocast, and it
+    # learns.
     auto = tiny("ndr", compile="auto", bf16="auto", length_bucketed=True, n_iters=60, eval_every=30)
     stack = batched.Stack(auto, members, load_task(auto.task, auto.task_options), torch.device("cuda"))
     assert stack.graphed and stack.cfg.compile and stack.cfg.bf16

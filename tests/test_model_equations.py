@@ -116,7 +116,8 @@ def softmax(scores: list[float]) -> list[float]:
 
 
 def address(n: int, bits: int) -> torch.Tensor:
-    """PANM Sec. 2.2: slot n's physical address, n (base 0 at evaluation) in b bits, most significant first."""
+    """PANM Sec. 2.2: slot n's physical address, n (base 0 at evaluation) in b bits, most significant
+    first."""
     return torch.tensor([float((n >> (bits - 1 - k)) & 1) for k in range(bits)], dtype=torch.float64)
 
 
@@ -171,7 +172,8 @@ class SlowPANM:
         for h, unit in enumerate(model.pointer_units):
             # Eq. 1: the Pointer Unit reads its previous pointer, a soft address.
             self.unit_states[h] = gru(unit, self.pointers[h], self.unit_states[h])
-            # Eq. 2: attention over the visible slots' addresses by cosine (with a learned inverse temperature).
+            # Eq. 2: attention over the visible slots' addresses by cosine (with a learned inverse
+            # temperature).
             weights = softmax(
                 [self.sharp_a * cos(self.unit_states[h], self.keys[h][n]) for n in range(visible)]
             )
@@ -395,7 +397,8 @@ def slow_dnc_memory(cfg: DNCConfig, state: dict, xi: dict) -> dict:
     ]
     u_prev, ww_prev = state["usage"], state["write_weights"]
     usage = [(u_prev[i] + ww_prev[i] - u_prev[i] * ww_prev[i]) * psi[i] for i in range(N)]
-    # Allocation over the free list phi (cells by ascending usage): a[phi_j] = (1 - u[phi_j]) prod_{k<j} u[phi_k].
+    # Allocation over the free list phi (cells by ascending usage):
+    # a[phi_j] = (1 - u[phi_j]) prod_{k<j} u[phi_k].
     u = [x * (1 - DNC_EPS) + DNC_EPS for x in usage]
     phi = sorted(range(N), key=lambda i: u[i])
     alloc = [0.0] * N

@@ -49,7 +49,8 @@ GOOD_MODEL = """
 
         def __init__(self, cfg, task):
             super().__init__()
-            self.embed, self.out = nn.Embedding(len(task.vocab), cfg.width), nn.Linear(cfg.width, task.n_classes)
+            self.embed = nn.Embedding(len(task.vocab), cfg.width)
+            self.out = nn.Linear(cfg.width, task.n_classes)
 
         def forward(self, tokens, lengths):
             return self.out(self.embed(tokens).mean(1))

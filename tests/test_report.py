@@ -277,8 +277,10 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
     night = fake_launch(tmp_path, uri, "night-2", scores_for(3, rng_seed=2), text, broken)
     assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
-        "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (1 diverged, 2 failed); 3 of 3 before",
-        "REGRESSION ctl_backward__ndr n_layers=6: 1 of 3 runs completed (1 diverged, 1 failed); 3 of 3 before",
+        "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (1 "
+        "diverged, 2 failed); 3 of 3 before",
+        "REGRESSION ctl_backward__ndr n_layers=6: 1 of 3 runs completed (1 "
+        "diverged, 1 failed); 3 of 3 before",
     ]
     markdown = (night.dir / "report" / "report.md").read_text()
     assert "| n_layers=8 | 2 (+1 diverged) |" in markdown
@@ -324,7 +326,8 @@ def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_
         (search, "is a search; launches compare cell by cell only as ablations"),
         (
             other,
-            f"({other.spec_file}) has no model/task pair of night-1 (ablations/ndr_layers.yaml); nothing to compare",
+            f"({other.spec_file}) has no model/task pair of night-1 "
+            "(ablations/ndr_layers.yaml); nothing to compare",
         ),
     ):
         assert (
@@ -366,7 +369,8 @@ def test_a_cell_whose_completed_runs_have_no_test_score_regresses(tmp_path, uri,
     )
     assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
-        "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (3 completed without a score); 3 of 3 before"
+        "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (3 completed "
+        "without a score); 3 of 3 before"
     ]
 
 
@@ -392,8 +396,8 @@ def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named
     assert flagged[0].endswith("; its config changed since: n_iters 30000 -> 50")
     markdown = (night.dir / "report" / "report.md").read_text()
     assert (
-        "- ctl_backward__ndr n_layers=4: not compared, the earlier launch's runs of this cell differ in lr (0.01, 0.1)"
-        in markdown
+        "- ctl_backward__ndr n_layers=4: not compared, the earlier launch's runs of this "
+        "cell differ in lr (0.01, 0.1)" in markdown
     )
     assert "(code abc1234, now abc1234)" in markdown
 
@@ -472,7 +476,8 @@ def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
     out = capsys.readouterr().out.splitlines()
     assert (
         out[-1]
-        == "no regression in 6 cells compared with night-1 (one-sided welch test across seeds, alpha 0.05, Holm-corrected; code abc1234 -> abc1234)"
+        == "no regression in 6 cells compared with night-1 (one-sided welch test across seeds, alpha 0.05, "
+        "Holm-corrected; code abc1234 -> abc1234)"
     )
     assert not any("REGRESSION" in line for line in out)
 
@@ -491,7 +496,8 @@ def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
     assert len(flagged) == len(LAYERS)
     for line, (layers, mean_before, mean_now, p) in zip(flagged, expected):
         found = re.fullmatch(
-            r"REGRESSION ctl_backward__ndr n_layers=(\d+) test_acc_at_best: (\S+) -> (\S+) \(worse by (\S+), p = (\S+)\)",
+            r"REGRESSION ctl_backward__ndr n_layers=(\d+) test_acc_at_best: (\S+) -> (\S+) "
+            r"\(worse by (\S+), p = (\S+)\)",
             line,
         )
         assert found, line
@@ -641,8 +647,8 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
 
     smoke = load_study("search_spaces/smoke.yaml")
     assert answer(smoke, [(0.857, {"lr": 0.003}), (0.36, {"lr": 0.01})]) == [
-        "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.857 (+0.757 from chance, 0.100) vs lstm_seq2seq 0.360; "
-        "each pair's best trial, at this launch's scale",
+        "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.857 (+0.757 from chance, 0.100) "
+        "vs lstm_seq2seq 0.360; each pair's best trial, at this launch's scale",
         "  at full scale the papers report: panm 0.84 (PANM Table 7), lstm_seq2seq 0.11 (PANM Table 7)",
     ]
     # A headline split the task does not have (test_x99) said nothing at all.
@@ -659,9 +665,10 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
     }
     p_value = stats.two_sided_p(panm, lstm, "welch")
     assert answer_lines(smoke, confirmed)[0] == (
-        "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.840 (+0.740 from chance, 0.100) vs lstm_seq2seq 0.360; "
-        f"each pair's confirmed candidate, the mean over its seeds (panm 3, lstm_seq2seq 3); panm against lstm_seq2seq: p = {p_value:.3g} "
-        "(welch, two-sided), at this launch's scale"
+        "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.840 (+0.740 from chance, 0.100) "
+        "vs lstm_seq2seq 0.360; each pair's confirmed candidate, the mean over its seeds (panm 3, "
+        f"lstm_seq2seq 3); panm against lstm_seq2seq: p = {p_value:.3g} (welch, "
+        "two-sided), at this launch's scale"
     )
     reported = {
         p.name: {"best_metrics": {"test_x2_token_acc_at_best": 0.5}, "best_config": p.base}
@@ -824,7 +831,8 @@ def test_the_page_renders_in_a_real_browser(tmp_path, uri, chromium):
     assert 'data-images="1:true"' in dom, dom[-500:]
     assert '<table class="cells">' in dom and "paper (test_acc, at the paper's checkpoint)" in dom
     assert re.search(
-        r'<td class="published">1\.000 ± 0\.000 \([+-]\d\.\d{3}; Table 4, p = [0-9.e+-]+ against its 5 runs\)</td>',
+        r'<td class="published">1\.000 ± 0\.000 \([+-]\d\.\d{3}; Table 4, p = [0-9.e+-]+ '
+        r'against its 5 runs\)</td>',
         dom,
     ), "no published number in the page"
 
@@ -940,8 +948,8 @@ def test_a_search_report_shows_every_trial_the_winner_and_the_curves(tmp_path, u
     )
     # The answer opens the report, as it closes the launch: the winner's test score (trial 3's).
     assert (
-        f"## The answer\n\n- answer on tiny: ndr generalizes best, test_acc_at_best {max(SEARCH_TRIALS[2][3]) - 0.1:.3f}"
-        in markdown
+        "## The answer\n\n- answer on tiny: ndr generalizes best, test_acc_at_best "
+        f"{max(SEARCH_TRIALS[2][3]) - 0.1:.3f}" in markdown
     ), markdown[:1500]
     assert "Hyperparameter importances" in markdown
     assert "compare-runs?runs=" in markdown and "mlflow ui --backend-store-uri" in markdown
@@ -1243,10 +1251,11 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
         "### NDR (Csordás et al., ICLR 2022), Table 1"
     ]
     lines = [line for line in section.splitlines() if line.startswith("|")]
-    # The IID columns are the runs' last values (the authors' paper/print_perf_table_ctl.py), the longer ones the selected checkpoint's.
+    # The IID columns are the runs' last values (the authors' paper/print_perf_table_ctl.py), the longer
+    # ones the selected checkpoint's.
     assert (
-        lines[0]
-        == "| model | ctl_forward iid_valid final | ctl_forward test | ctl_backward iid_valid final | ctl_backward test |"
+        lines[0] == "| model | ctl_forward iid_valid final | ctl_forward test | ctl_backward iid_valid "
+        "final | ctl_backward test |"
     )
     paper = {
         (c["model"], c["variant"], c["split"]): c
@@ -1266,8 +1275,8 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
             published = paper[(model, variant, split)]
             mark = " †" if model == "transformer" else ""
             assert (
-                cell
-                == f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f} (3){mark} / {published['mean']:.3f} ± {published['std']:.3f}"
+                cell == f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f} (3){mark} / "
+                f"{published['mean']:.3f} ± {published['std']:.3f}"
             ), (model, variant, metric)
     assert '<table class="paper-table">' in (state.dir / "report" / "report.html").read_text()
 

@@ -497,7 +497,8 @@ def test_an_upload_that_lost_a_renamed_temporary_file_stays_off_the_console():
             )
 
     lost = FileNotFoundError(
-        "Failed to open local file '/tmp/ray/artifacts/tune/driver_artifacts/.1d57-tmp-searcher-state-2026.pkl'"
+        "Failed to open local file "
+        "'/tmp/ray/artifacts/tune/driver_artifacts/.1d57-tmp-searcher-state-2026.pkl'"
     )
     assert not superseded_sync(record(lost))
     assert superseded_sync(

@@ -90,7 +90,8 @@ def orchestrator(*args, cwd, timeout=600, check=True, env_extra=None, **kw):
     )
     if check and out.returncode != 0:
         raise AssertionError(
-            f"orchestrator {' '.join(args)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+            f"orchestrator {' '.join(args)} exited "
+            f"{out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         )
     return out
 
@@ -98,7 +99,8 @@ def orchestrator(*args, cwd, timeout=600, check=True, env_extra=None, **kw):
 def foreign_lines(out: str, path: Path) -> list[str]:
     """Console lines that are not ours: ours start with "[launch]", "[<pair> trial ...]", the search
     file's path (the plan), two spaces (a table's rows) or "orchestrator: " (the one line a command
-    ends with when it cannot go on or a Ctrl-C stopped it before a launch was registered). A traceback, a library's log line or warning shows up here."""
+    ends with when it cannot go on or a Ctrl-C stopped it before a launch was registered). A
+    traceback, a library's log line or warning shows up here."""
     return [
         line
         for line in out.splitlines()
@@ -121,7 +123,8 @@ def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_eve
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == trials
     steps = list(range(eval_every, n_iters + 1, eval_every))
-    # MLflow's table groups launch > pair > trials: each trial under its pair's run, each pair's under the launch's.
+    # MLflow's table groups launch > pair > trials: each trial under its pair's run, each pair's under
+    # the launch's.
     pair_runs = {
         r.info.run_id: r
         for r in client.search_runs([parents[0].info.experiment_id], filter_string="tags.kind = 'pair'")
@@ -252,7 +255,8 @@ def test_launch_on_postgresql(tmp_path):
     children = check_store_contents(POSTGRES, path, trials=4)
     assert {r.data.tags["model"] for r in children} == {"ndr", "lstm"}
     assert "n_heads" not in next(r for r in children if r.data.tags["model"] == "lstm").data.params
-    # The Optuna studies live in the same database, in their own schema (both libraries keep an alembic_version table).
+    # The Optuna studies live in the same database, in their own schema (both libraries keep an
+    # alembic_version table).
     import optuna
 
     storage = optuna.storages.RDBStorage(
@@ -787,8 +791,8 @@ def test_ablation_grid_over_seeds_with_report(tmp_path):
     trials = {r.data.tags["trial_id"]: r.data.tags["cell"] for r in children}
     assert sorted(trials.values()) == ["n_layers=1", "n_layers=2"]
     assert (
-        "pair tiny__ndr: grid over n_layers (2 cells; stacked: 2 trial(s) train its 4 runs (trainables.batched))"
-        in out.stdout
+        "pair tiny__ndr: grid over n_layers (2 cells; stacked: 2 trial(s) train its 4 "
+        "runs (trainables.batched))" in out.stdout
     )
     report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
     # Every number of the report is an independent aggregation of the MLflow runs, rows in numeric order.

@@ -221,12 +221,14 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
                 resources={"gpu": 1},
                 per_model={"lstm": {"fixed": {"device": "cuda:0"}, "resources": {"gpu": 0}}},
             ),
-            "per_model.lstm.fixed.device: cuda:0 needs a GPU, and per_model.lstm.resources.gpu gives its trials none",
+            "per_model.lstm.fixed.device: cuda:0 needs a GPU, and "
+            "per_model.lstm.resources.gpu gives its trials none",
         ),
         (with_(models=[["ndr"]]), "models[0]: unknown model"),
         (
             with_(per_pair={"fwd__ndrr": {"fixed": {"lr": 0.1}}}),
-            "per_pair.fwd__ndrr: not a pair of this file (did you mean 'fwd__ndr'?); its pairs: fwd__ndr, fwd__lstm",
+            "per_pair.fwd__ndrr: not a pair of this file (did you mean 'fwd__ndr'?); its "
+            "pairs: fwd__ndr, fwd__lstm",
         ),
         (
             with_(per_pair={"fwd__lstm": {"fixed": {"n_heads": 2}}}),
@@ -261,7 +263,8 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
             with_(per_pair={"fwd__lstm": {"fixed": {"task": "listops"}}}),
             "per_pair.fwd__lstm.fixed.task: the file's tasks set it",
         ),
-        # A key of the file's space may be one some of its models lack (heads of an LSTM); a model's own space may not.
+        # A key of the file's space may be one some of its models lack (heads of an LSTM); a model's own
+        # space may not.
         (
             with_(per_model={"lstm": {"space": {"n_heads": {"choice": [1, 2]}}}}),
             "per_model.lstm.space.n_heads: not a parameter of lstm",
@@ -269,8 +272,9 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
         (
             with_(space={}, grid={"n_layers": [2, 4]}, seeds=[0, 1, 2], report={"test": "mannwhitney"}),
-            "report.test: mannwhitney with 3 seeds a side can flag no regression among 4 cell(s) at alpha 0.05: its smallest p, 1/20, "
-            "Holm-corrected over them is 0.2; use welch, more seeds or fewer cells",
+            "report.test: mannwhitney with 3 seeds a side can flag no regression among 4 cell(s) at alpha "
+            "0.05: its smallest p, 1/20, Holm-corrected over them is 0.2; use welch, "
+            "more seeds or fewer cells",
         ),
     ],
 )
@@ -517,7 +521,8 @@ def test_a_models_own_grid_adds_to_the_files(tmp_path):
     )  # the preset's S and R
     with pytest.raises(
         SpecError,
-        match=r"per_model\.transformer\.grid\.n_hedas: not a parameter of transformer \(did you mean 'n_heads'\?\)",
+        match=r"per_model\.transformer\.grid\.n_hedas: not a parameter of transformer "
+        r"\(did you mean 'n_heads'\?\)",
     ):
         load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_hedas": [2]}}})))
     with pytest.raises(SpecError, match=r"per_model\.ndr\.grid: a model's grid needs an ablation file"):
@@ -690,8 +695,8 @@ def test_a_dry_run_does_not_time_gpu_trials_on_a_machine_without_a_gpu(tmp_path,
     on_gpus = with_(models=["ndr"], resources={"cpu": 1, "gpu": 0.5})
     lines = list(cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=True))
     assert lines[0].endswith(
-        "not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node or with "
-        "--address of a cluster with GPUs, or --no-calibrate)"
+        "not timed: its trials train on GPUs and this machine has none (run the dry run on a GPU node or "
+        "with --address of a cluster with GPUs, or --no-calibrate)"
     )
     assert "GPU-hours" not in lines[-1]
 
@@ -731,17 +736,15 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     )  # a stack of 4: 40 member-steps/s, 4 runs at 40
     assert sorted(r["rate"] for r in step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
     ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
-    assert (
-        lines
-        == [
-            f"  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier trials of ndr on ctl on cpu) "
-            f"-> at most {cost.hours(ndr)} of trial time",
-            f"  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier trials of lstm (other tasks) on cpu) "
-            f"-> at most {cost.hours(lstm)} of trial time",
-            f"  cost in all: 12,000 training steps = {cost.resource_hours(ndr + lstm)} CPU core-hours; on this machine (4 CPUs, 4 trial(s) at once) "
-            f"at most {cost.hours(ndr / 2)} (evaluations left out; ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
-        ]
-    )
+    assert lines == [
+        "  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier "
+        f"trials of ndr on ctl on cpu) -> at most {cost.hours(ndr)} of trial time",
+        "  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier "
+        f"trials of lstm (other tasks) on cpu) -> at most {cost.hours(lstm)} of trial time",
+        f"  cost in all: 12,000 training steps = {cost.resource_hours(ndr + lstm)} CPU core-hours; on "
+        f"this machine (4 CPUs, 4 trial(s) at once) at most {cost.hours(ndr / 2)} (evaluations left out; "
+        "ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
+    ]
     # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
     monkeypatch.setattr(
         cost,
@@ -759,9 +762,9 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     ndr = 8 * 3000 / 500.0
     assert lines[1].endswith("no stored step rate for lstm on cuda")
     assert lines[2] == (
-        f"  cost in all: 48,000 training steps = {cost.resource_hours(ndr * 0.5)} GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, "
-        f"4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left out; ASHA stops poor trials sooner); "
-        "1 pair(s) without an estimate left out"
+        f"  cost in all: 48,000 training steps = {cost.resource_hours(ndr * 0.5)} GPU-hours; on the cluster "
+        f"at head:6379 (16 CPUs, 2 GPUs, 4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left "
+        "out; ASHA stops poor trials sooner); 1 pair(s) without an estimate left out"
     )
 
 
@@ -795,7 +798,8 @@ def test_the_plan_says_which_of_a_files_keys_an_ablation_does_not_use(tmp_path):
     spec = with_(scheduler={"name": "asha", "grace_period": 5}, seeds=[0, 1], space={})
     plan = describe_study(load_study(write(tmp_path, spec))).splitlines()
     assert plan[-2:] == [
-        "  unused: budget.trials: a search's count of trials; an ablation trains every grid cell with every seed",
+        "  unused: budget.trials: a search's count of trials; an ablation trains every "
+        "grid cell with every seed",
         "  unused: scheduler: a search's early stopping; an ablation trains every trial to its end",
     ]
     search = {k: v for k, v in spec.items() if k != "seeds"} | {"space": GOOD["space"]}
@@ -838,8 +842,8 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
         "; ASHA stops none of its trials: they end at 10 iterations, within scheduler.grace_period 5000"
     )
     assert plan[1] == (
-        "  pair fwd__ndr: searching lr, n_heads; one TPE suggestion per trial: stacked suggestions would share n_heads, "
-        f"one value a stack (budget.stack_size K stacks them anyway){unstopped}"
+        "  pair fwd__ndr: searching lr, n_heads; one TPE suggestion per trial: stacked suggestions would "
+        f"share n_heads, one value a stack (budget.stack_size K stacks them anyway){unstopped}"
     )
     assert plan[2] == f"  pair fwd__lstm: searching lr{unstopped}; each trial 2 CPU, 0.25 GPU, 1 slot"
     trainable = make_trainable(study, use_gpu=True, phase=SEARCH)
@@ -868,8 +872,9 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     gpu_seconds = ndr * 1 + lstm * 0.25
     # The whole-GPU NDR trials cannot share the one GPU: its busy time bounds the wall time.
     assert lines[2] == (
-        f"  cost in all: 40 training steps = {cost.resource_hours(gpu_seconds)} GPU-hours; on the cluster at head:6379 (16 CPUs, 1 GPUs, "
-        f"4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} (evaluations left out; ASHA stops poor trials sooner)"
+        f"  cost in all: 40 training steps = {cost.resource_hours(gpu_seconds)} GPU-hours; on the cluster at "
+        f"head:6379 (16 CPUs, 1 GPUs, 4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} "
+        "(evaluations left out; ASHA stops poor trials sooner)"
     )
 
 
@@ -921,11 +926,12 @@ def test_a_dry_run_names_the_trials_a_cluster_cannot_hold_and_prices_them_all_th
     )
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
     assert lines[0] == (
-        "  a launch on the cluster at head:6379 would be refused: per_model.ndr.resources.gpu: a trial asks for 1 GPU; "
-        "no node of the cluster has that much (the most on one node: 0.5)"
+        "  a launch on the cluster at head:6379 would be refused: per_model.ndr.resources.gpu: a trial asks "
+        "for 1 GPU; no node of the cluster has that much (the most on one node: 0.5)"
     )
     assert len(lines) == 1 + len(study.pairs) + 1 and lines[-1].startswith("  cost in all:")
-    # Calibrating on that cluster: a task for the trials no node holds would wait for none; the others are timed there.
+    # Calibrating on that cluster: a task for the trials no node holds would wait for none; the others
+    # are timed there.
     timed = []
     monkeypatch.setattr(
         cost.Calibration,
@@ -995,8 +1001,8 @@ def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
         )
     )
     assert (
-        "pair fwd__ndr: searching lr, weight_decay; 4 TPE suggestions per trial, stacked (each with its own lr, weight_decay), "
-        "where trials get a GPU (batch_seeds: auto)"
+        "pair fwd__ndr: searching lr, weight_decay; 4 TPE suggestions per trial, stacked (each with its own "
+        "lr, weight_decay), where trials get a GPU (batch_seeds: auto)"
     ) in describe_study(study)
     on_cpus = load_study(
         write(tmp_path, with_(models=["ndr"], space=space, budget={"trials": 8, "stack_size": 4}))
@@ -1010,8 +1016,9 @@ def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
         )
     )
     assert (
-        "pair fwd__ndr: searching lr, weight_decay; TPE suggestions stacked per trial, as many as the launch measures pays "
-        "(budget.stack_size auto; each with its own lr, weight_decay), where trials get a GPU (batch_seeds: auto)"
+        "pair fwd__ndr: searching lr, weight_decay; TPE suggestions stacked per trial, as many as the launch "
+        "measures pays (budget.stack_size auto; each with its own lr, weight_decay), where trials get "
+        "a GPU (batch_seeds: auto)"
     ) in describe_study(auto)
     shapes = load_study(
         write(
@@ -1025,8 +1032,8 @@ def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
         )
     )
     assert (
-        "pair fwd__ndr: searching lr, n_heads, weight_decay; one TPE suggestion per trial: stacked suggestions would share n_heads, "
-        "one value a stack (budget.stack_size K stacks them anyway)"
+        "pair fwd__ndr: searching lr, n_heads, weight_decay; one TPE suggestion per trial: stacked "
+        "suggestions would share n_heads, one value a stack (budget.stack_size K stacks them anyway)"
     ) in describe_study(shapes)
 
 
@@ -1114,7 +1121,8 @@ def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path
     launch.check_cuda(study)
     assert capsys.readouterr().out == (
         "[launch] warning: on gpu-node-1, a node with GPUs, torch 2.13.0+cpu finds no CUDA (a CPU-only "
-        "build): trials that hold a GPU there train on its CPU; install a CUDA build of torch on the GPU nodes\n"
+        "build): trials that hold a GPU there train on its CPU; install a CUDA build "
+        "of torch on the GPU nodes\n"
     )
     assert asked == [{"num_cpus": 4, "num_gpus": 1}]
     assert "built for CUDA 13.0; the driver or the GPU does not answer" in launch.without_cuda(
@@ -1134,8 +1142,8 @@ def test_a_launch_on_cuda_is_refused_where_the_cluster_has_no_gpu(tmp_path):
     out = run_cli("launch", str(path), cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert (
-        out.stderr.strip()
-        == f"orchestrator: error: {path}: per_model.ndr.fixed.device: cuda needs a GPU, and the cluster has none"
+        out.stderr.strip() == f"orchestrator: error: {path}: per_model.ndr.fixed.device: cuda needs a "
+        "GPU, and the cluster has none"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
 
@@ -1192,11 +1200,13 @@ def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
     written as a bare URI, a storage mapping holding a key, an endpoint holding credentials."""
     secret = "planted-Pa55word"
     cases = {
-        "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got a postgres:// URI": {
+        "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or "
+        "http(s)://..., got a postgres:// URI": {
             **GOOD,
             "tracking": {"uri": f"postgres://alice:{secret}@127.0.0.1/test"},
         },
-        "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or http(s)://..., got no scheme://": {
+        "tracking.uri: expected sqlite:///..., postgresql://..., mysql://... or "
+        "http(s)://..., got no scheme://": {
             **GOOD,
             "tracking": {"uri": f"alice:{secret}@127.0.0.1/test"},
         },  # no scheme: no pattern finds the password
@@ -1409,7 +1419,8 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     assert [m for t in trials for m in t["members"]] == [
         {"lr": lr, "seed": s} for lr in (1e-3, 3e-3) for s in (0, 1, 2)
     ]
-    # Five and one would train the last seed alone (on CUDA in TF32, where stacks train in bf16): four and two.
+    # Five and one would train the last seed alone (on CUDA in TF32, where stacks train in bf16): four
+    # and two.
     one_left = decide(load_study(write(tmp_path, {**ablation, "budget": {"stack_size": 5}})), False)
     assert [len(t["members"]) for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"]] == [4, 2]
     assert [m for t in phase_cells(one_left, None, SEARCH)["fwd__ndr"] for m in t["members"]] == [
@@ -1518,8 +1529,8 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
     # The curve is timed uncompiled (a compile per size would take minutes) and says so where the
     # stacks will train compiled: compile: auto on CUDA, unless the file turns it off.
     assert (
-        " member-steps/s here, uncompiled; they train compiled (compile: auto on CUDA), so the time is an upper bound"
-        in line
+        " member-steps/s here, uncompiled; they train compiled (compile: auto on CUDA), so "
+        "the time is an upper bound" in line
     ), line
     uncompiled = load_study(
         write(
@@ -1635,9 +1646,8 @@ README_REFUSALS = {
     "space.n_heads: 3 heads do not divide d_model 128": with_(
         space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}
     ),
-    "metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc (e.g. ...)": with_(
-        tasks=[{"task": "copy"}], models=["panm"], space={}
-    ),
+    "metric: best_ood_valid_acc does not exist for task 'copy', which reports "
+    "token_acc, seq_acc (e.g. ...)": with_(tasks=[{"task": "copy"}], models=["panm"], space={}),
     "name: \"it's\" must be 1-100 letters, digits, '_', '-' or '.' (not '..'), ...": with_(name="it's"),
 }
 
@@ -1684,7 +1694,8 @@ def test_a_dry_run_calibrating_on_a_busy_machine_says_its_times_may_be_long(tmp_
     monkeypatch.setattr(cost.os, "getloadavg", lambda: (3.9, 3.0, 2.0))
     assert (
         cost.busy_note()
-        == "  this machine is busy (load average 3.9 on 2 CPUs): the calibrated step times below may be many times too long"
+        == "  this machine is busy (load average 3.9 on 2 CPUs): the calibrated step times below "
+        "may be many times too long"
     )
     monkeypatch.setattr(cost.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     assert cost.busy_note() is None

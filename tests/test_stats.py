@@ -21,7 +21,7 @@ def test_summary_of_known_values():
     assert one.std is None and one.ci is None and one.solved is None  # no "± 0.00" for a single seed
 
 
-def test_mean_interval_is_the_t_formula_and_covers_the_true_mean_95_percent_of_the_time_even_with_three_seeds():
+def test_mean_interval_is_the_t_formula_and_covers_the_true_mean_95_percent_of_the_time_with_three_seeds():
     values = [0.8, 0.9, 0.95]
     half = (
         4.302652729911275 * np.std(values, ddof=1) / math.sqrt(3)

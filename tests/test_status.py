@@ -138,7 +138,8 @@ def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
 
     assert (
         out.splitlines()[-1]
-        == "('failed' counts seeds that diverged (n_layers=8 1); 'of': the cell's seeds; mean ± std over its done seeds)"
+        == "('failed' counts seeds that diverged (n_layers=8 1); 'of': the cell's seeds; mean "
+        "± std over its done seeds)"
     )
     # A launch.json from before grids and seed counts were saved: the cells its runs name, in the same order.
     old = launch(
@@ -214,7 +215,8 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     assert imported == [] and written.split() == [str(fifo.dir / "best" / "fwd__ndr.yaml")]
     best = (fifo.dir / "best" / "fwd__ndr.yaml").read_text()
     assert best.startswith(
-        f"# Best trial of fwd__ndr in launch {fifo.launch_id}: best_ood_valid_acc = 0.7000, test_acc_at_best = 0.6"
+        f"# Best trial of fwd__ndr in launch {fifo.launch_id}: best_ood_valid_acc = "
+        "0.7000, test_acc_at_best = 0.6"
     )
     assert yaml.safe_load(best)["config"]["seed"] == 2
     # ASHA's column where ASHA may have stopped trials, and for a launch.json that does not say.
@@ -237,13 +239,13 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
         },
     )
     assert (
-        "('stopped': ended early by ASHA; 'failed' counts those that diverged (fwd__ndr 1); 'of': the pair's trials)"
-        in orchestrator("status", str(blown_up.dir))[0]
+        "('stopped': ended early by ASHA; 'failed' counts those that diverged (fwd__ndr "
+        "1); 'of': the pair's trials)" in orchestrator("status", str(blown_up.dir))[0]
     )
     said, _ = orchestrator("best", str(blown_up.dir))
     assert (
-        said
-        == "no best config for fwd__ndr: none of its trials completed (2 failed, 1 of them diverged; 1 stopped early)\n"
+        said == "no best config for fwd__ndr: none of its trials completed (2 failed, 1 of them "
+        "diverged; 1 stopped early)\n"
     )
     assert not (blown_up.dir / "best").exists()
 
@@ -398,7 +400,8 @@ def test_best_hands_no_winner_to_a_pair_of_other_task_options_and_writes_no_pass
     )
     path, lines = best.write_ablation(state, ablation)
     assert lines == [
-        f"fwd__ndr: search {state.launch_id} ran it on ctl {{'direction': 'forward'}}, this file on ctl {{'direction': 'backward'}}; the file's values"
+        f"fwd__ndr: search {state.launch_id} ran it on ctl {{'direction': 'forward'}}, this file on ctl "
+        "{'direction': 'backward'}; the file's values"
     ]
     assert "hunter2" not in path.read_text() and yaml.safe_load(path.read_text()).get("per_pair") == {}
     ablation.write_text(
@@ -436,7 +439,8 @@ def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
         assert "ray" not in done.stdout.lower(), done.stdout
         return done.stderr
 
-    page = 4096  # SQLite's header page kept, every page after it zeroed: tables the header promises are not there
+    # SQLite's header page kept, every page after it zeroed: tables the header promises are not there
+    page = 4096
     for damaged, said in (
         (
             whole[:page] + bytes(len(whole) - page),
@@ -495,7 +499,8 @@ def test_a_second_driver_that_passed_the_check_leaves_the_first_ones_lock_whole(
         assert (state.dir / "driver.lock").read_text() == "elsewhere 4242\n"
     assert (
         capsys.readouterr().err
-        == f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status {state.dir}` shows its progress\n"
+        == f"orchestrator: error: {state.dir}: a driver is running this launch now; `orchestrator status "
+        f"{state.dir}` shows its progress\n"
     )
 
 

@@ -157,7 +157,8 @@ def test_arithmetic_labels_and_splits(seed):
 
 def test_arithmetic_paper_size_plan():
     """100,000 training samples: 25,000 distinct at each of depths 2-5, plus the 200 one-operation ones."""
-    # Depth 1: 2 operations x 10 x 10 digits; depth 2: 2 operations x pairs of depth <= 1 (10 + 200) that are not both digits.
+    # Depth 1: 2 operations x 10 x 10 digits; depth 2: 2 operations x pairs of depth <= 1 (10 + 200) that
+    # are not both digits.
     assert [arithmetic.distinct_at(d) for d in (1, 2)] == [200, 2 * (210**2 - 10**2)]
     ones = arithmetic.one_operation_samples()
     assert len({tuple(ids) for ids, _, _ in ones}) == 200

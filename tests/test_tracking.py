@@ -289,14 +289,18 @@ def test_secrets_are_redacted_wherever_a_text_shows_them():
     a secret in a URI's query, a secret-named key's value, quoted or not; not a score that starts
     like one, nor a port before an @ further on; and a redacted file is still YAML."""
     text = (
-        "got 'postgres://alice:p@ss@db/x' and https://bob:pw2@host:8443/api postgresql://mlflow@corp:s3@db/r sqlite:////a@b/m.db "
-        "{'aws_secret_access_key': 'A,K;x', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
-        "  password: hunter2\nendpoint?sslpassword=abc&x=1 (api_key = K); token_acc: 0.95, best_iid_token_acc 1.0\n"
+        "got 'postgres://alice:p@ss@db/x' and https://bob:pw2@host:8443/api postgresql://mlflow@corp:s3@db/r "
+        "sqlite:////a@b/m.db {'aws_secret_access_key': 'A,K;x', 'uri': 's3://b'} see "
+        "http://host:8080/people/ann@example.com\n"
+        "  password: hunter2\nendpoint?sslpassword=abc&x=1 (api_key = K); token_acc: "
+        "0.95, best_iid_token_acc 1.0\n"
     )
     assert redact_secrets(text) == (
-        "got 'postgres://alice:***@db/x' and https://bob:***@host:8443/api postgresql://mlflow@corp:***@db/r sqlite:////a@b/m.db "
-        "{'aws_secret_access_key': '***', 'uri': 's3://b'} see http://host:8080/people/ann@example.com\n"
-        "  password: '***'\nendpoint?sslpassword=***&x=1 (api_key = '***'); token_acc: 0.95, best_iid_token_acc 1.0\n"
+        "got 'postgres://alice:***@db/x' and https://bob:***@host:8443/api postgresql://mlflow@corp:***@db/r "
+        "sqlite:////a@b/m.db {'aws_secret_access_key': '***', 'uri': 's3://b'} see "
+        "http://host:8080/people/ann@example.com\n"
+        "  password: '***'\nendpoint?sslpassword=***&x=1 (api_key = '***'); token_acc: "
+        "0.95, best_iid_token_acc 1.0\n"
     )
     spec = (
         "tracking: {uri: 'postgresql://u:pw@db/x?password=pw'}\nstorage: {uri: s3://b/r, password: hunter2}\n"
@@ -539,7 +543,8 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(
         out = capsys.readouterr().out
         # A termination reads as the server's notice, or, where it lands mid-read, as the connection closing.
         assert re.match(
-            rf"\[store\] tracking store {re.escape(uri)}: (terminating connection due to administrator command"
+            rf"\[store\] tracking store {re.escape(uri)}: "
+            r"(terminating connection due to administrator command"
             r"|consuming input failed: server closed the connection unexpectedly); retrying",
             out,
         ), out

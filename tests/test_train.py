@@ -115,7 +115,8 @@ def test_compile_trains_to_the_same_results_within_rounding():
         assert compiled["loss"] == pytest.approx(plain["loss"], rel=0.01), model
 
 
-@pytest.mark.long  # 151 s in CI; the stacks' tests in test_batched.py cover the same room and rates by default
+# 151 s in CI; the stacks' tests in test_batched.py cover the same room and rates by default
+@pytest.mark.long
 def test_compiled_trials_in_one_process_compile_again_for_sizes_not_for_rates(fresh_compiles):
     """Tune hands one process trial after trial (reuse_actors). A dropout rate was a constant of the
     compiled code, so each trial of a search compiled again; and past torch's recompile limit (8

@@ -54,9 +54,8 @@ def test_images_show_the_clusters_and_the_labels_say_their_shape():
         assert (np.abs(lit[:, None] - centres[None]).max(-1) <= 3).any(1).all()
         clear = min(np.linalg.norm(centres[i] - centres[j]) for i, j in ((0, 1), (1, 2), (0, 2))) > 8
         inside = ((centres >= 4) & (centres <= 59)).all()
-        if (
-            clear and inside
-        ):  # three blobs, none cut by the border: each centroid is its centre (the clusters are point-symmetric)
+        # three blobs, none cut by the border: each centroid is its centre (the clusters are point-symmetric)
+        if clear and inside:
             found = blobs(image)
             assert len(found) == 3
             assert all(np.abs(np.array(found) - c).sum(1).min() < 1e-9 for c in centres)
