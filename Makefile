@@ -13,7 +13,7 @@ $(VENV)/.run-installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e .
 	touch $@
 
-# And what the tests need: pytest and friends, and the dashboard extra (tests/test_export.py serves it).
+# And what the tests need: pytest and friends, ruff, and the dashboard extra (tests/test_export.py serves it).
 $(VENV)/.installed: $(VENV)/.run-installed
 	$(VENV)/bin/pip install -q -e '.[test,dashboard,server]'
 	touch $@
@@ -26,6 +26,10 @@ run: $(VENV)/.run-installed
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -n 2
 
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 browser:
 	command -v chromium > /dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
@@ -33,4 +37,4 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_trainables.py
 	$(VENV)/bin/python benchmarks/bench_orchestration.py
 
-.PHONY: install run test bench browser
+.PHONY: install run test lint bench browser

@@ -129,3 +129,21 @@ def test_no_import_circle_between_modules():
                     seen.add(next_module)
                     frontier.append((next_module, (*route, next_module)))
     assert not circles, circles
+
+
+def test_no_function_is_longer_than_a_reader_can_hold():
+    """The house rule ruff cannot keep: no function of the service over 60 lines (its def to its
+    last line), so that each reads on one screen."""
+    too_long = []
+    for path in sorted(
+        [*ROOT.glob("orchestrator/**/*.py"), *ROOT.glob("trainables/**/*.py"), *ROOT.glob("examples/*.py")]
+    ):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno - node.lineno >= 60
+            ):
+                too_long.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
+                )
+    assert not too_long, too_long

@@ -193,26 +193,7 @@ class Attention(nn.Module):
         if kind == "absrel":
             self.abs_rel_switch = nn.Linear(d_model, 1)  # Eq. 16: r_i = sigmoid(h_i W_ar + b_ar)
         if kind == "compositional":
-            if n_retrievals < 1:
-                raise ValueError(f"n_retrievals must be >= 1, got {n_retrievals}")
-            if retrieval_scores not in RETRIEVAL_SCORES:
-                raise ValueError(
-                    f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {retrieval_scores!r}"
-                )
-            self.n_retrievals, self.retrieval_dim, self.retrieval_scores = (
-                n_retrievals,
-                retrieval_dim,
-                retrieval_scores,
-            )
-            self.value = nn.Linear(d_model, n_retrievals * self.d_head)  # W_v1..W_vR (Eq. 9)
-            # W̄_q per search (Eq. 11)
-            self.retrieval_query = nn.Linear(d_model, n_heads * retrieval_dim, bias=False)
-            if retrieval_scores == "dot":
-                self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
-            else:
-                # the authors' "MLP" (Table 8): one linear map of [retrieval query; retrieved value]
-                # to a score
-                self.retrieval_score = nn.Linear(retrieval_dim + self.d_head, 1)
+            self.add_retrievals(d_model, n_retrievals, retrieval_dim, retrieval_scores)
         if kind == "geometric":
             # Eq. 9-10: direction projections per head; alpha, beta, gamma shared by the heads in the
             # authors' code (the paper is silent), or one set per head.
@@ -222,6 +203,28 @@ class Attention(nn.Module):
             self.alpha = nn.Parameter(torch.full((n_scales,), 1.0 / math.sqrt(self.d_head)))
             self.beta = nn.Parameter(torch.ones(n_scales))
             self.gamma = nn.Parameter(torch.zeros(n_scales))
+
+    def add_retrievals(
+        self, d_model: int, n_retrievals: int, retrieval_dim: int, retrieval_scores: str
+    ) -> None:
+        """Compositional attention's retrievals (Mittal et al., Eq. 9-11): R values per search."""
+        if n_retrievals < 1:
+            raise ValueError(f"n_retrievals must be >= 1, got {n_retrievals}")
+        if retrieval_scores not in RETRIEVAL_SCORES:
+            raise ValueError(f"retrieval_scores must be one of {RETRIEVAL_SCORES}, got {retrieval_scores!r}")
+        self.n_retrievals, self.retrieval_dim, self.retrieval_scores = (
+            n_retrievals,
+            retrieval_dim,
+            retrieval_scores,
+        )
+        self.value = nn.Linear(d_model, n_retrievals * self.d_head)  # W_v1..W_vR (Eq. 9)
+        # W̄_q per search (Eq. 11)
+        self.retrieval_query = nn.Linear(d_model, self.n_heads * retrieval_dim, bias=False)
+        if retrieval_scores == "dot":
+            self.retrieval_key = nn.Linear(self.d_head, retrieval_dim, bias=False)  # shared W̄_k (Eq. 11)
+        else:
+            # the authors' "MLP" (Table 8): one linear map of [retrieval query; retrieved value] to a score
+            self.retrieval_score = nn.Linear(retrieval_dim + self.d_head, 1)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, H, N, d_head)
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_head).transpose(1, 2)
