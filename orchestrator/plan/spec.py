@@ -142,7 +142,7 @@ class Distribution:
         return cls(kind, (low, high))
 
     def to_optuna(self):
-        import optuna.distributions as d
+        import optuna.distributions as d  # noqa: PLC0415 - a second of imports, paid by a search alone
 
         if self.kind == "choice":
             return d.CategoricalDistribution(list(self.values))
@@ -184,7 +184,8 @@ class Resources:
     custom: dict = field(default_factory=dict)  # e.g. {trial_slot: 1} to spread trials over nodes
 
     def asks(self, use_gpu: bool) -> dict[str, float]:
-        """What one trial asks Ray for, by Ray's resource names (nothing of zero; no GPU where trials get none)."""
+        """What one trial asks Ray for, by Ray's resource names (nothing of zero; no GPU where trials
+        get none)."""
         return {
             "CPU": self.cpu,
             **({"GPU": self.gpu} if use_gpu and self.gpu else {}),
@@ -282,16 +283,17 @@ class Confirm:
 class Report:
     """How reports and the nightly check read the seeds of a cell (stats.py)."""
 
-    solved_at: float | None = (
-        None  # a seed "solves" a cell at or past this score (e.g. 0.95); None: no solved rate
-    )
+    # A seed "solves" a cell at or past this score (e.g. 0.95); None: no solved rate.
+    solved_at: float | None = None
     baseline: dict = field(default_factory=dict)  # grid values of the cell every other cell is tested against
-    alpha: float = 0.05  # nightly: a regression's level, Holm-corrected over the file's cells (a nightly of k files: alpha / k each)
+    # Nightly: a regression's level, Holm-corrected over the file's cells (a nightly of k files: alpha / k
+    # each).
+    alpha: float = 0.05
     min_effect: float = 0.01  # nightly: and the mean must have moved at least this much
-    test: str = (
-        "welch"  # or "mannwhitney" (refused where its smallest p, Holm-corrected, cannot get below alpha)
-    )
-    headline: str = "test"  # the test split a launch's closing line leads with, e.g. test_x2 (PANM's 2(L+1))
+    # Or "mannwhitney" (refused where its smallest p, Holm-corrected, cannot get below alpha).
+    test: str = "welch"
+    # The test split a launch's closing line leads with, e.g. test_x2 (PANM's 2(L+1)).
+    headline: str = "test"
 
 
 @dataclass(frozen=True)
@@ -505,13 +507,7 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     fixed = _parse_fixed(raw.get("fixed"), path)
     per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
     grid, seeds = _parse_grid(raw, path)
-    ablation = bool(grid or seeds)
-    if ablation and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
-        raise SpecError(
-            path,
-            "grid",
-            "an ablation (grid/seeds) runs every combination; it cannot also have a search space",
-        )
+    ablation = _is_ablation(grid, seeds, space, per_model, path)
     report = _parse_report(raw.get("report"), grid, path)
     confirm = _parse_confirm(raw.get("confirm"), budget, ablation, path)
     batch_seeds = _parse_batch_seeds(raw, path)
@@ -548,6 +544,19 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
         batch_seeds=batch_seeds,
         unused=_unused(raw, ablation),
     )
+
+
+def _is_ablation(grid: dict, seeds: list, space: dict, per_model: dict, path) -> bool:
+    """Whether the file is an ablation (it names a grid or seeds); SpecError where it has a search
+    space too."""
+    ablation = bool(grid or seeds)
+    if ablation and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
+        raise SpecError(
+            path,
+            "grid",
+            "an ablation (grid/seeds) runs every combination; it cannot also have a search space",
+        )
+    return ablation
 
 
 def _parse_top(raw, path) -> dict:
@@ -612,7 +621,8 @@ def _parse_tracking(raw, path) -> Tracking:
     if not any(
         tracking.uri.startswith(s) for s in ("sqlite:///", "postgresql", "mysql", "http://", "https://")
     ):
-        # Named by its scheme alone: the rest may hold a password that no pattern finds in a URI it cannot parse.
+        # Named by its scheme alone: the rest may hold a password that no pattern finds in a URI it
+        # cannot parse.
         scheme = re.match(r"([a-zA-Z][\w+.-]*)://", tracking.uri)
         raise SpecError(
             path,
@@ -916,7 +926,8 @@ def _parse_tasks(raw, path) -> list[TaskEntry]:
                 raise SpecError(
                     path,
                     f"{where}.{key}",
-                    f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; valid: task, variant, options",
+                    f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; "
+                    "valid: task, variant, options",
                 )
         name = entry["task"]
         if not isinstance(name, str) or name not in TASKS:
@@ -990,8 +1001,9 @@ def _parse_space(raw, where: str, path) -> dict[str, Distribution]:
     return {str(k): Distribution.parse(v, f"{where}.{k}", path) for k, v in raw.items()}
 
 
-# Trial keys a file sets with keys of its own: in fixed, a space or a grid they would change what a pair trains
-# (`fixed: {task: reverse}` trained every copy pair on reverse) or be overwritten (`fixed: {seed: abc}` was ignored).
+# Trial keys a file sets with keys of its own: in fixed, a space or a grid they would change what a
+# pair trains (`fixed: {task: reverse}` trained every copy pair on reverse) or be overwritten
+# (`fixed: {seed: abc}` was ignored).
 SET_ELSEWHERE = {
     "task": "the file's tasks set it (a task entry's options for its settings)",
     "model": "the file's models set it (per_model.<model> for a model's own values)",
@@ -1035,8 +1047,10 @@ def _check_detectable(path, report: Report, pairs: list[Pair], seeds: list) -> N
             path,
             "report.test",
             f"mannwhitney with {len(seeds)} seeds a side can flag no regression among {cells} "
-            f"cell(s) at alpha {report.alpha:g}: its smallest p, 1/{math.comb(2 * len(seeds), len(seeds))}, "
-            f"Holm-corrected over them is {min(1.0, cells * smallest):.3g}; use welch, more seeds or fewer cells",
+            f"cell(s) at alpha {report.alpha:g}: its smallest p, "
+            f"1/{math.comb(2 * len(seeds), len(seeds))}, "
+            f"Holm-corrected over them is {min(1.0, cells * smallest):.3g}; "
+            "use welch, more seeds or fewer cells",
         )
 
 
@@ -1049,7 +1063,8 @@ def _check_builds(path, pair: Pair) -> None:
     tried = {k: _probe_values(d) for k, d in pair.space.items()}
     first_values = {k: values[0] for k, values in tried.items()}
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
-    # (what the probe varies, where a reason that names no key points: the cell, the space's value, or fixed first)
+    # (what the probe varies, where a reason that names no key points: the cell, the space's value, or
+    # fixed first)
     probes = [
         (cell, first_values, "fixed" if k == 0 else ", ".join(f"grid.{key}={v!r}" for key, v in cell.items()))
         for k, cell in enumerate(cells)
@@ -1063,7 +1078,8 @@ def _check_builds(path, pair: Pair) -> None:
         try:
             check_builds(parse_trial_config({**pair.base, **searched, **cell}))
         except ConfigError as e:
-            # the grid and space values the reason names (a bad low end of a range, a bad first cell), else `where`
+            # the grid and space values the reason names (a bad low end of a range, a bad first cell),
+            # else `where`
             named = [f"grid.{k}={v!r}" for k, v in cell.items()] + [
                 f"space.{k}={v!r}" for k, v in searched.items()
             ]
@@ -1248,7 +1264,8 @@ def _pair_config(
         and "n_heads" in own_space
         and own_space["d_model"].kind == own_space["n_heads"].kind == "choice"
     ):
-        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731 - others fail the build check
+        # Other values fail the build check.
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
         bad = [
             (d, h)
             for d in own_space["d_model"].values

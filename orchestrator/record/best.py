@@ -69,48 +69,36 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
 def searched_and_ablation(state: LaunchState, ablation: Path):
     """(the launch's search, the ablation file's study): ValueError (a SpecError naming the file's
     key) where the file does not load, or the two are not a search and an ablation."""
-    from ..plan.spec import load_study
+    from ..plan.spec import load_study  # noqa: PLC0415 - it imports torch (trainables); `best` goes without
 
     search, study = state.study(), load_study(ablation)
     if search.is_ablation or not study.is_ablation:
         raise ValueError(
-            f"--ablation hands a search's winners to an ablation file: {state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
+            "--ablation hands a search's winners to an ablation file: "
+            f"{state.launch_id} is {'an ablation' if search.is_ablation else 'a search'}"
             f", {ablation} {'an ablation' if study.is_ablation else 'a search'}"
         )
     return search, study
 
 
-def write_ablation(
-    state: LaunchState, ablation: Path, summaries: dict | None = None, studies: tuple | None = None
-) -> tuple[Path, list[str]]:
-    """`best/<ablation's stem>_tuned.yaml`: the ablation file, named `<its name>_tuned` (its launches
-    are compared, night after night, with each other, not with the untuned file's), with, per pair
-    the search answered on the same task and options, the values the search chose (its searched
-    keys, but those the ablation's grid sweeps) as `per_pair.<pair>.fixed`, over the file's own; ->
-    (the file, a line per pair saying what it got). ValueError where either file is no such
-    launch's or the result would not load. `studies`: searched_and_ablation's, where already read."""
-    from ..plan.spec import SpecError, load_study
-
-    search, study = studies or searched_and_ablation(state, ablation)
+def tuned_pairs(state: LaunchState, search, study, winners: dict, per_pair: dict, so_far: str) -> list[str]:
+    """Into `per_pair` (the ablation file's), per pair the search answered on the same task and
+    options, the values it chose as `<pair>.fixed`; -> a line per pair saying what it got."""
     searched = {pair.name: pair for pair in search.pairs}
-    winners = best_configs(state, summaries)
-    raw = yaml.safe_load(ablation.read_text())
-    per_pair, lines = dict(raw.get("per_pair") or {}), []
-    so_far = "" if state.state == "finished" else f" (so far: the search is {state.state})"
+    lines = []
     for pair in study.pairs:
         ran = searched.get(pair.name)
         if pair.name not in winners:
             lines.append(
-                f"{pair.name}: {'no result in' if ran else 'not a pair of'} search {state.launch_id}; the file's values"
+                f"{pair.name}: {'no result in' if ran else 'not a pair of'} search {state.launch_id}; "
+                "the file's values"
             )
             continue
-        if (ran.task.task, ran.task.options) != (
-            pair.task.task,
-            pair.task.options,
-        ):  # a variant name shared by other task options
+        # a variant name shared by other task options
+        if (ran.task.task, ran.task.options) != (pair.task.task, pair.task.options):
             lines.append(
-                f"{pair.name}: search {state.launch_id} ran it on {ran.task.task} {ran.task.options}, this file on "
-                f"{pair.task.task} {pair.task.options}; the file's values"
+                f"{pair.name}: search {state.launch_id} ran it on {ran.task.task} {ran.task.options}, "
+                f"this file on {pair.task.task} {pair.task.options}; the file's values"
             )
             continue
         config = winners[pair.name][0]
@@ -123,11 +111,33 @@ def write_ablation(
             + (f" (its grid sweeps {', '.join(swept)})" if swept else "")
             + (so_far if values else "")
         )
+    return lines
+
+
+def write_ablation(
+    state: LaunchState, ablation: Path, summaries: dict | None = None, studies: tuple | None = None
+) -> tuple[Path, list[str]]:
+    """`best/<ablation's stem>_tuned.yaml`: the ablation file, named `<its name>_tuned` (its launches
+    are compared, night after night, with each other, not with the untuned file's), with, per pair
+    the search answered on the same task and options, the values the search chose (its searched
+    keys, but those the ablation's grid sweeps) as `per_pair.<pair>.fixed`, over the file's own; ->
+    (the file, a line per pair saying what it got). ValueError where either file is no such
+    launch's or the result would not load. `studies`: searched_and_ablation's, where already read."""
+    from ..plan.spec import SpecError, load_study  # noqa: PLC0415 - as searched_and_ablation's
+
+    search, study = studies or searched_and_ablation(state, ablation)
+    winners = best_configs(state, summaries)
+    raw = yaml.safe_load(ablation.read_text())
+    per_pair = dict(raw.get("per_pair") or {})
+    so_far = "" if state.state == "finished" else f" (so far: the search is {state.state})"
+    lines = tuned_pairs(state, search, study, winners, per_pair, so_far)
     path = state.dir / "best" / f"{ablation.stem}_tuned.yaml"
     path.parent.mkdir(exist_ok=True)
     header = (
-        f"# {ablation} with the winners of search {state.launch_id} ({search.metric}){so_far} as per_pair.<pair>.fixed,\n"
-        f"# over the file's own values (its comments are in {ablation}). Launch it with: orchestrator launch {path}\n"
+        f"# {ablation} with the winners of search {state.launch_id} ({search.metric}){so_far} "
+        "as per_pair.<pair>.fixed,\n"
+        f"# over the file's own values (its comments are in {ablation}). "
+        f"Launch it with: orchestrator launch {path}\n"
     )
     # Passwords stay out of the launch folder, as everywhere: a launch reads them from MLFLOW_TRACKING_URI.
     tuned = {**raw, "name": f"{raw.get('name', ablation.stem)}_tuned", "per_pair": per_pair}

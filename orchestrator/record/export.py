@@ -102,7 +102,8 @@ def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "csv":
         frame.to_csv(path, index=False)
         return
-    # A Parquet column has one type: a config key that is a number in one pair and text in another is written as text.
+    # A Parquet column has one type: a config key that is a number in one pair and text in another is
+    # written as text.
     mixed = [
         c for c in frame.columns if frame[c].dtype == object and frame[c].dropna().map(type).nunique() > 1
     ]

@@ -52,7 +52,8 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
         url, engine_kwargs = retried(search_store, what)(revealed, launch_dir, create=not read_only)
         if read_only and missing_sqlite_file(url):  # opening it would create an empty one, of no studies
             raise TrackingError(
-                f"no search store (Optuna) at {missing_sqlite_file(url)}: the launch's studies were kept there"
+                f"no search store (Optuna) at {missing_sqlite_file(url)}: "
+                "the launch's studies were kept there"
             )
         return retried(RetryingStorage, what)(url, engine_kwargs=engine_kwargs)
 
@@ -61,8 +62,8 @@ def fresh_session(storage, *args, **kwargs) -> None:
     """Discard `storage`'s (an Optuna RDBStorage) thread's session: the next call opens another."""
     try:
         storage.scoped_session.remove()
-    except Exception:  # noqa: BLE001 - closing a session on a dead connection may fail; it is discarded anyway
-        pass
+    except Exception:  # noqa: BLE001
+        pass  # closing a session on a dead connection may fail; it is discarded anyway
 
 
 def read_only_view(storage, study_names: set[str]):

@@ -19,8 +19,8 @@ def transient(error: BaseException) -> bool:
     """Whether an error means "the store is unreachable right now" (worth retrying) rather than a
     request it refused."""
     # Here, not at the top: MLflow takes seconds to import, which only a failed store call needs.
-    import sqlalchemy.exc
-    from mlflow.exceptions import MlflowException
+    import sqlalchemy.exc  # noqa: PLC0415
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
 
     seen = error
     while seen is not None:
@@ -36,7 +36,9 @@ def transient(error: BaseException) -> bool:
                 TimeoutError,
             ),
         ):
-            return True  # PendingRollbackError: a session whose connection dropped mid-transaction (retried() may reset it)
+            # PendingRollbackError: a session whose connection dropped mid-transaction (retried() may
+            # reset it)
+            return True
         if isinstance(seen, MlflowException) and seen.error_code == "TEMPORARILY_UNAVAILABLE":
             return True
         seen = seen.__cause__ or seen.__context__

@@ -42,7 +42,8 @@ DATA_VERSION_TAG = (
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
 
-REPLAY_KEY = "replayed_evaluations"  # in a restored trial's first result: the evaluations its checkpoint holds, as JSON
+# In a restored trial's first result: the evaluations its checkpoint holds, as JSON.
+REPLAY_KEY = "replayed_evaluations"
 
 
 @functools.lru_cache(maxsize=1)  # one git call per driver, not two per trial

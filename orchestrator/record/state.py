@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from ..plan.storage import TrialStorage
+
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
 # Tune's snapshots and the searcher's name our classes by their modules (pickles refer to them so):
 # 1, orchestrator.<module>, before the split into plan/run/record/report; 2, since.
@@ -78,7 +80,8 @@ class LaunchState:
             data = json.loads((launch_dir / "launch.json").read_text())
             if not isinstance(data, dict):
                 raise TypeError(f"not an object but a {type(data).__name__}")
-            # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read there.
+            # Where it is now: a launch folder copied to a laptop, or mounted elsewhere in a pod, is read
+            # there.
             recorded, data["dir"] = data.get("dir"), Path(launch_dir).resolve()
             check_types(data)
             check_plan(data.get("plan", {}))
@@ -117,7 +120,8 @@ class LaunchState:
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
         seeds: what a regression test across seeds compares). How it stacks is batch_seeds' and
         stack_sizes' (run.stacking.launched)."""
-        from ..plan.spec import SpecError, load_study
+        # plan.spec imports torch (through trainables): status and best read launch.json alone.
+        from ..plan.spec import SpecError, load_study  # noqa: PLC0415
 
         try:
             study = load_study(self.spec_file, text=self.spec_text)
@@ -128,8 +132,6 @@ class LaunchState:
         return study
 
     def trial_storage(self):
-        from ..plan.storage import TrialStorage
-
         try:
             return TrialStorage(**self.storage)
         except TypeError as e:
@@ -238,7 +240,8 @@ def find_launch(storage_path: str, launch_id: str | None) -> Path:
             if (candidate / "launch.json").exists():
                 return candidate.resolve()
         raise FileNotFoundError(
-            f"no launch {launch_id!r} (looked for {launch_id}/launch.json and {storage_path}/{launch_id}/launch.json)"
+            f"no launch {launch_id!r} (looked for {launch_id}/launch.json and "
+            f"{storage_path}/{launch_id}/launch.json)"
         )
     launches = sorted(Path(storage_path).glob("*/launch.json"), key=started_at)
     if not launches:
@@ -280,7 +283,8 @@ def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchSt
         if other.state != "finished" or (nightly and other.night is None):
             continue
         found.append(other)
-    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731 - launches from before `created`
+    # The file's time: launches from before `created`.
+    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731
     return sorted((s for s in found if started(s) < started(state)), key=started)
 
 
@@ -303,12 +307,14 @@ def previous_launch(state: LaunchState) -> LaunchState | None:
     return earlier[-1] if earlier else None
 
 
-# What a launch writes in its folder, and whether each is a folder: `resume` checks them before Ray starts.
+# What a launch writes in its folder, and whether each is a folder: `resume` checks them before Ray
+# starts.
 WRITTEN = {"driver.lock": False, "report": True, "best": True, "export": True}
 
 
 def misplaced(launch_dir: Path) -> str | None:
-    """The first of WRITTEN in `launch_dir` that is of the other kind (a file where a folder belongs), said."""
+    """The first of WRITTEN in `launch_dir` that is of the other kind (a file where a folder belongs),
+    said."""
     for name, folder in WRITTEN.items():
         path = launch_dir / name
         if path.exists() and path.is_dir() != folder:

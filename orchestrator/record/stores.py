@@ -76,6 +76,75 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
+def check_sqlite_store(uri: str) -> None:
+    """A SQLite store's file, where it exists: a readable, writable SQLite database; else a folder
+    where it can be made."""
+    file = Path(uri[len("sqlite:///") :]).resolve()
+    if file.exists():
+        if not file.is_file():
+            raise TrackingError(
+                f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)"
+            )
+        with open(file, "rb") as f:
+            head = f.read(16)
+        if head and head != b"SQLite format 3\x00":
+            raise TrackingError(f"{file} is not a SQLite database")
+        if not os.access(file, os.R_OK | os.W_OK):
+            raise TrackingError(f"{file} is not readable and writable by this user")
+        return
+    problem = unwritable(file.parent)
+    if problem:  # the folder itself is made at launch, once everything has been checked
+        raise TrackingError(f"cannot create the SQLite store in {file.parent}: {problem}")
+
+
+def check_tracking_server(uri: str, server_timeout_s: float) -> None:
+    """A tracking server answers an API call with the credentials a launch's client would send."""
+    # Not /health, which MLflow exempts from its host check and its authentication: an API
+    # call, with the credentials MLflow's client sends (from the environment, else the URL's
+    # user:password@, which urllib would take for part of the host name), answers as a launch's will.
+    bare, from_environment = without_userinfo(uri), auth_headers()
+    request = urllib.request.Request(
+        bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
+        headers=from_environment or url_auth_headers(uri),
+    )
+    try:
+        urllib.request.urlopen(request, timeout=server_timeout_s).read()
+    except urllib.error.HTTPError as e:
+        if e.code != 404:  # 404: no such experiment, but the server answered
+            answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
+            if e.code == 401:
+                answer += (
+                    " (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)"
+                    if from_environment
+                    else " (the URI's user and password were refused)"
+                    if url_auth_headers(uri)
+                    else " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and "
+                    "MLFLOW_TRACKING_PASSWORD)"
+                )
+            raise TrackingError(
+                f"tracking server {redact(uri)} refuses requests: {e.code} {answer}"
+            ) from None
+    except OSError as e:
+        raise TrackingError(
+            f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}"
+        ) from None
+
+
+def check_database(uri: str, timeout_s: float) -> None:
+    """A database store (PostgreSQL, ...) accepts a connection within `timeout_s`."""
+    # Here, as in store_exists and schema_lock: 0.4 s of imports a SQLite store goes without.
+    import sqlalchemy  # noqa: PLC0415
+
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(timeout_s)})
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+        engine.dispose()
+    except Exception as e:  # driver errors differ per database; all mean "unreachable"
+        first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
+        raise TrackingError(f"cannot reach {redact(uri)}: {first_line}") from None
+
+
 def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0) -> None:
     """Fail fast, before anything launches, if the tracking store cannot be reached. A server that
     refuses the connection fails at once; one that answers slowly gets `server_timeout_s`: a team
@@ -87,66 +156,15 @@ def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0
         # A driver ends the password at its first @ and takes the rest for the host, which its
         # errors then print; redact (and so what is stored) would leave that rest in view too.
         raise TrackingError(
-            f"{redact_secrets(uri)}: its password holds an @, which ends it where a driver reads it: write the @ as %40"
+            f"{redact_secrets(uri)}: its password holds an @, which ends it where a driver reads it: "
+            "write the @ as %40"
         )
     if uri.startswith("sqlite:///"):
-        file = Path(uri[len("sqlite:///") :]).resolve()
-        if file.exists():
-            if not file.is_file():
-                raise TrackingError(
-                    f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)"
-                )
-            with open(file, "rb") as f:
-                head = f.read(16)
-            if head and head != b"SQLite format 3\x00":
-                raise TrackingError(f"{file} is not a SQLite database")
-            if not os.access(file, os.R_OK | os.W_OK):
-                raise TrackingError(f"{file} is not readable and writable by this user")
-            return
-        problem = unwritable(file.parent)
-        if problem:  # the folder itself is made at launch, once everything has been checked
-            raise TrackingError(f"cannot create the SQLite store in {file.parent}: {problem}")
-        return
-    if uri.startswith(("http://", "https://")):
-        # Not /health, which MLflow exempts from its host check and its authentication: an API
-        # call, with the credentials MLflow's client sends (from the environment, else the URL's
-        # user:password@, which urllib would take for part of the host name), answers as a launch's will.
-        bare, from_environment = without_userinfo(uri), auth_headers()
-        request = urllib.request.Request(
-            bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
-            headers=from_environment or url_auth_headers(uri),
-        )
-        try:
-            urllib.request.urlopen(request, timeout=server_timeout_s).read()
-        except urllib.error.HTTPError as e:
-            if e.code != 404:  # 404: no such experiment, but the server answered
-                answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
-                if e.code == 401:
-                    answer += (
-                        " (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)"
-                        if from_environment
-                        else " (the URI's user and password were refused)"
-                        if url_auth_headers(uri)
-                        else " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)"
-                    )
-                raise TrackingError(
-                    f"tracking server {redact(uri)} refuses requests: {e.code} {answer}"
-                ) from None
-        except OSError as e:
-            raise TrackingError(
-                f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}"
-            ) from None
-        return
-    import sqlalchemy  # here, as in store_exists and schema_lock: 0.4 s of imports a SQLite store goes without
-
-    try:
-        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(timeout_s)})
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT 1"))
-        engine.dispose()
-    except Exception as e:  # driver errors differ per database; all mean "unreachable"
-        first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
-        raise TrackingError(f"cannot reach {redact(uri)}: {first_line}") from None
+        check_sqlite_store(uri)
+    elif uri.startswith(("http://", "https://")):
+        check_tracking_server(uri, server_timeout_s)
+    else:
+        check_database(uri, timeout_s)
 
 
 def missing_sqlite_file(uri: str) -> str | None:
@@ -174,7 +192,7 @@ def store_exists(uri: str) -> bool:
         return True  # a tracking server's database is its own business
     if missing_sqlite_file(uri):
         return False  # SQLite would create the file
-    import sqlalchemy  # here: see check_store
+    import sqlalchemy  # noqa: PLC0415 - 0.4 s of imports a SQLite store goes without (check_database)
 
     engine = sqlalchemy.create_engine(uri)
     try:
@@ -210,7 +228,7 @@ def schema_lock(uri: str, whose: str, what: str):
                 held.callback(os.close, handle)
                 fcntl.flock(handle, fcntl.LOCK_EX)
         else:
-            import sqlalchemy  # here: see check_store
+            import sqlalchemy  # noqa: PLC0415 - as store_exists'
 
             engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
             held.callback(engine.dispose)
@@ -229,10 +247,9 @@ def schema_lock(uri: str, whose: str, what: str):
 
             connection = retried(locked, what)()
 
+            # The lock goes with its connection, closed or terminated (the open retries on its own then).
             @held.callback
-            def release() -> (
-                None
-            ):  # the lock goes with its connection, closed or terminated (the open retries on its own then)
+            def release() -> None:
                 with contextlib.suppress(Exception):
                     connection.close()
 
@@ -244,15 +261,14 @@ class RetryingClient:
     """An MlflowClient whose calls survive a store that drops its connections for a while."""
 
     def __init__(self, uri: str):
-        from mlflow.tracking import (
-            MlflowClient,
-        )  # here: seconds of imports, paid once a store is opened (warm_up overlaps them)
+        # Seconds of imports, paid once a store is opened (warm_up overlaps them).
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
-        # It logs each failed query (SQL, parameters, traceback) before raising it; retried() says it in one line.
+        # It logs each failed query (SQL, parameters, traceback) before raising it; retried() says it
+        # in one line.
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-        logging.getLogger("psycopg").setLevel(
-            logging.ERROR
-        )  # "error ignored terminating <Pipeline>": the same dropped connection
+        # "error ignored terminating <Pipeline>": the same dropped connection
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
         # "Exception during reset or similar" with a traceback: the pool throwing a dropped connection away.
         logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
         self._uri = redact(uri)

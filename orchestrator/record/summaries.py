@@ -26,14 +26,13 @@ def metric_name(*parts: str) -> str:
 def summarize_pairs(
     uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]
 ) -> None:
-    """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a glance: on the launch's run, each
-    pair's best `metric` and that trial's test score, and the confirmed means where the search was
-    confirmed; and a run per pair, nested under the launch's, holding the same metrics and the
-    answer's config (the confirmed candidate's, else the best trial's) as params."""
-    from mlflow.entities import (
-        Metric,
-        Param,
-    )  # here: importing this module (cell_name, confirmed_text) loads no MLflow
+    """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a
+    glance: on the launch's run, each pair's best `metric` and that trial's test score, and the
+    confirmed means where the search was confirmed; and a run per pair, nested under the launch's,
+    holding the same metrics and the answer's config (the confirmed candidate's, else the best
+    trial's) as params."""
+    # Importing this module (cell_name, confirmed_text: status, best) loads no MLflow: seconds.
+    from mlflow.entities import Metric, Param  # noqa: PLC0415
 
     mlflow = client(uri)
     exp_id = mlflow.get_run(parent_run_id).info.experiment_id
@@ -57,9 +56,8 @@ def summarize_pairs(
         values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
         run_id = pair_run(mlflow, exp_id, parent_run_id, launch_id, pair)
-        answer = (
-            confirmed.get("config") or summary["best_config"]
-        )  # the confirmed candidate's, where there is one
+        # the confirmed candidate's, where there is one
+        answer = confirmed.get("config") or summary["best_config"]
         params = [
             Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
             for k, v in sorted(answer.items())
@@ -131,7 +129,8 @@ def cell_summaries(
     uri: str, experiment: str, launch_id: str, metric: str, score: str
 ) -> dict[str, dict[str, dict]]:
     """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
-    running and failed (and of those, diverged), and the done ones' `metric` and test_<score>_at_best values."""
+    running and failed (and of those, diverged), and the done ones' `metric` and
+    test_<score>_at_best values."""
     out: dict[str, dict[str, dict]] = {}
     for run in launch_trial_runs(uri, experiment, launch_id):
         kind = status_kind(run)
@@ -152,67 +151,57 @@ def cell_summaries(
     return out
 
 
+def empty_summary() -> dict:
+    """A pair's summary before any of its search trials is counted."""
+    return {
+        "done": 0,
+        "stopped": 0,
+        "running": 0,
+        "failed": 0,
+        "best": None,
+        "best_run": None,
+        "best_config": None,
+    }
+
+
+def count_trial(entry: dict, run, kind: str, metric: str, score: str) -> None:
+    """A search trial counted into its pair's summary (`kind`: status_kind's), and made its best
+    where it may answer and beats the best so far on `metric`."""
+    entry[kind] += 1
+    if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed: its hyperparameters, not the cluster
+        entry["diverged"] = entry.get("diverged", 0) + 1
+    value = run.data.metrics.get(metric)
+    if value is None or kind not in ANSWERING:
+        return
+    if entry["best"] is None or (
+        value < entry["best"] if score in LOWER_IS_BETTER else value > entry["best"]
+    ):
+        entry.update(
+            best=value,
+            best_run=run.info.run_id,
+            best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
+            test=run.data.metrics.get(f"test_{score}_at_best"),
+            best_metrics=dict(run.data.metrics),
+        )
+
+
 def pair_summaries(
     uri: str, experiment: str, launch_id: str, metric: str, score: str, runs: list | None = None
 ) -> dict[str, dict]:
     """Per pair: search trial counts by status, the best trial so far by `metric` and its test
     score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
     (see confirmed_candidates). `runs`: the launch's trial runs, where already read."""
-    lower_is_better = score in LOWER_IS_BETTER
     out: dict[str, dict] = {}
     runs = launch_trial_runs(uri, experiment, launch_id) if runs is None else runs
     for run in runs:
         if run.data.tags.get("phase") == "confirm":
             continue
-        pair = run.data.tags.get("pair", "?")
-        entry = out.setdefault(
-            pair,
-            {
-                "done": 0,
-                "stopped": 0,
-                "running": 0,
-                "failed": 0,
-                "best": None,
-                "best_run": None,
-                "best_config": None,
-            },
-        )
+        entry = out.setdefault(run.data.tags.get("pair", "?"), empty_summary())
         kind = status_kind(run)
-        if kind is None:
-            continue
-        entry[kind] += 1
-        if (
-            run.data.tags.get(STATUS_TAG) == "diverged"
-        ):  # of those failed: its hyperparameters, not the cluster
-            entry["diverged"] = entry.get("diverged", 0) + 1
-        value = run.data.metrics.get(metric)
-        if (
-            value is not None
-            and kind in ANSWERING
-            and (
-                entry["best"] is None or (value < entry["best"] if lower_is_better else value > entry["best"])
-            )
-        ):
-            entry.update(
-                best=value,
-                best_run=run.info.run_id,
-                best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
-                test=run.data.metrics.get(f"test_{score}_at_best"),
-                best_metrics=dict(run.data.metrics),
-            )
+        if kind is not None:
+            count_trial(entry, run, kind, metric, score)
     for pair, confirmed in confirmed_candidates(runs, metric, score).items():
-        out.setdefault(
-            pair,
-            {
-                "done": 0,
-                "stopped": 0,
-                "running": 0,
-                "failed": 0,
-                "best": None,
-                "best_run": None,
-                "best_config": None,
-            },
-        )
+        out.setdefault(pair, empty_summary())
         out[pair]["confirmed"] = confirmed
     return out
 
@@ -294,7 +283,10 @@ def confirmed_text(confirmed: dict | None) -> str:
         if confirmed.get("running")
         else ""
     )
-    return f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds (candidate {confirmed['candidate'] + 1}{so_far})"
+    return (
+        f"confirmed {confirmed['test']:.3f}{spread} over {confirmed['n']}{of} seeds "
+        f"(candidate {confirmed['candidate'] + 1}{so_far})"
+    )
 
 
 def top_configs(
@@ -354,8 +346,10 @@ def ui_links(
         "runs": f"{base}experiments/{experiment_id}/runs?{table}",
         "compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
         "curves": (
-            f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}&plot_metric_keys={q(metrics)}"
-            "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true&deselected_curves=%5B%5D"
+            f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}"
+            f"&plot_metric_keys={q(metrics)}"
+            "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true"
+            "&deselected_curves=%5B%5D"
             "&last_linear_y_axis_range=%5B%5D"
         ),
     }

@@ -12,6 +12,8 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..record.runs import CONFIG_TAG
 from .plots import figure_png, pyplot
 
@@ -20,10 +22,11 @@ MAX_LAYER_PANELS = 14
 
 def last_model_state(state, run) -> dict | None:
     """The model weights of the run's newest checkpoint in the trial storage, or None."""
-    import pyarrow.fs
-    import torch
+    # Drawing maps alone needs torch and the models; pyarrow (Ray's and MLflow's) reads the checkpoint.
+    import pyarrow.fs  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
-    from trainables.batched import member_state_dict
+    from trainables.batched import member_state_dict  # noqa: PLC0415
 
     fs, root = state.trial_storage().filesystem()
     fs = fs or pyarrow.fs.LocalFileSystem()
@@ -42,13 +45,13 @@ def last_model_state(state, run) -> dict | None:
 def activations_of(config: dict, model_state: dict):
     """-> (task, the names of the columns, the example in words, the model's activations), or None
     where the model returns none (LSTMs, the DNC, the seq2seq baselines)."""
-    import numpy as np
-    import torch
+    # torch and the models take seconds to import; only drawing maps needs them.
+    import torch  # noqa: PLC0415
 
-    from trainables.config import parse_trial_config
-    from trainables.tasks import load_task
-    from trainables.tasks.sort_of_clevr import describe
-    from trainables.train import batch_tensors, make_model
+    from trainables.config import parse_trial_config  # noqa: PLC0415
+    from trainables.tasks import load_task  # noqa: PLC0415
+    from trainables.tasks.sort_of_clevr import describe  # noqa: PLC0415
+    from trainables.train import batch_tensors, make_model  # noqa: PLC0415
 
     cfg = parse_trial_config(config)
     task = load_task(cfg.task, cfg.task_options)
@@ -124,7 +127,7 @@ def plot_transformer(
 def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> tuple[Path, str] | None:
     """PANM's pointer attention: per decoding step, each Mode-1 and Mode-2 head's weights over
     the memory slots (the input)."""
-    import torch
+    import torch  # noqa: PLC0415 - seconds to import; only drawing maps needs it
 
     heads = []
     for mode in ("mode1", "mode2"):

@@ -12,10 +12,11 @@ from pathlib import Path
 
 
 def pyplot():
-    import matplotlib
+    # matplotlib takes a second to import: only a report draws.
+    import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     return plt
 
@@ -138,7 +139,7 @@ def slices(
                 )
         kind, bounds = params[name]
         if kind == "loguniform":
-            from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: PLC0415 - see pyplot
 
             ax.set_xscale("log")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

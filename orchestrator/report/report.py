@@ -25,6 +25,8 @@ from functools import cache, lru_cache
 from pathlib import Path
 from statistics import fmean
 
+import jinja2
+import optuna
 import pandas as pd
 import yaml
 
@@ -41,6 +43,7 @@ from ..record.runs import (
     launch_trial_runs,
 )
 from ..record.secrets import redact
+from ..record.state import baseline_nights, earlier_launches
 from ..record.stores import client
 from ..record.summaries import may_answer, metric_name, pair_summaries, ui_links
 from . import maps, plots, stats
@@ -149,8 +152,8 @@ def broken_cells(pair: str, now: dict[str, Counter], before: dict[str, Counter])
             and 2 * ended["completed"] < ended.total()
         ):
             out[key] = (
-                f"{pair} {cell_name(json.loads(key))}: {ended['completed']} of {ended.total()} runs completed ({unfinished(ended)}); "
-                f"{was['completed']} of {was.total()} before"
+                f"{pair} {cell_name(json.loads(key))}: {ended['completed']} of {ended.total()} runs "
+                f"completed ({unfinished(ended)}); {was['completed']} of {was.total()} before"
             )
     return out
 
@@ -163,7 +166,8 @@ NOT_COMPARED_KEYS = (
 
 
 def flat_config(config: dict, data_version: str) -> dict:
-    """What a run trained, as one flat mapping (task options as `task_options.<key>`) with the data version."""
+    """What a run trained, as one flat mapping (task options as `task_options.<key>`) with the data
+    version."""
     options = {f"task_options.{k}": v for k, v in (config.get("task_options") or {}).items()}
     own = {k: v for k, v in config.items() if k != "task_options" and k not in NOT_COMPARED_KEYS}
     return {**own, **options, "data_version": data_version}
@@ -251,7 +255,7 @@ def table_metrics(score: str, columns) -> list[str]:
 @cache
 def task_fields(task: str) -> tuple[dataclasses.Field, ...]:
     """A task's config fields; none for a task the registry lacks (a published table's, not ours)."""
-    from trainables.tasks import TASKS
+    from trainables.tasks import TASKS  # noqa: PLC0415 - it imports torch, which `report` goes without
 
     return dataclasses.fields(TASKS[task].config) if task in TASKS else ()
 
@@ -316,7 +320,7 @@ def paper_setting(model: str, task: str, config: dict) -> dict:
     """The values the papers' tables hold fixed where a cell does not name them, for the keys some
     cell of the model and task varies (NDR's layers in Table 4, ACT in Table 6): the preset's, else
     the model's and the task's defaults. Empty where we have no preset for the pair."""
-    from trainables.config import ConfigError, defaults, preset
+    from trainables.config import ConfigError, defaults, preset  # noqa: PLC0415 - it imports torch
 
     varied = varied_keys().get((model, task), frozenset())
     try:
@@ -343,7 +347,8 @@ def published_for(
     14), and whose setting the trial's config and task options agree with. `chosen`: keys a search
     or a tuning (per_pair) picked, whose row is the model under its best values: the headline's."""
     split_score = re.match(
-        r"^(test(?:_L|_x\d+|_\d+|_interpolate|_extrapolate)?|iid_valid)_([a-z0-9_]+?)_(at_best_early|at_best|final)$",
+        r"^(test(?:_L|_x\d+|_\d+|_interpolate|_extrapolate)?|iid_valid)_"
+        r"([a-z0-9_]+?)_(at_best_early|at_best|final)$",
         metric,
     )
     if not split_score:
@@ -385,7 +390,7 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
     for a `checkpoint: early` cell its early_budget where the run lasted that long. A shorter run
     (a CPU-scale check, a nightly's budget) gets no difference, since it says nothing of the model;
     a longer one gets it, said."""
-    from trainables.config import ConfigError, preset
+    from trainables.config import ConfigError, preset  # noqa: PLC0415 - it imports torch
 
     paper = cell.get("n_iters")
     if paper is None:
@@ -393,13 +398,52 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
             paper = preset(task, model, config.get("task_options")).get("n_iters")
         except ConfigError:
             return None
-    # An early column's score is the best within early_budget, or within the whole run where that is shorter (train.py).
+    # An early column's score is the best within early_budget, or within the whole run where that is
+    # shorter (train.py).
     early, n_iters = config.get("early_budget"), config.get("n_iters")
     early_column = (
         cell.get("checkpoint") == "early" and early is not None and (n_iters is None or early <= n_iters)
     )
     key, ours = ("early_budget", early) if early_column else ("n_iters", n_iters)
     return {"key": key, "ours": ours, "paper": paper} if None not in (ours, paper) and ours != paper else None
+
+
+def metric_entry(
+    values: list, metric: str, first, setting: dict, report, chosen: frozenset[str], against: list | None
+) -> dict:
+    """A cell's entry for one metric: its summary, the paper's number (and our seeds tested against
+    it), and the test against its baseline cell's values (`against`)."""
+    low = lower_is_better(metric)
+    summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
+    cell = published_for(
+        first["model"], first["task"], first["variant"], metric, setting, first["config"], chosen
+    )
+    entry = {
+        "summary": summary,
+        "values": values,
+        "published": cell,
+        "unlike": cell and training_unlike_the_paper(cell, first["model"], first["task"], first["config"]),
+    }
+    shorter = entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"]
+    if cell and not shorter and cell.get("statistic") != "median":
+        entry["vs_paper"] = vs_paper(values, cell)
+    if against is not None and len(values) > 1 and len(against) > 1:
+        entry["vs_baseline"] = stats.two_sided_p(values, against, report.test)
+    return entry
+
+
+def paper_entry(metrics: dict, score: str) -> dict | None:
+    """The paper column: the test score at the checkpoint the paper reports (the best one, or the
+    last); where the paper reports one named test set (mathematics: extrapolation), that one."""
+    candidates = [
+        f"test{split}_{score}_{when}"
+        for split in ("", *(f"_{n}" for n in NAMED_TEST_SPLITS))
+        for when in ("at_best", "final")
+    ]
+    return next(
+        (metrics[m] for m in candidates if m in metrics and metrics[m]["published"]),
+        metrics.get(f"test_{score}_at_best"),
+    )
 
 
 def cell_rows(
@@ -439,37 +483,11 @@ def cell_rows(
             values = group[metric].dropna().tolist()
             if not values:
                 continue
-            low = lower_is_better(metric)
-            summary = stats.summarize(values, report.solved_at if metric.startswith("test_") else None, low)
-            cell = published_for(
-                first["model"], first["task"], first["variant"], metric, setting, first["config"], chosen
+            against = (
+                base_rows[metric].dropna().tolist() if base_rows is not None and metric in base_rows else None
             )
-            entry = {
-                "summary": summary,
-                "values": values,
-                "published": cell,
-                "unlike": cell
-                and training_unlike_the_paper(cell, first["model"], first["task"], first["config"]),
-            }
-            shorter = entry["unlike"] and entry["unlike"]["ours"] < entry["unlike"]["paper"]
-            if cell and not shorter and cell.get("statistic") != "median":
-                entry["vs_paper"] = vs_paper(values, cell)
-            if base_rows is not None and metric in base_rows:
-                against = base_rows[metric].dropna().tolist()
-                if len(values) > 1 and len(against) > 1:
-                    entry["vs_baseline"] = stats.two_sided_p(values, against, report.test)
-            row["metrics"][metric] = entry
-        # The paper column: the test score at the checkpoint the paper reports (the best one, or the last).
-        # Where the paper reports one named test set (mathematics: extrapolation), that one.
-        candidates = [
-            f"test{split}_{score}_{when}"
-            for split in ("", *(f"_{n}" for n in NAMED_TEST_SPLITS))
-            for when in ("at_best", "final")
-        ]
-        row["paper"] = next(
-            (row["metrics"][m] for m in candidates if m in row["metrics"] and row["metrics"][m]["published"]),
-            row["metrics"].get(f"test_{score}_at_best"),
-        )
+            row["metrics"][metric] = metric_entry(values, metric, first, setting, report, chosen, against)
+        row["paper"] = paper_entry(row["metrics"], score)
         rows.append(row)
     return rows
 
@@ -484,6 +502,41 @@ PAPER_NAMES = {
     "panm": "PANM",
     "compositional_attention": "Compositional Attention",
 }  # in a line, PAPERS without the authors
+
+
+def scored_pairs(
+    pairs: list, variant: str, metric: str, summaries: dict, seeds: dict, confirmed: bool
+) -> list:
+    """(pair, its value of `metric`, the paper's cell for it) per pair with a value: the mean over
+    its confirmed candidate's seeds where `confirmed`, else its best trial's."""
+    scored = []
+    for pair in pairs:
+        s = summaries.get(pair.name, {})
+        value = fmean(seeds[pair.name]) if confirmed else (s.get("best_metrics") or {}).get(metric)
+        if value is not None:
+            config = s["confirmed"]["config"] if confirmed else s.get("best_config") or {}
+            paper = published_for(pair.model, pair.task.task, variant, metric, {}, config, pair.chosen)
+            scored.append((pair, value, paper))
+    return scored
+
+
+def answer_basis(study, scored: list, seeds: dict, confirmed: bool) -> str:
+    """What the answer compared: each pair's best trial, or its confirmed candidate over seeds with
+    the test of the winner against the runner-up."""
+    if not confirmed:
+        return "each pair's best trial"
+    basis = (
+        "each pair's confirmed candidate, the mean over its seeds ("
+        + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored)
+        + ")"
+    )
+    winner, runner_up = scored[0][0], scored[1][0] if len(scored) > 1 else None
+    if runner_up and min(len(seeds[winner.name]), len(seeds[runner_up.name])) > 1:
+        p_value = stats.two_sided_p(seeds[winner.name], seeds[runner_up.name], study.report.test)
+        basis += (
+            f"; {winner.model} against {runner_up.model}: p = {p_value:.3g} ({study.report.test}, two-sided)"
+        )
+    return basis
 
 
 def answer_lines(study, summaries: dict) -> list[str]:
@@ -502,45 +555,23 @@ def answer_lines(study, summaries: dict) -> list[str]:
             for p in pairs
         }
         confirmed = all(seeds.values())
-        scored = []
-        for pair in pairs:
-            s = summaries.get(pair.name, {})
-            value = fmean(seeds[pair.name]) if confirmed else (s.get("best_metrics") or {}).get(metric)
-            if value is not None:
-                config = s["confirmed"]["config"] if confirmed else s.get("best_config") or {}
-                scored.append(
-                    (
-                        pair,
-                        value,
-                        published_for(pair.model, pair.task.task, variant, metric, {}, config, pair.chosen),
-                    )
-                )
-        if (
-            not scored
-        ):  # no trial ended with a score, or the file's report.headline names a split the task lacks
+        scored = scored_pairs(pairs, variant, metric, summaries, seeds, confirmed)
+        # None: no trial ended with a score, or the file's report.headline names a split the task lacks.
+        if not scored:
             lines.append(f"no answer on {variant}: no pair's best trial reported {metric}")
             continue
         scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
         (winner, value, _), chance = scored[0], plots.chance_level(scored[0][0].chance(study.score))
         versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
-        basis = "each pair's best trial"
-        if confirmed:
-            basis = (
-                "each pair's confirmed candidate, the mean over its seeds ("
-                + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored)
-                + ")"
-            )
-            if len(scored) > 1 and min(len(seeds[winner.name]), len(seeds[scored[1][0].name])) > 1:
-                p_value = stats.two_sided_p(seeds[winner.name], seeds[scored[1][0].name], study.report.test)
-                basis += f"; {winner.model} against {scored[1][0].model}: p = {p_value:.3g} ({study.report.test}, two-sided)"
         lines.append(
             f"answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
             + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
             + (f" vs {versus}" if versus else "")
-            + f"; {basis}, at this launch's scale"
+            + f"; {answer_basis(study, scored, seeds, confirmed)}, at this launch's scale"
         )
         papers = [
-            f"{pair.model} {paper['mean']:.2f} ({PAPER_NAMES.get(paper['paper'], paper['paper'])} {paper['table']})"
+            f"{pair.model} {paper['mean']:.2f} "
+            f"({PAPER_NAMES.get(paper['paper'], paper['paper'])} {paper['table']})"
             for pair, _, paper in scored
             if paper
         ]
@@ -549,52 +580,102 @@ def answer_lines(study, summaries: dict) -> list[str]:
     return lines
 
 
-def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
-    """The papers' tables laid out as printed, ours beside each number: every table one of our
-    cells met, with a row per model and model setting (layers, heads) of it that we ran, or that
-    the paper prints as a baseline we do not run, and a column per task variant and task setting
-    (a length cut-off, a module), split and score. Where several of a pair's cells meet one printed
-    row (a search's candidates), the best by `metric` fills it."""
+def task_setting(cell: dict) -> dict:
+    """The task options a published cell names (a length cut-off, a module)."""
+    return {k: v for k, v in (cell.get("setting") or {}).items() if k in task_options(cell["task"])}
+
+
+def printed_row(cell: dict) -> tuple[str, str]:
+    """The row a published cell is printed in: its model and the model's setting (layers, heads)."""
+    own = {k: v for k, v in (cell.get("setting") or {}).items() if k not in task_setting(cell)}
+    return cell["model"], ", ".join(f"{k}={v}" for k, v in own.items())
+
+
+def printed_column(cell: dict) -> tuple:
+    """The column a published cell is printed in: (task variant and setting, split, score, checkpoint)."""
+    group = " ".join(
+        [cell.get("variant") or cell["task"], *(f"{k}={v}" for k, v in task_setting(cell).items())]
+    )
+    when = {
+        "early": f"best within {cell['n_iters']:,}" if cell.get("n_iters") else "early",
+        "final": "final",
+    }.get(cell.get("checkpoint"))
+    return group, cell["split"], cell["metric"], when
+
+
+def best_printed_rows(pairs: list[dict], metric: str, mode: str) -> dict[tuple, tuple[float, dict]]:
+    """(pair, paper, table, printed row) -> (rank, {id(published cell): entry}): per pair and printed
+    row, the one of the pair's cells that fills it (the best by `metric`, so that a row never mixes
+    a search's candidates), and per number it met, the first metric in its order (at_best before
+    final)."""
 
     def rank(row: dict) -> float:
         summary = row["metrics"].get(metric, {}).get("summary")
         return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
 
-    def task_setting(cell: dict) -> dict:
-        return {k: v for k, v in (cell.get("setting") or {}).items() if k in task_options(cell["task"])}
-
-    def row_of(cell: dict) -> tuple[str, str]:
-        own = {k: v for k, v in (cell.get("setting") or {}).items() if k not in task_setting(cell)}
-        return cell["model"], ", ".join(f"{k}={v}" for k, v in own.items())
-
-    def column_of(cell: dict) -> tuple:
-        group = " ".join(
-            [cell.get("variant") or cell["task"], *(f"{k}={v}" for k, v in task_setting(cell).items())]
-        )
-        when = {
-            "early": f"best within {cell['n_iters']:,}" if cell.get("n_iters") else "early",
-            "final": "final",
-        }.get(cell.get("checkpoint"))
-        return group, cell["split"], cell["metric"], when
-
-    # Per pair and printed row, the one of the pair's cells that fills it (the best by `metric`, so
-    # that a row never mixes a search's candidates), and per number it met, the first metric in its
-    # order (at_best before final); a number two pairs met, from the better one.
-    best: dict[
-        tuple, tuple[float, dict]
-    ] = {}  # (pair, paper, table, printed row) -> (rank, {id(published cell): entry})
+    best: dict[tuple, tuple[float, dict]] = {}
     for pair in pairs:
         for row in pair["rows"]:
             met: dict[tuple, dict] = {}
             for entry in row["metrics"].values():
                 cell = entry["published"]
                 if cell is not None:
-                    met.setdefault((pair["name"], cell["paper"], cell["table"], row_of(cell)), {}).setdefault(
-                        id(cell), entry
-                    )
+                    printed = (pair["name"], cell["paper"], cell["table"], printed_row(cell))
+                    met.setdefault(printed, {}).setdefault(id(cell), entry)
             for printed, entries in met.items():
                 if printed not in best or rank(row) > best[printed][0]:
                     best[printed] = (rank(row), entries)
+    return best
+
+
+def printed_table(paper: str, table: str, cells: list[dict], ours: dict) -> dict:
+    """One paper's table as printed (`cells`: its published cells to show), ours (by id of the
+    published cell) beside each number."""
+    # a variant's columns side by side, in the paper's order
+    groups = list(dict.fromkeys(printed_column(cell)[0] for cell in cells))
+    columns = list(
+        dict.fromkeys(
+            printed_column(cell)
+            for cell in sorted(cells, key=lambda cell: groups.index(printed_column(cell)[0]))
+        )
+    )
+    one_score = len({column[2] for column in columns}) == 1
+    rows = {}
+    for cell in cells:
+        entry = ours.get(id(cell))
+        unlike = entry and entry["unlike"]
+        rows.setdefault(printed_row(cell), {})[printed_column(cell)] = {
+            "ours": entry and entry["summary"],
+            "paper": cell,
+            "trained": unlike and ("shorter" if unlike["ours"] < unlike["paper"] else "longer"),
+        }
+    return {
+        "paper": PAPERS.get(paper, paper),
+        "table": table,
+        "columns": [
+            {
+                "key": (group, split, score, when),
+                "label": " ".join(
+                    part for part in (group, split, None if one_score else score, when) if part
+                ),
+            }
+            for group, split, score, when in columns
+        ],
+        "rows": [
+            {"model": model, "setting": setting, "cells": by_column}
+            for (model, setting), by_column in rows.items()
+        ],
+    }
+
+
+def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
+    """The papers' tables laid out as printed, ours beside each number: every table one of our
+    cells met, with a row per model and model setting (layers, heads) of it that we ran, or that
+    the paper prints as a baseline we do not run, and a column per task variant and task setting
+    (a length cut-off, a module), split and score. Where several of a pair's cells meet one printed
+    row (a search's candidates), the best by `metric` fills it."""
+    best = best_printed_rows(pairs, metric, mode)
+    # A number two pairs met, from the better one.
     ours = {
         key: entry
         for _, entries in sorted(best.values(), key=lambda group: group[0])
@@ -605,48 +686,9 @@ def paper_tables(pairs: list[dict], metric: str, mode: str) -> list[dict]:
     tables = {}
     for cell in published_cells():
         table = (cell["paper"], cell["table"])
-        if (*table, row_of(cell)) in shown or (cell.get("ours") is False and table in shown_tables):
+        if (*table, printed_row(cell)) in shown or (cell.get("ours") is False and table in shown_tables):
             tables.setdefault(table, []).append(cell)
-    out = []
-    for (paper, table), cells in tables.items():
-        groups = list(
-            dict.fromkeys(column_of(cell)[0] for cell in cells)
-        )  # a variant's columns side by side, in the paper's order
-        columns = list(
-            dict.fromkeys(
-                column_of(cell) for cell in sorted(cells, key=lambda cell: groups.index(column_of(cell)[0]))
-            )
-        )
-        one_score = len({column[2] for column in columns}) == 1
-        rows = {}
-        for cell in cells:
-            entry = ours.get(id(cell))
-            unlike = entry and entry["unlike"]
-            rows.setdefault(row_of(cell), {})[column_of(cell)] = {
-                "ours": entry and entry["summary"],
-                "paper": cell,
-                "trained": unlike and ("shorter" if unlike["ours"] < unlike["paper"] else "longer"),
-            }
-        out.append(
-            {
-                "paper": PAPERS.get(paper, paper),
-                "table": table,
-                "columns": [
-                    {
-                        "key": (group, split, score, when),
-                        "label": " ".join(
-                            part for part in (group, split, None if one_score else score, when) if part
-                        ),
-                    }
-                    for group, split, score, when in columns
-                ],
-                "rows": [
-                    {"model": model, "setting": setting, "cells": by_column}
-                    for (model, setting), by_column in rows.items()
-                ],
-            }
-        )
-    return out
+    return [printed_table(paper, table, cells, ours) for (paper, table), cells in tables.items()]
 
 
 def plot_keys(
@@ -779,46 +821,40 @@ def plot_history(
     return [(path, figure_png(fig, path))]
 
 
-def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict:
-    """A search pair's trials as the report shows them: every trial (its number, the values TPE
-    chose, status, last iteration, selection metric and test score), the winning config, Optuna's
-    hyperparameter importances from the stored study, and figures: every trial's learning curve
-    and the metric against each searched hyperparameter."""
-    metric, test = study.metric, f"test_{study.score}_at_best"
-    trials = []
-    for run in runs:
-        if run.data.tags.get("pair") != pair.name or run.data.tags.get("phase") == "confirm":
-            continue
-        status = run.data.tags.get(STATUS_TAG, "running")
-        if status == "lost":  # replaced by another trial on resume
-            continue
-        config = json.loads(run.data.tags.get(CONFIG_TAG, "{}"))
-        curves = {
-            name: [
-                (m.step, m.value)
-                for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)
-            ]
-            for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")
-        }
-        steps = [step for points in curves.values() for step, _ in points]
-        if DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
-            steps.append(int(run.data.tags[DIVERGED_AT_TAG]))
-        trials.append(
-            {
-                "run_id": run.info.run_id,
-                "name": run.info.run_name or "",
-                "status": status,
-                "last_step": max(steps, default=0),
-                "params": {k: config[k] for k in pair.space if k in config},
-                "metric": run.data.metrics.get(metric),
-                "test": run.data.metrics.get(test),
-                "curves": curves,
-                "start": run.info.start_time,
-            }
-        )
-    # The first best, in the order the trials started, of those that may answer: as summaries.pair_summaries and answer_runs take it.
-    scored = [t for t in trials if t["metric"] is not None and may_answer(t["status"])]
-    best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
+def trial_entry(run, pair, study, mlflow) -> dict | None:
+    """A search trial's row: its run, the values TPE chose, status, last iteration, selection metric
+    and test score, learning curves; None for another pair's run, a confirmation's, or a lost one."""
+    if run.data.tags.get("pair") != pair.name or run.data.tags.get("phase") == "confirm":
+        return None
+    status = run.data.tags.get(STATUS_TAG, "running")
+    if status == "lost":  # replaced by another trial on resume
+        return None
+    config = json.loads(run.data.tags.get(CONFIG_TAG, "{}"))
+    curves = {
+        name: [
+            (m.step, m.value)
+            for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)
+        ]
+        for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")
+    }
+    steps = [step for points in curves.values() for step, _ in points]
+    if DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
+        steps.append(int(run.data.tags[DIVERGED_AT_TAG]))
+    return {
+        "run_id": run.info.run_id,
+        "name": run.info.run_name or "",
+        "status": status,
+        "last_step": max(steps, default=0),
+        "params": {k: config[k] for k in pair.space if k in config},
+        "metric": run.data.metrics.get(study.metric),
+        "test": run.data.metrics.get(f"test_{study.score}_at_best"),
+        "curves": curves,
+        "start": run.info.start_time,
+    }
+
+
+def number_trials(trials: list[dict], best: dict | None) -> None:
+    """Each trial's number, whether it won, and its label, in the order the trials started."""
     trials.sort(key=lambda t: t["start"])
     for position, trial in enumerate(trials, 1):
         # The number in its run's name (callbacks.TrialTracker.short_name), which MLflow and the
@@ -833,23 +869,45 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
                 f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items()
             ),
         )
-    chance = pair.chance(study.score)
-    figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
-    sliced = plots.slices(
-        pair.name, trials, {k: (d.kind, d.values) for k, d in pair.space.items()}, metric, chance, out_dir
-    )
-    # Trials that tie the winner on the metric: which of them answers is the tie's rule, not a finding.
+
+
+def tie_at_best(scored: list[dict], best: dict | None) -> dict | None:
+    """The trials that tie the winner on the metric (their numbers, the range of their test scores):
+    which of them answers is the tie's rule, not a finding. None without a tie."""
     tied = [t for t in scored if t["metric"] == best["metric"]]  # in the order they started, as runs come
     tests = [t["test"] for t in tied if t["test"] is not None]
-    tie = (
+    return (
         {"numbers": [t["number"] for t in tied], "tests": (min(tests), max(tests)) if tests else None}
         if len(tied) > 1
         else None
     )
+
+
+def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict:
+    """A search pair's trials as the report shows them: every trial (its number, the values TPE
+    chose, status, last iteration, selection metric and test score), the winning config, Optuna's
+    hyperparameter importances from the stored study, and figures: every trial's learning curve
+    and the metric against each searched hyperparameter."""
+    trials = [t for t in (trial_entry(run, pair, study, mlflow) for run in runs) if t is not None]
+    # The first best, in the order the trials started, of those that may answer: as
+    # summaries.pair_summaries and answer_runs take it.
+    scored = [t for t in trials if t["metric"] is not None and may_answer(t["status"])]
+    best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
+    number_trials(trials, best)
+    chance = pair.chance(study.score)
+    figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
+    sliced = plots.slices(
+        pair.name,
+        trials,
+        {k: (d.kind, d.values) for k, d in pair.space.items()},
+        study.metric,
+        chance,
+        out_dir,
+    )
     return {
         "trials": trials,
         "best": best,
-        "tie": tie,
+        "tie": tie_at_best(scored, best),
         "importances": importances(state, pair, trials),
         "figures": figures + ([sliced] if sliced else []),
         "space": {k: f"{d.kind} {list(d.values)}" for k, d in pair.space.items()},
@@ -859,8 +917,6 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
 def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | str:
     """Optuna's hyperparameter importances (its default evaluator) of the pair's stored study, most
     important first; or why there are none (in the report, not as a warning on the console)."""
-    import optuna
-
     if len(pair.space) < 2:
         return f"one searched hyperparameter ({', '.join(pair.space) or 'none'}): nothing to rank"
     finished = [t for t in trials if t["metric"] is not None]
@@ -888,182 +944,232 @@ def mlflow_ui(uri: str) -> dict[str, str]:
     return {"url": "http://127.0.0.1:5000", "command": f"mlflow ui --backend-store-uri {redact(uri)}"}
 
 
-def build(state, previous_state=None, history: list | None = None) -> dict:
-    """Everything the templates show, and the regressions against `previous_state`; with
-    `history` (earlier nights, oldest first), a plot of each cell night after night."""
+@dataclasses.dataclass
+class LaunchData:
+    """What build reads once and every pair's section uses: the launch, its runs (as MLflow holds
+    them and as frames), the earlier nights' and the compared launch's runs, and where figures go."""
+
+    state: object
+    study: object
+    trial_runs: list
+    frame_ended: pd.DataFrame  # runs_frame over runs.ENDED
+    frame: pd.DataFrame  # its completed runs
+    nights: list | None  # plot_history's: each night's label and runs, oldest first
+    before_ended: pd.DataFrame | None  # the compared launch's, over runs.ENDED
+    before: pd.DataFrame | None  # its completed runs
+    mlflow: object
+    parent: object  # the launch's MLflow run
+    ui: dict
+    out_dir: Path
+
+
+@dataclasses.dataclass
+class Tally:
+    """The comparison with the earlier launch, gathered pair by pair: the cells to test across seeds
+    (stats.regressions' input), the broken cells' lines, how many cells both launches or one of them
+    have, and the cells whose config changed since or that pool several configs."""
+
+    tested: list = dataclasses.field(default_factory=list)
+    broken: list = dataclasses.field(default_factory=list)
+    in_both: int = 0
+    one_sided: int = 0
+    changed: dict = dataclasses.field(default_factory=dict)  # (pair, cell) -> its config's changes
+    not_comparable: list = dataclasses.field(default_factory=list)
+
+
+def night_frames(state, frame: pd.DataFrame, history: list | None) -> list | None:
+    """Each night's label and runs (this one's are `frame`), read once for every pair's history plot."""
+    if history is None:
+        return None
+
+    def label(launch) -> str:
+        return datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")
+
+    return [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)]
+
+
+def read_launch(state, previous_state, history: list | None) -> LaunchData:
     study = state.study()
     trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
     frame_ended = runs_frame(state, trial_runs, ENDED)
     frame = completed(frame_ended)
-    # Each night's runs read once, for every pair's history plot.
-    label = lambda launch: datetime.datetime.fromtimestamp(launch.created or 0).strftime("%m-%d %H:%M")  # noqa: E731
-    nights = (
-        [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)]
-        if history is not None
-        else None
-    )
+    nights = night_frames(state, frame, history)
     before_ended = runs_frame(previous_state, statuses=ENDED) if previous_state else None
     before = completed(before_ended) if previous_state else None
     out_dir = state.dir / "report"
     out_dir.mkdir(exist_ok=True)
-    pairs, tested, broken, in_both, one_sided = [], [], [], 0, 0
-    changed, not_comparable = (
-        {},
-        [],
-    )  # a compared cell's config changes since; cells whose runs pool several configs
     mlflow = client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
     ui = mlflow_ui(state.tracking_uri)
-    for pair in study.pairs:
-        links = ui_links(
-            ui["url"],
-            parent.info.experiment_id,
-            [
-                r.info.run_id
-                for r in trial_runs
-                if r.data.tags.get("pair") == pair.name and r.data.tags.get(STATUS_TAG) != "lost"
-            ],
-            [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
-            f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'",
-            study.metric,
-            study.mode,
+    return LaunchData(
+        state,
+        study,
+        trial_runs,
+        frame_ended,
+        frame,
+        nights,
+        before_ended,
+        before,
+        mlflow,
+        parent,
+        ui,
+        out_dir,
+    )
+
+
+def pair_links(data: LaunchData, pair) -> dict[str, str]:
+    """The pair's trials in MLflow's UI (summaries.ui_links), lost trials left out."""
+    study, state = data.study, data.state
+    return ui_links(
+        data.ui["url"],
+        data.parent.info.experiment_id,
+        [
+            r.info.run_id
+            for r in data.trial_runs
+            if r.data.tags.get("pair") == pair.name and r.data.tags.get(STATUS_TAG) != "lost"
+        ],
+        [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
+        f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'",
+        study.metric,
+        study.mode,
+    )
+
+
+def length_metrics(columns, score: str) -> list[str]:
+    """The per-length (or per-depth) test scores at the best checkpoint, in the splits' order."""
+    return sorted(
+        (c for c in columns if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")),
+        key=lambda c: split_order(TEST_SPLIT.match(c).group(1)),
+    )
+
+
+def mark_unfinished(rows: list[dict], ended: dict[str, Counter]) -> None:
+    """The cell's runs that ended without a result: its seeds column says so."""
+    for r in rows:
+        cell_ended = ended.get(setting_key(r["setting"]), Counter())
+        r["unfinished"] = unfinished(cell_ended)
+        # A seed whose training blew up solved nothing (a failed one may be the cluster's fault).
+        if cell_ended["diverged"]:
+            for entry in r["metrics"].values():
+                s = entry["summary"]
+                if s.solved is not None:
+                    entry["summary"] = dataclasses.replace(
+                        s, solved=s.solved * s.n / (s.n + cell_ended["diverged"])
+                    )
+
+
+def pair_figures(
+    data: LaunchData, pair, rows: list[dict], runs: pd.DataFrame, own_keys: list[str], chance
+) -> list[tuple[Path, str]]:
+    """The pair's cell plots, its history night after night, and the maps of its best trial."""
+    study, out_dir = data.study, data.out_dir
+    figures = plot_keys(
+        pair.name, rows, own_keys, f"test_{study.score}_at_best", chance, out_dir
+    ) + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir)
+    if data.nights is not None:
+        figures += plot_history(pair.name, data.nights, own_keys, study.score, chance, out_dir)
+    # stable: of tied trials, the first started, as answer_runs picks
+    ranked = (
+        runs.dropna(subset=[study.metric]).sort_values(
+            study.metric, ascending=study.mode == "min", kind="stable"
         )
-        runs = frame[frame["pair"] == pair.name] if len(frame) else frame
-        searched = (
-            None if study.is_ablation else search_trials(state, study, pair, trial_runs, mlflow, out_dir)
-        )
-        chance = pair.chance(study.score)
-        ended = outcomes(frame_ended, study, pair)
-        if before_ended is not None:
-            ended_before = outcomes(before_ended, study, pair)
-            broken += broken_cells(pair.name, ended, ended_before).values()
-            in_both += len(set(ended) & set(ended_before))
-            one_sided += len(set(ended) ^ set(ended_before))
-        if not len(runs):
-            pairs.append(
-                {
-                    "name": pair.name,
-                    "rows": [],
-                    "metrics": [],
-                    "figures": searched["figures"] if searched else [],
-                    "chance": chance,
-                    "search": searched,
-                    "links": links,
-                }
+        if study.metric in runs
+        else runs[:0]
+    )
+    if len(ranked):  # the maps of the pair's best trial (of those its rows show)
+        best_run = data.mlflow.get_run(ranked["run_id"].iloc[0])
+        figures += maps.best_run_maps(data.state, pair.name, best_run, out_dir)
+    return figures
+
+
+def compare_cells(
+    tally: Tally, study, pair: str, rows: list[dict], runs, earlier, own_keys: list[str], metrics: list[str]
+) -> None:
+    """The pair's cells against the earlier launch's (`earlier`: its completed runs of the pair):
+    each row's metrics get the earlier mean (`was`), and into `tally` go the cells to test, the
+    cells whose config changed, and those that pool several configs (not compared)."""
+    old = {
+        setting_key(r["setting"]): r
+        for r in cell_rows(earlier, own_keys, metrics, study.report, {}, study.score)
+    }
+    trained_now, trained_before = cell_configs(runs, own_keys), cell_configs(earlier, own_keys)
+    for r in rows:
+        key = setting_key(r["setting"])
+        was = old.get(key)
+        if was is None:
+            continue
+        pooled = [
+            (side, trained[key])
+            for side, trained in (("earlier", trained_before), ("this", trained_now))
+            if len(trained[key]) > 1
+        ]
+        if pooled:  # no one config to compare: a mean over several says nothing of a change
+            tally.not_comparable.append(
+                f"{pair} {cell_name(r['setting'])}: not compared, the {pooled[0][0]} launch's runs of "
+                f"this cell differ in {pooled_differences(pooled[0][1])}"
             )
             continue
-        runs, own_keys = answer_runs(runs, study, pair)
-        metrics = table_metrics(study.score, runs.columns)
-        lengths = sorted(
-            (c for c in runs.columns if TEST_SPLIT.match(c) and c.endswith(f"_{study.score}_at_best")),
-            key=lambda c: split_order(TEST_SPLIT.match(c).group(1)),
-        )
-        rows = cell_rows(
-            runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score, pair.chosen
-        )
-        for r in rows:  # the cell's runs that ended without a result: its seeds column says so
-            cell_ended = ended.get(setting_key(r["setting"]), Counter())
-            r["unfinished"] = unfinished(cell_ended)
-            if cell_ended[
-                "diverged"
-            ]:  # a seed whose training blew up solved nothing (a failed one may be the cluster's fault)
-                for entry in r["metrics"].values():
-                    s = entry["summary"]
-                    if s.solved is not None:
-                        entry["summary"] = dataclasses.replace(
-                            s, solved=s.solved * s.n / (s.n + cell_ended["diverged"])
+        change = config_changes(trained_before[key][0], trained_now[key][0])
+        if change:
+            tally.changed[(pair, cell_name(r["setting"]))] = change
+        for metric in metrics:
+            if was and metric in was["metrics"] and metric in r["metrics"]:
+                r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
+                if metric == f"test_{study.score}_at_best":
+                    tally.tested.append(
+                        (
+                            (pair, cell_name(r["setting"]), metric),
+                            r["metrics"][metric]["values"],
+                            was["metrics"][metric]["values"],
+                            lower_is_better(metric),
                         )
-        figures = plot_keys(
-            pair.name, rows, own_keys, f"test_{study.score}_at_best", chance, out_dir
-        ) + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir)
-        if nights is not None:
-            figures += plot_history(pair.name, nights, own_keys, study.score, chance, out_dir)
-        ranked = (
-            runs.dropna(subset=[study.metric]).sort_values(
-                study.metric, ascending=study.mode == "min", kind="stable"
-            )
-            if study.metric in runs
-            else runs[:0]
-        )  # stable: of tied trials, the first started, as answer_runs picks
-        if len(ranked):  # the maps of the pair's best trial (of those its rows show)
-            figures += maps.best_run_maps(state, pair.name, mlflow.get_run(ranked["run_id"].iloc[0]), out_dir)
-        if before is not None and len(before):
-            earlier = before[before["pair"] == pair.name]
-            old = {
-                setting_key(r["setting"]): r
-                for r in cell_rows(earlier, own_keys, metrics, study.report, {}, study.score)
-            }
-            trained_now, trained_before = cell_configs(runs, own_keys), cell_configs(earlier, own_keys)
-            for r in rows:
-                key = setting_key(r["setting"])
-                was = old.get(key)
-                if was is None:
-                    continue
-                pooled = [
-                    (side, trained[key])
-                    for side, trained in (("earlier", trained_before), ("this", trained_now))
-                    if len(trained[key]) > 1
-                ]
-                if pooled:  # no one config to compare: a mean over several says nothing of a change
-                    not_comparable.append(
-                        f"{pair.name} {cell_name(r['setting'])}: not compared, the {pooled[0][0]} launch's runs of "
-                        f"this cell differ in {pooled_differences(pooled[0][1])}"
                     )
-                    continue
-                change = config_changes(trained_before[key][0], trained_now[key][0])
-                if change:
-                    changed[(pair.name, cell_name(r["setting"]))] = change
-                for metric in metrics:
-                    if was and metric in was["metrics"] and metric in r["metrics"]:
-                        r["metrics"][metric]["was"] = was["metrics"][metric]["summary"].mean
-                        if metric == f"test_{study.score}_at_best":
-                            tested.append(
-                                (
-                                    (pair.name, cell_name(r["setting"]), metric),
-                                    r["metrics"][metric]["values"],
-                                    was["metrics"][metric]["values"],
-                                    lower_is_better(metric),
-                                )
-                            )
-        if searched:
-            figures = searched["figures"] + figures
-        pairs.append(
-            {
-                "name": pair.name,
-                "rows": rows,
-                "metrics": metrics,
-                "lengths": lengths,
-                "figures": figures,
-                "chance": chance,
-                "search": searched,
-                "links": links,
-            }
-        )
-    comparisons = stats.regressions(tested, study.report.alpha, study.report.min_effect, study.report.test)
-    code_before = (
-        mlflow.get_run(previous_state.parent_run_id).data.tags.get("code_version", "unknown")
-        if previous_state
-        else None
+
+
+def pair_section(data: LaunchData, pair, tally: Tally) -> dict:
+    """A pair's part of the report: its links, its search's trials, a row per cell (or candidate,
+    or its best trial) with its figures, its cells compared with the earlier launch's (in `tally`)."""
+    study = data.study
+    links = pair_links(data, pair)
+    runs = data.frame[data.frame["pair"] == pair.name] if len(data.frame) else data.frame
+    searched = (
+        None
+        if study.is_ablation
+        else search_trials(data.state, study, pair, data.trial_runs, data.mlflow, data.out_dir)
     )
-    flagged = {c.key for c in comparisons if c.regressed}
-    for entry in pairs:
-        for r in entry["rows"]:
-            metric = f"test_{study.score}_at_best"
-            if (entry["name"], cell_name(r["setting"]), metric) in flagged:
-                r["metrics"][metric]["regressed"] = True
+    chance = pair.chance(study.score)
+    ended = outcomes(data.frame_ended, study, pair)
+    if data.before_ended is not None:
+        ended_before = outcomes(data.before_ended, study, pair)
+        tally.broken += broken_cells(pair.name, ended, ended_before).values()
+        tally.in_both += len(set(ended) & set(ended_before))
+        tally.one_sided += len(set(ended) ^ set(ended_before))
+    section = {"name": pair.name, "chance": chance, "search": searched, "links": links}
+    if not len(runs):
+        return {**section, "rows": [], "metrics": [], "figures": searched["figures"] if searched else []}
+    runs, own_keys = answer_runs(runs, study, pair)
+    metrics = table_metrics(study.score, runs.columns)
+    lengths = length_metrics(runs.columns, study.score)
+    rows = cell_rows(
+        runs, own_keys, metrics + lengths, study.report, study.report.baseline, study.score, pair.chosen
+    )
+    mark_unfinished(rows, ended)
+    figures = pair_figures(data, pair, rows, runs, own_keys, chance)
+    if data.before is not None and len(data.before):
+        earlier = data.before[data.before["pair"] == pair.name]
+        compare_cells(tally, study, pair.name, rows, runs, earlier, own_keys, metrics)
+    if searched:
+        figures = searched["figures"] + figures
+    return {**section, "rows": rows, "metrics": metrics, "lengths": lengths, "figures": figures}
+
+
+def header_section(state, study, parent) -> dict:
+    """The report's head: the launch, its file, when and at which code it ran, what it trained."""
     return {
         "title": f"{'Ablation' if study.is_ablation else 'Search'} {study.name}",
         "launch": state.launch_id,
         "spec_file": state.spec_file,
         "search": None if study.is_ablation else {"trials": study.budget.trials, "confirm": study.confirm},
-        "answer": []
-        if study.is_ablation
-        else answer_lines(
-            study,
-            pair_summaries(
-                state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs
-            ),
-        ),
         "date": datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M"),
         "code_version": parent.data.tags.get("code_version", "unknown"),
         "grid": study.grid,
@@ -1072,19 +1178,70 @@ def build(state, previous_state=None, history: list | None = None) -> dict:
         "metric": study.metric,
         "score": study.score,
         "report": study.report,
+    }
+
+
+def answer_section(data: LaunchData) -> list[str]:
+    """A search's answer (answer_lines); an ablation's is its tables."""
+    state, study = data.state, data.study
+    if study.is_ablation:
+        return []
+    summaries = pair_summaries(
+        state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, data.trial_runs
+    )
+    return answer_lines(study, summaries)
+
+
+def flag_regressions(pairs: list[dict], comparisons: list, score: str) -> None:
+    """Marks each row whose test score the comparison flagged, for its table."""
+    flagged = {c.key for c in comparisons if c.regressed}
+    for entry in pairs:
+        for r in entry["rows"]:
+            metric = f"test_{score}_at_best"
+            if (entry["name"], cell_name(r["setting"]), metric) in flagged:
+                r["metrics"][metric]["regressed"] = True
+
+
+def comparison_section(data: LaunchData, previous_state, comparisons: list, tally: Tally) -> dict:
+    """The comparison with `previous_state`: its launch and code, the cells tested, those no test
+    could compare, and the regressions' lines (the tests' and the broken cells')."""
+    code_before = (
+        data.mlflow.get_run(previous_state.parent_run_id).data.tags.get("code_version", "unknown")
+        if previous_state
+        else None
+    )
+    changed = tally.changed
+    return {
         "previous": previous_state.launch_id if previous_state else None,
         "code_before": code_before,
-        "pairs": pairs,
-        "paper_tables": paper_tables(pairs, study.metric, study.mode),
         "comparisons": comparisons,
-        "mlflow_ui": ui,
         # Cells of both launches with fewer than two completed runs on a side: no test could compare them.
-        "uncompared": max(0, in_both - len(comparisons) - len(not_comparable)),
-        "one_sided": one_sided,
-        "not_comparable": not_comparable,
+        "uncompared": max(0, tally.in_both - len(comparisons) - len(tally.not_comparable)),
+        "one_sided": tally.one_sided,
+        "not_comparable": tally.not_comparable,
         "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
         "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed]
-        + broken,
+        + tally.broken,
+    }
+
+
+def build(state, previous_state=None, history: list | None = None) -> dict:
+    """Everything the templates show, and the regressions against `previous_state`; with
+    `history` (earlier nights, oldest first), a plot of each cell night after night."""
+    data = read_launch(state, previous_state, history)
+    study, tally = data.study, Tally()
+    pairs = [pair_section(data, pair, tally) for pair in study.pairs]
+    comparisons = stats.regressions(
+        tally.tested, study.report.alpha, study.report.min_effect, study.report.test
+    )
+    flag_regressions(pairs, comparisons, study.score)
+    return {
+        **header_section(state, study, data.parent),
+        "answer": answer_section(data),
+        **comparison_section(data, previous_state, comparisons, tally),
+        "pairs": pairs,
+        "paper_tables": paper_tables(pairs, study.metric, study.mode),
+        "mlflow_ui": data.ui,
     }
 
 
@@ -1092,7 +1249,10 @@ def regression_text(c: stats.Comparison, change: str | None = None) -> str:
     """A cell that regressed: pair, cell, metric, its mean before -> now, by how much it got worse,
     p; and what its config changed since, where it did."""
     since = f"; its config changed since: {change}" if change else ""
-    return f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} (worse by {abs(c.now - c.before):.3f}, p = {c.p:.3g}){since}"
+    return (
+        f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} "
+        f"(worse by {abs(c.now - c.before):.3f}, p = {c.p:.3g}){since}"
+    )
 
 
 class Regressions(list):
@@ -1118,7 +1278,7 @@ def verdict_lines(regressions: list[str]) -> list[str]:
 def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
     """Each cell's mean over seeds on the launch's run (`<pair>/<cell>/<metric>`), so that MLflow's
     runs table and charts show the ablation's answer without opening the report."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric  # noqa: PLC0415 - seconds of imports, paid by writing alone
 
     now = int(datetime.datetime.now().timestamp() * 1000)
     # A search's best trial alone (no cell) is on the launch's run already (summaries.summarize_pairs).
@@ -1135,10 +1295,8 @@ def log_cell_means(mlflow, parent_run_id: str, context: dict) -> None:
 
 def render(context: dict, image_folder: str = "") -> tuple[str, str]:
     """-> (Markdown, HTML) from the templates; the Markdown links its plots in `image_folder`."""
-    import jinja2
-
-    # The page escapes what it shows (select_autoescape(["html"]) would not: the template's name ends in .j2);
-    # the macros of cells.j2, shared with the Markdown, are escaped where the page shows them.
+    # The page escapes what it shows (select_autoescape(["html"]) would not: the template's name ends
+    # in .j2); the macros of cells.j2, shared with the Markdown, are escaped where the page shows them.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=lambda name: (name or "").endswith(".html.j2"),
@@ -1211,7 +1369,10 @@ def write_report(
         if context["one_sided"]:
             compared += f"; {context['one_sided']} cell(s) in one of the two launches only"
         if context["not_comparable"]:
-            compared += f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared (see the report)"
+            compared += (
+                f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared "
+                "(see the report)"
+            )
         if context["changed"]:
             compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
         if passed_over:
@@ -1226,8 +1387,6 @@ def write_night(state) -> tuple[list[Path], Regressions]:
     """A night of the nightly job: its report, compared with the last finished night that flagged
     no regression (or whose regression was accepted), with each cell's history, and a dated copy in
     `<storage_path>/nightly/<experiment>/` beside the previous nights'."""
-    from ..record.state import baseline_nights, earlier_launches
-
     nights = earlier_launches(state, nightly=True)
     baselines = baseline_nights(nights)
     baseline = baselines[-1] if baselines else None

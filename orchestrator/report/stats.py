@@ -34,7 +34,7 @@ def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
     """Student-t interval of the mean over seeds. Not a percentile bootstrap, as the reports had:
     with 2, 3 and 5 seeds (3 is the default) it covered the true mean 48%, 76% and 84% of the time
     under its "95%" label; wide is what a mean of three seeds is."""
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415 - 3 s of imports, paid only when a statistic is computed
 
     values = np.asarray(values, dtype=float)
     half = stats.t.ppf(1 - (1 - level) / 2, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values))
@@ -88,7 +88,7 @@ def mann_whitney_p(now, before, alternative: str) -> float:
     """Mann-Whitney U's p-value, exact wherever the splits can be counted. scipy's default goes to
     its normal approximation as soon as two seeds tie (accuracies saturate at 1.0), which gave
     p = 0.035 for [0.96, 0.98, 0.99, 1.0] below [1.0] x 4, whose exact p is 5 / 70 = 0.071."""
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415 - 3 s of imports, paid only when a statistic is computed
 
     if math.comb(len(now) + len(before), len(now)) <= EXACT_SPLITS:
         method = stats.PermutationMethod(n_resamples=np.inf)  # every split: exact, ties by mid-ranks
@@ -99,7 +99,7 @@ def mann_whitney_p(now, before, alternative: str) -> float:
 
 def worse_p_value(now, before, lower_is_better: bool = False, test: str = "welch") -> float:
     """One-sided p-value of "now is worse than before" across seeds."""
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415 - 3 s of imports, paid only when a statistic is computed
 
     now, before = np.asarray(now, dtype=float), np.asarray(before, dtype=float)
     # Worse is lower for accuracies: test before > now, i.e. the alternative "now less than before".
@@ -116,7 +116,7 @@ def worse_p_value(now, before, lower_is_better: bool = False, test: str = "welch
 
 def two_sided_p(values, baseline, test: str = "welch") -> float:
     """p-value of "this cell differs from the baseline cell" across seeds."""
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415 - 3 s of imports, paid only when a statistic is computed
 
     values, baseline = np.asarray(values, dtype=float), np.asarray(baseline, dtype=float)
     if test == "mannwhitney":
@@ -138,7 +138,7 @@ def paper_p(
     unit nearest to ours, and the std at either end of its half unit (the larger p; Welch's degrees
     of freedom make either end the larger, and tests/test_stats.py finds no larger p inside).
     None where that cannot be said: fewer than two runs on a side, or no printed std."""
-    from scipy import stats
+    from scipy import stats  # noqa: PLC0415 - 3 s of imports, paid only when a statistic is computed
 
     if len(values) < 2 or not runs or runs < 2 or std is None:
         return None
