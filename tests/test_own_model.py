@@ -147,6 +147,6 @@ def test_a_search_of_ones_own_model_launches_and_is_reported_beside_a_baseline(t
     code, out, err = run_in(tmp_path, ["launch", str(search_file(tmp_path, f"{EXAMPLE}:RelBiasTransformer"))])
     assert code == 0, err.getvalue()[-3000:]
     launch = json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())
-    assert launch["status"] == "finished"
+    assert launch["state"] == "finished"
     report = next((tmp_path / "runs").glob("*/report.md")).read_text()
     assert "tiny__RelBiasTransformer" in report and "tiny__lstm" in report
