@@ -148,5 +148,5 @@ def test_a_search_of_ones_own_model_launches_and_is_reported_beside_a_baseline(t
     assert code == 0, err.getvalue()[-3000:]
     launch = json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())
     assert launch["state"] == "finished"
-    report = next((tmp_path / "runs").glob("*/report.md")).read_text()
+    report = next((tmp_path / "runs").glob("*/report/report.md")).read_text()
     assert "tiny__RelBiasTransformer" in report and "tiny__lstm" in report
