@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import optuna
-import sqlalchemy
 from optuna.storages import BaseStorage, RDBStorage
 
 from .retries import retried
@@ -24,6 +23,9 @@ def search_store(uri: str, launch_dir: Path, create: bool = True) -> tuple[str, 
     (`mlflow.db` -> `mlflow.optuna.db`); other stores (an http:// server) a file in the launch folder."""
     if uri.startswith("postgresql"):
         if create:  # needs CREATE on the database even where the schema exists
+            # here, not at the top: half a second that every trial worker importing this module would pay
+            import sqlalchemy  # noqa: PLC0415
+
             engine = sqlalchemy.create_engine(uri)
             with engine.begin() as conn:
                 conn.execute(sqlalchemy.text("CREATE SCHEMA IF NOT EXISTS optuna"))
