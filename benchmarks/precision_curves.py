@@ -24,7 +24,7 @@ import time
 
 from trainables.batched import train_members
 from trainables.config import parse_trial_config, preset, set_override
-from trainables.kinds import LOWER_IS_BETTER
+from trainables.scores import LOWER_IS_BETTER
 
 PRECISIONS = {
     "fp32": {"tf32": False, "bf16": False},

@@ -15,8 +15,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .scores import LOWER_IS_BETTER, SCORES  # noqa: F401 - the kinds' scores, importable beside them
-
 Batch = dict[str, torch.Tensor]
 
 
@@ -34,6 +32,13 @@ def target_mask(batch: Batch) -> torch.Tensor:
 def token_losses(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Each target position's cross-entropy, (batch, positions)."""
     return F.cross_entropy(out.float().flatten(0, -2), targets.flatten(), reduction="none").view_as(targets)
+
+
+def position_accuracy(correct: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Token accuracy over the target positions `mask` keeps, and exact-sequence accuracy, as sums."""
+    token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
+    seq_acc = torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)])
+    return {"token_acc": token_acc, "seq_acc": seq_acc}
 
 
 class Kind:
@@ -153,11 +158,7 @@ class SequenceOutput(Kind):
     def score_sums(self, out, batch):
         """Token accuracy pools every target token of the split, so long sequences weigh more, as the
         PANM authors' per-token error rate does; a sequence is right when all its tokens are."""
-        mask = target_mask(batch)
-        correct = out.argmax(-1) == batch["targets"]
-        token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
-        seq_acc = torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)])
-        return {"token_acc": token_acc, "seq_acc": seq_acc}
+        return position_accuracy(out.argmax(-1) == batch["targets"], target_mask(batch))
 
 
 class SequenceToSequence(SequenceOutput):
@@ -207,7 +208,7 @@ class Translation(SequenceOutput):
         nll = (token_losses(out, batch["targets"]) * mask).sum()
         return {
             "perplexity": torch.stack([nll, mask.sum().float()]),
-            "token_acc": super().score_sums(out, batch)["token_acc"],
+            "token_acc": position_accuracy(out.argmax(-1) == batch["targets"], mask)["token_acc"],
         }
 
 
@@ -226,13 +227,7 @@ class NextSymbolSets(Kind):
         return (squared * mask[..., None]).sum() / (mask.sum() * squared.shape[-1])
 
     def score_sums(self, out, batch):
-        mask = target_mask(batch)
-        correct = ((out >= 0) == (batch["targets"] > 0)).all(-1)
-        token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
-        return {
-            "token_acc": token_acc,
-            "seq_acc": torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)]),
-        }
+        return position_accuracy(((out >= 0) == (batch["targets"] > 0)).all(-1), target_mask(batch))
 
     def chance(self, task, score):
         if score == "seq_acc":

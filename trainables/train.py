@@ -33,9 +33,10 @@ from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
 from .graphs import GraphedStep, bucket_widths, graphs_unused_because, module_weights, pick_width
-from .kinds import LOWER_IS_BETTER, Kind
+from .kinds import Kind
 from .models import build_model
 from .models.dropout import rates_in_tensors
+from .scores import LOWER_IS_BETTER
 from .tasks import load_task
 from .tasks.base import HOST_ONLY, Split, Task
 
