@@ -1,20 +1,19 @@
-"""`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard |
+"""`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard | ui |
 accept | list`: one entry point for the service."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import math
 import os
 import signal
 import socket
-import statistics
 import sys
 import threading
 import traceback
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -22,6 +21,7 @@ import yaml
 # Only what imports in a blink: `status`, `best`, `list` and `--help` must not wait for Ray or torch.
 from .plan.storage import StorageError, TrialStorage
 from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
+from .record.mlflow_ui import DEFAULT_URL, Server, free_port, launch_lines
 from .record.retries import StoreUnavailable
 from .record.runs import launch_trial_runs
 from .record.secrets import redact, redact_secrets
@@ -49,14 +49,11 @@ from .record.stores import (
     unwritable,
 )
 from .record.summaries import (
-    cell_name,
-    cell_order,
-    cell_summaries,
-    confirmed_text,
     failed_text,
-    pair_summaries,
 )
+from .record.tables import launch_table
 from .run.cluster import ClusterUnreachable
+from .run.cost_model import training_cost
 
 
 class UsageError(Exception):
@@ -114,10 +111,26 @@ def port_number(text: str) -> int:
     return port
 
 
+def ui_url(text: str) -> str:
+    """argparse's type for `--mlflow-url`: an http(s) address; its error is the one line argparse prints."""
+    parts = urllib.parse.urlsplit(text)
+    try:
+        parts.port  # raises where the port is no number or out of range
+        good = parts.scheme in ("http", "https") and parts.hostname and not (parts.query or parts.fragment)
+    except ValueError:
+        good = False
+    if not good:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not the http(s) address of MLflow's UI, e.g. {DEFAULT_URL}"
+        )
+    return text.rstrip("/")
+
+
 def cmd_train(args) -> int:
     from trainables.config import (  # noqa: PLC0415 - trainables imports torch: only `train` needs it
         ConfigError,
         check_builds,
+        parameter_count,
         parse_trial_config,
         set_override,
     )
@@ -138,10 +151,11 @@ def cmd_train(args) -> int:
     from trainables.train import pick_device, train  # noqa: PLC0415 - as above: torch, for `train` only
 
     try:
-        pick_device(cfg.device)
+        device = pick_device(cfg.device)
     except ConfigError as e:
         raise UsageError(f"{args.source}: {e}") from None
-
+    params = parameter_count(cfg)
+    print(training_cost(cfg.model, cfg.task, device.type, params, cfg.batch_size, cfg.n_iters), flush=True)
     metrics = train(cfg)
     # The final metrics as JSON (other tools read it), rounded to what a reader compares; a diverged
     # run's NaN loss and missing best are null (JSON has no NaN: jq and others refuse Python's).
@@ -379,10 +393,14 @@ def print_plan(study, night: int | None) -> None:
     """The plan of a launch, and for a night of the nightly job its seeds and its baseline."""
     print(describe_study(study), flush=True)
     if night is not None:
+        compared = (
+            "the first night: nothing to compare with yet; the nights after it compare with it"
+            if night == 0
+            else "compared with the last finished night that flagged no regression "
+            f"({study.report.test}, alpha {study.report.alpha:g})"
+        )
         print(
-            f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; "
-            "compared with the last finished night "
-            f"that flagged no regression ({study.report.test}, alpha {study.report.alpha:g})",
+            f"  night {night + 1} of {study.experiment}: seeds + {night * SEED_STRIDE}; {compared}",
             flush=True,
         )
 
@@ -513,104 +531,14 @@ def cmd_status(args) -> int:
     print(f"{plan['metric']}, {plan['mode']}")
     # Runs the driver left running when it stopped (Ctrl-C, killed) run no more: `resume` continues them.
     running = "running" if driver_now[0] else "unfinished"
-    (cell_status if plan["ablation"] else trial_status)(state, plan, running)
+    for line in launch_table(state, plan, running):
+        print(line)
     if running == "unfinished" and state.state != "finished":
         print(
             f"('unfinished': running when the driver stopped; `orchestrator resume {state.dir}` continues "
             "them)"
         )
     return 0
-
-
-def trial_status(state, plan: dict, running: str) -> None:
-    """A search's table: per pair, its trials by how they ended, the best so far and its test score."""
-    summaries = pair_summaries(
-        state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
-    )
-    asha = plan.get(
-        "asha", True
-    )  # a launch.json from before `asha` was saved: its trials may have been stopped
-
-    def stopped(value) -> str:
-        return f" {value:>8}" if asha else ""
-
-    print(
-        f"{'pair':40s} {'done':>5s}{stopped('stopped')} {running:>10s} {'failed':>7s} {'of':>4s} "
-        f"{'best':>8s} {'test@best':>10s}  chance"
-    )
-    for pair in plan["pairs"]:
-        s = summaries.get(pair["name"], {"done": 0, "stopped": 0, "running": 0, "failed": 0, "best": None})
-        best = "-" if s["best"] is None else f"{s['best']:.4f}"
-        test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        print(
-            f"{pair['name']:40s} {s['done']:5d}{stopped(s['stopped'])} {s['running']:10d} "
-            f"{s['failed']:7d} {pair['trials']:4d} "
-            f"{best:>8s} {test:>10s}  {pair['chance']}"
-        )
-        if s.get("confirmed"):
-            print(f"{'':40s} {confirmed_text(s['confirmed'])}")
-    diverged = ", ".join(f"{name} {s['diverged']}" for name, s in summaries.items() if s.get("diverged"))
-    print(
-        "("
-        + ("'stopped': ended early by ASHA; " if asha else "")
-        + (f"'failed' counts those that diverged ({diverged}); " if diverged else "")
-        + "'of': the pair's trials)"
-    )
-
-
-def cell_status(state, plan: dict, running: str) -> None:
-    """An ablation's table: per pair and grid cell, in numeric order, its seeds by how they ended
-    and the mean ± std over its done seeds of the metric and the test score."""
-
-    def spread(values: list[float]) -> str:
-        if not values:
-            return "-"
-        return f"{statistics.fmean(values):.4f}" + (
-            f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
-        )
-
-    summaries = cell_summaries(
-        state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
-    )
-    test = f"test_{plan['score']}_at_best"
-    width = max(len(plan["metric"]), len(test), len("0.0000 ± 0.0000")) + 2
-    print(
-        f"{'pair / grid cell':40s} {'done':>5s} {running:>10s} {'failed':>7s} {'of':>4s} "
-        f"{plan['metric']:>{width}s} {test:>{width}s}"
-    )
-    for pair in plan["pairs"]:
-        cells = summaries.get(pair["name"], {})
-        grid = pair.get(
-            "grid"
-        )  # None in a launch.json from before grids were saved: only the cells its runs name
-        planned = (
-            {cell_name(dict(zip(grid, values))) for values in itertools.product(*grid.values())}
-            if grid is not None
-            else set()
-        )
-        names = sorted(planned | set(cells), key=cell_order)
-        seeds = (
-            plan["seeds"] if "seeds" in plan else pair["trials"] // max(1, len(names))
-        )  # an old plan: right once every cell has started
-        print(f"{pair['name']} ({pair['chance']})")
-        for name in names:
-            c = cells.get(name, {"done": 0, "running": 0, "failed": 0, "metric": [], "test": []})
-            print(
-                f"  {'(seeds only)' if name == '-' else name:38s} {c['done']:5d} {c['running']:10d} "
-                f"{c['failed']:7d} {seeds:4d} "
-                f"{spread(c['metric']):>{width}s} {spread(c['test']):>{width}s}"
-            )
-    diverged = ", ".join(
-        f"{name} {c['diverged']}"
-        for pair in summaries.values()
-        for name, c in sorted(pair.items(), key=lambda e: cell_order(e[0]))
-        if c.get("diverged")
-    )
-    print(
-        "("
-        + (f"'failed' counts seeds that diverged ({diverged}); " if diverged else "")
-        + "'of': the cell's seeds; mean ± std over its done seeds)"
-    )
 
 
 def cmd_accept(args) -> int:
@@ -665,7 +593,11 @@ def cmd_best(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report.report import verdict_lines, write_report  # noqa: PLC0415 - Optuna and pandas: seconds
+    from .report.report import (  # noqa: PLC0415 - Optuna and pandas: seconds
+        verdict_lines,
+        write_launch_report,
+        write_report,
+    )
 
     state = load_state(args)
     if args.compare and not state.study().is_ablation:
@@ -698,7 +630,11 @@ def cmd_report(args) -> int:
                 f"{state.launch_id} "
                 f"({state.spec_file}); nothing to compare"
             )
-    paths, regressions = write_report(state, previous)
+    paths, regressions = (
+        write_report(state, previous, ui_url=args.mlflow_url)
+        if previous
+        else write_launch_report(state, args.mlflow_url)
+    )
     for path in paths:
         print(path)
     for line in verdict_lines(regressions):
@@ -729,6 +665,41 @@ def cmd_export(args) -> int:
     print(path)
     print(f"{len(frame)} runs x {len(frame.columns)} columns")
     return 0
+
+
+def cmd_ui(args) -> int:
+    """MLflow's UI (`mlflow server`, one worker) on the launch's store until Ctrl-C or SIGTERM, and
+    the links into it with its address; a tracking server is its own UI: its links only."""
+    state = load_state(args)
+    if state.tracking_uri.startswith(("http://", "https://")):
+        for line in launch_lines(state, redact(state.tracking_uri)):
+            print(line)
+        return 0
+    try:
+        port = free_port(args.port)
+    except OSError as e:
+        raise UsageError(f"--port: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})") from None
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops it as Ctrl-C does
+    try:
+        with Server(state.tracking_uri, port) as server:
+            print(f"MLflow's UI on {redact(state.tracking_uri)}: starting at {server.address}", flush=True)
+            lines = launch_lines(state, server.address)  # MLflow's and torch's imports while it starts
+            server.wait_until_it_answers()
+            for line in lines:
+                print(line)
+            if server.address != DEFAULT_URL:
+                print(
+                    f"(the report's links point at {DEFAULT_URL}: `orchestrator report {state.dir} "
+                    f"--mlflow-url {server.address}` points them here)"
+                )
+            print("Ctrl-C stops it", flush=True)
+            server.process.wait()
+            raise TrackingError(server.why_stopped())
+    except KeyboardInterrupt:
+        print("MLflow's UI stopped")
+        return 0
+    except TrackingError as e:
+        raise UsageError(f"ui: {e}") from None
 
 
 def cmd_dashboard(args) -> int:
@@ -955,11 +926,12 @@ def add_launch_commands(sub) -> None:
             "--dry-run", action="store_true", help="validate and print the plan and its cost; launch nothing"
         )
         p.add_argument(
-            "--no-calibrate",
-            dest="calibrate",
-            action="store_false",
-            help="with --dry-run: time no training steps; estimate from the step rates of earlier trials "
-            "in the tracking store",
+            "--calibrate",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="with --dry-run: time a few training steps of each pair here (or on the cluster's nodes) "
+            "instead of pricing them, in seconds, by the step rates of earlier trials in the tracking "
+            "store, else the benchmarks' rates scaled to each pair's size (the default, --no-calibrate)",
         )
         p.set_defaults(func=cmd_launch)
 
@@ -1003,6 +975,12 @@ def add_launch_readers(sub) -> None:
             "optuna-dashboard on a search launch's Optuna studies (pip install -e '.[dashboard]')",
         ),
         (
+            "ui",
+            cmd_ui,
+            "MLflow's UI on the launch's store (one worker, port 5000 where free), and links to its trials "
+            "best first, with the metric and the searched values as columns",
+        ),
+        (
             "accept",
             cmd_accept,
             "a night that regressed on purpose: the nights after it compare with it, not with the last "
@@ -1030,6 +1008,18 @@ def add_own_options(p, name: str) -> None:
         p.add_argument(
             "--compare",
             help="another launch (id or folder), or 'previous' for the last finished launch of the same file",
+        )
+        p.add_argument(
+            "--mlflow-url",
+            type=ui_url,
+            help=f"where the links find MLflow's UI (`orchestrator ui` prints it; default: {DEFAULT_URL}, "
+            "or the tracking server)",
+        )
+    if name == "ui":
+        p.add_argument(
+            "--port",
+            type=port_number,
+            help="on 127.0.0.1 (default: 5000 where free, else a free one; 0: a free one)",
         )
     if name == "export":
         # Checked by cmd_export, not by argparse's choices: bad input is one line, exit status 2.

@@ -228,6 +228,37 @@ SPEC_CASES = {
         },
         "grid.d_model=60 (fwd__transformer_seq2seq): ",
     ),
+    # files that once ran with exit 0 though they could not have been meant
+    "a listed model that cannot run a listed task": (
+        {
+            **GOOD,
+            "tasks": [{"task": "copy"}],
+            "models": ["panm", "lstm"],
+            "metric": "best_ood_valid_token_acc",
+        },
+        "models[1]: lstm cannot run task 'copy': lstm runs sequence_classification and next_symbol_sets; "
+        "copy is sequence_to_sequence, which panm, lstm_seq2seq, transformer_seq2seq run",
+    ),
+    "an ablation's grid without seeds": (
+        {k: v for k, v in ABLATION.items() if k != "seeds"},
+        "seeds: missing: an ablation trains each grid cell once per seed",
+    ),
+    "a model's grid without seeds": (
+        {**GOOD, "space": {}, "per_model": {"lstm": {"grid": {"n_layers": [1, 2]}}}},
+        "seeds: missing: an ablation trains each grid cell once per seed",
+    ),
+    "neither seeds nor a space": (
+        {**GOOD, "space": {}},
+        "seeds: missing, and no space to search: every trial of a pair would be the same",
+    ),
+    "a list for a key of one value": (
+        {**GOOD, "seed": [0, 1]},
+        "seed: expected one value, got a list [0, 1] (did you mean 'seeds'?)",
+    ),
+    "a misspelt key of a model's own": (
+        {**GOOD, "per_model": {"ndr": {"spaces": {}}}},
+        "per_model.ndr.spaces: unknown key (did you mean 'space'?)",
+    ),
     "trial storage under a file": (
         {**GOOD, "storage": "notes.txt/trials"},
         "storage: cannot write trial storage in",

@@ -73,6 +73,7 @@ def test_a_pairs_own_values_go_over_the_files_and_its_models(tmp_path):
                 fixed={"lr": 0.5, "dropout": 0.2},
                 per_model={"ndr": {"fixed": {"lr": 0.4}}},
                 space={},
+                seeds=[0],
                 per_pair={"fwd__ndr": {"fixed": {"lr": 0.003, "n_layers": 4}}},
             ),
         )
@@ -158,7 +159,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         ),
         (with_(grid={"n_layers": [2, 4]}), "grid: an ablation (grid/seeds) runs every combination"),
         (
-            with_(space={}, grid={"n_layerz": [2, 4]}),
+            with_(space={}, grid={"n_layerz": [2, 4]}, seeds=[0]),
             "grid.n_layerz: no model in this file has this parameter (did you mean 'n_layers'?)",
         ),
         (with_(space={}, grid={"n_layers": []}), "grid.n_layers: expected a non-empty list"),
@@ -190,7 +191,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(fixed={"d_model": -8}), "fixed (fwd__ndr): "),
         # Grid keys combine: each value builds with the other key's first, the last cell does not.
         (
-            with_(space={}, per_model={"ndr": {"grid": {"d_model": [16, 12], "n_heads": [4, 8]}}}),
+            with_(space={}, seeds=[0], per_model={"ndr": {"grid": {"d_model": [16, 12], "n_heads": [4, 8]}}}),
             "grid.d_model=12, grid.n_heads=8 (fwd__ndr): ",
         ),
         (with_(fixed={"optimizer": "sgd"}), "optimizer: must be one of adamw, adam, rmsprop"),
@@ -407,14 +408,17 @@ def test_models_all_expands_to_every_compatible_pair(tmp_path):
         {"task": "copy"},
         {"task": "contextual_retrieval", "variant": "cr"},
     ]
-    study = load_study(write(tmp_path, with_(tasks=tasks[:1], models="all", space={})))
+    study = load_study(write(tmp_path, with_(tasks=tasks[:1], models="all", space={}, seeds=[0])))
     assert {"fwd__ndr", "fwd__lstm", "fwd__transformer_compositional"} <= {p.name for p in study.pairs}
     study = load_study(
-        write(tmp_path, with_(tasks=tasks[1:2], models="all", space={}, metric="best_ood_valid_token_acc"))
+        write(
+            tmp_path,
+            with_(tasks=tasks[1:2], models="all", space={}, seeds=[0], metric="best_ood_valid_token_acc"),
+        )
     )
     assert {p.name for p in study.pairs} == {"copy__panm", "copy__lstm_seq2seq", "copy__transformer_seq2seq"}
     assert any(
-        s.startswith("copy x ndr: ndr runs sequence_classification, copy is sequence_to_sequence")
+        s.startswith("copy x ndr: ndr runs sequence_classification; copy is sequence_to_sequence")
         for s in study.skipped
     )
     # Each kind reports its own scores, so a metric one task lacks is refused before anything runs.
@@ -422,11 +426,11 @@ def test_models_all_expands_to_every_compatible_pair(tmp_path):
         SpecError,
         match="metric: best_ood_valid_acc does not exist for task 'copy', which reports token_acc, seq_acc",
     ):
-        load_study(write(tmp_path, with_(tasks=tasks[:2], models="all", space={})))
+        load_study(write(tmp_path, with_(tasks=tasks[:2], models="all", space={}, seeds=[0])))
     with pytest.raises(
         SpecError, match="metric: best_ood_valid_acc does not exist for task 'contextual_retrieval'"
     ):
-        load_study(write(tmp_path, with_(tasks=[tasks[0], tasks[2]], models="all", space={})))
+        load_study(write(tmp_path, with_(tasks=[tasks[0], tasks[2]], models="all", space={}, seeds=[0])))
 
 
 def test_cli_prints_incompatible_pairs(tmp_path):
@@ -435,7 +439,7 @@ def test_cli_prints_incompatible_pairs(tmp_path):
         str(
             write(
                 tmp_path,
-                with_(tasks=[{"task": "copy"}], models="all", space={}, metric="best_ood_valid_token_acc"),
+                with_(tasks=[{"task": "copy"}], models="all", metric="best_ood_valid_token_acc"),
             )
         ),
         "--dry-run",
@@ -525,7 +529,7 @@ def test_a_models_own_grid_adds_to_the_files(tmp_path):
         r"\(did you mean 'n_heads'\?\)",
     ):
         load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_hedas": [2]}}})))
-    with pytest.raises(SpecError, match=r"per_model\.ndr\.grid: a model's grid needs an ablation file"):
+    with pytest.raises(SpecError, match=r"seeds: missing: an ablation trains each grid cell once per seed"):
         load_study(write(tmp_path, with_(per_model={"ndr": {"grid": {"n_heads": [2]}}})))
 
 
@@ -628,6 +632,7 @@ def test_dry_run_prints_the_cost_from_a_calibration_and_writes_nothing(tmp_path)
         "launch",
         str(write(tmp_path, with_(models=["lstm"], space={"lr": {"loguniform": [1e-4, 1e-3]}}))),
         "--dry-run",
+        "--calibrate",
         cwd=tmp_path,
         env_extra={"SYSGEN_DATA_CACHE": str(cache)},
     )
@@ -760,12 +765,14 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
         cost.describe_cost(load_study(write(tmp_path, on_gpus)), calibrate=False, address="head:6379")
     )
     ndr = 8 * 3000 / 500.0
-    assert lines[1].endswith("no stored step rate for lstm on cuda")
-    assert lines[2] == (
-        f"  cost in all: 48,000 training steps = {cost.resource_hours(ndr * 0.5)} GPU-hours; on the cluster "
-        f"at head:6379 (16 CPUs, 2 GPUs, 4 trial(s) at once) at most {cost.hours(ndr / 4)} (evaluations left "
-        "out; ASHA stops poor trials sooner); 1 pair(s) without an estimate left out"
-    )
+    # No earlier LSTM trial on a GPU: the cost model prices it (tests/test_cost_model.py).
+    assert " steps/s by the cost model from lstm on ctl: " in lines[1], lines[1]
+    assert (
+        lines[2].startswith("  cost in all: 48,000 training steps = ")
+        and lines[2].endswith("(evaluations left out; ASHA stops poor trials sooner)")
+        and " GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, 4 trial(s) at once) at most "
+        in lines[2]
+    ), lines[2]  # every pair priced: none left out
 
 
 def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
@@ -785,7 +792,7 @@ def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
     assert "ASHA" not in plan[2]
     for quiet in (
         {**spec, "scheduler": {"name": "fifo"}},
-        {**spec, "grid": {"dropout": [0.1, 0.2]}, "space": {}},
+        {**spec, "grid": {"dropout": [0.1, 0.2]}, "space": {}, "seeds": [0]},
     ):
         assert "ASHA" not in describe_study(load_study(write(tmp_path, quiet)))
 
@@ -900,7 +907,7 @@ def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path,
             tmp_path,
             with_(
                 models=["lstm"],
-                space={},
+                space={"lr": {"loguniform": [1e-4, 1e-3]}},
                 resources={"cpu": 8},
                 per_model={"lstm": {"resources": {"gpu": 0.25}}},
             ),
@@ -1158,7 +1165,7 @@ def test_dry_run_without_calibration_creates_no_store(tmp_path):
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
-    assert "; no stored step rate for ndr on cpu" in out.stdout
+    assert " steps/s by the cost model from ndr on ctl: " in out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["space.yaml"]
     from orchestrator.record.runs import step_rates
 
@@ -1512,7 +1519,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
         )
     )
     monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path / "cache"))
-    line, summary = cost.describe_cost(study)
+    line, summary = cost.describe_cost(study, calibrate=True)
     assert (
         line.startswith("  cost of fwd__ndr: 4 trials x 10 steps = 40 training steps; ")
         and "; stacks of 2: " in line
@@ -1543,7 +1550,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
             ),
         )
     )
-    line = next(cost.describe_cost(uncompiled))
+    line = next(cost.describe_cost(uncompiled, calibrate=True))
     assert "; stacks of 2: " in line and "uncompiled" not in line, line
     # A pair that does not stack (an LSTM; NDR with batch_seeds false) keeps its calibrated time.
     # Without stack_size the size is the curve's knee, so the curve is pinned: on loaded cores a
@@ -1561,7 +1568,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
             ),
         )
     )
-    ndr, lstm, _ = cost.describe_cost(study)
+    ndr, lstm, _ = cost.describe_cost(study, calibrate=True)
     assert "; stacks of 2: " in ndr and lstm.endswith(" s per step here -> at most 0.0 min of trial time"), (
         ndr,
         lstm,
@@ -1579,7 +1586,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
             ),
         )
     )
-    line, _ = cost.describe_cost(study)
+    line, _ = cost.describe_cost(study, calibrate=True)
     assert "stack" not in line, line
     # A stack is never more than the pair's runs: a search of 3 under stack_size 8 trains stacks of 3.
     study = load_study(
@@ -1593,7 +1600,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
             ),
         )
     )
-    line, summary = cost.describe_cost(study)
+    line, summary = cost.describe_cost(study, calibrate=True)
     assert "; stacks of 3: " in line and ", 1 trial(s) at once)" in summary, (line, summary)
     # Trials that share a GPU were timed alone: their price says so (stored rates come from trials as
     # they shared: test_dry_run_without_calibration_estimates_from_stored_step_rates has no such words).
@@ -1608,7 +1615,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
             ),
         )
     )
-    line, summary = cost.describe_cost(study)
+    line, summary = cost.describe_cost(study, calibrate=True)
     assert line.endswith(
         " of trial time if its trials did not slow each other (timed alone; they share a GPU, 0.5 each)"
     ), line
@@ -1703,7 +1710,7 @@ def test_a_dry_run_calibrating_on_a_busy_machine_says_its_times_may_be_long(tmp_
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 2}, [{"CPU": 2}]))
     monkeypatch.setattr(cost, "step_time", lambda *args: (None, "not timed here"))
     monkeypatch.setattr(cost, "busy_note", lambda: "  busy")
-    assert next(cost.describe_cost(study)) == "  busy" and "  busy" not in cost.describe_cost(
+    assert next(cost.describe_cost(study, calibrate=True)) == "  busy" and "  busy" not in cost.describe_cost(
         study, calibrate=False
     )
 
@@ -1713,16 +1720,42 @@ def test_the_closing_lines_name_a_best_config_that_exists_and_count_diverged_tri
     points at the other pair's (where none exists, at none), and the summary says why they failed."""
     from types import SimpleNamespace
 
+    from orchestrator.record.state import plan_of
     from orchestrator.run.launch import print_summary
 
     study = load_study(write(tmp_path, GOOD))
     first, second = (pair.name for pair in study.pairs)
-    state = SimpleNamespace(dir=tmp_path / "launch", tracking_uri="sqlite:///x.db")
+    state = SimpleNamespace(
+        dir=tmp_path / "launch", tracking_uri="sqlite:///x.db", the_plan=lambda: plan_of(study)
+    )
     summaries = {first: {"failed": 2, "diverged": 2}, second: {"done": 2, "best": 0.5, "test": 0.4}}
     print_summary(state, study, summaries)
     out = capsys.readouterr().out
-    assert "0 done, 0 stopped early, 2 failed, 2 of them diverged)" in out and "orchestrator train" not in out
+    assert f"'failed' counts those that diverged ({first} 2)" in out and "orchestrator train" not in out
     (state.dir / "best").mkdir(parents=True)
     (state.dir / "best" / f"{second}.yaml").write_text("{}\n")
     print_summary(state, study, summaries)
     assert f"orchestrator train {state.dir / 'best' / second}.yaml;" in capsys.readouterr().out
+
+
+def test_a_launch_recorded_before_a_refusal_is_read_as_it_ran(tmp_path):
+    """Files refused now as meaningless (a grid without seeds, a search with nothing to search, a
+    listed model that cannot run a listed task) once launched: their launch.json's text still loads,
+    as it ran (one seed; identical trials; the model skipped), so status and report read them."""
+    cases = [
+        (with_(space={}, grid={"n_layers": [2, 4]}), "seeds: missing: an ablation trains each grid cell"),
+        (with_(space={}), "seeds: missing, and no space to search"),
+        (
+            with_(tasks=[{"task": "copy"}], models=["panm", "ndr"], metric="best_ood_valid_token_acc"),
+            "models[1]: ndr cannot run task 'copy'",
+        ),
+    ]
+    for spec, refusal in cases:
+        path = write(tmp_path, spec)
+        with pytest.raises(SpecError, match=re.escape(refusal)):
+            load_study(path)
+        study = load_study(path, text=path.read_text(), recorded=True)
+        assert study.pairs
+    gridded, search, listed = (load_study(write(tmp_path, c), recorded=True) for c, _ in cases)
+    assert gridded.seeds == [0] and not search.is_ablation
+    assert [p.model for p in listed.pairs] == ["panm"] and listed.skipped[0].startswith("copy x ndr: ")

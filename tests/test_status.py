@@ -24,6 +24,7 @@ SPEC = {
     "models": ["ndr"],
     "budget": {"trials": 3, "max_concurrent": 1, "n_iters": 10, "eval_every": 5},
 }
+SEARCH = {**SPEC, "space": {"lr": {"loguniform": [1e-4, 1e-2]}}}
 # (n_layers, seed) -> (trial_status, best_ood_valid_acc, test_acc_at_best); n_layers=12 has not started.
 RUNS = {
     (4, 0): ("completed", 0.61, 0.52),
@@ -165,7 +166,7 @@ def test_status_of_an_ablation_shows_each_cell_in_numeric_order(tmp_path):
 def test_status_of_an_interrupted_launch_calls_its_trials_unfinished_not_running(tmp_path):
     """After Ctrl-C, status said "interrupted" above a table that counted the runs the driver had
     left as running."""
-    state = launch(tmp_path, SPEC, {((), 0): ("completed", 0.5, 0.4), ((), 1): ("interrupted", 0.3, 0.2)})
+    state = launch(tmp_path, SEARCH, {((), 0): ("completed", 0.5, 0.4), ((), 1): ("interrupted", 0.3, 0.2)})
     state.state = "interrupted"
     state.save()
     out, _ = orchestrator("status", str(state.dir))
@@ -205,7 +206,7 @@ def test_best_of_an_ablation_is_refused(tmp_path):
 
 def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
-    fifo = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
+    fifo = launch(tmp_path, {**SEARCH, "scheduler": {"name": "fifo"}}, runs)
     out, imported = orchestrator("status", str(fifo.dir))
     assert imported == [] and "stopped" not in out
     assert any(line.split()[:6] == ["fwd__ndr", "3", "0", "0", "3", "0.7000"] for line in out.splitlines()), (
@@ -220,18 +221,18 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     )
     assert yaml.safe_load(best)["config"]["seed"] == 2
     # ASHA's column where ASHA may have stopped trials, and for a launch.json that does not say.
-    asha = launch(tmp_path, SPEC, runs)
+    asha = launch(tmp_path, SEARCH, runs)
     assert "stopped" in orchestrator("status", str(asha.dir))[0]
     old = launch(
         tmp_path,
-        {**SPEC, "scheduler": {"name": "fifo"}},
+        {**SEARCH, "scheduler": {"name": "fifo"}},
         runs,
         plan_keys={"metric", "mode", "score", "ablation", "confirm", "pairs", "name", "trials", "chance"},
     )
     assert "stopped" in orchestrator("status", str(old.dir))[0]
     blown_up = launch(
         tmp_path,
-        SPEC,
+        SEARCH,
         {
             ((), 0): ("diverged", 0.2, 0.1),
             ((), 1): ("failed", 0.0, 0.0),
@@ -240,7 +241,8 @@ def test_status_and_best_of_a_search_import_neither_ray_nor_torch(tmp_path):
     )
     assert (
         "('stopped': ended early by ASHA; 'failed' counts those that diverged (fwd__ndr "
-        "1); 'of': the pair's trials)" in orchestrator("status", str(blown_up.dir))[0]
+        "1); 'of': the pair's trials; test_acc_at_best: of the best trial)"
+        in orchestrator("status", str(blown_up.dir))[0]
     )
     said, _ = orchestrator("best", str(blown_up.dir))
     assert (
@@ -257,7 +259,7 @@ def test_a_launch_folder_is_read_where_it_is_now_and_a_missing_store_is_one_line
     import shutil
 
     runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
-    original = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
+    original = launch(tmp_path, {**SEARCH, "scheduler": {"name": "fifo"}}, runs)
     moved = tmp_path / "elsewhere" / original.launch_id
     shutil.copytree(original.dir, moved)
     shutil.rmtree(original.dir)
@@ -283,7 +285,7 @@ def test_resume_refuses_a_launch_whose_snapshots_name_the_modules_before_the_spl
     """Tune's snapshot of a launch begun before orchestrator/ split into plan/run/record/report names
     `orchestrator.search`, which no longer exists: unpickling it crashed after the driver had marked
     the launch running. Now one line, exit 2, before Ray starts or launch.json is touched."""
-    state = launch(tmp_path, SPEC, {})
+    state = launch(tmp_path, SEARCH, {})
     data = json.loads((state.dir / "launch.json").read_text())
     del data["snapshot_modules"]  # as a launch.json of that time
     data["state"] = "interrupted"
@@ -421,7 +423,7 @@ def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
     file gave a traceback; `resume` of such a launch, or of one whose kept file no longer loads,
     started Ray first."""
     runs = {((), k): ("completed", 0.5 + 0.1 * k, 0.4 + 0.1 * k) for k in range(3)}
-    state = launch(tmp_path, {**SPEC, "scheduler": {"name": "fifo"}}, runs)
+    state = launch(tmp_path, {**SEARCH, "scheduler": {"name": "fifo"}}, runs)
     store = tmp_path / "mlflow.db"
     whole = store.read_bytes()
 
@@ -488,7 +490,7 @@ def test_a_second_driver_that_passed_the_check_leaves_the_first_ones_lock_whole(
     a BlockingIOError traceback. Now one line, exit 2, and the first driver's line kept."""
     from orchestrator.run import launch as launch_module
 
-    state = launch(tmp_path, SPEC, {})
+    state = launch(tmp_path, SEARCH, {})
     monkeypatch.setattr(launch_module, "start_ray", lambda address: False)
     monkeypatch.setattr(launch_module, "cluster_slots", lambda study, use_gpu, cells=None: 1)
     with open(state.dir / "driver.lock", "w") as held:
@@ -507,7 +509,7 @@ def test_a_second_driver_that_passed_the_check_leaves_the_first_ones_lock_whole(
 def test_status_read_by_a_pipe_closed_early_ends_quietly(tmp_path):
     """`orchestrator status | head -1`: the reader leaves after a line, and the command ended with
     a BrokenPipeError traceback. Its output now goes nowhere, and it exits as `yes | head` does."""
-    state = launch(tmp_path, SPEC, {((), k): ("completed", 0.5, 0.4) for k in range(3)})
+    state = launch(tmp_path, SEARCH, {((), k): ("completed", 0.5, 0.4) for k in range(3)})
     reader = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "status", str(state.dir)],
         cwd=ROOT,

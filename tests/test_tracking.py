@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.record import retries, stores, summaries
 from orchestrator.record.optuna_store import search_storage
+from orchestrator.record.ranking import STARTED_FIRST
 from orchestrator.record.retries import RetryNotices, StoreUnavailable, first_line, retried
 from orchestrator.record.runs import (
     CONFIG_TAG,
@@ -585,6 +586,45 @@ def test_of_trials_tied_on_the_metric_the_first_started_answers(tmp_path, monkey
     )
 
 
+def test_a_tie_on_the_metric_goes_to_the_in_distribution_score_then_the_training_loss(monkeypatch):
+    """Three trials saturate OOD validation at 1.0 (make run's PANM trials did): the one with the
+    higher in-distribution score answers, and says it was chosen so; with that tied too, the lower
+    training loss; with everything tied, the first started; a strict winner needs no tie-break.
+    The confirmation's top candidates are ranked by the same rule."""
+
+    def run(run_id, value, iid, loss):
+        tags = {
+            "pair": "p",
+            "phase": "search",
+            STATUS_TAG: "completed",
+            CONFIG_TAG: json.dumps({"lr": run_id}),
+        }
+        metrics = {"m": value, "iid_valid_acc_at_best": iid, "loss": loss, "test_x2_acc_at_best": iid / 2}
+        return SimpleNamespace(
+            info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags, metrics=metrics)
+        )
+
+    def best(*runs):
+        monkeypatch.setattr(summaries, "launch_trial_runs", lambda *args: list(runs))
+        s = pair_summaries("uri", "exp", "launch", "m", "acc", headline="test_x2_acc_at_best")["p"]
+        return s["best_run"], s["decided_by"], s["test"]
+
+    assert best(run("a", 1.0, 0.9, 0.2), run("b", 1.0, 0.95, 0.3), run("c", 0.9, 1.0, 0.1)) == (
+        "b",
+        "iid_valid_acc_at_best",
+        0.475,
+    )
+    assert best(run("a", 1.0, 0.9, 0.2), run("b", 1.0, 0.9, 0.1))[:2] == ("b", "loss")
+    assert best(run("a", 1.0, 0.9, 0.2), run("b", 1.0, 0.9, 0.2))[:2] == ("a", STARTED_FIRST)
+    assert best(run("a", 0.8, 0.9, 0.2), run("b", 1.0, 0.5, 0.9))[:2] == ("b", None)
+    monkeypatch.setattr(
+        summaries,
+        "launch_trial_runs",
+        lambda *args: [run("a", 1.0, 0.9, 0.2), run("b", 1.0, 0.95, 0.3), run("c", 0.9, 1.0, 0.1)],
+    )
+    assert [c["lr"] for c in summaries.top_configs("uri", "exp", "launch", "m", "acc", 2)["p"]] == ["b", "a"]
+
+
 def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(monkeypatch):
     """The best search trial is one that completed (or still runs), not one that scored well and then
     diverged or was stopped early; the confirmed candidate is the one with the most seeds completed,
@@ -844,6 +884,7 @@ def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_r
         yaml.safe_dump(
             {
                 "name": "same",
+                "seeds": [0],
                 "tasks": ["copy"],
                 "models": ["lstm_seq2seq"],
                 "metric": "best_ood_valid_seq_acc",
@@ -889,6 +930,7 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
         yaml.safe_dump(
             {
                 "name": "team",
+                "seeds": [0],
                 "tasks": ["copy"],
                 "models": ["lstm_seq2seq"],
                 "metric": "best_ood_valid_seq_acc",
@@ -929,6 +971,7 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
         yaml.safe_dump(
             {
                 "name": "team",
+                "seeds": [0],
                 "tasks": ["copy"],
                 "models": ["lstm_seq2seq"],
                 "metric": "best_ood_valid_seq_acc",
@@ -975,6 +1018,7 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
         yaml.safe_dump(
             {
                 "name": "team",
+                "seeds": [0],
                 "tasks": ["copy"],
                 "models": ["lstm_seq2seq"],
                 "metric": "best_ood_valid_seq_acc",

@@ -299,6 +299,14 @@ def check_builds(cfg: TrainConfig) -> None:
         raise ConfigError((str(e) or type(e).__name__).splitlines()[0]) from None
 
 
+def parameter_count(cfg: TrainConfig) -> int:
+    """The parameters of the model a trial of `cfg` trains, built on the meta device (no data, no
+    weights): what a dry run scales a measured step time by."""
+    task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
+    with torch.device("meta"):
+        return sum(p.numel() for p in build_model(cfg.model, cfg.model_options, task).parameters())
+
+
 def defaults(model: str) -> dict[str, Any]:
     """Every key a trial of `model` can take, with its default value."""
     out = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}

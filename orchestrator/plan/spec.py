@@ -343,6 +343,12 @@ class Study:
         return bool(self.grid or self.seeds)
 
     @property
+    def headline(self) -> str:
+        """The one test score the console, the answer, `status` and the report lead with: the
+        file's report.headline split at the best checkpoint, e.g. test_x2_token_acc_at_best."""
+        return f"{self.report.headline}_{self.score}_at_best"
+
+    @property
     def uses_asha(self) -> bool:
         """Whether ASHA may stop trials early: a search with scheduler asha (an ablation trains every
         trial to its end)."""
@@ -422,6 +428,7 @@ def _section(cls, raw, key: str, path):
             raise SpecError(
                 path, f"{key}.{k}", f"unknown key{closest(str(k), types)}; valid: {', '.join(sorted(types))}"
             )
+        _refuse_list_for_plural(k, value, types, f"{key}.{k}", path)
         if not _has_type(value, types[k]):
             raise SpecError(
                 path, f"{key}.{k}", f"expected {types[k].replace(' | None', ' or null')}, got {value!r}"
@@ -487,9 +494,11 @@ def read_yaml(path: str | Path, text: str | None = None):
         raise SpecError(path, where, f"malformed YAML: {getattr(e, 'problem', None) or e}") from None
 
 
-def load_study(path: str | Path, text: str | None = None) -> Study:
+def load_study(path: str | Path, text: str | None = None, recorded: bool = False) -> Study:
     """The Study of a file (or of `text`, read as that file): each section parsed on its own, in the
-    order that decides which of a file's errors is its first, then the pairs they make."""
+    order that decides which of a file's errors is its first, then the pairs they make. `recorded`:
+    the text a launch ran, read again as it ran (a file refused now as meaningless, a listed model
+    that cannot run a task, a grid without seeds, once ran: its launch stays readable)."""
     path = Path(path)
     raw = _parse_top(read_yaml(path, text), path)
     metric, seed = _parse_metric(raw, path), _parse_seed(raw, path)
@@ -501,20 +510,24 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     score = _metric_score(metric, tasks, path)
     mode = _parse_mode(raw, metric, score, path)
     models = _parse_models(raw.get("models"), path)
+    incompatible = _incompatible(tasks, models, raw.get("models") != "all" and not recorded, path)
     space = _parse_space(raw.get("space") or {}, "space", path)
     _refuse_set_elsewhere(space, "space", path)
     per_model = _parse_per_model(raw.get("per_model"), path)
     fixed = _parse_fixed(raw.get("fixed"), path)
     per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
     grid, seeds = _parse_grid(raw, path)
-    ablation = _is_ablation(grid, seeds, space, per_model, path)
+    if recorded and grid and not seeds:
+        seeds = [0]  # what a grid without seeds ran when it was allowed
+    ablation = _is_ablation(grid, seeds, space, per_model, path, needs_seeds=not recorded)
     report = _parse_report(raw.get("report"), grid, path)
     confirm = _parse_confirm(raw.get("confirm"), budget, ablation, path)
     batch_seeds = _parse_batch_seeds(raw, path)
     storage_path = _parse_storage_path(raw, path)
     shared = _Shared(space, fixed, grid, resources, budget, seed)
-    pairs, skipped = _parse_pairs(tasks, models, per_model, per_pair, shared, path)
-    _check_named_keys(models, per_model, space, fixed, grid, seeds, path)
+    pairs = _parse_pairs(tasks, models, per_model, per_pair, shared, incompatible, path)
+    _check_named_keys(models, per_model, space, fixed, grid, path)
+    skipped = [f"{variant} x {model}: {reason}" for (variant, model), reason in incompatible.items()]
     if not pairs:
         raise SpecError(
             path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}"
@@ -546,30 +559,48 @@ def load_study(path: str | Path, text: str | None = None) -> Study:
     )
 
 
-def _is_ablation(grid: dict, seeds: list, space: dict, per_model: dict, path) -> bool:
+def _is_ablation(grid: dict, seeds: list, space: dict, per_model: dict, path, needs_seeds: bool) -> bool:
     """Whether the file is an ablation (it names a grid or seeds); SpecError where it has a search
-    space too."""
-    ablation = bool(grid or seeds)
-    if ablation and (space or any((per_model.get(m) or {}).get("space") for m in per_model)):
+    space too, or (`needs_seeds`) no seeds: a grid without them would run one seed, a file with
+    neither seeds nor a space a search of identical trials."""
+    own = lambda part: any((per_model.get(m) or {}).get(part) for m in per_model)  # noqa: E731
+    searched, gridded = bool(space or own("space")), bool(grid or own("grid"))
+    if (grid or seeds) and searched:
         raise SpecError(
             path,
             "grid",
             "an ablation (grid/seeds) runs every combination; it cannot also have a search space",
         )
-    return ablation
+    if needs_seeds and not seeds and (gridded or not searched):
+        raise SpecError(
+            path,
+            "seeds",
+            "missing: an ablation trains each grid cell once per seed: name them, e.g. seeds: [0, 1, 2]"
+            if gridded
+            else "missing, and no space to search: every trial of a pair would be the same; "
+            "an ablation names its seeds (e.g. seeds: [0, 1, 2]), a search its space",
+        )
+    return bool(seeds)
 
 
 def _parse_top(raw, path) -> dict:
     if not isinstance(raw, dict):
         raise SpecError(path, "file", "expected a mapping at the top level")
-    for key in raw:
+    for key, value in raw.items():
         if key not in TOP_KEYS:
             raise SpecError(
                 path,
                 str(key),
                 f"unknown key{closest(str(key), TOP_KEYS)}; valid: {', '.join(sorted(TOP_KEYS))}",
             )
+        _refuse_list_for_plural(key, value, TOP_KEYS, str(key), path)
     return raw
+
+
+def _refuse_list_for_plural(key, value, keys, where: str, path) -> None:
+    """A list given to a key of one value where `keys` has its plural (`seed: [0, 1]` for seeds)."""
+    if isinstance(value, list) and f"{key}s" in keys:
+        raise SpecError(path, where, f"expected one value, got a list {value!r} (did you mean '{key}s'?)")
 
 
 def _parse_metric(raw: dict, path) -> str:
@@ -633,6 +664,9 @@ def _parse_tracking(raw, path) -> Tracking:
     return tracking
 
 
+PER_MODEL_KEYS = ("fixed", "grid", "resources", "space")
+
+
 def _parse_per_model(raw, path) -> dict:
     """`per_model: {<model>: {space, fixed, grid, resources}}`, each entry's parts as mappings (the
     pairs parse their contents)."""
@@ -649,9 +683,11 @@ def _parse_per_model(raw, path) -> dict:
                 f"expected a mapping with space, fixed, grid or resources, got {entry!r}",
             )
         for k, value in (entry or {}).items():
-            if k not in ("space", "fixed", "grid", "resources"):
+            if k not in PER_MODEL_KEYS:
                 raise SpecError(
-                    path, f"per_model.{model}.{k}", "unknown key; valid: fixed, grid, resources, space"
+                    path,
+                    f"per_model.{model}.{k}",
+                    f"unknown key{closest(str(k), PER_MODEL_KEYS)}; valid: {', '.join(PER_MODEL_KEYS)}",
                 )
             if not isinstance(value or {}, dict):
                 raise SpecError(path, f"per_model.{model}.{k}", f"expected a mapping, got {value!r}")
@@ -737,9 +773,7 @@ def _parse_storage_path(raw: dict, path) -> str:
     return storage_path
 
 
-def _check_named_keys(
-    models: list[str], per_model: dict, space: dict, fixed: dict, grid: dict, seeds: list, path
-) -> None:
+def _check_named_keys(models: list[str], per_model: dict, space: dict, fixed: dict, grid: dict, path) -> None:
     """Each per_model entry names one of the file's models, and each key of the file's space, fixed
     and grid a parameter of one of them."""
     for model in per_model:
@@ -747,13 +781,6 @@ def _check_named_keys(
             raise SpecError(
                 path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}"
             )
-        for k in per_model[model] or {}:
-            if k == "grid" and not grid and not seeds:
-                raise SpecError(
-                    path,
-                    f"per_model.{model}.grid",
-                    "a model's grid needs an ablation file (a top-level grid or seeds)",
-                )
     valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
     for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
         for key in keys:
@@ -887,7 +914,7 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
                 "a trial's length is not a grid key: set it in budget (or fixed, per_model.<model>.fixed), "
                 "and early_budget for a column at an earlier length",
             )
-    seeds = raw.get("seeds", [0] if grid else [])
+    seeds = raw.get("seeds", [])
     if "seeds" in raw:
         _seed_list(path, "seeds", seeds)
     return grid, seeds
@@ -1139,29 +1166,53 @@ class _Shared:
     seed: int
 
 
+def _incompatible(tasks: list[TaskEntry], models: list[str], named: bool, path) -> dict[tuple[str, str], str]:
+    """The (variant, model) pairs whose model cannot run the task's kind, each with the reason:
+    `models: all` skips them; a model the file names is refused, or a comparison would quietly
+    lose it (its baseline)."""
+    out = {}
+    for k, model in enumerate(models):
+        kinds = model_spec(model).kinds
+        for task in tasks:
+            kind = TASKS[task.task].kind
+            if kind in kinds:
+                continue
+            names = [str(k) for k in kinds]
+            runs = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+            reason = f"{model} runs {runs}; {task.task} is {kind}"
+            if named:
+                runners = ", ".join(m for m, spec in MODELS.items() if kind in spec.kinds)
+                raise SpecError(
+                    path,
+                    f"models[{k}]",
+                    f"{model} cannot run task {task.task!r}: {reason}, which {runners} run; each listed "
+                    "model must run every task of the file (`models: all` takes those that can)",
+                )
+            out[(task.variant, model)] = reason
+    return out
+
+
 def _parse_pairs(
     tasks: list[TaskEntry],
     models: list[str],
     per_model: dict,
     per_pair: dict[str, dict],
     shared: _Shared,
+    incompatible: dict,
     path,
-) -> tuple[list[Pair], list[str]]:
-    """Each model on each task it runs; and the pairs it cannot run, with the reason."""
-    pairs, skipped = [], []
+) -> list[Pair]:
+    """Each model on each task it runs (not those `incompatible` holds)."""
+    pairs = []
     for model in models:
         overrides = per_model.get(model) or {}
         own_space = _parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path)
         space = {**shared.space, **_model_keys(own_space, model, f"per_model.{model}.space", path)}
         for task in tasks:
-            kind, kinds = TASKS[task.task].kind, model_spec(model).kinds
-            if kind not in kinds:
-                runs = ", ".join(map(str, kinds))
-                skipped.append(f"{task.variant} x {model}: {model} runs {runs}, {task.task} is {kind}")
+            if (task.variant, model) in incompatible:
                 continue
             own_fixed = per_pair.get(f"{task.variant}__{model}", {})
             pairs.append(_make_pair(task, model, space, overrides, own_fixed, shared, path))
-    return pairs, skipped
+    return pairs
 
 
 def _model_keys(values: dict, model: str, where: str, path) -> dict:

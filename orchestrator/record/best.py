@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from .secrets import redact_secrets
-from .state import LaunchState
+from .state import LaunchState, headline_of
 from .summaries import confirmed_text, pair_summaries
 
 
@@ -18,7 +18,12 @@ def summaries_of(state: LaunchState) -> dict:
     """summaries.pair_summaries of the launch, by its plan's metric and score."""
     plan = state.the_plan()
     return pair_summaries(
-        state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"]
+        state.tracking_uri,
+        state.experiment,
+        state.launch_id,
+        plan["metric"],
+        plan["score"],
+        headline=headline_of(plan),
     )
 
 
@@ -27,7 +32,7 @@ def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str,
     confirmed candidate where the search was confirmed (the best mean over new seeds), else the
     best trial. `summaries`: summaries_of(state), if read already."""
     plan = state.the_plan()
-    metric, score = plan["metric"], plan["score"]
+    metric = plan["metric"]
     summaries = summaries or summaries_of(state)
     out = {}
     for pair_name, summary in sorted(summaries.items()):
@@ -36,7 +41,7 @@ def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str,
         config, confirmed = summary["best_config"], summary.get("confirmed")
         header = (
             f"# Best trial of {pair_name} in launch {state.launch_id}: {metric} = {summary['best']:.4f}, "
-            f"test_{score}_at_best = {summary['test']}\n# MLflow run {summary['best_run']}.\n"
+            f"{headline_of(plan)} = {summary['test']}\n# MLflow run {summary['best_run']}.\n"
         )
         if confirmed:
             top_k = (

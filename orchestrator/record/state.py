@@ -124,7 +124,7 @@ class LaunchState:
         from ..plan.spec import SpecError, load_study  # noqa: PLC0415
 
         try:
-            study = load_study(self.spec_file, text=self.spec_text)
+            study = load_study(self.spec_file, text=self.spec_text, recorded=True)
         except SpecError as e:  # the file as it was launched, kept in launch.json: an edit there broke it
             raise DamagedLaunch(f"{self.dir}/launch.json: spec_text: {e}") from None
         if self.night:
@@ -220,6 +220,7 @@ def plan_of(study) -> dict:
         "metric": study.metric,
         "mode": study.mode,
         "score": study.score,
+        "headline": study.headline,
         "ablation": study.is_ablation,
         "confirm": study.confirm_count(),
         "top_k": study.confirm.top_k,
@@ -230,6 +231,11 @@ def plan_of(study) -> dict:
             for p in study.pairs
         ],
     }
+
+
+def headline_of(plan: dict) -> str:
+    """The plan's headline test score (Study.headline); a plan saved before it was: the mean test."""
+    return plan.get("headline") or f"test_{plan['score']}_at_best"
 
 
 def find_launch(storage_path: str, launch_id: str | None) -> Path:

@@ -1,6 +1,5 @@
 """A launch's progress and answer read from its trial runs: per pair and per ablation cell, the
-best and the confirmed configs, in words for the console; on MLflow's runs table; and links into
-MLflow's UI."""
+best and the confirmed configs, in words for the console, and on MLflow's runs table."""
 
 from __future__ import annotations
 
@@ -9,10 +8,10 @@ import math
 import re
 import statistics
 import time
-from urllib.parse import quote, urlencode
 
 from trainables.scores import LOWER_IS_BETTER
 
+from .ranking import Ranking
 from .runs import CONFIG_TAG, ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs, pair_run
 from .stores import client
 
@@ -24,7 +23,7 @@ def metric_name(*parts: str) -> str:
 
 
 def summarize_pairs(
-    uri: str, parent_run_id: str, launch_id: str, metric: str, score: str, summaries: dict[str, dict]
+    uri: str, parent_run_id: str, launch_id: str, metric: str, headline: str, summaries: dict[str, dict]
 ) -> None:
     """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a
     glance: on the launch's run, each pair's best `metric` and that trial's test score, and the
@@ -38,19 +37,20 @@ def summarize_pairs(
     exp_id = mlflow.get_run(parent_run_id).info.experiment_id
     now = int(time.time() * 1000)
     on_parent = []
+    confirmed_test = headline.removesuffix("_at_best")  # a mean over seeds: no one checkpoint
     for pair, summary in sorted(summaries.items()):
         if summary["best"] is None:
             continue
         values = {
             metric: summary["best"],
-            **({f"test_{score}_at_best": summary["test"]} if summary.get("test") is not None else {}),
+            **({headline: summary["test"]} if summary.get("test") is not None else {}),
         }
         confirmed = summary.get("confirmed") or {}
         values.update(
             {
                 f"confirmed_{metric}": confirmed.get("metric"),
-                f"confirmed_test_{score}": confirmed.get("test"),
-                f"confirmed_test_{score}_std": confirmed.get("test_std"),
+                f"confirmed_{confirmed_test}": confirmed.get("test"),
+                f"confirmed_{confirmed_test}_std": confirmed.get("test_std"),
             }
         )
         values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
@@ -126,11 +126,11 @@ def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> int:
 
 
 def cell_summaries(
-    uri: str, experiment: str, launch_id: str, metric: str, score: str
+    uri: str, experiment: str, launch_id: str, metric: str, score: str, headline: str | None = None
 ) -> dict[str, dict[str, dict]]:
     """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
-    running and failed (and of those, diverged), and the done ones' `metric` and
-    test_<score>_at_best values."""
+    running and failed (and of those, diverged), and the done ones' `metric` and `headline` test
+    score (test_<score>_at_best where not given)."""
     out: dict[str, dict[str, dict]] = {}
     for run in launch_trial_runs(uri, experiment, launch_id):
         kind = status_kind(run)
@@ -145,7 +145,7 @@ def cell_summaries(
         if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed
             cell["diverged"] = cell.get("diverged", 0) + 1
         if kind == "done":
-            for key, name in (("metric", metric), ("test", f"test_{score}_at_best")):
+            for key, name in (("metric", metric), ("test", headline or f"test_{score}_at_best")):
                 if name in run.data.metrics:
                     cell[key].append(run.data.metrics[name])
     return out
@@ -164,33 +164,49 @@ def empty_summary() -> dict:
     }
 
 
-def count_trial(entry: dict, run, kind: str, metric: str, score: str) -> None:
-    """A search trial counted into its pair's summary (`kind`: status_kind's), and made its best
-    where it may answer and beats the best so far on `metric`."""
+def count_trial(entry: dict, run, kind: str, metric: str) -> None:
+    """A search trial counted into its pair's summary (`kind`: status_kind's), and kept as a
+    candidate for its best where it may answer and has a value of `metric`."""
     entry[kind] += 1
     if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed: its hyperparameters, not the cluster
         entry["diverged"] = entry.get("diverged", 0) + 1
-    value = run.data.metrics.get(metric)
-    if value is None or kind not in ANSWERING:
+    if metric in run.data.metrics and kind in ANSWERING:
+        entry.setdefault("candidates", []).append(run)
+
+
+def choose_best(entry: dict, ranking: Ranking, headline: str) -> None:
+    """The pair's best trial of its candidates (ranking.Ranking's rule), its `headline` test score,
+    and `decided_by`: what chose it where trials tied with it on the metric."""
+    candidates = entry.pop("candidates", [])
+    choice = ranking.best(candidates, lambda run: run.data.metrics)
+    if choice is None:
         return
-    if entry["best"] is None or (
-        value < entry["best"] if score in LOWER_IS_BETTER else value > entry["best"]
-    ):
-        entry.update(
-            best=value,
-            best_run=run.info.run_id,
-            best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
-            test=run.data.metrics.get(f"test_{score}_at_best"),
-            best_metrics=dict(run.data.metrics),
-        )
+    run = candidates[choice.index]
+    entry.update(
+        best=run.data.metrics[ranking.metric],
+        best_run=run.info.run_id,
+        best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
+        test=run.data.metrics.get(headline),
+        best_metrics=dict(run.data.metrics),
+        decided_by=choice.decided_by,
+    )
 
 
 def pair_summaries(
-    uri: str, experiment: str, launch_id: str, metric: str, score: str, runs: list | None = None
+    uri: str,
+    experiment: str,
+    launch_id: str,
+    metric: str,
+    score: str,
+    runs: list | None = None,
+    headline: str | None = None,
 ) -> dict[str, dict]:
-    """Per pair: search trial counts by status, the best trial so far by `metric` and its test
-    score (from MLflow, the source of truth), and, where the search was confirmed, `confirmed`
-    (see confirmed_candidates). `runs`: the launch's trial runs, where already read."""
+    """Per pair: search trial counts by status, the best trial so far by `metric` (ties broken as
+    ranking.Ranking says) and its `headline` test score (test_<score>_at_best where not given), from
+    MLflow, the source of truth, and, where the search was confirmed, `confirmed` (see
+    confirmed_candidates). `runs`: the launch's trial runs, where already read."""
+    headline = headline or f"test_{score}_at_best"
+    ranking = Ranking.of(metric, score)
     out: dict[str, dict] = {}
     runs = launch_trial_runs(uri, experiment, launch_id) if runs is None else runs
     for run in runs:
@@ -199,8 +215,10 @@ def pair_summaries(
         entry = out.setdefault(run.data.tags.get("pair", "?"), empty_summary())
         kind = status_kind(run)
         if kind is not None:
-            count_trial(entry, run, kind, metric, score)
-    for pair, confirmed in confirmed_candidates(runs, metric, score).items():
+            count_trial(entry, run, kind, metric)
+    for entry in out.values():
+        choose_best(entry, ranking, headline)
+    for pair, confirmed in confirmed_candidates(runs, metric, score, headline).items():
         out.setdefault(pair, empty_summary())
         out[pair]["confirmed"] = confirmed
     return out
@@ -213,11 +231,12 @@ def failed_text(summary: dict) -> str:
     )
 
 
-def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
+def confirmed_candidates(runs, metric: str, score: str, headline: str) -> dict[str, dict]:
     """Per pair, from its confirmation runs that ended: the candidate with the most seeds completed
     (one whose seeds diverge is no answer, however well its one lucky seed scored) and of those
     the best mean `metric`, with n (its completed seeds) of `seeds`, the mean and sample std of its
-    test score, and its config (without a seed). The pair's answer, where the search was confirmed."""
+    `headline` test score, and its config (without a seed). The pair's answer, where the search was
+    confirmed."""
     sign = 1 if score in LOWER_IS_BETTER else -1
     grouped: dict[str, dict[str, list]] = {}
     running: dict[str, int] = {}  # a confirmation under way: its answer so far may change
@@ -257,7 +276,7 @@ def confirmed_candidates(runs, metric: str, score: str) -> dict[str, dict]:
                 }
             )
         }
-        tests = splits.get(f"test_{score}_at_best", [])
+        tests = splits.get(headline, [])
         out[pair] = {
             "candidate": int(chosen),
             "n": len(done[chosen]),
@@ -292,9 +311,9 @@ def confirmed_text(confirmed: dict | None) -> str:
 def top_configs(
     uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int
 ) -> dict[str, list[dict]]:
-    """Per pair, the full configs (seed left out) of its k best completed search trials, best first:
-    what a confirmation trains again. Trials ASHA stopped early or that diverged are no candidates."""
-    lower_is_better = score in LOWER_IS_BETTER
+    """Per pair, the full configs (seed left out) of its k best completed search trials, best first
+    (ranking.Ranking's rule): what a confirmation trains again. Trials ASHA stopped early or that
+    diverged are no candidates."""
     found: dict[str, list] = {}
     for run in launch_trial_runs(uri, experiment, launch_id):
         if (
@@ -303,53 +322,12 @@ def top_configs(
             or metric not in run.data.metrics
         ):
             continue
-        found.setdefault(run.data.tags["pair"], []).append(
-            (run.data.metrics[metric], json.loads(run.data.tags[CONFIG_TAG]))
-        )
+        found.setdefault(run.data.tags["pair"], []).append(run)
+    ranking = Ranking.of(metric, score)
     return {
         pair: [
-            {key: v for key, v in config.items() if key != "seed"}
-            for _, config in sorted(entries, key=lambda e: e[0], reverse=not lower_is_better)[:k]
+            {key: v for key, v in json.loads(run.data.tags[CONFIG_TAG]).items() if key != "seed"}
+            for run in ranking.sorted(runs, lambda run: run.data.metrics)[:k]
         ]
-        for pair, entries in found.items()
-    }
-
-
-def ui_links(
-    ui: str,
-    experiment_id: str,
-    run_ids: list[str],
-    metrics: list[str],
-    runs_filter: str,
-    order_by: str,
-    mode: str,
-) -> dict[str, str]:
-    """Links into MLflow's UI at `ui` (e.g. `mlflow ui`'s http://127.0.0.1:5000) for a group of
-    runs: `runs`, the experiment's runs table filtered by `runs_filter` and sorted by the metric
-    `order_by`, best first (flat, not under their collapsed parent runs); `compare`, MLflow's
-    comparison page (params and metrics side by side, parallel coordinates, scatter and contour
-    plots); and `curves`, their `metrics` against steps, one line per run."""
-
-    def q(value) -> str:
-        return quote(json.dumps(value, separators=(",", ":")), safe="")
-
-    runs, experiments = q(run_ids), q([experiment_id])
-    base = ui.rstrip("/") + "/#/"
-    table = urlencode(
-        {
-            "searchFilter": runs_filter,
-            "orderByKey": f"metrics.`{order_by}`",
-            "orderByAsc": str(mode == "min").lower(),
-        }
-    )
-    return {
-        "runs": f"{base}experiments/{experiment_id}/runs?{table}",
-        "compare": f"{base}compare-runs?runs={runs}&experiments={experiments}",
-        "curves": (
-            f"{base}metric/?runs={runs}&metric={q(metrics[0])}&experiments={experiments}"
-            f"&plot_metric_keys={q(metrics)}"
-            "&plot_layout=%7B%7D&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true"
-            "&deselected_curves=%5B%5D"
-            "&last_linear_y_axis_range=%5B%5D"
-        ),
+        for pair, runs in found.items()
     }

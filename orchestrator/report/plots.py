@@ -1,7 +1,8 @@
 """Figures shared by the reports (report.py) and the attention maps (maps.py): matplotlib set up
 without a display, a figure saved as a PNG and returned as base64 for the HTML page, titles wrapped
-to the figure's width, chance drawn on every accuracy axis; and a search's own figures (learning
-curves of every trial, the metric against each searched hyperparameter, Optuna's importances)."""
+to the figure's width, chance drawn on every accuracy axis; the test score by split of every model
+on one axis (the report's top); and a search's own figures (learning curves of every trial, the
+metric against each searched hyperparameter, Optuna's importances)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,58 @@ def draw_chance(ax, chance: str | None, metric: str) -> None:
     ax.set_ylim(0, 1.02)
     if level is not None:
         ax.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"chance {level:.3f}")
+
+
+def split_axis(splits: list[str]) -> str:
+    """The x axis of test scores by split: depths, lengths, PANM's L and multiples of L+1."""
+    first = splits[0]
+    if first.startswith("depth"):
+        return "test depth"
+    if first.isdigit():
+        return "test length"
+    return "test length (L, then multiples of L+1)" if first == "L" or first.startswith("x") else "test split"
+
+
+def across_models(
+    name: str, splits: list[str], lines: list[dict], chance: str | None, score: str, out_dir: Path
+) -> tuple[Path, str]:
+    """Every model's test score by split on one axis: `lines`, each a `label` and per split its
+    report entry or None (`summary`: the mean and 95% interval over seeds, drawn as a bar; and
+    `published`: the paper's number, a cross in the model's colour); chance dashed."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.2, 3.3))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, line in enumerate(lines):
+        color = colors[k % len(colors)]
+        summaries = [point["summary"] if point else None for point in line["points"]]
+        means = [s.mean if s else math.nan for s in summaries]
+        below = [s.mean - s.ci[0] if s and s.ci else 0.0 for s in summaries]
+        above = [s.ci[1] - s.mean if s and s.ci else 0.0 for s in summaries]
+        ax.errorbar(
+            splits, means, yerr=[below, above], marker="o", capsize=3, color=color, label=line["label"]
+        )
+        paper = [
+            point["published"]["mean"] if point and point["published"] else math.nan
+            for point in line["points"]
+        ]
+        if any(math.isfinite(v) for v in paper):
+            ax.plot(
+                splits,
+                paper,
+                linestyle="none",
+                marker="x",
+                markersize=8,
+                color=color,
+                label=f"{line['label']}: the paper's",
+            )
+    metric = f"test_{score}_at_best"
+    draw_chance(ax, chance, metric)
+    ax.set_xlabel(split_axis(splits))
+    ax.set_ylabel(f"test {score} at best")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    set_title(ax, f"{name}: each model's best (bars: 95% interval over seeds; x: the paper's)")
+    path = out_dir / f"{name}_across_models.png"
+    return path, figure_png(fig, path)
 
 
 def learning_curves(

@@ -32,7 +32,9 @@ import yaml
 
 from trainables.scores import LOWER_IS_BETTER
 
+from ..record.mlflow_ui import save_view, trials_view, ui_address, ui_links
 from ..record.optuna_store import search_storage
+from ..record.ranking import Ranking
 from ..record.runs import (
     CONFIG_TAG,
     DATA_VERSION_TAG,
@@ -42,10 +44,9 @@ from ..record.runs import (
     STATUS_TAG,
     launch_trial_runs,
 )
-from ..record.secrets import redact
 from ..record.state import baseline_nights, earlier_launches
 from ..record.stores import client
-from ..record.summaries import may_answer, metric_name, pair_summaries, ui_links
+from ..record.summaries import may_answer, metric_name, pair_summaries
 from . import maps, plots, stats
 from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 
@@ -56,6 +57,12 @@ NAMED_TEST_SPLITS = ("interpolate", "extrapolate")
 TEST_SPLIT = re.compile(
     r"^test_(L|x\d+|\d+|depth\d+)_"
 )  # per-length test splits (PANM's tasks; Dyck's lengths), per-depth scores (the others)
+
+
+def split_label(metric: str) -> str:
+    """A test score's split as a column names it (L, x2, depth3, 20); the whole test set's: test."""
+    found = TEST_SPLIT.match(metric)
+    return found.group(1) if found else "test"
 
 
 def split_order(split: str) -> int:
@@ -208,8 +215,9 @@ def answer_runs(runs: pd.DataFrame, study, pair) -> tuple[pd.DataFrame, list[str
     if len(confirmed):
         return confirmed, ["candidate"]
     search = runs[runs["phase"] == "search"].dropna(subset=[study.metric])
-    pick = search[study.metric].idxmin() if study.mode == "min" else search[study.metric].idxmax()
-    return search.loc[[pick]], []
+    rows = search.to_dict("records")
+    choice = Ranking.of(study.metric, study.score, study.mode).best(rows, lambda row: row)
+    return (search.iloc[[choice.index]] if choice else search[:0]), []
 
 
 def cell_name(setting: dict) -> str:
@@ -539,6 +547,16 @@ def answer_basis(study, scored: list, seeds: dict, confirmed: bool) -> str:
     return basis
 
 
+def tie_words(study, winner, summaries: dict) -> str:
+    """Where the winner's best trial tied others on the metric: what chose it (ranking.Ranking)."""
+    decided_by = summaries.get(winner.name, {}).get("decided_by")
+    return (
+        f" ({winner.model}'s best trial tied others on {study.metric}; chosen by {decided_by})"
+        if decided_by
+        else ""
+    )
+
+
 def answer_lines(study, summaries: dict) -> list[str]:
     """What a search's summary means, per task: which model generalizes best on the file's headline
     test split (report.headline), how far each is from chance, and what the papers report for the
@@ -546,7 +564,7 @@ def answer_lines(study, summaries: dict) -> list[str]:
     by its confirmed candidate's mean over seeds, with the file's test (report.test) of the winner
     against the runner-up; else by each pair's best trial. The launch's closing lines and the
     report's first section."""
-    metric = f"{study.report.headline}_{study.score}_at_best"
+    metric = study.headline
     lines = []
     for variant in dict.fromkeys(p.task.variant for p in study.pairs):
         pairs = [p for p in study.pairs if p.task.variant == variant]
@@ -568,6 +586,7 @@ def answer_lines(study, summaries: dict) -> list[str]:
             + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
             + (f" vs {versus}" if versus else "")
             + f"; {answer_basis(study, scored, seeds, confirmed)}, at this launch's scale"
+            + ("" if confirmed else tie_words(study, winner, summaries))
         )
         papers = [
             f"{pair.model} {paper['mean']:.2f} "
@@ -603,16 +622,17 @@ def printed_column(cell: dict) -> tuple:
     return group, cell["split"], cell["metric"], when
 
 
+def row_rank(row: dict, metric: str, mode: str) -> float:
+    """A cell's rank by its mean `metric` (higher is better); a cell without it ranks last."""
+    summary = row["metrics"].get(metric, {}).get("summary")
+    return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
+
+
 def best_printed_rows(pairs: list[dict], metric: str, mode: str) -> dict[tuple, tuple[float, dict]]:
     """(pair, paper, table, printed row) -> (rank, {id(published cell): entry}): per pair and printed
     row, the one of the pair's cells that fills it (the best by `metric`, so that a row never mixes
     a search's candidates), and per number it met, the first metric in its order (at_best before
     final)."""
-
-    def rank(row: dict) -> float:
-        summary = row["metrics"].get(metric, {}).get("summary")
-        return -float("inf") if summary is None else summary.mean if mode == "max" else -summary.mean
-
     best: dict[tuple, tuple[float, dict]] = {}
     for pair in pairs:
         for row in pair["rows"]:
@@ -622,9 +642,10 @@ def best_printed_rows(pairs: list[dict], metric: str, mode: str) -> dict[tuple, 
                 if cell is not None:
                     printed = (pair["name"], cell["paper"], cell["table"], printed_row(cell))
                     met.setdefault(printed, {}).setdefault(id(cell), entry)
+            rank = row_rank(row, metric, mode)
             for printed, entries in met.items():
-                if printed not in best or rank(row) > best[printed][0]:
-                    best[printed] = (rank(row), entries)
+                if printed not in best or rank > best[printed][0]:
+                    best[printed] = (rank, entries)
     return best
 
 
@@ -739,7 +760,10 @@ def plot_keys(
 def plot_lengths(
     pair: str, rows: list[dict], frame: pd.DataFrame, score: str, chance: str, out_dir: Path
 ) -> list[tuple[Path, str]]:
-    """Test score per test length (PANM's L, 1x..8x) or depth, a line per cell, the paper's points beside."""
+    """Test score per test length (PANM's L, 1x..8x) or depth, a line per cell, the paper's points
+    beside: drawn where a pair has several cells or candidates (across_models shows its best)."""
+    if len(rows) < 2:
+        return []
     splits = sorted(
         {
             TEST_SPLIT.match(c).group(1)
@@ -769,19 +793,67 @@ def plot_lengths(
                 marker="x",
                 color="black",
             )
-    ax.set_xlabel(
-        "test depth"
-        if splits[0].startswith("depth")
-        else "test length"
-        if splits[0].isdigit()
-        else "test length (L, then multiples of L+1)"
-    )
+    ax.set_xlabel(plots.split_axis(splits))
     ax.set_ylabel(f"test {score} at best")
     draw_chance(ax, chance, f"test_{score}_at_best")
     ax.legend(fontsize=7, loc="best")
     set_title(ax, f"{pair}: generalization to longer or deeper inputs (x: the paper's)")
     path = out_dir / f"{pair}_lengths.png"
     return [(path, figure_png(fig, path))]
+
+
+def answering_row(section: dict, summary: dict, metric: str, mode: str) -> dict | None:
+    """The row of a pair's section that answers for its model: a confirmed search's chosen candidate
+    (summaries.confirmed_candidates), else its best row by `metric` (a search's best trial, an
+    ablation's best cell)."""
+    candidate = (summary.get("confirmed") or {}).get("candidate")
+    chosen = [
+        r for r in section["rows"] if candidate is not None and r["setting"].get("candidate") == candidate + 1
+    ]
+    return (
+        chosen[0] if chosen else max(section["rows"], key=lambda r: row_rank(r, metric, mode), default=None)
+    )
+
+
+def across_models(study, sections: list[dict], summaries: dict, out_dir: Path) -> list[dict]:
+    """Per task variant, every model's answering row (answering_row) by test length or depth (the
+    pair sections' `lengths`; the test score where a task has none), from the rows its section
+    shows: the figure, chance, the splits and a line per model (its label, seeds and the entry of
+    each split: the summary over seeds and the paper's number)."""
+    by_name = {section["name"]: section for section in sections}
+    views = []
+    for variant in dict.fromkeys(p.task.variant for p in study.pairs):
+        chosen = [
+            (
+                pair,
+                by_name[pair.name],
+                answering_row(by_name[pair.name], summaries.get(pair.name, {}), study.metric, study.mode),
+            )
+            for pair in study.pairs
+            if pair.task.variant == variant
+        ]
+        chosen = [(pair, section, row) for pair, section, row in chosen if row]
+        lengths = length_metrics(
+            {m for _, section, _ in chosen for m in section.get("lengths", [])}, study.score
+        )
+        metrics = lengths or [f"test_{study.score}_at_best"]
+        lines = [
+            {
+                "label": pair.model + (f" ({cell_name(row['setting'])})" if row["setting"] else ""),
+                "seeds": len(row["seeds"]),
+                "points": [row["metrics"].get(m) for m in metrics],
+            }
+            for pair, _, row in chosen
+        ]
+        if not any(any(line["points"]) for line in lines):
+            continue
+        splits = [split_label(m) for m in metrics]
+        chance = chosen[0][1]["chance"]
+        figure = plots.across_models(variant, splits, lines, chance, study.score, out_dir)
+        views.append(
+            {"variant": variant, "chance": chance, "splits": splits, "lines": lines, "figure": figure}
+        )
+    return views
 
 
 def plot_history(
@@ -847,7 +919,8 @@ def trial_entry(run, pair, study, mlflow) -> dict | None:
         "last_step": max(steps, default=0),
         "params": {k: config[k] for k in pair.space if k in config},
         "metric": run.data.metrics.get(study.metric),
-        "test": run.data.metrics.get(f"test_{study.score}_at_best"),
+        "test": run.data.metrics.get(study.headline),
+        "metrics": dict(run.data.metrics),
         "curves": curves,
         "start": run.info.start_time,
     }
@@ -871,13 +944,18 @@ def number_trials(trials: list[dict], best: dict | None) -> None:
         )
 
 
-def tie_at_best(scored: list[dict], best: dict | None) -> dict | None:
-    """The trials that tie the winner on the metric (their numbers, the range of their test scores):
-    which of them answers is the tie's rule, not a finding. None without a tie."""
+def tie_at_best(scored: list[dict], best: dict | None, decided_by: str | None) -> dict | None:
+    """The trials that tie the winner on the metric (their numbers, the range of their test scores)
+    and what chose among them (ranking.Ranking's tie-breaks): the rule's choice, not a finding. None
+    without a tie."""
     tied = [t for t in scored if t["metric"] == best["metric"]]  # in the order they started, as runs come
     tests = [t["test"] for t in tied if t["test"] is not None]
     return (
-        {"numbers": [t["number"] for t in tied], "tests": (min(tests), max(tests)) if tests else None}
+        {
+            "numbers": [t["number"] for t in tied],
+            "tests": (min(tests), max(tests)) if tests else None,
+            "decided_by": decided_by,
+        }
         if len(tied) > 1
         else None
     )
@@ -889,10 +967,10 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     hyperparameter importances from the stored study, and figures: every trial's learning curve
     and the metric against each searched hyperparameter."""
     trials = [t for t in (trial_entry(run, pair, study, mlflow) for run in runs) if t is not None]
-    # The first best, in the order the trials started, of those that may answer: as
-    # summaries.pair_summaries and answer_runs take it.
+    # Of those that may answer, by ranking.Ranking's rule: as summaries.pair_summaries and answer_runs.
     scored = [t for t in trials if t["metric"] is not None and may_answer(t["status"])]
-    best = (min if study.mode == "min" else max)(scored, key=lambda t: t["metric"]) if scored else None
+    choice = Ranking.of(study.metric, study.score, study.mode).best(scored, lambda t: t["metrics"])
+    best = scored[choice.index] if choice else None
     number_trials(trials, best)
     chance = pair.chance(study.score)
     figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
@@ -907,7 +985,7 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     return {
         "trials": trials,
         "best": best,
-        "tie": tie_at_best(scored, best),
+        "tie": tie_at_best(scored, best, choice.decided_by if choice else None),
         "importances": importances(state, pair, trials),
         "figures": figures + ([sliced] if sliced else []),
         "space": {k: f"{d.kind} {list(d.values)}" for k, d in pair.space.items()},
@@ -934,14 +1012,6 @@ def importances(state, pair, trials: list[dict]) -> list[tuple[str, float]] | st
         return f"not ranked: {equal[0].message}" if equal else ranked
     except Exception as e:  # noqa: BLE001 - a missing ranking is no reason to fail the report
         return f"not computed ({(str(e) or type(e).__name__).splitlines()[0]})"
-
-
-def mlflow_ui(uri: str) -> dict[str, str]:
-    """Where MLflow's UI for the store `uri` answers, and the command that serves it: a tracking
-    server is its own UI; a database is served by `mlflow ui` (port 5000)."""
-    if uri.startswith(("http://", "https://")):
-        return {"url": redact(uri), "command": ""}
-    return {"url": "http://127.0.0.1:5000", "command": f"mlflow ui --backend-store-uri {redact(uri)}"}
 
 
 @dataclasses.dataclass
@@ -988,7 +1058,7 @@ def night_frames(state, frame: pd.DataFrame, history: list | None) -> list | Non
     return [(label(n), runs_frame(n)) for n in history] + [(label(state), frame)]
 
 
-def read_launch(state, previous_state, history: list | None) -> LaunchData:
+def read_launch(state, previous_state, history: list | None, ui_url: str | None = None) -> LaunchData:
     study = state.study()
     trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
     frame_ended = runs_frame(state, trial_runs, ENDED)
@@ -1000,7 +1070,7 @@ def read_launch(state, previous_state, history: list | None) -> LaunchData:
     out_dir.mkdir(exist_ok=True)
     mlflow = client(state.tracking_uri)
     parent = mlflow.get_run(state.parent_run_id)
-    ui = mlflow_ui(state.tracking_uri)
+    ui = ui_address(state.tracking_uri, ui_url, state.dir)
     return LaunchData(
         state,
         study,
@@ -1018,20 +1088,19 @@ def read_launch(state, previous_state, history: list | None) -> LaunchData:
 
 
 def pair_links(data: LaunchData, pair) -> dict[str, str]:
-    """The pair's trials in MLflow's UI (summaries.ui_links), lost trials left out."""
-    study, state = data.study, data.state
+    """The pair's trials in MLflow's UI (mlflow_ui.ui_links; its runs table as trials_view saves
+    it in the experiment), lost trials left out."""
+    study, experiment_id = data.study, data.parent.info.experiment_id
     return ui_links(
         data.ui["url"],
-        data.parent.info.experiment_id,
+        experiment_id,
+        save_view(data.mlflow, experiment_id, trials_view(study, data.state.launch_id, pair)),
         [
             r.info.run_id
             for r in data.trial_runs
             if r.data.tags.get("pair") == pair.name and r.data.tags.get(STATUS_TAG) != "lost"
         ],
         [f"ood_valid_{study.score}", f"iid_valid_{study.score}"],
-        f"tags.launch_id = '{state.launch_id}' and tags.pair = '{pair.name}' and tags.kind = 'trial'",
-        study.metric,
-        study.mode,
     )
 
 
@@ -1068,16 +1137,10 @@ def pair_figures(
     ) + plot_lengths(pair.name, rows, runs, study.score, chance, out_dir)
     if data.nights is not None:
         figures += plot_history(pair.name, data.nights, own_keys, study.score, chance, out_dir)
-    # stable: of tied trials, the first started, as answer_runs picks
-    ranked = (
-        runs.dropna(subset=[study.metric]).sort_values(
-            study.metric, ascending=study.mode == "min", kind="stable"
-        )
-        if study.metric in runs
-        else runs[:0]
-    )
-    if len(ranked):  # the maps of the pair's best trial (of those its rows show)
-        best_run = data.mlflow.get_run(ranked["run_id"].iloc[0])
+    scored = runs.dropna(subset=[study.metric]).to_dict("records") if study.metric in runs else []
+    choice = Ranking.of(study.metric, study.score, study.mode).best(scored, lambda row: row)
+    if choice:  # the maps of the pair's best trial (of those its rows show), as answer_runs picks it
+        best_run = data.mlflow.get_run(scored[choice.index]["run_id"])
         figures += maps.best_run_maps(data.state, pair.name, best_run, out_dir)
     return figures
 
@@ -1177,19 +1240,26 @@ def header_section(state, study, parent) -> dict:
         "n_iters": sorted({int(p.base["n_iters"]) for p in study.pairs}),
         "metric": study.metric,
         "score": study.score,
+        "headline": study.headline,
         "report": study.report,
     }
 
 
-def answer_section(data: LaunchData) -> list[str]:
-    """A search's answer (answer_lines); an ablation's is its tables."""
+def search_summaries(data: LaunchData) -> dict:
+    """A search's summaries per pair (summaries.pair_summaries), which its answer and its picture
+    across models read; none for an ablation, whose answer is its tables."""
     state, study = data.state, data.study
     if study.is_ablation:
-        return []
-    summaries = pair_summaries(
-        state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, data.trial_runs
+        return {}
+    return pair_summaries(
+        state.tracking_uri,
+        state.experiment,
+        state.launch_id,
+        study.metric,
+        study.score,
+        data.trial_runs,
+        headline=study.headline,
     )
-    return answer_lines(study, summaries)
 
 
 def flag_regressions(pairs: list[dict], comparisons: list, score: str) -> None:
@@ -1225,19 +1295,22 @@ def comparison_section(data: LaunchData, previous_state, comparisons: list, tall
     }
 
 
-def build(state, previous_state=None, history: list | None = None) -> dict:
+def build(state, previous_state=None, history: list | None = None, ui_url: str | None = None) -> dict:
     """Everything the templates show, and the regressions against `previous_state`; with
-    `history` (earlier nights, oldest first), a plot of each cell night after night."""
-    data = read_launch(state, previous_state, history)
+    `history` (earlier nights, oldest first), a plot of each cell night after night; links into
+    MLflow's UI at `ui_url` (mlflow_ui.ui_address)."""
+    data = read_launch(state, previous_state, history, ui_url)
     study, tally = data.study, Tally()
     pairs = [pair_section(data, pair, tally) for pair in study.pairs]
     comparisons = stats.regressions(
         tally.tested, study.report.alpha, study.report.min_effect, study.report.test
     )
     flag_regressions(pairs, comparisons, study.score)
+    summaries = search_summaries(data)
     return {
         **header_section(state, study, data.parent),
-        "answer": answer_section(data),
+        "answer": [] if study.is_ablation else answer_lines(study, summaries),
+        "overview": across_models(study, pairs, summaries, data.out_dir),
         **comparison_section(data, previous_state, comparisons, tally),
         "pairs": pairs,
         "paper_tables": paper_tables(pairs, study.metric, study.mode),
@@ -1326,17 +1399,50 @@ def log_report_files(mlflow, state, paths: list[Path]) -> None:
         shutil.copyfile(path, folder / path.name)
 
 
+def compared_words(context: dict, previous_state, passed_over) -> str:
+    """write_report's line on what was compared with `previous_state`, and what was not."""
+    n, settings = len(context["comparisons"]), context["report"]
+    compared = (
+        f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
+        f"(one-sided {settings.test} test across seeds, alpha {settings.alpha:g}, Holm-corrected; "
+        f"code {context['code_before']} -> {context['code_version']})"
+    )
+    if context["uncompared"]:
+        compared += f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
+    if context["one_sided"]:
+        compared += f"; {context['one_sided']} cell(s) in one of the two launches only"
+    if context["not_comparable"]:
+        compared += (
+            f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared "
+            "(see the report)"
+        )
+    if context["changed"]:
+        compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
+    if passed_over:
+        compared += (
+            f"; passed over {', '.join(passed_over)}, which regressed: a regression is no baseline until "
+            "`orchestrator accept` says it was intended"
+        )
+    return compared
+
+
 def write_report(
     state,
     previous_state=None,
     history: list | None = None,
     dated_in: Path | None = None,
     passed_over: list[str] = (),
+    ui_url: str | None = None,
 ) -> tuple[list[Path], Regressions]:
     """Write the report to `<launch>/report/` (and log it on the parent run), and with `dated_in`
     a dated copy there; -> (files written, the cells that regressed: see Regressions). `passed_over`:
-    the nights after `previous_state` that regressed, which are no baseline (write_night)."""
-    context = {**build(state, previous_state, history), "passed_over": list(passed_over)}
+    the nights after `previous_state` that regressed, which are no baseline (write_night). `ui_url`:
+    where its links find MLflow's UI (mlflow_ui.ui_address)."""
+    context = {
+        **build(state, previous_state, history, ui_url),
+        "passed_over": list(passed_over),
+        "first_night": history == [],  # a night with no night before it: nothing to compare yet
+    }
     markdown, page = render(context)
     out_dir = state.dir / "report"
     (out_dir / "report.md").write_text(markdown)
@@ -1344,6 +1450,7 @@ def write_report(
     paths = [out_dir / "report.md", out_dir / "report.html"] + [
         path for entry in context["pairs"] for path, _ in entry["figures"]
     ]
+    paths += [view["figure"][0] for view in context["overview"]]
     mlflow = client(state.tracking_uri)
     log_report_files(mlflow, state, paths)
     log_cell_means(mlflow, state.parent_run_id, context)
@@ -1354,36 +1461,17 @@ def write_report(
         paths += [dated_in / f"{stamp}.md", dated_in / f"{stamp}.html"]
         paths[-2].write_text(markdown)
         paths[-1].write_text(page)
-    compared = None
-    if previous_state is not None:
-        n, settings = len(context["comparisons"]), context["report"]
-        compared = (
-            f"{n} cell{'' if n == 1 else 's'} compared with {previous_state.launch_id} "
-            f"(one-sided {settings.test} test across seeds, alpha {settings.alpha:g}, Holm-corrected; "
-            f"code {context['code_before']} -> {context['code_version']})"
-        )
-        if context["uncompared"]:
-            compared += (
-                f"; {context['uncompared']} cell(s) without two completed runs on each side not compared"
-            )
-        if context["one_sided"]:
-            compared += f"; {context['one_sided']} cell(s) in one of the two launches only"
-        if context["not_comparable"]:
-            compared += (
-                f"; {len(context['not_comparable'])} cell(s) pooling several configs not compared "
-                "(see the report)"
-            )
-        if context["changed"]:
-            compared += f"; {len(context['changed'])} cell(s) with a changed config (see the report)"
-        if passed_over:
-            compared += (
-                f"; passed over {', '.join(passed_over)}, which regressed: a regression is no baseline until "
-                "`orchestrator accept` says it was intended"
-            )
+    compared = None if previous_state is None else compared_words(context, previous_state, passed_over)
     return paths, Regressions(context["regressions"], compared)
 
 
-def write_night(state) -> tuple[list[Path], Regressions]:
+def write_launch_report(state, ui_url: str | None = None) -> tuple[list[Path], Regressions]:
+    """A launch's own report, as its launch writes it and `orchestrator report` rewrites it: a
+    night's compared with its baseline night, with its history (write_night); else on its own."""
+    return write_night(state, ui_url) if state.night is not None else write_report(state, ui_url=ui_url)
+
+
+def write_night(state, ui_url: str | None = None) -> tuple[list[Path], Regressions]:
     """A night of the nightly job: its report, compared with the last finished night that flagged
     no regression (or whose regression was accepted), with each cell's history, and a dated copy in
     `<storage_path>/nightly/<experiment>/` beside the previous nights'."""
@@ -1397,4 +1485,5 @@ def write_night(state) -> tuple[list[Path], Regressions]:
         history=nights,
         dated_in=state.dir.parent / "nightly" / state.experiment,
         passed_over=passed_over,
+        ui_url=ui_url,
     )

@@ -1,7 +1,9 @@
 """What a launch will cost, for `launch --dry-run`: trials and training steps per pair and the
-hours, from a short calibration (a few training steps of each pair's typical trial, on this machine,
-or on a node of the cluster at --address with a trial's resources) or, without one, from the step
-rates earlier trials logged in the tracking store."""
+hours. By default nothing trains: a pair's step time is the step rate earlier trials of its model
+logged in the tracking store, else the cost model's (cost_model: the benchmarks' measured rates
+scaled to the pair's size); trials that ask for GPUs are priced on a GPU even where this machine has
+none. `--calibrate` times a few training steps of each pair's typical trial instead, on this
+machine or on a node of the cluster at --address with a trial's resources."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 import torch
 
 from trainables.batched import member_steps_per_second
-from trainables.config import parse_trial_config, yaml_word
+from trainables.config import parameter_count, parse_trial_config, yaml_word
 from trainables.models import batchable
 from trainables.tasks import small_copy_options
 from trainables.tasks.base import throwaway_data_cache
@@ -26,7 +28,9 @@ from ..plan.spec import Distribution, Pair, Study
 from ..plan.storage import last_line
 from ..record.runs import step_rates
 from ..record.secrets import redact, redact_text
+from . import cost_model
 from .cluster import join, measurement, one_gpu
+from .cost_model import hours
 from .stacking import MEMBERS_KEY, Stacking, decide, group_rate, holds, knee, misfits, slots_in
 
 CALIBRATION_TRAIN_SIZE = 4  # batches' worth of training data: data generation stays a second or two
@@ -114,10 +118,6 @@ def stack_sizes_to_try(most: int) -> list[int]:
 def reason(e: Exception) -> str:
     """An error in one line, for a line of the estimate."""
     return (str(e) or type(e).__name__).splitlines()[0]
-
-
-def hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
 def resource_hours(seconds: float) -> str:
@@ -255,6 +255,24 @@ def step_time(
     return (None, source) if rate is None else (1 / rate, f"{rate:.1f} steps/s ({source})")
 
 
+def modelled_step_time(stacking: Stacking, pair: Pair, device: str, members: int) -> tuple[float | None, str]:
+    """(seconds per member-step of the pair's typical trial, stacked `members` high, by the cost
+    model; in words), or (None, why there is no estimate)."""
+    try:
+        cfg = parse_trial_config(typical_config(stacking, pair, stacked=members > 1))
+        params = parameter_count(cfg)
+    except Exception as e:  # noqa: BLE001 - as a failed calibration: no estimate, no refusal
+        return None, f"no estimate ({reason(e)})"
+    per_step, basis = cost_model.seconds_per_step(
+        pair.model, pair.task.task, device, params, cfg.batch_size, members
+    )
+    if per_step is None:
+        return None, basis
+    return per_step, (
+        f"{1 / per_step:.1f} steps/s by the {basis}, scaled to {params:,} parameters x batch {cfg.batch_size}"
+    )
+
+
 def cuda_here() -> bool:
     return torch.cuda.is_available()
 
@@ -326,10 +344,11 @@ def busy_note() -> str | None:
     )
 
 
-def describe_cost(study: Study, calibrate: bool = True, address: str | None = None) -> Iterator[str]:
+def describe_cost(study: Study, calibrate: bool = False, address: str | None = None) -> Iterator[str]:
     """Lines for `launch --dry-run`, each as soon as it is known: per pair, runs x steps and the
-    trial time (calibrated here, or with `address` on the cluster's nodes (Calibration); else from the
-    store's step rates; where trials stack, at the rate of a stack's members measured so); in all,
+    trial time (from the store's step rates, else the cost model; with `calibrate`, timed here, or
+    with `address` on the cluster's nodes (Calibration), where trials stack at the rate of a stack's
+    members measured so); in all,
     the GPU-hours (or CPU core-hours) and the wall time with as many trials at once as the cluster
     or this machine holds. Reads only: a dry run writes nothing, not even a new store."""
     try:
@@ -351,9 +370,11 @@ def cost_lines(
 ) -> Iterator[str]:
     """describe_cost's lines, on `where` with `total` resources and `nodes`."""
     use_gpu = total.get("GPU", 0) > 0
-    stacking = decide(study, use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
     for problem in misfits(study, use_gpu, nodes):  # priced all the same, for a cluster that will hold them
         yield f"  a launch on {where} would be refused: {problem}"
+    if not calibrate and not cluster and not use_gpu and (gpu_node := gpu_machine(study)):
+        where, total, nodes, use_gpu = "one GPU (this machine has none)", gpu_node, [gpu_node], True
+    stacking = decide(study, use_gpu)  # as the launch would: batch_seeds auto stacks where trials get a GPU
     if calibrate and not cluster and (note := busy_note()):
         yield note
     rates = None
@@ -369,6 +390,16 @@ def cost_lines(
         line, stacking = pair_cost(stacking, pair, rates, calibration, use_gpu, nodes, tally)
         yield line
     yield summary_line(stacking, tally, where, total, use_gpu)
+
+
+def gpu_machine(study: Study) -> dict[str, float] | None:
+    """Where trials ask for GPUs this machine lacks: a machine to price them on, one GPU (or as
+    many as a trial asks) with the CPUs beside it that its trials ask for; else None."""
+    on_gpus = [p.resources for p in study.pairs if p.resources.gpu > 0]
+    if not on_gpus:
+        return None
+    gpus = max(1.0, *(r.gpu for r in on_gpus))
+    return {"CPU": max(math.ceil(r.cpu * gpus / r.gpu) for r in on_gpus), "GPU": gpus}
 
 
 def stored_rates(study: Study) -> tuple[list[dict], str | None]:
@@ -463,15 +494,21 @@ def pair_step_time(
     nodes: list[dict[str, float]],
 ) -> tuple[float | None, str, Stacking]:
     """(seconds per step of the pair's trials, or of a stack's member where they stack, or None;
-    in words; the stacking with the size measured where budget.stack_size is auto)."""
+    in words; the stacking with the size measured where budget.stack_size is auto): from the stored
+    rates, else the cost model, where `rates` is given; else calibrated."""
     device = device_kind(pair, use_gpu and pair.resources.gpu > 0)
-    if rates is None and calibration.cluster and not holds(pair, use_gpu, nodes):
+    size = launch_stack_size(stacking, pair, use_gpu)
+    if rates is not None:
+        # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
+        per_step, words = step_time(stacking, pair, rates, device)
+        if per_step is None:
+            per_step, words = modelled_step_time(stacking, pair, device, size or stacking.most_stacked(pair))
+        return per_step, words, stacking
+    if calibration.cluster and not holds(pair, use_gpu, nodes):
         # a task for it would wait for no node
         return None, "not timed: no node of the cluster holds its trials (above)", stacking
     per_step, words = step_time(stacking, pair, rates, device, calibration)
-    size = launch_stack_size(stacking, pair, use_gpu)
-    # Stored rates are per run (a stacked run's share of its stack's): a stack's members cost that each.
-    if per_step is not None and rates is None and size != 1:
+    if per_step is not None and size != 1:
         try:
             per_step, stacked, size = stacked_step_time(stacking, pair, size, device, calibration)
             if stacking.study.budget.stack_size == "auto":

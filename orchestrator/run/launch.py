@@ -43,7 +43,7 @@ from trainables.train import pick_device, train
 
 from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
-from ..record.best import write_best
+from ..record.best import summaries_of, write_best
 from ..record.optuna_store import search_storage
 from ..record.retries import StoreUnavailable, store_outage
 from ..record.runs import (
@@ -60,14 +60,13 @@ from ..record.secrets import redact, redact_text
 from ..record.state import SNAPSHOT_MODULES, Heartbeat, LaunchState, plan_of
 from ..record.stores import normalize_store, remember, warm_up
 from ..record.summaries import (
-    confirmed_text,
     ended_runs,
-    failed_text,
     pair_summaries,
     summarize_pairs,
     top_configs,
 )
-from ..report.report import answer_lines, verdict_lines, write_night, write_report
+from ..record.tables import launch_table
+from ..report.report import answer_lines, verdict_lines, write_launch_report, write_report
 from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
 from .cost import calibration_config, stack_curve, stack_sizes_to_try
@@ -796,7 +795,7 @@ def write_answer(state: LaunchState, study: Study) -> tuple[list, list, dict | N
     the nights before), or a search's best configs and report once Optuna knows how every proposal
     ended. -> (the files written, the regressions found, a search's summaries per pair)."""
     if study.is_ablation:
-        written, regressions = write_night(state) if state.night is not None else write_report(state)
+        written, regressions = write_launch_report(state)
         return written, regressions, None
     storage = optuna_storage(state)
     trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
@@ -808,11 +807,17 @@ def write_answer(state: LaunchState, study: Study) -> tuple[list, list, dict | N
         ]
         settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
     summaries = pair_summaries(
-        state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score, trial_runs
+        state.tracking_uri,
+        state.experiment,
+        state.launch_id,
+        study.metric,
+        study.score,
+        trial_runs,
+        headline=study.headline,
     )
     written = write_best(state, summaries)
     summarize_pairs(
-        state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.score, summaries
+        state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.headline, summaries
     )
     written += write_report(state)[0]
     return written, [], summaries
@@ -1057,27 +1062,13 @@ def claim_launch(study: Study, launch_id: str | None, night: int | None) -> tupl
 
 
 def print_summary(state: LaunchState, study: Study, summaries: dict | None = None) -> None:
-    """The launch's answer per pair (`summaries`, else read from the store), beside what chance
-    scores, and what to run next."""
-    summaries = summaries or pair_summaries(
-        state.tracking_uri, state.experiment, state.launch_id, study.metric, study.score
-    )
-    print(
-        f"[launch] summary ({study.metric}, {study.mode}; test_{study.score}_at_best of that trial):",
-        flush=True,
-    )
-    for pair in study.pairs:
-        s = summaries.get(pair.name, {})
-        best = "-" if s.get("best") is None else f"{s['best']:.4f}"
-        test = "-" if s.get("test") is None else f"{s['test']:.4f}"
-        confirmed = confirmed_text(s.get("confirmed"))
-        print(
-            f"  {pair.name:40s} best {best}  test {test}  {confirmed + '  ' if confirmed else ''}"
-            f"({pair.chance(study.score)}; "
-            f"{s.get('done', 0)} done, {s.get('stopped', 0)} stopped early, {failed_text(s)})",
-            flush=True,
-        )
+    """The launch's table (record.tables: as `status` shows it), a search's answer, and what to run
+    next. `summaries`: a search's pair_summaries, where already read."""
+    print(f"[launch] summary ({study.metric}, {study.mode}):", flush=True)
+    for line in launch_table(state, state.the_plan(), "running", summaries):
+        print(f"  {line}", flush=True)
     if not study.is_ablation:
+        summaries = summaries or summaries_of(state)
         for line in answer_lines(study, summaries):
             print(f"[launch] {line}", flush=True)
     # A pair's best config is written where one of its trials may answer: none where all diverged or failed.
@@ -1090,7 +1081,6 @@ def print_summary(state: LaunchState, study: Study, summaries: dict | None = Non
         f"; orchestrator train {best_files[0]}" if best_files else ""
     )
     print(
-        f"[launch] next: orchestrator status {state.dir}; {later}; MLflow UI: mlflow ui --backend-store-uri "
-        f"{state.tracking_uri}",
+        f"[launch] next: orchestrator status {state.dir}; {later}; MLflow's UI: orchestrator ui {state.dir}",
         flush=True,
     )

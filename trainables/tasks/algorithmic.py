@@ -3,11 +3,11 @@
 Training inputs have lengths 1..L, L = 9 for Copy, Reverse, Mix and Dynamic Recall and 10 for the
 sorts (the columns of Tables 7-12). By default (`online`) every training step draws a fresh batch,
 all of one length drawn uniformly from 1..L, as the authors' code does; `online: false` trains on a
-fixed set of `train_size` samples instead. The OOD validation set has length L+1; the test sets
-(`test_L`, `test_x1` .. `test_x8`) have the lengths the tables print: L, then k(L+1) for k = 1, 2, 4,
-8 (10/20/40/80) for the first four tasks and kL+1 (11/21/41/81) for the sorts, whose columns are
-headed 2(L+1) etc. but print the lengths of the authors' code (`max_seq_len * genlen + 1`). Scored
-per token (the papers' number) and per sequence.
+fixed set of `train_size` samples instead. The OOD validation set has length L+1 (or
+`ood_valid_length`); the test sets (`test_L`, `test_x1` .. `test_x8`) have the lengths the tables
+print: L, then k(L+1) for k = 1, 2, 4, 8 (10/20/40/80) for the first four tasks and kL+1
+(11/21/41/81) for the sorts, whose columns are headed 2(L+1) etc. but print the lengths of the
+authors' code (`max_seq_len * genlen + 1`). Scored per token (the papers' number) and per sequence.
 
   copy             y = x
   reverse          y = x reversed
@@ -53,6 +53,9 @@ class AlgorithmicConfig:
     online: bool = True  # a fresh training batch every step (the authors' protocol)
     train_size: int = 50_000  # the fixed training set, when not online
     eval_size: int = 1280  # per validation/test set: the authors' 10 test batches of 128
+    # The OOD validation set's length; None: L+1. Longer keeps selection from saturating where a
+    # model copies L+1 without a fault (search_spaces/smoke.yaml).
+    ood_valid_length: int | None = None
     # test lengths k(L+1) or, for the sorts, kL+1; and L itself
     test_multipliers: tuple[int, ...] = (1, 2, 4, 8)
 
@@ -147,7 +150,12 @@ def build(name: str, config: AlgorithmicConfig) -> Task:
     if not config.online:
         splits["train"] = make_split(name, rng, train_lengths(config.train_size))
     splits["iid_valid"] = make_split(name, rng, train_lengths(config.eval_size))
-    splits["ood_valid"] = make_split(name, rng, np.full(config.eval_size, L + 1))
+    ood_length = config.ood_valid_length or L + 1
+    if ood_length <= L:
+        raise ValueError(
+            f"ood_valid_length: must be longer than the training lengths 1..{L}, got {ood_length}"
+        )
+    splits["ood_valid"] = make_split(name, rng, np.full(config.eval_size, ood_length))
     splits["test_L"] = make_split(name, rng, np.full(config.eval_size, L))
     for k in config.test_multipliers:
         splits[f"test_x{k}"] = make_split(name, rng, np.full(config.eval_size, test_length(name, L, k)))
