@@ -202,9 +202,16 @@ RATE_KEYS = ("dropout", "attention_dropout", "query_dropout", "input_dropout", "
 MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
 
 
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """A config dataclass's fields' types, read once per class (a dry run parses hundreds of
+    configs, and typing.get_type_hints evaluates every annotation each time)."""
+    return typing.get_type_hints(cls)
+
+
 def coerce(cls: type, key: str, value: Any) -> Any:
     """Give a value its field's numeric type: YAML reads `1e-3` as a string, and `--set` input is text."""
-    hint = str(typing.get_type_hints(cls)[key])
+    hint = str(type_hints(cls)[key])
     if hint == "<class 'bool'>":
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {value!r}")
@@ -265,7 +272,7 @@ def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
             )
     for key in RANGES.keys() & train.keys():
         check_range(key, train[key])
-    hints = typing.get_type_hints(spec.config)
+    hints = type_hints(spec.config)
     for key, value in model.items():
         if bounds := model_range(key, hints[key]):
             check_range(key, value, bounds, nullable=type(None) in typing.get_args(hints[key]))
@@ -287,16 +294,23 @@ def model_of(name: str):
         ) from None
 
 
+BUILT: set[str] = set()  # what check_builds built already: a value a build does not read, checked once
+
+
 def check_builds(cfg: TrainConfig) -> None:
     """Build what a trial of `cfg` would build (its task's config, its model) on the meta device:
     no data, no weights, a fraction of a second; a value the constructors reject (with whatever
     exception they raise: torch asserts too) is a ConfigError naming the first line of why."""
+    built = repr((cfg.model, cfg.model_options, cfg.task, cfg.task_options))
+    if built in BUILT:
+        return
     try:
         task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
         with torch.device("meta"):
             build_model(cfg.model, cfg.model_options, task)
     except Exception as e:  # noqa: BLE001
         raise ConfigError((str(e) or type(e).__name__).splitlines()[0]) from None
+    BUILT.add(built)
 
 
 def parameter_count(cfg: TrainConfig) -> int:

@@ -268,9 +268,7 @@ def modelled_step_time(stacking: Stacking, pair: Pair, device: str, members: int
     )
     if per_step is None:
         return None, basis
-    return per_step, (
-        f"{1 / per_step:.1f} steps/s by the {basis}, scaled to {params:,} parameters x batch {cfg.batch_size}"
-    )
+    return per_step, f"{1 / per_step:.1f} steps/s by the {basis}"
 
 
 def cuda_here() -> bool:

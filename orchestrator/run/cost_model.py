@@ -112,6 +112,8 @@ def seconds_per_step(
             f"no measurement of {model}: the median cost per parameter-sample of {len(on_device)} measured"
         )
     scale = max(work, row.params * row.batch) if device == "cuda" else work
+    if work != row.params * row.batch:
+        basis += f", scaled to {params:,} parameters x batch {batch}"
     return per_work * scale, f"cost model from {basis}"
 
 
@@ -126,6 +128,5 @@ def training_cost(model: str, task: str, device: str, params: int, batch: int, s
         return f"cost: {steps:,} training steps; {basis}"
     return (
         f"cost: {steps:,} training steps at about {1 / per_step:.1f} steps/s on {device} = "
-        f"{hours(steps * per_step)} (evaluations left out; by the {basis}, scaled to "
-        f"{params:,} parameters x batch {batch})"
+        f"{hours(steps * per_step)} (evaluations left out; by the {basis})"
     )
