@@ -516,9 +516,7 @@ def load_study(path: str | Path, text: str | None = None, recorded: bool = False
     per_model = _parse_per_model(raw.get("per_model"), path)
     fixed = _parse_fixed(raw.get("fixed"), path)
     per_pair = _parse_per_pair(raw.get("per_pair"), tasks, models, path)
-    grid, seeds = _parse_grid(raw, path)
-    if recorded and grid and not seeds:
-        seeds = [0]  # what a grid without seeds ran when it was allowed
+    grid, seeds = _parse_grid(raw, path, recorded=recorded)
     ablation = _is_ablation(grid, seeds, space, per_model, path, needs_seeds=not recorded)
     report = _parse_report(raw.get("report"), grid, path)
     confirm = _parse_confirm(raw.get("confirm"), budget, ablation, path)
@@ -527,11 +525,7 @@ def load_study(path: str | Path, text: str | None = None, recorded: bool = False
     shared = _Shared(space, fixed, grid, resources, budget, seed)
     pairs = _parse_pairs(tasks, models, per_model, per_pair, shared, incompatible, path)
     _check_named_keys(models, per_model, space, fixed, grid, path)
-    skipped = [f"{variant} x {model}: {reason}" for (variant, model), reason in incompatible.items()]
-    if not pairs:
-        raise SpecError(
-            path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}"
-        )
+    skipped = _skipped(incompatible, pairs, path)
     _check_detectable(path, report, pairs, seeds)
     name = safe_name(_text(raw, "name", path.stem, path), path, "name")
     return Study(
@@ -557,6 +551,16 @@ def load_study(path: str | Path, text: str | None = None, recorded: bool = False
         batch_seeds=batch_seeds,
         unused=_unused(raw, ablation),
     )
+
+
+def _skipped(incompatible: dict, pairs: list, path) -> list[str]:
+    """The pairs left out as incompatible, in words; SpecError where no pair is left."""
+    skipped = [f"{variant} x {model}: {reason}" for (variant, model), reason in incompatible.items()]
+    if not pairs:
+        raise SpecError(
+            path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}"
+        )
+    return skipped
 
 
 def _is_ablation(grid: dict, seeds: list, space: dict, per_model: dict, path, needs_seeds: bool) -> bool:
@@ -895,7 +899,10 @@ def repeats(values: list) -> bool:
     return len(set(map(key, values))) != len(values)
 
 
-def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], list[int]]:
+def _parse_grid(
+    raw: dict, path, where: str = "grid", recorded: bool = False
+) -> tuple[dict[str, list], list[int]]:
+    """The grid and seeds; a `recorded` launch's grid without seeds ran seed 0 (when that was allowed)."""
     grid = raw.get("grid") or {}
     if not isinstance(grid, dict):
         raise SpecError(path, where, "expected a mapping of parameter -> list of values")
@@ -914,7 +921,7 @@ def _parse_grid(raw: dict, path, where: str = "grid") -> tuple[dict[str, list], 
                 "a trial's length is not a grid key: set it in budget (or fixed, per_model.<model>.fixed), "
                 "and early_budget for a column at an earlier length",
             )
-    seeds = raw.get("seeds", [])
+    seeds = raw.get("seeds", [0] if recorded and grid else [])
     if "seeds" in raw:
         _seed_list(path, "seeds", seeds)
     return grid, seeds
