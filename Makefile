@@ -13,9 +13,10 @@ $(VENV)/.run-installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e .
 	touch $@
 
-# And what the tests need: pytest and friends, ruff, and the dashboard extra (tests/test_export.py serves it).
+# And what the tests need: pytest and friends, ruff, the dashboard extra (tests/test_export.py serves it)
+# and the docs site's (CI builds it).
 $(VENV)/.installed: $(VENV)/.run-installed
-	$(VENV)/bin/pip install -q -e '.[test,dashboard,server]'
+	$(VENV)/bin/pip install -q -e '.[test,dashboard,server,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -30,6 +31,13 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The docs site on http://127.0.0.1:8000, rebuilt on every change; docs-build: as CI builds it.
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs serve
+
+docs-build: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 browser:
 	command -v chromium > /dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
@@ -37,4 +45,4 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_trainables.py
 	$(VENV)/bin/python benchmarks/bench_orchestration.py
 
-.PHONY: install run test lint bench browser
+.PHONY: install run test lint bench browser docs docs-build

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's GPU checks as one script, for a short loan of a GPU machine (minutes, not hours):
+# The GPU checks as one script, for a short loan of a GPU machine (minutes, not hours):
 #
 #   bash benchmarks/gpu_session.sh [OUT_DIR]
 #
@@ -53,7 +53,7 @@ run() {  # run LIMIT_S NAME COMMAND...: the command's output into $out/NAME.txt,
 run 30 env bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
     $py -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get_device_name())'"
 run 240 graphs "$py" -m pytest -q -p no:cacheprovider -x tests/test_graphs.py -k "cuda or graphed"
-# fused_feed_forward (seventeenth session, written without a GPU). On an H200 (2026-11-27) its
+# fused_feed_forward (written without a GPU). On an H200 (2026-11-27) its
 # kernels computed PyTorch's sublayer but made NDR's compiled bf16 stack of 20 slower (257.8
 # member-steps/s against 441.2), with fixed blocks; they are autotuned since. First whether they
 # are right, then the stack with and without them (the answer that decides), then how the
@@ -67,7 +67,7 @@ run 520 fused_ff bash -c "$py -m pytest -q -p no:cacheprovider tests/test_feed_f
 # of another depth (compiles again, and under torch's recompile limit). Each compile's seconds on a GPU.
 run 540 recompiles "$py" benchmarks/bench_recompiles.py --device cuda --size paper --members 5 --steps 10 \
     --trials "dropout=0.1; dropout=0.3; n_layers=10 dropout=0.2"
-# Compiled stacks (fused kernels; the default for stacks on CUDA since the ninth session).
+# Compiled stacks (fused kernels; the default for stacks on CUDA: compile auto).
 run 300 compiled "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile
 run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
@@ -78,7 +78,7 @@ run 300 compiled_ro "$py" benchmarks/bench_gpu.py --device cuda --sections curve
 run 560 compiled_graphs bash -c "for graphs in '' --no-graphs; do $py benchmarks/bench_gpu.py --device cuda --sections curve \
     --sizes paper --models 'ctl / ndr,ctl / transformer' --steps 20 --seeds-n 5,20 --compile --bf16 \$graphs; done"
 # bf16 autocast halves what the activations move, which fusion alone cannot, and its casts fuse
-# only when compiled (benchmarks/ops_per_step.py; docs/measurements.md, seventh session).
+# only when compiled (benchmarks/ops_per_step.py; docs/performance.md#what-a-step-costs-flops-and-bytes).
 run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile --bf16
 # Inductor fuses elementwise work into the matrix products' Triton templates only in max-autotune
@@ -89,14 +89,16 @@ run 300 compiled_bf16 "$py" benchmarks/bench_gpu.py --device cuda --sections cur
 run 560 compiled_mat "$py" benchmarks/bench_gpu.py --device cuda --sections curve --sizes paper --models "ctl / ndr" \
     --steps 20 --seeds-n 20 --compile max-autotune-no-cudagraphs --bf16
 # Whether a pair's 5 stacked seeds should share a GPU with other pairs' (resources.gpu 0.5, 0.25) or
-# hold it alone: a lone stack of 5 leaves the GPU idle part of the step (docs/measurements.md).
+# hold it alone: a lone stack of 5 leaves the GPU idle part of the step
+# (docs/performance.md#gpu-stacks-sharing-a-gpu).
 run 420 packing_stacks "$py" benchmarks/bench_gpu.py --device cuda --sections curve,packing --sizes paper \
     --models "ctl / transformer" --steps 20 --seeds-n 5,10,20 --packed 1,2,4 --pack-members 5 --compile --bf16
 # Each process compiles its own NDR stack (1.5-3 min on an H100; the compile cache shortens the later ones).
 run 560 packing_ndr "$py" benchmarks/bench_gpu.py --device cuda --sections packing --sizes paper \
     --models "ctl / ndr" --steps 20 --seeds-n 5 --packed 1,2,4 --pack-members 5 --compile --bf16
 # The fastest stack so far (H100, 2026-11-26: 2.03x the graphed one) is compiled bf16; it learns
-# as TF32 does at the paper's setting (ninth session: within seed noise at 6 of 6 evaluations), so
+# as TF32 does at the paper's setting (within seed noise at 6 of 6 evaluations:
+# docs/performance.md#gpu-precision-and-learning-curves), so
 # stacks on CUDA compile in bf16 by default (compile: auto, bf16: auto). Rerun it after a torch upgrade.
 run 560 curves_compiled "$py" benchmarks/precision_curves.py --preset ctl/ndr --seeds 0,1,2,3,4 --precisions tf32,bf16 \
     --n-iters 6000 --eval-every 1000 --parallel --set compile=true --csv "$out/curves_compiled.csv"

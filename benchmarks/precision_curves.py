@@ -4,12 +4,13 @@
                                         [--precisions fp32,tf32,bf16] [--n-iters N] [--eval-every E]
                                         [--csv out.csv] [--parallel]
 
-Issue 21 item 2: TF32 and/or bf16 become the CUDA default only if their curves at the papers'
-settings stay within seed noise of float32. Each precision trains the same seeds (stacked, as a
+TF32 and bf16 are the CUDA defaults (bf16 for compiled stacks) because their curves at the papers'
+settings stay within seed noise of float32's. Each precision trains the same seeds (stacked, as a
 launch would: trainables.batched), and at every evaluation the script prints each precision's mean
 ± std over seeds of the OOD and IID validation scores, and whether its mean lies within two of
 float32's standard errors of the difference (seed noise). TF32 changes nothing on a CPU: run it on
-the GPU a launch will use (docs/measurements.md has the commands).
+the GPU a launch will use (docs/performance.md#gpu-precision-and-learning-curves has the commands
+and figures).
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def main() -> None:
         "--parallel",
         action="store_true",
         help="train the precisions at once, a process each, on the "
-        "same device: a stack of a few members leaves a GPU idle part of each step (issue 21's lease of "
-        "15 minutes fits NDR's fp32 and TF32 curves this way, not one after the other)",
+        "same device: a stack of a few members leaves a GPU idle part of each step (NDR's fp32 and TF32 "
+        "curves fit 15 minutes of one GPU this way, not one after the other)",
     )
     args = parser.parse_args()
     task, model = args.preset.split("/")

@@ -872,17 +872,23 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return parser_and_commands()[0]
+
+
+def parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser, and each command's own (the reference page's source: orchestrator.reference)."""
     parser = OneLineParser(prog="orchestrator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_command(sub)
     add_launch_commands(sub)
     add_list_command(sub)
     add_launch_readers(sub)
-    return parser
+    return parser, dict(sub.choices)
 
 
 def add_train_command(sub) -> None:
-    p = sub.add_parser("train", help="train one trial from a preset (task/model) or a YAML trial config")
+    text = "train one trial from a preset (task/model) or a YAML trial config"
+    p = sub.add_parser("train", help=text, description=text)
     p.add_argument("source", help="a YAML trial config, or a preset such as ctl/ndr")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key (repeatable)")
     p.set_defaults(func=cmd_train)
@@ -905,7 +911,7 @@ def add_launch_commands(sub) -> None:
             "ablations/ndr_cpu_ctl.yaml",
         ),
     ]:
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, description=text)
         what = (
             "a search-space or ablation YAML"
             if name == "launch"
@@ -937,9 +943,8 @@ def add_launch_commands(sub) -> None:
 
 
 def add_list_command(sub) -> None:
-    p = sub.add_parser(
-        "list", help="the tasks, models and presets one can name, or the launches under --storage-path"
-    )
+    text = "the tasks, models and presets one can name, or the launches under --storage-path"
+    p = sub.add_parser("list", help=text, description=text)
     p.add_argument("what", choices=["tasks", "models", "presets", "launches"])
     p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
     p.set_defaults(func=cmd_list)
@@ -987,7 +992,7 @@ def add_launch_readers(sub) -> None:
             "night before it",
         ),
     ]:
-        p = sub.add_parser(name, help=text)
+        p = sub.add_parser(name, help=text, description=text)
         p.add_argument("launch", nargs="?", help="launch id or folder (default: the one started last)")
         p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
         add_own_options(p, name)

@@ -134,6 +134,7 @@ def test_a_compiled_stack_trains_as_the_eager_stack_does():
         assert b["ood_valid_acc"] == pytest.approx(a["ood_valid_acc"], abs=0.02)
 
 
+@pytest.mark.long  # torch.compile twice: the compiled path's other checks stay in the default run
 def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process(fresh_compiles):
     """Tune hands a finished trial's process the next trial (reuse_actors), in a search often of
     another size: its stack, compiled again, was recompiled with symbolic sizes that vmap cannot

@@ -1,5 +1,5 @@
 """The benchmarks a CPU can run still run: each as its docstring says, with the smallest arguments
-that reach its numbers (the figures themselves are docs/measurements.md's, never checked here).
+that reach its numbers (the figures themselves are docs/performance.md's, never checked here).
 flops_per_step.py had stopped at its first step (its config left bf16 'auto' for autocast) with
 no test to say so."""
 
@@ -59,7 +59,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
         ),
         ("nightly_family.py", ["--nights", "20"], "unchanged nights"),
         ("check_intervals.py", ["--draws", "20"], "Student-t"),
-        (
+        pytest.param(
             "bench_recompiles.py",
             [
                 "--set",
@@ -74,6 +74,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
                 "dropout=0.1",
             ],
             "dropout=0.1",
+            marks=pytest.mark.long,  # torch.compile: a minute on two cores
         ),
     ],
 )

@@ -2,7 +2,7 @@
 cluster with PostgreSQL tracking through a driver SIGKILL, a Ctrl-C, a worker node's death and
 terminated database connections, each followed by what a user would do; its audit of MLflow,
 Optuna, the checkpoints and the console must count zero everywhere. The full soak (60 trials, an
-outage longer than the retries) is run by hand: see docs/measurements.md."""
+outage longer than the retries) is run by hand: see docs/performance.md#faults-the-chaos-soak."""
 
 import re
 import subprocess

@@ -679,7 +679,14 @@ def test_a_dry_run_with_address_times_the_trials_on_the_clusters_nodes(tmp_path,
         space={"lr": {"loguniform": [1e-4, 1e-3]}},
     )
     out = orchestrator(
-        "launch", str(path), "--dry-run", "--address", cluster.address, cwd=tmp_path, env_extra=cluster.env
+        "launch",
+        str(path),
+        "--dry-run",
+        "--calibrate",
+        "--address",
+        cluster.address,
+        cwd=tmp_path,
+        env_extra=cluster.env,
     ).stdout
     lstm = next(line for line in out.splitlines() if line.startswith("  cost of tiny__lstm: "))
     ndr = next(line for line in out.splitlines() if line.startswith("  cost of tiny__ndr: "))

@@ -110,6 +110,7 @@ def test_on_cuda_the_op_computes_the_sublayer_and_its_gradients(dtype):
         torch.testing.assert_close(got.float() / scale, want.float() / scale, **tolerance)
 
 
+@pytest.mark.long  # every width of every kernel in Triton's interpreter; the kernels' equality stays default
 def test_every_kernel_has_a_block_that_fits_a_gpus_shared_memory_at_every_width():
     """Each kernel's smallest candidate block, compiled for an H100 (sm_90; Triton compiles without
     a GPU), fits its shared memory at every D the op takes, in bf16 and in float32 (TF32 or IEEE

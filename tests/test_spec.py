@@ -1366,8 +1366,9 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
 
 
 def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
-    """On CPUs a stacked model of N seeds steps slower than N runs in turn (docs/measurements.md):
-    the default batches only trials that get a GPU."""
+    """On CPUs a stacked model of N seeds steps slower than N runs in turn
+    (docs/performance.md#cpu-stacked-seeds-against-separate-runs): the default batches only trials
+    that get a GPU."""
     from orchestrator.run.launch import SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1])
@@ -1636,8 +1637,9 @@ def test_the_readmes_annotated_search_file_is_one_the_service_accepts():
     )
 
 
-# The inputs behind the README's table of refusals that a file alone causes, by the table's message.
-README_REFUSALS = {
+# The inputs behind the user guide's table of refusals (docs/guide/searching.md) that a file alone
+# causes, by the table's message.
+REFUSALS_SHOWN = {
     "line 2: malformed YAML: duplicate key 'name'": "name: a\nname: b\n",
     "modles: unknown key (did you mean 'models'?); valid: ...": with_(modles=["ndr"]),
     "budget.n_iters: expected int or null, got 'many'": with_(budget={"n_iters": "many"}),
@@ -1659,13 +1661,13 @@ README_REFUSALS = {
 }
 
 
-def test_the_readmes_refusals_are_the_lines_the_service_prints(tmp_path):
-    """Each refusal the README shows for a file is what that input gets, '...' standing for the rest."""
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| bad input | the one line") :].split("\n\n")[0].splitlines()[2:]
+def test_the_guides_refusals_are_the_lines_the_service_prints(tmp_path):
+    """Each refusal the user guide shows for a file is what that input gets, '...' standing for the rest."""
+    guide = (ROOT / "docs" / "guide" / "searching.md").read_text()
+    table = guide[guide.index("| bad input | the one line") :].split("\n\n")[0].splitlines()[2:]
     shown = [row.split("|")[2].strip().split("`")[1] for row in table]
-    assert set(README_REFUSALS) <= set(shown)
-    for line, content in README_REFUSALS.items():
+    assert set(REFUSALS_SHOWN) <= set(shown)
+    for line, content in REFUSALS_SHOWN.items():
         path = write(tmp_path, content)
         with pytest.raises(SpecError) as err:
             load_study(path)

@@ -63,11 +63,12 @@ class TrainConfig:
     # bf16 autocast, on any device (tests check it against float32 on the CPU); auto: where the step is
     # compiled on CUDA. Compiled, NDR's stacked learning curves at the paper's setting stay within seed
     # noise of TF32's and the step runs 1.36x faster; uncompiled, its casts stay unfused and it is no
-    # faster than TF32 (H100, docs/measurements.md, ninth session).
+    # faster than TF32 (H100, docs/performance.md#gpu-precision-and-learning-curves).
     bf16: bool | str = "auto"
     # TF32 matmuls on CUDA (10-bit mantissas, float32 range): NDR's learning curves at the paper's
-    # setting stay within seed noise of float32 (benchmarks/precision_curves.py, docs/measurements.md)
-    # and its stacked steps run 1.75x faster. No effect on a CPU.
+    # setting stay within seed noise of float32 (benchmarks/precision_curves.py,
+    # docs/performance.md#gpu-precision-and-learning-curves) and its stacked steps run 1.75x faster.
+    # No effect on a CPU.
     tf32: bool = True
     # torch.compile the model (Module.compile: checkpoints keep their keys), or a stack's vmapped step:
     # true (torch's default mode) or one of COMPILE_MODES ("reduce-overhead" adds CUDA graphs of its own).

@@ -38,7 +38,8 @@ def graphs_unused_because(cfg, device: torch.device, stacked: bool = False) -> s
     `stacked`: the step of a stack (batched.Stack), whose compiled kernels keep the graph: on an
     H200 a compiled stack, captured, trained as the eager one and drew fresh dropout masks each
     replay (tests/test_graphs.py, 2026-11-27). Without the graph a compiled stack of 5 paper NDRs
-    kept the GPU 40% busy (the host launching its kernels; docs/measurements.md)."""
+    kept the GPU 41% busy (the host launching its kernels;
+    docs/performance.md#gpu-how-busy-the-gpu-is)."""
     cfg = cfg.settled(device.type)  # as a single trial; a stack passes its own, settled for its members
     if cfg.cuda_graphs is False:
         return "cuda_graphs: false"

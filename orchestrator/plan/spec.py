@@ -326,9 +326,9 @@ class Study:
     # from it only in values a stack's members may have of their own (learning rate, weight decay,
     # gradient clipping: trainables.config.MEMBER_KEYS); false: one trial per seed. "auto"
     # batches where trials get a GPU: on CPUs a stacked model of N seeds steps slower than N runs
-    # in turn (docs/measurements.md), and separate trials use more cores. The file's value: a
-    # launch decides auto once (run.stacking.decide) and keeps the answer in launch.json, so a
-    # resume repeats the same trials.
+    # in turn (docs/performance.md#cpu-stacked-seeds-against-separate-runs), and separate trials use
+    # more cores. The file's value: a launch decides auto once (run.stacking.decide) and keeps the
+    # answer in launch.json, so a resume repeats the same trials.
     batch_seeds: bool | str = "auto"
     unused: list[str] = field(
         default_factory=list
@@ -370,29 +370,29 @@ class Study:
         return [dict(zip(keys, values)) for values in itertools.product(*(pair.grid[k] for k in keys))]
 
 
-TOP_KEYS = {
-    "name",
-    "metric",
-    "mode",
-    "seed",
-    "tasks",
-    "models",
-    "budget",
-    "scheduler",
-    "resources",
-    "tracking",
-    "space",
-    "per_model",
-    "fixed",
-    "warm_start",
-    "storage_path",
-    "storage",
-    "grid",
-    "seeds",
-    "report",
-    "confirm",
-    "batch_seeds",
-    "per_pair",
+TOP_KEYS = {  # each with what it holds: the search-space reference page (orchestrator.reference)
+    "name": "the file's name: its MLflow experiment and launch folders (default: the file's stem)",
+    "metric": "what a trial is selected by, e.g. best_ood_valid_acc (default) or best_ood_valid_token_acc",
+    "mode": "max or min; follows the metric (max for *_acc, min for *_l1), a contrary one is refused",
+    "seed": "a search's trials' seed (default 0)",
+    "tasks": "the tasks, each a name or {task, variant, options}",
+    "models": "the models (a list of names or path/file.py:Class), or all: those that run the tasks",
+    "budget": "trials per pair, concurrency, steps per trial, restarts, stack size",
+    "scheduler": "asha (early stopping, the default) or fifo",
+    "resources": "one trial's CPUs, GPUs (a fraction shares one) and custom Ray resources",
+    "tracking": "the MLflow store (uri) and experiment",
+    "space": "what TPE searches: key -> {loguniform|uniform|int: [low, high]} or {choice: [...]}",
+    "per_model": "a model's own space, fixed, grid and resources, over the file's",
+    "fixed": "values every trial takes (the papers' presets otherwise)",
+    "warm_start": "whether the first trial of a pair tries the paper's setting (default true)",
+    "storage_path": "where launch folders go (default runs)",
+    "storage": "where trial checkpoints go: a folder or s3://... (default: under storage_path)",
+    "grid": "an ablation's grid: key -> list of values, every combination over every seed",
+    "seeds": "an ablation's seeds: each grid cell trains once per seed",
+    "report": "how reports and the nightly check read a cell's seeds, and the headline test split",
+    "confirm": "a search's top_k trials trained again with new seeds: the answer is their mean",
+    "batch_seeds": "stack trials (seeds, suggestions) in one model: auto (trials on GPUs), true or false",
+    "per_pair": "one pair's own fixed values (a search's winners: orchestrator best --ablation)",
 }
 METRICS = tuple(
     f"{m}_{score}" for score in SCORES for m in ("best_ood_valid", "ood_valid", "iid_valid")

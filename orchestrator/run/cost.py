@@ -104,7 +104,7 @@ def stack_curve(flat: dict, sizes: list[int]) -> list[tuple[int, float]]:
     its data in a temporary cache."""
     # Uncompiled, even where the stack will train compiled (compile: auto on CUDA): a compile per
     # size tried would take minutes each, and on an H100 NDR's compiled stack levels off where its
-    # graphed one does (about 20 members; docs/measurements.md).
+    # graphed one does (about 20 members; docs/performance.md#gpu-members-stacked-in-one-trial).
     cfg = parse_trial_config({**flat, "compile": False})
     with throwaway_data_cache():
         return member_steps_per_second(cfg, sizes, CALIBRATION_STEPS)
@@ -473,7 +473,7 @@ def pair_cost(
     alone = ""
     if rates is None and device_kind(pair, on_gpu) == "cuda" and pair.resources.gpu <= 0.5:
         # Timed alone, they train beside others: four Transformer stacks of 5 on an H200 each ran
-        # at 0.55 of their speed alone (docs/measurements.md, thirteenth session). Stored rates
+        # at 0.55 of their speed alone (docs/performance.md#gpu-stacks-sharing-a-gpu). Stored rates
         # come from trials as they shared, so they need no such word.
         alone = (
             " if its trials did not slow each other (timed alone; they share a GPU, "

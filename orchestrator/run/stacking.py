@@ -223,7 +223,8 @@ def decide(study: Study, use_gpu: bool | None, stack_sizes: dict[str, int] | Non
     auto as measured per pair (`stack_sizes`, launch.measure_stack_sizes)."""
     batch_seeds = study.batch_seeds
     if batch_seeds == "auto" and use_gpu is not None:
-        # On CPUs a stacked model of N seeds steps slower than N runs in turn (docs/measurements.md).
+        # On CPUs a stacked model of N seeds steps slower than N runs in turn
+        # (docs/performance.md#cpu-stacked-seeds-against-separate-runs).
         batch_seeds = use_gpu and any(pair.resources.gpu > 0 for pair in study.pairs)
     return Stacking(study, batch_seeds, dict(stack_sizes or {}))
 

@@ -142,7 +142,8 @@ def geometric_attention_weights(logits: torch.Tensor, normalize: bool = False) -
     Sorting each row's sources by closeness turns the product over S_ij into an exclusive cumulative
     sum of log(1 - P), O(N^2) like softmax attention. The sorted rows are laid out as columns, so
     that the sum runs down a middle dimension: on a GPU a scan along the innermost dimension of
-    short rows was the slowest kernel of a stacked NDR step (docs/measurements.md). The diagonal's
+    short rows was the slowest kernel of a stacked NDR step
+    (docs/performance.md#gpu-where-a-stacked-ndr-steps-time-goes). The diagonal's
     logit is -inf: P_ii = 0 gives A_ii = 0, and log(1 - P_ii) = 0 is what rank 0 adds to the sum, so
     the exclusive sum needs no subtraction. Masked keys carry logit -inf too: P = 0 there, so they
     neither receive weight nor shadow anything. `normalize` divides each row by its sum (at least
