@@ -472,6 +472,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
             assert run.info.end_time < parents[0].info.end_time  # not run again
 
 
+@pytest.mark.long  # the chaos soak (default run) kills drivers at random moments, this one among them
 def test_resume_after_the_driver_is_killed_before_tunes_first_snapshot(tmp_path):
     """Tune writes tuner.pkl as its run starts and its first snapshot a moment later; a driver
     killed in between (CI's chaos soak did so) used to leave a launch whose every resume ran one
