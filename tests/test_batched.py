@@ -153,7 +153,7 @@ def test_a_second_compiled_stack_of_another_size_trains_in_the_same_process(fres
             assert fresh_compiles() == compiled
 
 
-@pytest.mark.long  # torch.compile twice; test_graphs and the deeper stack keep a compiled check in the default run
+@pytest.mark.long  # torch.compile twice; test_graphs and the deeper stack keep compiled checks by default
 def test_compiled_stacks_of_other_rates_share_their_compiled_step(fresh_compiles):
     """A rate held as a Python number was a constant of the compiled code: each trial of a search (a
     dropout of its own) compiled its step again, and a process reached torch's recompile limit in
