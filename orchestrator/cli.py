@@ -347,7 +347,17 @@ def cmd_launch(args) -> int:
         if code not in (0, launch.EXIT_REGRESSION, launch.EXIT_TRIALS_FAILED):
             return code  # interrupted or failed: the nights after it wait for `resume`
         codes.add(code)
+    if args.command == "nightly" and not args.dry_run:
+        refresh_board(Path(plans[0][0].storage_path))
     return launch.EXIT_REGRESSION if launch.EXIT_REGRESSION in codes else max(codes)  # a regression says most
+
+
+def refresh_board(storage: Path) -> None:
+    """Each night ends with the reproduction board over every finished launch beside it."""
+    from .report import board  # noqa: PLC0415 - pandas, scipy and the presets (torch): seconds
+
+    paths, context = board.write(storage)
+    print(f"[nightly] the reproduction board ({board.counts(context)}): {paths[1]}", flush=True)
 
 
 def checked_plans(args) -> list[tuple]:
@@ -875,6 +885,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser_and_commands()[0]
 
 
+def cmd_board(args) -> int:
+    """The reproduction board over the finished launches under --storage-path (report/board.py)."""
+    from .report import board  # noqa: PLC0415 - pandas, scipy and the presets (torch): seconds
+
+    storage = Path(args.storage_path)
+    if not storage.is_dir():
+        raise UsageError(f"--storage-path: no such folder {storage}")
+    if args.tracking_uri and redact(args.tracking_uri) != args.tracking_uri:
+        raise UsageError(
+            "--tracking-uri: holds a password, which `ps` shows every user of this machine; set "
+            "MLFLOW_TRACKING_URI to this URI instead"
+        )
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    args.store_uri = uri
+    paths, context = board.write(
+        storage, uri and normalize_store(uri), args.mlflow_url, Path(args.output) if args.output else None
+    )
+    print(f"board of the {context['launches']} finished launches in {storage}: {board.counts(context)}")
+    for path in paths:
+        print(f"  {path}")
+    return 0
+
+
+def add_board_command(sub) -> None:
+    text = (
+        "the reproduction board: each claim of the three papers with the best evidence of every finished "
+        "launch under --storage-path and a verdict (reproduced, ordering shown, not shown at this scale, "
+        "contradicted, not run), as Markdown and HTML, logged to MLflow"
+    )
+    p = sub.add_parser("board", help=text, description=text)
+    p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")
+    p.add_argument(
+        "--tracking-uri",
+        help="only the launches tracked in this store, where the board is logged too (default: every "
+        "launch; logged in the newest launch's store)",
+    )
+    p.add_argument("--output", help="the folder to write (default: <storage-path>/board)")
+    p.add_argument(
+        "--mlflow-url",
+        type=ui_url,
+        help=f"where the links find MLflow's UI (default: {DEFAULT_URL}, or the tracking server)",
+    )
+    p.set_defaults(func=cmd_board)
+
+
 def parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser, and each command's own (the reference page's source: orchestrator.reference)."""
     parser = OneLineParser(prog="orchestrator", description=__doc__)
@@ -883,6 +938,7 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, argparse.A
     add_launch_commands(sub)
     add_list_command(sub)
     add_launch_readers(sub)
+    add_board_command(sub)
     return parser, dict(sub.choices)
 
 

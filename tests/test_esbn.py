@@ -176,6 +176,45 @@ def test_the_model_reads_each_problem(model, problem):
     )
 
 
+def expected_std(name: str, weight: torch.Tensor) -> float:
+    """The std the authors' initialisation gives a weight (emergent_symbols/models/tsf.py,
+    comp_tsf.py, modules.py), from the formulas of Glorot (2010) and He (2015) written out: Xavier
+    normal gain * sqrt(2 / (fan_in + fan_out)), Kaiming normal sqrt(2 / fan_in)."""
+    fan_out, fan_in = weight.shape[0], math.prod(weight.shape[1:])
+    xavier = lambda gain: gain * math.sqrt(2 / (fan_in + fan_out))  # noqa: E731
+    if name.startswith(("encoder.", "layer.ff.", "hidden.")):
+        return math.sqrt(2 / fan_in)
+    if name.startswith("layer.attention.out.") or name.startswith("readout."):
+        return xavier(1.0)
+    assert name.startswith("layer.attention."), name
+    return xavier(1 / math.sqrt(2))  # their query_net, key_net, value_net (and compositional's)
+
+
+@pytest.mark.parametrize("model", ["transformer", "transformer_compositional"])
+def test_the_initialisation_is_the_authors(model):
+    """Each weight's spread at the paper's width (d 128, 8 heads or searches) as the authors'
+    initialisation gives it (expected_std), within what a sample std of its size allows."""
+    task = load_task(
+        "esbn",
+        {"problem": "same_different", "holdout": 95, "train_size": 64, "test_size": 64, "eval_size": 32},
+    )
+    torch.manual_seed(0)
+    net = build_model(model, {"d_model": 128, "n_heads": 8, "n_layers": 1}, task)
+    weights = {n: w for n, w in net.named_parameters() if w.dim() > 1}
+    assert {n.split(".")[2] for n in weights if n.startswith("layer.attention.")} >= {
+        "query",
+        "key",
+        "value",
+        "out",
+    }
+    for name, weight in weights.items():
+        tolerance = max(
+            0.03, 4 / math.sqrt(2 * weight.numel())
+        )  # a sample std's relative error: 1 / sqrt(2N)
+        assert float(weight.std()) == pytest.approx(expected_std(name, weight), rel=tolerance), name
+    assert all(float(m.bias.abs().max()) == 0 for m in net.modules() if getattr(m, "bias", None) is not None)
+
+
 @torch.no_grad()
 def test_the_image_encoder_is_the_authors():
     """Webb et al.'s encoder: three 4 x 4 convolutions of 32 channels, stride 2, padding 1, each

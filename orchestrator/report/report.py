@@ -339,6 +339,19 @@ def paper_setting(model: str, task: str, config: dict) -> dict:
     return {k: known[k] for k in varied if k in known}
 
 
+def known_values(task: str, config: dict, model: str | None = None) -> dict:
+    """A trial's values as a published cell or a claim names them: its config, its task options and
+    the task's defaults, and with `model` the model's defaults (an NDR row's act: none)."""
+    from trainables.config import defaults  # noqa: PLC0415 - it imports torch
+
+    return {
+        **(defaults(model) if model else {}),
+        **task_defaults(task),
+        **config.get("task_options", {}),
+        **config,
+    }
+
+
 def published_for(
     model: str,
     task: str,
@@ -366,7 +379,7 @@ def published_for(
     # *_at_best_early, "final" (the paper reports the last model: SCAN) only *_final; none, both
     # *_at_best and *_final.
     allowed = {"at_best_early": ("early",), "at_best": (None,), "final": (None, "final")}[when]
-    known = {**task_defaults(task), **config.get("task_options", {}), **config}
+    known = known_values(task, config)
     swept = {k for k in grid if k != "candidate"}
     swept |= {
         k
@@ -391,6 +404,19 @@ def published_for(
     return None
 
 
+def paper_value(cell: dict | None, model: str, task: str, config: dict, key: str):
+    """The paper's value of `key` (n_iters, d_model) behind a number: the published cell's own where
+    it names one, else the preset's (trainables/presets); None where neither says."""
+    from trainables.config import ConfigError, preset  # noqa: PLC0415 - it imports torch
+
+    if cell and cell.get(key) is not None:
+        return cell[key]
+    try:
+        return preset(task, model, config.get("task_options")).get(key)
+    except ConfigError:
+        return None
+
+
 def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -> dict | None:
     """{key, ours, paper} where a run trained another number of steps than the paper's number beside
     it: the cell's own `n_iters` (a column at another length than the paper's setting: NDR Table
@@ -398,14 +424,7 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
     for a `checkpoint: early` cell its early_budget where the run lasted that long. A shorter run
     (a CPU-scale check, a nightly's budget) gets no difference, since it says nothing of the model;
     a longer one gets it, said."""
-    from trainables.config import ConfigError, preset  # noqa: PLC0415 - it imports torch
-
-    paper = cell.get("n_iters")
-    if paper is None:
-        try:
-            paper = preset(task, model, config.get("task_options")).get("n_iters")
-        except ConfigError:
-            return None
+    paper = paper_value(cell, model, task, config, "n_iters")
     # An early column's score is the best within early_budget, or within the whole run where that is
     # shorter (train.py).
     early, n_iters = config.get("early_budget"), config.get("n_iters")
@@ -486,7 +505,12 @@ def cell_rows(
             by_setting.get(setting_key(base_setting)) if baseline and base_setting != setting else None
         )
         first = group.iloc[0]
-        row = {"setting": setting, "seeds": sorted(int(s) for s in group["seed"]), "metrics": {}}
+        row = {
+            "setting": setting,
+            "seeds": sorted(int(s) for s in group["seed"]),
+            "config": first["config"],
+            "metrics": {},
+        }
         for metric in metrics:
             values = group[metric].dropna().tolist()
             if not values:

@@ -56,18 +56,25 @@ class ObjectSequenceTransformer(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model)
         self.hidden = nn.Linear(cfg.d_model, 256)
         self.readout = nn.Linear(256, n_classes)
-        # Webb et al.'s initialisation: biases 0; Kaiming normal before a ReLU (encoder, feed-forward,
-        # hidden layer), Xavier normal for attention and the readout.
-        relu_fed = [self.encoder, self.layer.ff, self.hidden]
+        self.initialise()
+
+    def initialise(self) -> None:
+        """The authors' initialisation (emergent_symbols/models/tsf.py, comp_tsf.py, modules.py): biases
+        0; Kaiming normal before a ReLU (encoder, feed-forward, hidden layer); Xavier normal at gain
+        1/sqrt(2) for the maps into queries, keys and values (their `*_net`: compositional attention's
+        retrieval query and key too) and at gain 1 for the attention's output map and the readout;
+        LayerNorms as PyTorch makes them."""
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        for part in relu_fed:
+        for part in (self.encoder, self.layer.ff, self.hidden):
             for module in part.modules():
                 if isinstance(module, (nn.Linear, nn.Conv2d)):
                     nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
-        for weight in [p for p in self.layer.attention.parameters() if p.dim() > 1] + [self.readout.weight]:
-            nn.init.xavier_normal_(weight)
+        for name, weight in self.layer.attention.named_parameters():
+            if weight.dim() > 1:
+                nn.init.xavier_normal_(weight, gain=1.0 if name.startswith("out.") else 2**-0.5)
+        nn.init.xavier_normal_(self.readout.weight)
 
     def forward(self, images: torch.Tensor, return_activations: bool = False):
         """images (B, T, H, W, channels) uint8 -> answer logits (B, C)."""

@@ -1,0 +1,223 @@
+"""The reproduction board over launches of known outcome planted in a real MLflow store (SQLite), as
+the tracker writes them: each verdict, the evidence it rests on, and every published table with a
+claim."""
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from orchestrator.cli import main
+from orchestrator.record import runs, stores
+from orchestrator.record.runs import artifact_root
+from orchestrator.record.state import LaunchState
+from orchestrator.report import board, report, stats
+from trainables.models import MODELS
+from trainables.tasks import TASKS
+
+CTL = {"task": "ctl", "variant": "ctl_backward", "options": {"direction": "backward"}}
+PAPER_CTL = {"ndr": [1.0, 1.0, 1.0], "transformer": [0.12, 0.13, 0.11]}  # NDR Table 1, backward
+
+
+def plant(tmp_path, uri: str, launch_id: str, spec: dict, scores: dict, iid: float = 1.0) -> LaunchState:
+    """A finished launch of `spec` in the store: scores[model] -> each seed's test score (an
+    ablation's seeds, or a search's one best trial), each run's config its pair's as the launch
+    gives it. The spec's metric names the score; the IID score is `iid` for every run."""
+    text = yaml.safe_dump({"name": spec["name"], "tracking": {"uri": uri}, **spec})
+    folder = tmp_path / "runs" / launch_id
+    folder.mkdir(parents=True)
+    state = LaunchState(
+        launch_id, folder, spec["name"], f"{spec['name']}.yaml", text, uri, "", state="finished"
+    )
+    study = state.study()
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(spec["name"])
+    exp_id = (
+        exp.experiment_id if exp else client.create_experiment(spec["name"], artifact_root(uri, tmp_path))
+    )
+    parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc"})
+    score = study.score
+    for pair in study.pairs:
+        pair_run = runs.pair_run(stores.client(uri), exp_id, parent.info.run_id, launch_id, pair.name)
+        for seed, value in enumerate(scores[pair.model]):
+            config = {**pair.base, "seed": seed}
+            tags = {"launch_id": launch_id, "kind": "trial", "pair": pair.name, "model": pair.model}
+            run = client.create_run(
+                exp_id,
+                tags={
+                    **tags,
+                    "mlflow.parentRunId": pair_run,
+                    "task": pair.task.task,
+                    "variant": pair.task.variant,
+                    "trial_id": uuid.uuid4().hex[:8],
+                    "phase": "search",
+                    "trial_status": "completed",
+                    "trial_config": json.dumps(config),
+                },
+            )
+            for split in ("test", "test_x2"):
+                client.log_metric(run.info.run_id, f"{split}_{score}_at_best", value, step=10)
+            client.log_metric(run.info.run_id, f"best_ood_valid_{score}", value, step=10)
+            client.log_metric(run.info.run_id, f"iid_valid_{score}_final", iid, step=10)
+            client.set_terminated(run.info.run_id)
+    client.set_terminated(parent.info.run_id)
+    state.parent_run_id = parent.info.run_id
+    state.save()
+    return state
+
+
+def ctl_ablation(n_iters: int | None = None) -> dict:
+    """NDR against the Transformer on CTL backward over three seeds; without n_iters, each at its
+    preset's steps and width, as the paper trains them."""
+    return {
+        "name": "ctl_test",
+        "tasks": [CTL],
+        "models": ["ndr", "transformer"],
+        "metric": "best_ood_valid_acc",
+        "seeds": [0, 1, 2],
+        **({"budget": {"n_iters": n_iters}} if n_iters else {}),
+    }
+
+
+COPY_SEARCH = {
+    "name": "copy_test",
+    "tasks": [{"task": "copy", "options": {"eval_size": 16}}],
+    "models": ["panm", "lstm_seq2seq"],
+    "metric": "best_ood_valid_token_acc",
+    "budget": {"trials": 1, "n_iters": 500},
+    "space": {"lr": {"loguniform": [1e-3, 1e-2]}},
+}
+
+
+def verdicts(tmp_path) -> dict[str, tuple[str, str]]:
+    """Each claim's (verdict, its evidence's launch) on the board of tmp_path/runs, as `board` writes it."""
+    assert main(["board", "--storage-path", str(tmp_path / "runs")]) == 0
+    context = board.build(
+        tmp_path / "runs", board.finished_launches(tmp_path / "runs", None), tmp_path / "runs" / "board"
+    )
+    return {
+        e["claim"].id: (e["verdict"], e["best"] and e["best"].launch.launch_id)
+        for paper in context["papers"]
+        for e in paper["claims"]
+    }
+
+
+@pytest.fixture()
+def uri(tmp_path):
+    return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def test_the_board_gives_each_claim_its_verdict_from_its_best_evidence(tmp_path, uri):
+    """A tiny CTL ablation (20 steps) where NDR beats the Transformer far beyond noise shows the
+    order, never a reproduction; a search's single seeds cannot show one; what no launch ran is
+    'not run'. A launch at the paper's steps and width within the paper's numbers reproduces the
+    claim and is preferred; a newer one at that scale that reverses the order contradicts it."""
+    plant(tmp_path, uri, "ctl-tiny", ctl_ablation(n_iters=20), PAPER_CTL)
+    plant(tmp_path, uri, "copy-search", COPY_SEARCH, {"panm": [0.9], "lstm_seq2seq": [0.1]})
+    found = verdicts(tmp_path)
+    assert found["ndr-t1-ctl"] == ("ordering shown", "ctl-tiny")
+    assert found["panm-t7-copy"] == ("not shown at this scale", "copy-search")
+    assert found["ca-t6-retrieval"] == ("not run", None) and found["ndr-t4-depth"] == ("not run", None)
+    assert {v for v, _ in found.values()} == {"ordering shown", "not shown at this scale", "not run"}
+    markdown = (tmp_path / "runs" / "board" / "board.md").read_text()
+    assert "20 of 30,000" in markdown and "[ctl-tiny](../ctl-tiny/report/report.html)" in markdown
+
+    plant(tmp_path, uri, "ctl-paper", ctl_ablation(), PAPER_CTL)
+    assert verdicts(tmp_path)["ndr-t1-ctl"] == ("reproduced", "ctl-paper")
+    plant(
+        tmp_path,
+        uri,
+        "ctl-reversed",
+        ctl_ablation(),
+        {"ndr": [0.1, 0.12, 0.11], "transformer": [0.9, 0.92, 0.91]},
+    )
+    assert verdicts(tmp_path)["ndr-t1-ctl"] == ("contradicted", "ctl-reversed")
+
+
+def test_the_board_is_logged_to_mlflow_and_its_page_links_each_launch(tmp_path, uri):
+    plant(tmp_path, uri, "ctl-tiny", ctl_ablation(n_iters=20), PAPER_CTL)
+    assert (
+        main(["board", "--storage-path", str(tmp_path / "runs"), "--mlflow-url", "http://127.0.0.1:5055"])
+        == 0
+    )
+    page = (tmp_path / "runs" / "board" / "board.html").read_text()
+    assert '<a href="../ctl-tiny/report/report.html">ctl-tiny</a>' in page
+    assert "http://127.0.0.1:5055/#/experiments/" in page
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("board").experiment_id])
+    assert run.data.metrics["claims ordering shown"] == 1
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"board.md", "board.html"}
+
+
+def evidence_of(rows: dict, paper_scale: bool = False) -> board.Evidence:
+    """Evidence of one launch with a better side `ndr` against `transformer`: rows[model] -> (seeds'
+    values, p of our seeds against the paper's number or None)."""
+    launch = board.Launch("l", 0.0, 1.0, Path("report.html"), "", 0.05, "welch")
+    made = {
+        model: board.Row(
+            launch=launch,
+            model=model,
+            known={},
+            summary=stats.summarize(values),
+            values=tuple(values),
+            published=None,
+            vs_paper=vs_paper,
+            steps=10,
+            paper_steps=10 if paper_scale else 100,
+            paper_scale=paper_scale,
+            iid=None,
+            learned=None,
+            label=model,
+        )
+        for model, (values, vs_paper) in rows.items()
+    }
+    p = stats.two_sided_p(made["ndr"].values, made["transformer"].values)
+    right = made["ndr"].summary.mean > made["transformer"].summary.mean
+    return board.Evidence(launch, tuple(made.values()), ((made["ndr"], made["transformer"], p, right),))
+
+
+def test_a_verdict_follows_the_scale_the_order_and_the_papers_numbers():
+    strong = {"ndr": ([1.0, 0.99, 1.0], 0.9), "transformer": ([0.1, 0.12, 0.11], 0.8)}
+    assert board.decide(evidence_of(strong))[0] == "ordering shown"
+    assert board.decide(evidence_of(strong, paper_scale=True))[0] == "reproduced"
+    off_paper = {**strong, "transformer": ([0.1, 0.12, 0.11], 0.001)}
+    assert board.decide(evidence_of(off_paper, paper_scale=True))[0] == "contradicted"
+    assert (
+        board.decide(evidence_of(off_paper))[0] == "ordering shown"
+    )  # a smaller scale says nothing of the paper's numbers
+    noise = {"ndr": ([0.5, 0.3, 0.7], None), "transformer": ([0.4, 0.6, 0.45], None)}
+    verdict, why = board.decide(evidence_of(noise))
+    assert verdict == "not shown at this scale" and why == "10% of the paper's steps"
+    reversed_ = {"ndr": ([0.1, 0.12, 0.11], None), "transformer": ([1.0, 0.99, 1.0], None)}
+    assert board.decide(evidence_of(reversed_))[0] == "not shown at this scale"
+    assert board.decide(evidence_of(reversed_, paper_scale=True))[0] == "contradicted"
+    assert board.decide(None)[0] == "not run"
+
+
+def test_every_published_table_has_a_claim_naming_our_models_tasks_and_their_keys():
+    claims = board.load_claims()
+    tables = {(cell["paper"], cell["table"]) for cell in report.published_cells()}
+    assert tables <= {(c.paper, c.table) for c in claims}
+    for claim in claims:
+        assert claim.task in TASKS, claim.id
+        assert set(dict(claim.options)) <= report.task_options(claim.task), claim.id
+        for side in claim.better + claim.than:
+            assert side.model in MODELS, (claim.id, side.model)
+            known = report.known_values(claim.task, {}, side.model)
+            assert set(dict(side.setting)) <= set(known), (claim.id, side.label)
+
+
+def test_a_claim_file_with_what_is_no_claim_is_refused_by_its_claim_and_key(tmp_path):
+    path = tmp_path / "claims.yaml"
+    good = yaml.safe_load(board.CLAIMS.read_text())[0]
+    path.write_text(yaml.safe_dump([{**good, "column": {**good["column"], "when": "best"}}]))
+    with pytest.raises(
+        board.ClaimError, match=r"claims\[0\] \(ndr-t1-ctl\): column.when: expected at_best or final"
+    ):
+        board.load_claims(path)
+    path.write_text(yaml.safe_dump([good, good]))
+    with pytest.raises(board.ClaimError, match="claim ids used twice: ndr-t1-ctl"):
+        board.load_claims(path)
