@@ -899,9 +899,8 @@ def cmd_board(args) -> int:
         )
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     args.store_uri = uri
-    paths, context = board.write(
-        storage, uri and normalize_store(uri), args.mlflow_url, Path(args.output) if args.output else None
-    )
+    uri, output = uri and normalize_store(uri), Path(args.output) if args.output else None
+    paths, context = board.write(storage, uri, args.mlflow_url, output, not args.no_links)
     print(f"board of the {context['launches']} finished launches in {storage}: {board.counts(context)}")
     for path in paths:
         print(f"  {path}")
@@ -922,6 +921,12 @@ def add_board_command(sub) -> None:
         "launch; logged in the newest launch's store)",
     )
     p.add_argument("--output", help="the folder to write (default: <storage-path>/board)")
+    p.add_argument(
+        "--no-links",
+        action="store_true",
+        help="the Markdown names each launch without linking its report and runs: for a page kept "
+        "elsewhere (docs/results.md)",
+    )
     p.add_argument(
         "--mlflow-url",
         type=ui_url,

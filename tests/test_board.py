@@ -150,6 +150,10 @@ def test_the_board_is_logged_to_mlflow_and_its_page_links_each_launch(tmp_path, 
     (run,) = client.search_runs([client.get_experiment_by_name("board").experiment_id])
     assert run.data.metrics["claims ordering shown"] == 1
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"board.md", "board.html"}
+    docs = tmp_path / "docs"
+    assert main(["board", "--storage-path", str(tmp_path / "runs"), "--output", str(docs), "--no-links"]) == 0
+    markdown = (docs / "board.md").read_text()
+    assert "`ctl-tiny`" in markdown and "report.html" not in markdown and "](http" not in markdown
 
 
 def evidence_of(rows: dict, paper_scale: bool = False) -> board.Evidence:

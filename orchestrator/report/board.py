@@ -420,7 +420,11 @@ def log_board(tracking_uri: str, paths: list[Path], counts: dict) -> None:
 
 
 def write(
-    storage_path: Path, tracking_uri: str | None = None, ui_url: str | None = None, out: Path | None = None
+    storage_path: Path,
+    tracking_uri: str | None = None,
+    ui_url: str | None = None,
+    out: Path | None = None,
+    links: bool = True,
 ) -> tuple[list[Path], dict]:
     """The board as board.md and board.html under `out` (default <storage_path>/board), logged to
     MLflow in `tracking_uri` (default: the store of the newest finished launch); -> (files, counts)."""
@@ -428,7 +432,7 @@ def write(
     out.mkdir(parents=True, exist_ok=True)
     launches = finished_launches(storage_path, tracking_uri)
     context = build(storage_path, launches, out, ui_url)
-    markdown, page = render(context)
+    markdown, page = render(context, links)
     paths = [out / "board.md", out / "board.html"]
     paths[0].write_text(markdown)
     paths[1].write_text(page)
