@@ -4,6 +4,7 @@ accept | list`: one entry point for the service."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -22,7 +23,7 @@ import yaml
 from .plan.storage import StorageError, TrialStorage
 from .record.best import searched_and_ablation, summaries_of, write_ablation, write_best
 from .record.mlflow_ui import DEFAULT_URL, Server, free_port, launch_lines
-from .record.retries import StoreUnavailable
+from .record.retries import StoreUnavailable, retry_delays
 from .record.runs import launch_trial_runs
 from .record.secrets import redact, redact_secrets
 from .record.state import (
@@ -220,13 +221,24 @@ def validated(
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
+def read_at_most(conn: socket.socket, size: int) -> bytes:
+    """Up to `size` bytes, fewer where the peer closes the connection first."""
+    got = b""
+    while len(got) < size:
+        chunk = conn.recv(size - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:
-    """A HOST:PORT cluster must answer within seconds (Ray itself retries for minutes), and this
-    machine must be one of its nodes: Ray connects a driver through a raylet of its own machine,
-    and without one gives up after a minute with a ConnectionError (a Kubernetes pod, a laptop).
-    Answering means more than accepting: a port that accepts and stays silent kept ray.init
-    waiting past 300 s, while Ray's GCS, a gRPC server, answers HTTP/2's preface at once (in 1.4 ms
-    on this machine's loopback; a service of another kind, e.g. Redis, answers too and Ray refuses it)."""
+    """A HOST:PORT cluster must answer as Ray's GCS does, within seconds (Ray itself retries for
+    minutes, deaf to SIGTERM), and this machine must be one of its nodes: Ray connects a driver
+    through a raylet of its own machine, and without one gives up after a minute with a
+    ConnectionError (a Kubernetes pod, a laptop). The GCS is a gRPC server: it answers HTTP/2's
+    preface with a SETTINGS frame at once (RFC 9113, 3.4); a silent port kept ray.init waiting past
+    300 s, and Redis on Ray's old default port 6379 answers "-ERR unknown command"."""
     if not address or address in ("auto", "local") or "://" in address:
         return
     host, _, port = address.rpartition(":")
@@ -239,14 +251,31 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
     with conn:
         try:
             conn.sendall(HTTP2_PREFACE)
-            conn.recv(1)  # a byte, or b"" where it closed: either way it answered, and Ray says what it is
+            header = read_at_most(conn, 9)  # a frame's header: length (3), type (1), flags, stream
         except TimeoutError:
             raise UsageError(
                 f"--address: {address} accepted a connection but sent nothing back within {timeout_s:.0f} s: "
                 "no Ray cluster answers there"
             ) from None
-        except OSError:
-            pass  # it reset the connection: an answer too
+        except OSError as e:
+            raise UsageError(
+                f"--address: {address} is not a Ray cluster's head: it reset the connection "
+                f"({e.strerror or e})"
+            ) from None
+        if len(header) == 9 and header[3] == 4:  # 4: SETTINGS
+            return check_ray_node(address)
+        with contextlib.suppress(OSError):  # the rest of its first line, to name what answers
+            conn.settimeout(0.5)
+            header += conn.recv(64)
+    found = header.splitlines()[0][:60] if header.strip() else b""
+    raise UsageError(
+        f"--address: {address} is not a Ray cluster's head: "
+        + (f"it answered {found!r}" if found else "it closed the connection, saying nothing")
+    )
+
+
+def check_ray_node(address: str) -> None:
+    """This machine runs a raylet of the cluster at `address` (a driver connects through one)."""
     # The raylets running here, as ray.init looks for them; ray takes seconds to import: a launch only.
     from ray._private.services import find_node_ids  # noqa: PLC0415
 
@@ -478,6 +507,13 @@ def cmd_resume(args) -> int:
     # storage, and its store's records (a damaged database says so).
     storage, study = state.trial_storage(), state.study()
     launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+    if edits := state.edits():
+        shown = "; ".join(edits[:4]) + (f"; and {len(edits) - 4} more" if len(edits) > 4 else "")
+        print(
+            f"[resume] {state.spec_file} changed since {state.launch_id} began ({shown}): the launch goes on "
+            "with the plan it began with (launch.json); launch the file again to run the new one",
+            flush=True,
+        )
     check_address(args.address)
     launch.start_ray(args.address)
     try:
@@ -689,7 +725,6 @@ def cmd_ui(args) -> int:
         port = free_port(args.port)
     except OSError as e:
         raise UsageError(f"--port: cannot listen on 127.0.0.1:{args.port} ({e.strerror or e})") from None
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops it as Ctrl-C does
     try:
         with Server(state.tracking_uri, port) as server:
             print(f"MLflow's UI on {redact(state.tracking_uri)}: starting at {server.address}", flush=True)
@@ -1142,6 +1177,10 @@ class OutlivesItsReader:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        try:
+            retry_delays()  # the environment's retry window, refused before anything starts
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         return args.func(args)
     except (
         UsageError,
@@ -1222,6 +1261,9 @@ def console() -> None:
     sleeps) printed a traceback after our last line: so the exit ignores it."""
     redact_tracebacks()
     redeliver_lost_interrupts()
+    # A scheduler (systemd, Kubernetes, a CronJob's deadline) stops a command with SIGTERM: it stops
+    # as on Ctrl-C, recording what it leaves resumable (docs/guide/faults.md#stopping).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if sys.argv[1:2] in (["launch"], ["nightly"], ["resume"]):
         sys.stdout, sys.stderr = (
             OutlivesItsReader(sys.stdout, "stdout"),

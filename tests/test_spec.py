@@ -385,21 +385,58 @@ def test_cli_bad_input_exits_2_before_launching(tmp_path):
     assert not (tmp_path / "store.db").exists() and not (tmp_path / "runs").exists()
 
 
-def test_cli_unreachable_store_exits_2_and_writes_nothing(tmp_path):
+def test_cli_unreachable_store_is_an_outage_exit_4_and_writes_nothing(tmp_path):
+    """Nothing answers: retried for the store's retry window, then exit 4 (resumable, not bad input)."""
     path = write(tmp_path, with_(tracking={"uri": "postgresql+psycopg://nobody@127.0.0.1:1/none"}))
-    out = run_cli("launch", str(path), cwd=tmp_path)
-    assert out.returncode == 2
-    assert "tracking.uri: cannot reach" in out.stderr and out.stderr.strip().count("\n") == 0
-    assert not (tmp_path / "runs").exists()
-
-
-def test_cli_unreachable_tracking_uri_override_exits_2(tmp_path):
-    path = write(tmp_path, with_(tracking={"uri": f"sqlite:///{tmp_path}/store.db"}))
-    out = run_cli("launch", str(path), "--tracking-uri", "http://127.0.0.1:1", cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.startswith(
-        "orchestrator: error: --tracking-uri: cannot reach tracking server"
+    out = run_cli("launch", str(path), cwd=tmp_path, env_extra={"SYSGEN_STORE_RETRY_S": "1"})
+    assert out.returncode == 4, out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert "unreachable for 1 s (3 tries)" in line and line.endswith(
+        "nothing was started: run the command again once the store answers"
     )
     assert not (tmp_path / "runs").exists()
+
+
+def test_cli_a_store_that_refuses_for_good_exits_2(tmp_path):
+    """A database that does not exist, a role the server does not know: no retry mends them."""
+    for uri in (
+        "postgresql+psycopg://127.0.0.1:5432/no_such_database",
+        "postgresql+psycopg://nobody@127.0.0.1/test",
+    ):
+        path = write(tmp_path, with_(tracking={"uri": uri}))
+        out = run_cli("launch", str(path), cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+        assert f"tracking.uri: {uri} refuses the connection: " in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_unreachable_tracking_uri_override_exits_4(tmp_path):
+    path = write(tmp_path, with_(tracking={"uri": f"sqlite:///{tmp_path}/store.db"}))
+    out = run_cli(
+        "launch",
+        str(path),
+        "--tracking-uri",
+        "http://127.0.0.1:1",
+        cwd=tmp_path,
+        env_extra={"SYSGEN_STORE_RETRY_S": "0"},
+    )
+    assert out.returncode == 4 and out.stderr.startswith(
+        "orchestrator: error: tracking server http://127.0.0.1:1 unreachable for 0 s (1 tries): "
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_retry_window_that_is_not_a_number_is_bad_input(tmp_path):
+    out = run_cli(
+        "launch",
+        str(write(tmp_path, GOOD)),
+        "--dry-run",
+        cwd=tmp_path,
+        env_extra={"SYSGEN_STORE_RETRY_S": "a minute"},
+    )
+    assert out.returncode == 2 and out.stderr == (
+        "orchestrator: error: SYSGEN_STORE_RETRY_S='a minute': expected a number of seconds\n"
+    )
 
 
 def test_models_all_expands_to_every_compatible_pair(tmp_path):
@@ -1188,9 +1225,9 @@ def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
             "--dry-run",
             "--no-calibrate",
             cwd=tmp_path,
-            env_extra={"MLFLOW_TRACKING_URI": uri},
+            env_extra={"MLFLOW_TRACKING_URI": uri, "SYSGEN_STORE_RETRY_S": "0"},
         )
-        assert out.returncode in (0, 2) and (
+        assert out.returncode in (0, 4) and (
             "postgres:***@127.0.0.1" in out.stdout + out.stderr or "password=***" in out.stdout + out.stderr
         )
         assert secret not in out.stdout + out.stderr

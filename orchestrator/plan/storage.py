@@ -8,6 +8,7 @@ are never part of the URI, the search-space file or anything we write.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,8 @@ def _write_marker(storage: TrialStorage, key: str) -> tuple:
         with local.open_output_stream(marker) as f:
             f.write(token.encode())
     except (OSError, pyarrow.ArrowException) as e:
+        with contextlib.suppress(OSError, pyarrow.ArrowException):  # a full disk leaves it empty, not gone
+            local.delete_file(marker)
         raise StorageError(
             f"{key}: the driver cannot write to {storage.uri}: {str(e).splitlines()[0]}"
         ) from None

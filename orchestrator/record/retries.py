@@ -3,16 +3,58 @@ backoff, and the one-line notices that stand for the libraries' logged traceback
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
+import os
 import re
+import sqlite3
 import time
 
 RETRY_DELAYS_S = (0.5, 1, 2, 4, 8, 16)  # a store that drops connections gets about 30 s to come back
+RETRY_WINDOW_ENV = "SYSGEN_STORE_RETRY_S"  # docs/guide/faults.md#store-outages
+SQLITE_FULL = 13  # sqlite3.h: "Insertion failed because database is full"
 
 
 class StoreUnavailable(RuntimeError):
     """A store stayed unreachable through every retry."""
+
+
+class DiskFull(StoreUnavailable):
+    """A disk the launch writes to (trial storage, the store's, the launch folder) is full: a fault
+    like an outage (the launch stops, resumable), not one a retry mends within seconds."""
+
+
+def retry_delays() -> tuple[float, ...]:
+    """The pauses between a store call's tries: RETRY_DELAYS_S, or doubling from 0.5 s over the
+    window SYSGEN_STORE_RETRY_S sets (a cluster whose database fails over in minutes); ValueError
+    where that is not a number of seconds."""
+    window = os.environ.get(RETRY_WINDOW_ENV)
+    if window is None:
+        return RETRY_DELAYS_S
+    try:
+        left = float(window)
+    except ValueError:
+        raise ValueError(f"{RETRY_WINDOW_ENV}={window!r}: expected a number of seconds") from None
+    if not math.isfinite(left) or left < 0:
+        raise ValueError(f"{RETRY_WINDOW_ENV}={window!r}: expected a number of seconds, 0 or more")
+    delays, delay = [], 0.5
+    while left > 0:
+        delays.append(min(delay, left))
+        left, delay = left - delays[-1], delay * 2
+    return tuple(delays)
+
+
+def disk_full(error: BaseException) -> BaseException | None:
+    """The error in `error`'s chain that says a disk is full (ENOSPC, a quota, SQLite's FULL), or None."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return seen
+        if isinstance(seen, sqlite3.Error) and getattr(seen, "sqlite_errorcode", None) == SQLITE_FULL:
+            return seen
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return None
 
 
 def transient(error: BaseException) -> bool:
@@ -83,26 +125,32 @@ def first_line(error: BaseException) -> str:
     while (error.__cause__ or error.__context__) is not None:
         error = error.__cause__ or error.__context__
     error = getattr(error, "orig", None) or error
-    line = (str(error).strip().splitlines() or [""])[0]
-    return re.sub(r"^\([\w.]+\)(?: |$)", "", line).strip()[:200] or type(error).__name__
+    line = re.sub(r"^\([\w.]+\)(?: |$)", "", (str(error).strip().splitlines() or [""])[0]).strip()
+    return line[:200] if re.search(r"\w", line) else type(error).__name__  # "()" says nothing
 
 
 def retried(method, what: str, reset=None):
     """`method`, called again with backoff while the store is unreachable (after `reset(*args)`,
-    where given); StoreUnavailable once RETRY_DELAYS_S are spent."""
+    where given); StoreUnavailable once retry_delays() are spent, DiskFull at once where the
+    store's disk is full."""
 
     @functools.wraps(method)
     def call(*args, **kwargs):
-        for delay in (*RETRY_DELAYS_S, None):
+        delays = retry_delays()
+        for delay in (*delays, None):
             try:
                 return method(*args, **kwargs)
             except Exception as e:
+                if full := disk_full(e):
+                    if isinstance(e, DiskFull):
+                        raise
+                    raise DiskFull(f"{what}: its disk is full ({first_line(full)})") from e
                 if not transient(e):
                     raise
                 if delay is None:
                     raise StoreUnavailable(
-                        f"{what} unreachable for {sum(RETRY_DELAYS_S):.0f} s "
-                        f"({len(RETRY_DELAYS_S) + 1} tries): {first_line(e)}"
+                        f"{what} unreachable for {sum(delays):.0f} s ({len(delays) + 1} tries): "
+                        f"{first_line(e)}"
                     ) from e
                 NOTICES.retrying(what, first_line(e), delay)
                 time.sleep(delay)

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+import yaml
+
 from ..plan.storage import TrialStorage
 
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
@@ -141,9 +143,36 @@ class LaunchState:
         """The plan saved at launch; a launch from before plans were saved parses its spec (slower)."""
         return self.plan or plan_of(self.study())
 
+    def edits(self) -> list[str]:
+        """What the search-space file says now that it did not when the launch began ("budget.trials:
+        5 -> 3"); none where it is unchanged, gone, or no longer YAML a launch would take."""
+        path = Path(self.spec_file)
+        try:
+            now = path.read_text()
+            if now == self.spec_text:
+                return []
+            before, after = flat(yaml.safe_load(self.spec_text)), flat(yaml.safe_load(now))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return []
+        return [
+            f"{key}: {before.get(key, '(none)')} -> {after.get(key, '(none)')}"
+            for key in {**before, **after}
+            if before.get(key, MISSING) != after.get(key, MISSING)
+        ]
+
     def optuna_study_name(self, pair: str) -> str:
         """The Optuna study of a search's pair, in optuna_store.search_storage."""
         return f"{self.experiment}/{self.launch_id}/{pair}"
+
+
+MISSING = object()
+
+
+def flat(data, key: str = "") -> dict:
+    """A YAML document as dotted keys ("budget.trials"), lists and scalars as values."""
+    if not isinstance(data, dict) or not data:
+        return {key: data} if key else {}
+    return {k2: v2 for k, v in data.items() for k2, v2 in flat(v, f"{key}.{k}" if key else str(k)).items()}
 
 
 def moved(path: Path, recorded: Path, now: Path, must_exist: bool = True) -> Path | None:

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .retries import retried
+from .retries import first_line, retried, transient
 from .secrets import CREDENTIALS, auth_headers, redact, redact_secrets, url_auth_headers, without_userinfo
 
 # "Creating initial MLflow database tables..." is MLflow's business, not a line of the launch's console.
@@ -97,8 +97,23 @@ def check_sqlite_store(uri: str) -> None:
         raise TrackingError(f"cannot create the SQLite store in {file.parent}: {problem}")
 
 
+def refusal(uri: str, error: urllib.error.HTTPError, from_environment: dict) -> TrackingError:
+    """A tracking server's answer that no retry changes (a 4xx), in one line."""
+    answer = " ".join(error.read().decode(errors="replace").strip().splitlines()[:1])
+    if error.code == 401:
+        answer += (
+            " (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)"
+            if from_environment
+            else " (the URI's user and password were refused)"
+            if url_auth_headers(uri)
+            else " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)"
+        )
+    return TrackingError(f"tracking server {redact(uri)} refuses requests: {error.code} {answer}")
+
+
 def check_tracking_server(uri: str, server_timeout_s: float) -> None:
-    """A tracking server answers an API call with the credentials a launch's client would send."""
+    """A tracking server answers an API call with the credentials a launch's client would send;
+    one that cannot be reached, or answers 5xx, is retried as an outage (StoreUnavailable)."""
     # Not /health, which MLflow exempts from its host check and its authentication: an API
     # call, with the credentials MLflow's client sends (from the environment, else the URL's
     # user:password@, which urllib would take for part of the host name), answers as a launch's will.
@@ -107,42 +122,79 @@ def check_tracking_server(uri: str, server_timeout_s: float) -> None:
         bare.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default",
         headers=from_environment or url_auth_headers(uri),
     )
-    try:
-        urllib.request.urlopen(request, timeout=server_timeout_s).read()
-    except urllib.error.HTTPError as e:
-        if e.code != 404:  # 404: no such experiment, but the server answered
-            answer = " ".join(e.read().decode(errors="replace").strip().splitlines()[:1])
-            if e.code == 401:
-                answer += (
-                    " (credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD were refused)"
-                    if from_environment
-                    else " (the URI's user and password were refused)"
-                    if url_auth_headers(uri)
-                    else " (it asks for credentials: set MLFLOW_TRACKING_USERNAME and "
-                    "MLFLOW_TRACKING_PASSWORD)"
-                )
-            raise TrackingError(
-                f"tracking server {redact(uri)} refuses requests: {e.code} {answer}"
-            ) from None
-    except OSError as e:
-        raise TrackingError(
-            f"cannot reach tracking server {redact(uri)}: {getattr(e, 'reason', e)}"
-        ) from None
+
+    def ask() -> None:
+        try:
+            urllib.request.urlopen(request, timeout=server_timeout_s).read()
+        except urllib.error.HTTPError as e:
+            if e.code >= 500:
+                raise ConnectionError(f"{e.code} {e.reason}") from None
+            if e.code != 404:  # 404: no such experiment, but the server answered
+                raise refusal(uri, e, from_environment) from None
+        except OSError as e:
+            raise ConnectionError(str(getattr(e, "reason", e))) from None
+
+    retried(ask, f"tracking server {redact(uri)}")()
+
+
+def refused_for_now(uri: str, error: BaseException) -> bool:
+    """Whether a database that refused a connection may take it later (an outage: down, starting,
+    shutting down, connections disallowed for a while) rather than never (no such database, bad
+    credentials). PostgreSQL's refusals carry no SQLSTATE to the client (psycopg 3.3: `sqlstate`
+    None), so its libpq ping and, where the server answers, its catalogue tell them apart."""
+    if not uri.startswith("postgresql"):
+        return transient(error)
+    import psycopg  # noqa: PLC0415 - a PostgreSQL store's driver, imported only for one
+    import sqlalchemy  # noqa: PLC0415 - as check_database's
+
+    url = sqlalchemy.engine.make_url(uri)
+    conninfo = psycopg.conninfo.make_conninfo(
+        host=url.host, port=url.port, user=url.username, password=url.password, connect_timeout=5
+    )
+    ping = psycopg.pq.PGconn.ping(psycopg.conninfo.make_conninfo(conninfo, dbname=url.database).encode())
+    if ping in (psycopg.pq.Ping.NO_RESPONSE, psycopg.pq.Ping.REJECT):
+        return True  # down, or starting / shutting down
+    if ping == psycopg.pq.Ping.NO_ATTEMPT:
+        return False  # libpq cannot even try: a malformed address
+    try:  # it answers: ask its maintenance database whether this one exists and takes connections
+        with psycopg.connect(psycopg.conninfo.make_conninfo(conninfo, dbname="postgres")) as conn:
+            row = conn.execute(
+                "SELECT datallowconn FROM pg_database WHERE datname = %s", (url.database,)
+            ).fetchone()
+    except psycopg.OperationalError:
+        return False  # these credentials are refused
+    return row is not None  # no row: no such database
 
 
 def check_database(uri: str, timeout_s: float) -> None:
-    """A database store (PostgreSQL, ...) accepts a connection within `timeout_s`."""
+    """A database store (PostgreSQL, ...) accepts a connection within `timeout_s`; one refused for
+    now is retried as an outage (StoreUnavailable), one refused for good is a TrackingError."""
     # Here, as in store_exists and schema_lock: 0.4 s of imports a SQLite store goes without.
     import sqlalchemy  # noqa: PLC0415
 
     try:
-        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(timeout_s)})
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT 1"))
+        engine = sqlalchemy.create_engine(
+            uri, connect_args={"connect_timeout": int(timeout_s)}, poolclass=sqlalchemy.pool.NullPool
+        )
+    except Exception as e:  # an unknown scheme, a driver not installed
+        raise TrackingError(f"cannot open {redact(uri)}: {first_line(e)}") from None
+
+    def connect() -> None:
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT 1"))
+                return
+        except Exception as e:  # driver errors differ per database
+            refused, for_now = first_line(e), refused_for_now(uri, e)
+        # Raised out of the handler: an error raised in it chains the driver's, which retried() reads.
+        if for_now:
+            raise ConnectionError(refused)
+        raise TrackingError(f"{redact(uri)} refuses the connection: {refused}")
+
+    try:
+        retried(connect, f"tracking store {redact(uri)}")()
+    finally:
         engine.dispose()
-    except Exception as e:  # driver errors differ per database; all mean "unreachable"
-        first_line = str(getattr(e, "orig", e)).strip().splitlines()[0]
-        raise TrackingError(f"cannot reach {redact(uri)}: {first_line}") from None
 
 
 def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0) -> None:

@@ -3,6 +3,9 @@ import: the CLI's entry point catches ClusterUnreachable for every command."""
 
 from __future__ import annotations
 
+import signal
+import threading
+
 from ..plan.storage import last_line
 
 
@@ -11,18 +14,25 @@ class ClusterUnreachable(RuntimeError):
 
 
 def join(address: str, **options) -> None:
-    """ray.init at `address`. Where Ray gives up on it with ConnectionError (a review saw one after
-    about half a minute of retries, at a port that answered but was no Ray head's), one line, not
-    its traceback. A port that accepts and never answers would keep ray.init waiting (past 300 s
-    here): cli.check_address refuses it first."""
+    """ray.init at `address` ("local": a local instance of its own). Where Ray gives up on it with
+    ConnectionError (a review saw one after about half a minute of retries, at a port that answered
+    but was no Ray head's), one line, not its traceback. A port that accepts and never answers,
+    or answers as another service, would keep ray.init waiting (past 300 s here):
+    cli.check_address refuses it first."""
     import ray  # noqa: PLC0415 - ray takes seconds to import, and every command imports this module
 
+    ours = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, **options)
     except ConnectionError as e:
         raise ClusterUnreachable(
             f"--address: Ray could not join a cluster at {address}: {last_line(e)}"
         ) from None
+    finally:
+        # ray.init makes SIGTERM a sys.exit(15), which skips the stop a Ctrl-C gets (the launch and its
+        # pairs recorded interrupted, resumable): SIGTERM stays a Ctrl-C (cli.console).
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, ours)
 
 
 def one_gpu() -> float:

@@ -454,9 +454,7 @@ def start_ray(address: str | None) -> bool:
         else:
             # "local", not None: with no address Ray attaches to the last cluster `ray start` made
             # on this machine (/tmp/ray/ray_current_cluster), and waits for ever if that one died.
-            ray.init(
-                address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING
-            )
+            join("local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING)
             print("[launch] started a local Ray instance", flush=True)
         quiet_ray()
     return ray.cluster_resources().get("GPU", 0) > 0

@@ -25,7 +25,7 @@ from ray.tune.search.optuna import OptunaSearch
 from trainables.config import MEMBER_KEYS
 from trainables.models import batchable
 
-from ..record.retries import RETRY_DELAYS_S, transient
+from ..record.retries import retry_delays, transient
 from ..record.runs import member_result
 from .stacking import MEMBERS_KEY, stack_cuts
 
@@ -249,7 +249,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         """Optuna told of a trial's end, retried while the store drops connections (Ray's own
         call logs the failure and goes on, leaving the trial RUNNING in the study for ever); a
         tell whose commit landed before its connection dropped is not told twice."""
-        for delay in (*RETRY_DELAYS_S, None):
+        for delay in (*retry_delays(), None):
             try:
                 self._ot_study.tell(trial, value, state=state)
                 return

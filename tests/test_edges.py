@@ -1,0 +1,177 @@
+"""Faults at the edges of a launch, caused for real: SIGTERM from a scheduler, a PostgreSQL store that
+refuses connections when a resume starts, a port where something other than Ray answers, a full disk
+(docs/guide/faults.md). Each audits MLflow and Optuna afterwards: nothing lost, duplicated or over
+budget, exit statuses as documented."""
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from test_service import foreign_lines, optuna_trial_states, orchestrator, spec, trial_runs
+
+from orchestrator.plan.storage import StorageError, TrialStorage, _write_marker
+from orchestrator.record.stores import refused_for_now
+
+pytestmark = pytest.mark.slow
+
+
+def popen_cli(*args, cwd, env_extra=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def read_until(driver: subprocess.Popen, text: str, timeout_s: float = 300) -> str:
+    seen, deadline = [], time.time() + timeout_s
+    for line in driver.stdout:
+        seen.append(line)
+        if text in line or time.time() > deadline:
+            break
+    return "".join(seen)
+
+
+def allow_connections(admin, database: str, allowed: bool) -> None:
+    admin.execute(f"ALTER DATABASE {database} ALLOW_CONNECTIONS {str(allowed).lower()}")
+    if not allowed:
+        admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
+
+
+def test_sigterm_stops_a_launch_and_a_resume_in_an_outage_waits_for_the_store(tmp_path, postgres_database):
+    """SIGTERM (a scheduler's stop) stops the driver as Ctrl-C does: exit 130, resumable. A resume
+    that starts while the database refuses connections exits 4 once its retry window is spent (not
+    2, which a scheduler never retries); one whose outage ends within the window waits, says that
+    the file changed since, and finishes the recorded plan: 3 runs and 3 Optuna trials, each
+    evaluation logged once."""
+    db = postgres_database
+    path = spec(tmp_path, db.uri, trials=3, concurrent=1, n_iters=200, eval_every=100)
+    experiment = yaml.safe_load(path.read_text())["name"]
+    driver = popen_cli("launch", str(path), cwd=tmp_path)
+    read_until(driver, "runs ended 1/")
+    driver.send_signal(signal.SIGTERM)  # the driver alone: a process group's SIGTERM stops Ray's own too
+    rest, _ = driver.communicate(timeout=120)
+    assert driver.returncode == 130, rest[-3000:]
+    launch_dir = next((tmp_path / "runs").glob("*/launch.json")).parent
+    assert json.loads((launch_dir / "launch.json").read_text())["state"] == "interrupted"
+
+    allow_connections(db.admin, db.name, False)
+    refused = orchestrator(
+        "resume", str(launch_dir), cwd=tmp_path, check=False, env_extra={"SYSGEN_STORE_RETRY_S": "0"}
+    )
+    assert refused.returncode == 4, refused.stderr
+    assert refused.stderr.count("\n") == 1 and refused.stderr.endswith(
+        "nothing was started: run the command again once the store answers\n"
+    )
+
+    path.write_text(path.read_text().replace("trials: 3", "trials: 2"))  # the plan stays launch.json's
+    resume = popen_cli("resume", str(launch_dir), cwd=tmp_path, env_extra={"SYSGEN_STORE_RETRY_S": "60"})
+    waited = read_until(resume, "[store] tracking store ", timeout_s=120)
+    assert "retrying in" in waited, waited
+    allow_connections(db.admin, db.name, True)
+    rest, _ = resume.communicate(timeout=600)
+    out = waited + rest
+    assert resume.returncode == 0, out[-3000:]
+    assert (
+        f"[resume] {path} changed since {launch_dir.name} began (budget.trials: 3 -> 2): the launch goes on "
+        "with the plan it began with (launch.json); launch the file again to run the new one"
+    ) in out
+    assert foreign_lines(out, path) == [], out[-3000:]
+    client, parents, runs = trial_runs(db.uri, experiment)
+    runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
+    assert len(parents) == 1 and len(runs) == 3 and len({r.data.tags["trial_id"] for r in runs}) == 3
+    assert all(r.data.tags["trial_status"] == "completed" for r in runs)
+    optuna_store = optuna.storages.RDBStorage(
+        db.uri, engine_kwargs={"connect_args": {"options": "-csearch_path=optuna"}}
+    )
+    assert optuna_trial_states(optuna_store, experiment) == {"tiny__ndr": ["COMPLETE"] * 3}
+    for run in runs:
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")] == [100, 200]
+
+
+def test_a_store_refused_for_good_is_told_from_an_outage(postgres_database):
+    """By what the server answers, not the words of the driver's error."""
+    db = postgres_database
+    error = RuntimeError("the driver's error: its words are not read")
+    base = "postgresql+psycopg://postgres@127.0.0.1"
+    assert not refused_for_now(f"{base}:5432/no_such_database_here", error)
+    assert not refused_for_now(f"postgresql+psycopg://no_such_role@127.0.0.1:5432/{db.name}", error)
+    assert refused_for_now(f"{base}:1/{db.name}", error)  # nothing listens: down
+    allow_connections(db.admin, db.name, False)
+    assert refused_for_now(db.uri, error)  # connections disallowed for a while
+    allow_connections(db.admin, db.name, True)
+
+
+class NotRay:
+    """A TCP server on a loopback port that answers as Redis does to anything it does not know."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(64)
+                conn.sendall(b"-ERR unknown command 'PRI'\r\n")
+
+
+def test_an_address_where_ray_does_not_answer_is_one_line_within_seconds(tmp_path):
+    server = NotRay()
+    path = spec(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
+    started = time.monotonic()
+    out = orchestrator(
+        "launch", str(path), "--address", f"127.0.0.1:{server.port}", cwd=tmp_path, check=False
+    )
+    assert time.monotonic() - started < 60  # the CLI's own imports; the check itself takes milliseconds
+    assert out.returncode == 2 and out.stderr == (
+        f"orchestrator: error: --address: 127.0.0.1:{server.port} is not a Ray cluster's head: it answered "
+        "b\"-ERR unknown command 'PRI'\"\n"
+    )
+    assert not (tmp_path / "runs").exists()
+    server.server.close()
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str):
+    """A tmpfs of `size` at `folder` (root only: CI runs as root)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(folder: Path) -> None:
+    with contextlib.suppress(OSError), open(folder / "filler", "wb") as f:
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+def test_a_storage_check_on_a_full_disk_leaves_no_marker(tmp_path):
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        fill(disk)
+        with pytest.raises(StorageError, match="No space left on device"):
+            _write_marker(TrialStorage(str(disk / "st")), "storage")
+        assert not list(disk.rglob(".sysgen-storage-check-*"))
