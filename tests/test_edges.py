@@ -6,6 +6,7 @@ budget, exit statuses as documented."""
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,7 +21,9 @@ import yaml
 from test_service import foreign_lines, optuna_trial_states, orchestrator, spec, trial_runs
 
 from orchestrator.plan.storage import StorageError, TrialStorage, _write_marker
+from orchestrator.record.state import DamagedLaunch
 from orchestrator.record.stores import refused_for_now
+from orchestrator.run.launch import has_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -175,3 +178,92 @@ def test_a_storage_check_on_a_full_disk_leaves_no_marker(tmp_path):
         with pytest.raises(StorageError, match="No space left on device"):
             _write_marker(TrialStorage(str(disk / "st")), "storage")
         assert not list(disk.rglob(".sysgen-storage-check-*"))
+
+
+def leave_free(folder: Path, free: int) -> Path:
+    """Fills the disk of `folder` until `free` bytes are left: a neighbour's job filling the disk."""
+    stats = os.statvfs(folder)
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        left = stats.f_bavail * stats.f_frsize - free
+        while left > 0:
+            left -= f.write(b"\0" * min(left, 1 << 20))
+    return filler
+
+
+def audit(uri: str, optuna_store, experiment: str, pairs: list[str], trials: int, steps: list[int]) -> None:
+    """Every pair ran exactly its budget: one completed run and one COMPLETE Optuna trial per trial,
+    no run duplicated, every evaluation logged once."""
+    client, parents, runs = trial_runs(uri, experiment)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
+    for pair in pairs:
+        own = [r for r in runs if r.data.tags["pair"] == pair]
+        assert len(own) == trials and len({r.data.tags["trial_id"] for r in own}) == trials, pair
+        assert all(r.data.tags["trial_status"] == "completed" for r in own), pair
+        for run in own:
+            assert [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")] == steps
+    assert optuna_trial_states(optuna_store, experiment) == {pair: ["COMPLETE"] * trials for pair in pairs}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+@pytest.mark.parametrize("what", ["trial storage", "store"])
+def test_a_disk_that_fills_up_stops_the_launch_and_resume_finishes_it(tmp_path, what):
+    """Another job fills the disk of the launch's trial storage (or of its SQLite store and launch
+    folder) mid-run: the launch stops in one line naming the place and its free space, exit 4,
+    recorded interrupted; once space is freed, resume runs every pair to its budget."""
+    with small_disk(tmp_path / "disk", "64M") as disk:
+        store = disk if what == "store" else tmp_path
+        uri = f"sqlite:///{store}/mlflow.db"
+        path = spec(tmp_path, uri, trials=3, concurrent=2, n_iters=200, eval_every=50, models=("ndr", "lstm"))
+        data = yaml.safe_load(path.read_text())
+        data["storage_path"] = str(store / "runs")
+        path.write_text(yaml.safe_dump(data))
+        storage = ["--storage", str(disk / "st")] if what == "trial storage" else []
+        driver = popen_cli("launch", str(path), *storage, cwd=tmp_path)
+        read_until(driver, "runs ended 1/")
+        filler = leave_free(disk, 256 << 10)
+        out, _ = driver.communicate(timeout=300)
+        assert driver.returncode == 4, out[-3000:]
+        last = out.strip().splitlines()[-1]
+        assert re.fullmatch(
+            r"orchestrator: error: (.* \S+: 0\.\d\d MiB free, less than the \d+\.\d\d MiB the launch "
+            r"writes next .*|tracking store \S+: its disk is full \(database or disk is full\); "
+            r".* \S+: 0\.\d\d MiB free)"
+            r"; every trial is checkpointed: free space, then continue with `orchestrator resume \S+`",
+            last,
+        ), last
+        assert foreign_lines(out, path) == [], out[-3000:]
+        launch_dir = next((store / "runs").glob("*/launch.json")).parent
+        # Where the launch folder shares the full disk, launch.json may stay as it was, whole.
+        recorded = json.loads((launch_dir / "launch.json").read_text())["state"]
+        assert recorded == "interrupted" or what == "store" and recorded == "running"
+        if recorded == "running":
+            status = orchestrator("status", str(launch_dir), cwd=tmp_path).stdout
+            assert "driver" in status.splitlines()[0], status
+
+        filler.unlink()
+        resumed = orchestrator("resume", str(launch_dir), cwd=tmp_path)
+        assert foreign_lines(resumed.stdout + resumed.stderr, path) == [], resumed.stdout[-3000:]
+        audit(
+            uri,
+            f"sqlite:///{store}/mlflow.optuna.db",
+            data["name"],
+            ["tiny__ndr", "tiny__lstm"],
+            3,
+            [50, 100, 150, 200],
+        )
+
+
+def test_a_snapshot_cut_short_is_refused_in_one_line(tmp_path):
+    """Tune drops a snapshot it cannot parse and starts the phase again, one trial for a whole
+    search: resume refuses instead, saying what to do."""
+    (tmp_path / "experiment_state-2026-12-05_10-00-00.json").write_text('{"whole": true}')
+    assert has_snapshot(str(tmp_path), None)
+    (tmp_path / "experiment_state-2026-12-05_11-00-00.json").write_text('{"trial_data": [["cut')
+    with pytest.raises(
+        DamagedLaunch,
+        match=r"experiment_state-2026-12-05_11-00-00.json: Tune's snapshot .* "
+        r"unreadable .*: launch its file again to run its plan afresh$",
+    ):
+        has_snapshot(str(tmp_path), None)

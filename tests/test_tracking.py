@@ -201,7 +201,7 @@ def test_an_interrupted_trial_is_marked_so_and_running_again_on_resume(tmp_path,
     run = client.get_run(tracker.runs["a"])
     assert run.data.tags[STATUS_TAG] == "interrupted" and run.info.status == "KILLED"
     assert client.get_run(tracker.runs["done"]).data.tags[STATUS_TAG] == "completed"
-    assert ended_runs(uri, "exp", "launch-1", "search") == 1
+    assert ended_runs(uri, "exp", "launch-1", "search") == (1, 0)
     resumed = pickle.loads(pickle.dumps(tracker))
     resumed.runs.clear()
     resumed.on_trial_start(0, [], a)
@@ -1088,3 +1088,41 @@ def test_a_launch_whose_search_space_cannot_be_stored_leaves_no_running_mlflow_r
     parent = open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
     assert parent != failed.info.run_id and mlflow.get_run(parent).info.status == "RUNNING"
     assert [a.path for a in mlflow.list_artifacts(parent)] == ["search_space.yaml"]
+
+
+def test_a_full_disk_is_not_retried_and_a_retry_window_is_the_environments(monkeypatch, tmp_path):
+    """A store whose disk is full (SQLite's own FULL, an ENOSPC) stops at once as DiskFull, which the
+    driver reports as a resumable stop (exit 4); SYSGEN_STORE_RETRY_S sets the window of the others."""
+    import errno
+    import sqlite3
+
+    import sqlalchemy
+    import sqlalchemy.exc
+
+    database = tmp_path / "tiny.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("PRAGMA max_page_count = 2")  # a disk holding two pages: SQLite says it is full
+        conn.execute("CREATE TABLE t (x BLOB)")
+    engine = sqlalchemy.create_engine(f"sqlite:///{database}")
+    calls = []
+
+    def insert():
+        calls.append(1)
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text("PRAGMA max_page_count = 2"))
+            conn.execute(sqlalchemy.text("INSERT INTO t VALUES (zeroblob(100000))"))
+
+    with pytest.raises(
+        retries.DiskFull, match=r"^tracking store x: its disk is full \(database or disk is full\)"
+    ):
+        retried(insert, "tracking store x")()
+    assert len(calls) == 1
+    assert retries.disk_full(sqlalchemy.exc.OperationalError("", {}, OSError(errno.ENOSPC, "No space")))
+    assert not retries.disk_full(sqlalchemy.exc.OperationalError("", {}, OSError(errno.ECONNRESET, "reset")))
+    monkeypatch.setenv("SYSGEN_STORE_RETRY_S", "5")
+    assert retries.retry_delays() == (0.5, 1, 2, 1.5)
+    monkeypatch.setenv("SYSGEN_STORE_RETRY_S", "0")
+    assert retries.retry_delays() == ()
+    monkeypatch.setenv("SYSGEN_STORE_RETRY_S", "-1")
+    with pytest.raises(ValueError, match="expected a number of seconds, 0 or more"):
+        retries.retry_delays()

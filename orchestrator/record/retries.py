@@ -87,12 +87,12 @@ def transient(error: BaseException) -> bool:
     return False
 
 
-def store_outage(error: BaseException) -> str | None:
-    """The one-line reason if `error` (as Tune re-raises it) comes from a store outage."""
+def store_outage(error: BaseException) -> StoreUnavailable | None:
+    """The StoreUnavailable (an outage, a full disk) that `error` (as Tune re-raises it) comes from."""
     seen = error
     while seen is not None:
         if isinstance(seen, StoreUnavailable):
-            return str(seen)
+            return seen
         seen = seen.__cause__ or seen.__context__
     return None
 

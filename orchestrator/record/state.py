@@ -73,7 +73,11 @@ class LaunchState:
         }
         data.update(self.recorded)
         tmp = self.dir / "launch.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2))
+        try:
+            tmp.write_text(json.dumps(data, indent=2))
+        except OSError:  # a full disk: launch.json stays as it was, whole
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, self.dir / "launch.json")
 
     @classmethod

@@ -115,14 +115,18 @@ def may_answer(status: str) -> bool:
     return kind_of(status) in ANSWERING
 
 
-def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> int:
+def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> tuple[int, int]:
     """How many runs of a launch's phase ("search" or "confirm") have ended (completed, stopped
-    early, diverged or failed): a trial of stacked members counts once per member."""
-    return sum(
-        1
+    early, diverged or failed), and of those, failed for good: a trial of stacked members counts
+    once per member. From the record, over every driver the launch had: a resume's Tune run knows
+    only its own trials' errors."""
+    statuses = [
+        run.data.tags.get(STATUS_TAG, "running")
         for run in launch_trial_runs(uri, experiment, launch_id)
-        if run.data.tags.get("phase", "search") == phase and status_kind(run) not in (None, "running")
-    )
+        if run.data.tags.get("phase", "search") == phase
+    ]
+    ended = sum(1 for status in statuses if kind_of(status) not in (None, "running"))
+    return ended, statuses.count("failed")
 
 
 def cell_summaries(

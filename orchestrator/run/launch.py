@@ -45,7 +45,7 @@ from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
 from ..record.best import summaries_of, write_best
 from ..record.optuna_store import search_storage
-from ..record.retries import StoreUnavailable, store_outage
+from ..record.retries import DiskFull, StoreUnavailable, store_outage
 from ..record.runs import (
     REPLAY_KEY,
     STATUS_TAG,
@@ -57,7 +57,7 @@ from ..record.runs import (
     running_launch_runs,
 )
 from ..record.secrets import redact, redact_text
-from ..record.state import SNAPSHOT_MODULES, Heartbeat, LaunchState, plan_of
+from ..record.state import SNAPSHOT_MODULES, DamagedLaunch, Heartbeat, LaunchState, plan_of
 from ..record.stores import normalize_store, remember, warm_up
 from ..record.summaries import (
     ended_runs,
@@ -70,6 +70,7 @@ from ..report.report import answer_lines, verdict_lines, write_launch_report, wr
 from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
 from .cost import calibration_config, stack_curve, stack_sizes_to_try
+from .disk import DiskWatch, least_free
 from .search import (
     CANDIDATE_KEY,
     PAIR_KEY,
@@ -402,6 +403,15 @@ def experiment_location(state: LaunchState, phase: str = SEARCH) -> tuple:
     return fs, f"{root}/{state.launch_id}", phase
 
 
+def watched_places(state: LaunchState, fs, storage_path: str) -> dict[str, Path]:
+    """The local folders a launch writes to, for DiskWatch: its trial storage (not an object
+    store), its SQLite store's folder, its launch folder."""
+    places = {} if fs else {"trial storage": Path(storage_path)}
+    if state.tracking_uri.startswith("sqlite:///"):
+        places["the tracking store's folder"] = Path(state.tracking_uri[len("sqlite:///") :]).parent
+    return {**places, "the launch folder": state.dir}
+
+
 def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, int]):
     fs, storage_path, name = experiment_location(state, phase)
     tags = {
@@ -418,6 +428,7 @@ def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, 
         storage_path=storage_path,
         storage_filesystem=fs,
         callbacks=[
+            DiskWatch(watched_places(state, fs, storage_path), None if fs else f"{storage_path}/{name}"),
             TrialTracker(
                 state.tracking_uri,
                 state.parent_run_id,
@@ -489,6 +500,13 @@ def superseded_sync(record: logging.LogRecord) -> bool:
     )
 
 
+def uncollected(record: logging.LogRecord) -> bool:
+    """False for Ray's "Unhandled error" of a trial's step that Tune, stopping (a full disk, an
+    outage), no longer collected: the launch's stop line says why, and resume runs the step again."""
+    message = record.getMessage()
+    return not (message.startswith("Unhandled error") and "Trainable" in message)
+
+
 def quiet_ray() -> None:
     """The console shows our lines, not Ray's restatement of a fault they already report: Tune's
     traceback of a failed trial (callbacks.error_line gives its last line; the whole one is in
@@ -499,6 +517,7 @@ def quiet_ray() -> None:
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(restated)
     logging.getLogger("ray.tune.tune").addFilter(restated)
     logging.getLogger("ray.tune.execution.experiment_state").addFilter(superseded_sync)
+    logging.getLogger("ray._private.worker").addFilter(uncollected)
     dispatcher = global_worker_stdstream_dispatcher
     if dispatcher is None:
         return
@@ -709,7 +728,7 @@ def execute(
         try:
             return run_launch(state, stacking, use_gpu)
         except StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
-            return stopped_by_outage(state, str(e))
+            return stopped_by_outage(state, e)
         except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
             if state.state != "finished":  # else only the closing lines were cut short
                 previous = signal.signal(
@@ -722,12 +741,23 @@ def execute(
             return EXIT_INTERRUPTED
 
 
-def stopped_by_outage(state: LaunchState, reason: str) -> int:
-    """One line for a store that stayed unreachable through every retry. -> EXIT_STORE_UNREACHABLE."""
-    state.state = "failed"
-    state.save()
+def stopped_by_outage(state: LaunchState, error: StoreUnavailable) -> int:
+    """One line for a store that stayed unreachable through every retry, or a disk that filled up
+    (the launch and its running pairs then recorded interrupted, where the store takes it).
+    -> EXIT_STORE_UNREACHABLE."""
+    state.state = "interrupted" if isinstance(error, DiskFull) else "failed"
+    with contextlib.suppress(OSError):  # its disk may be the full one: it then says "running", driver gone
+        state.save()
+    reason = str(error)
+    if isinstance(error, DiskFull):
+        with contextlib.suppress(StoreUnavailable):  # the store's own disk may be the full one
+            interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
+        if " MiB free" not in reason:  # a store's write that failed: where, and how much is left
+            fs, storage_path, _ = experiment_location(state)
+            reason += f"; {least_free(watched_places(state, fs, storage_path))}"
     print(
-        f"orchestrator: error: {reason}; every trial is checkpointed: continue with "
+        f"orchestrator: error: {reason}; every trial is checkpointed: "
+        f"{'free space, then ' if isinstance(error, DiskFull) else ''}continue with "
         f"`orchestrator resume {state.dir}`",
         flush=True,
     )
@@ -758,7 +788,7 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     print_summary(state, study, summaries)
     if errors:
         print(
-            f"[launch] {errors} trial(s) failed after {study.budget.max_failures} retries; see their MLflow "
+            f"[launch] {errors} run(s) failed after {study.budget.max_failures} retries; see their MLflow "
             "runs' error tag",
             flush=True,
         )
@@ -845,13 +875,13 @@ def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool)
         tuner = build_tuner(stacking, state, use_gpu, slots, phase)
     with CalmStop():
         try:
-            results = tuner.fit()
+            tuner.fit()
         except (ResumeFailed, Exception) as e:
             unavailable = store_outage(e)
             if unavailable is None:
                 raise
             return stopped_by_outage(state, unavailable), 0
-        return phase_outcome(state, stacking, phase, results)
+        return phase_outcome(state, stacking, phase)
 
 
 def has_snapshot(experiment: str, fs) -> bool:
@@ -861,25 +891,37 @@ def has_snapshot(experiment: str, fs) -> bool:
     ends after one trial. Without a snapshot no trial has reported, so the phase starts afresh: the
     Optuna study adopts what the killed driver proposed (search.TruncationAwareOptunaSearch.suggest),
     and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end)."""
-    found = (fs or pyarrow.fs.LocalFileSystem()).get_file_info(
-        pyarrow.fs.FileSelector(experiment, allow_not_found=True)
+    fs = fs or pyarrow.fs.LocalFileSystem()
+    found = fs.get_file_info(pyarrow.fs.FileSelector(experiment, allow_not_found=True))
+    snapshots = sorted(
+        f.path for f in found if f.base_name.startswith("experiment_state-") and f.base_name.endswith(".json")
     )
-    return any(f.base_name.startswith("experiment_state-") and f.base_name.endswith(".json") for f in found)
+    if snapshots:  # Tune reads the newest; one cut short (a full disk) it drops, restarting the phase
+        try:
+            with fs.open_input_stream(snapshots[-1]) as f:
+                json.loads(f.read())
+        except (ValueError, OSError) as e:
+            raise DamagedLaunch(
+                f"{snapshots[-1]}: Tune's snapshot of the launch is unreadable ({e}), as a write cut short "
+                "by a full disk leaves it; the launch's MLflow runs and Optuna trials stand: launch its file "
+                "again to run its plan afresh"
+            ) from None
+    return bool(snapshots)
 
 
-def phase_outcome(state: LaunchState, stacking: Stacking, phase: str, results) -> tuple[int, int]:
-    """-> (0 or EXIT_INTERRUPTED, failed trials) once a phase's Tune run has returned."""
+def phase_outcome(state: LaunchState, stacking: Stacking, phase: str) -> tuple[int, int]:
+    """-> (0 or EXIT_INTERRUPTED, runs failed for good) once a phase's Tune run has returned."""
     total = sum(phase_runs(stacking.study, phase_cells(stacking, state, phase)).values())
     # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
-    ended = ended_runs(
+    ended, failed = ended_runs(
         state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search"
     )
     if ended < total:
         mark_interrupted(
             state, f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}runs ended"
         )
-        return EXIT_INTERRUPTED, results.num_errors
-    return 0, results.num_errors
+        return EXIT_INTERRUPTED, failed
+    return 0, failed
 
 
 def mark_interrupted(state: LaunchState, how: str = "") -> None:
