@@ -56,11 +56,23 @@ TASK = {
 MODELS = ("lstm", "transformer", "ndr")
 EVAL_EVERY = 20
 OUTAGE_S = 45  # longer than retries.RETRY_DELAYS_S (31 s) in all
-EXPECTED_EXIT = {
+# --short: a store retry window of 8 s (SYSGEN_STORE_RETRY_S), so that its outage can be 12 s
+SHORT_WINDOW_S, SHORT_OUTAGE_S = 8, 12
+OUTAGE_AT_START_S = 180  # the most an outage_at_start waits for its driver to give up
+DISK_SIZE, LEFT_FREE = "512M", 256 << 10  # the trial storage's tmpfs, and what a disk-full fault leaves
+EXPECTED_EXIT = {  # how a driver the fault hits ends
     "driver_kill": -signal.SIGKILL,
     "sigint": 130,
     "outage": 4,
-}  # how a driver the fault hits ends
+    "outage_at_start": 4,
+    "disk_full": 4,
+}
+EFFECT = {  # what the driver a fault hit says of it: that fault took effect
+    "sigint": "interrupted",
+    "outage": "unreachable for",
+    "outage_at_start": "nothing was started",
+    "disk_full": " MiB free",
+}
 
 
 class Database:
@@ -88,14 +100,16 @@ class Database:
         self.admin.close()
 
 
-def schedule(rng: random.Random, short: bool) -> list[tuple[str, float]]:
+def schedule(rng: random.Random, short: bool, disk: bool) -> list[tuple[str, float]]:
     """(fault, seconds after the previous fault or its driver's start) in a seeded order; driver
-    faults end a driver, so each is followed by a resume."""
-    kinds = ["driver_kill", "sigint", "node_kill", "pg_terminate"] + (
+    faults end a driver, so each is followed by a resume (outage_at_start: a Ctrl-C, then a resume
+    that starts while the database refuses connections). disk_full needs a tmpfs (root)."""
+    kinds = ["driver_kill", "sigint", "node_kill", "pg_terminate", "outage_at_start"] + (
         []
         if short
         else ["outage", "driver_kill", "sigint", "node_kill", "pg_terminate", "pg_terminate", "node_kill"]
     )
+    kinds += ["disk_full"] * (disk * (1 if short else 2))
     rng.shuffle(kinds)
     return [(kind, round(rng.uniform(5, 10), 1)) for kind in kinds]
 
@@ -146,62 +160,107 @@ def start_driver(args: list[str], folder: Path, env: dict, n: int):
     return process
 
 
-def run_with_faults(
-    faults, folder: Path, path: Path, cluster: Cluster, db: Database, deadline_s: float
-) -> tuple[list[dict], list]:
-    """Launch, then fire `faults` while drivers run, resuming after each driver fault, until a
-    driver finishes the launch. -> (one record per driver: its fault, exit status and log; the
-    faults that never fired, because the launch finished first)."""
-    env, drivers, pending = cluster.env, [], list(faults)
+class Faults:
+    """Fires the soak's faults at a driver, and notes the ones that did nothing a driver's exit
+    would show (a termination that found no backend)."""
+
+    def __init__(self, cluster: Cluster, db: Database, disk: Path | None, outage_s: float):
+        self.cluster, self.db, self.disk, self.outage_s = cluster, db, disk, outage_s
+        self.refuse_next, self.filler, self.no_effect = False, None, []
+
+    def fire(self, kind: str, driver) -> str | None:
+        """-> the fault that ends `driver`, None where it goes on."""
+        print(f"[chaos] {time.strftime('%H:%M:%S')} {kind}", flush=True)
+        if kind == "driver_kill":
+            os.killpg(driver.pid, signal.SIGKILL)
+        elif kind in ("sigint", "outage_at_start"):
+            os.killpg(driver.pid, signal.SIGINT)
+            self.refuse_next = kind == "outage_at_start"
+            return "sigint"
+        elif kind == "node_kill":
+            victim = self.cluster.workers.pop(0)
+            self.cluster.kill(victim)
+            self.cluster.workers.append(self.cluster.worker())
+        elif kind == "pg_terminate":
+            terminated = 0
+            for _ in range(5):
+                terminated += self.db.terminate()
+                time.sleep(0.4)
+            if not terminated:
+                self.no_effect.append("pg_terminate: no backend to terminate")
+        elif kind == "outage":
+            self.outage()
+        elif kind == "disk_full":
+            self.filler = leave_free(self.disk, LEFT_FREE)
+        return kind if kind in EXPECTED_EXIT else None
+
+    def outage(self, driver=None) -> None:
+        """Connections refused for outage_s; with `driver`, until it has ended too (at most
+        OUTAGE_AT_START_S): longer than its retry window, however long its start-up takes."""
+        self.db.allow(False)
+        end = time.monotonic() + (OUTAGE_AT_START_S if driver else self.outage_s)
+        while time.monotonic() < end and not (driver and driver.poll() is not None):
+            self.db.terminate()  # a connection made just before the switch
+            time.sleep(1)
+        self.db.allow(True)
+
+    def at_start(self, driver) -> str | None:
+        """A driver has just started: an outage_at_start's outage now (the database refused
+        connections since before it started)."""
+        if not self.refuse_next:
+            return None
+        self.refuse_next = False
+        self.outage(driver)
+        return "outage_at_start"
+
+    def driver_ended(self) -> None:
+        if self.filler is not None:  # space freed: the next driver resumes
+            self.filler.unlink()
+            self.filler = None
+
+
+def leave_free(folder: Path, free: int) -> Path:
+    """Fills the disk of `folder` until `free` bytes are left: a neighbour's job filling the disk."""
+    stats = os.statvfs(folder)
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        left = stats.f_bavail * stats.f_frsize - free
+        while left > 0:
+            left -= f.write(b"\0" * min(left, 1 << 20))
+    return filler
+
+
+def run_with_faults(faults: Faults, pending: list, folder: Path, path: Path, deadline_s: float) -> list[dict]:
+    """Launch, then fire the `pending` faults while drivers run, resuming after each driver fault,
+    until a driver finishes the launch. -> one record per driver: its fault, exit status and log;
+    `pending` keeps the faults that never fired, because the launch finished first."""
+    env, drivers = faults.cluster.env, []
     launch_dir = folder / "runs" / "chaos"
-    command = ["launch", str(path), "--address", cluster.address, "--launch-id", "chaos"]
+    command = ["launch", str(path), "--address", faults.cluster.address, "--launch-id", "chaos"]
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
+        if faults.refuse_next:  # refused from before the driver starts
+            faults.db.allow(False)
+            faults.db.terminate()
         driver = start_driver(command, folder, env, len(drivers))
-        record = {"fault": None, "log": driver.log}
-        while driver.poll() is None and time.monotonic() < deadline:
+        record = {"fault": faults.at_start(driver), "log": driver.log}
+        while driver.poll() is None and time.monotonic() < deadline and record["fault"] is None:
             if pending and time.monotonic() - driver.started >= pending[0][1]:
-                kind, _ = pending.pop(0)
-                print(f"[chaos] {time.strftime('%H:%M:%S')} {kind}", flush=True)
-                if kind == "driver_kill":
-                    os.killpg(driver.pid, signal.SIGKILL)
-                elif kind == "sigint":
-                    os.killpg(driver.pid, signal.SIGINT)
-                elif kind == "node_kill":
-                    victim = cluster.workers.pop(0)
-                    cluster.kill(victim)
-                    cluster.workers.append(cluster.worker())
-                elif kind == "pg_terminate":
-                    for _ in range(5):
-                        db.terminate()
-                        time.sleep(0.4)
-                elif kind == "outage":
-                    db.allow(False)
-                    db.terminate()
-                    end = time.monotonic() + OUTAGE_S
-                    while time.monotonic() < end:
-                        db.terminate()  # a connection made just before the switch
-                        time.sleep(1)
-                    db.allow(True)
+                record["fault"] = faults.fire(pending.pop(0)[0], driver)
                 driver.started = time.monotonic()  # the next fault's delay counts from here
-                if kind in EXPECTED_EXIT:
-                    record["fault"] = kind
-                    if kind != "outage":
-                        break
             time.sleep(0.2)
         try:
             record["exit"] = driver.wait(timeout=max(1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(driver.pid, signal.SIGKILL)
             record["exit"] = "timeout"
+        faults.driver_ended()
         drivers.append(record)
         if record["exit"] == 0 or [d["exit"] for d in drivers[-3:]] == [2, 2, 2]:
-            return drivers, pending  # finished, or refused three times running: the audit says which
-        if (
-            launch_dir / "launch.json"
-        ).exists():  # a driver killed before it registered the launch left nothing to resume
-            command = ["resume", str(launch_dir), "--address", cluster.address]
-    return drivers, pending
+            return drivers  # finished, or refused three times running: the audit says which
+        if (launch_dir / "launch.json").exists():  # a driver killed before it registered left nothing
+            command = ["resume", str(launch_dir), "--address", faults.cluster.address]
+    return drivers
 
 
 def ours(line: str, path: Path) -> bool:
@@ -218,7 +277,14 @@ def ours(line: str, path: Path) -> bool:
 
 
 def audit(
-    folder: Path, path: Path, uri: str, drivers: list[dict], trials_per_pair: int, n_iters: int, unfired: list
+    folder: Path,
+    path: Path,
+    uri: str,
+    drivers: list[dict],
+    trials_per_pair: int,
+    n_iters: int,
+    unfired: list,
+    no_effect: list[str],
 ) -> dict[str, int]:
     spec = yaml.safe_load(path.read_text())
     client = MlflowClient(uri)
@@ -238,6 +304,7 @@ def audit(
             "optuna trials duplicated",
             "launch not finished",
             "drivers ended wrongly",
+            "faults without effect",
             "checkpoints missing",
             "console lines not ours",
             "faults not fired",
@@ -288,26 +355,33 @@ def audit(
         states = [t.state.name for t in optuna.load_study(study_name=name, storage=storage).trials]
         counts["optuna trials in a wrong state"] += sum(s not in ("COMPLETE", "PRUNED") for s in states)
         counts["optuna trials duplicated"] += max(0, len(states) - trials_per_pair)
-    for record in drivers[:-1]:
-        if record["exit"] != EXPECTED_EXIT.get(record["fault"], "no fault ends a driver"):
-            counts["drivers ended wrongly"] += 1
-            print(
-                f"[audit] a driver hit by {record['fault']} exited {record['exit']}: {record['log']}",
-                flush=True,
-            )
-    if drivers[-1]["exit"] != 0:
-        counts["drivers ended wrongly"] += 1
-        print(f"[audit] the last driver exited {drivers[-1]['exit']}: {drivers[-1]['log']}", flush=True)
-    for record in drivers:
-        if record["exit"] != (EXPECTED_EXIT.get(record["fault"], 0) if record is not drivers[-1] else 0):
-            for line in record["log"].read_text().splitlines()[-30:]:
-                print(f"[audit] {record['log'].name}| {line[:300]}", flush=True)
+    audit_drivers(drivers, no_effect, counts)
     for record in drivers:
         foreign = [line for line in record["log"].read_text().splitlines() if not ours(line, path)]
         counts["console lines not ours"] += len(foreign)
         for line in foreign[:5]:
             print(f"[audit] {record['log'].name}: {line[:200]}", flush=True)
     return counts
+
+
+def audit_drivers(drivers: list[dict], no_effect: list[str], counts: dict[str, int]) -> None:
+    """Each driver a fault hit ended as that fault implies and said so (a Ctrl-C that did nothing
+    would let the launch finish: exit 0 is no proof); the last driver without one finished."""
+    counts["faults without effect"] += len(no_effect)
+    for line in no_effect:
+        print(f"[audit] {line}", flush=True)
+    for record in drivers:
+        last = record is drivers[-1]
+        expected = EXPECTED_EXIT.get(record["fault"], 0 if last else "no fault ends a driver")
+        log = record["log"].read_text()
+        if record["exit"] != expected:
+            counts["drivers ended wrongly"] += 1
+            print(f"[audit] a driver hit by {record['fault']} exited {record['exit']}: {record['log']}")
+            for line in log.splitlines()[-30:]:
+                print(f"[audit] {record['log'].name}| {line[:300]}", flush=True)
+        if record["fault"] in EFFECT and EFFECT[record["fault"]] not in log:
+            counts["faults without effect"] += 1
+            print(f"[audit] {record['fault']} left no trace in {record['log']}", flush=True)
 
 
 def main() -> int:
@@ -321,30 +395,41 @@ def main() -> int:
     parser.add_argument(
         "--short",
         action="store_true",
-        help="4 trials per pair and one fault of each kind but the outage (CI)",
+        help="4 trials per pair, one fault of each kind but the outage mid-run, a store retry window of "
+        f"{SHORT_WINDOW_S} s (CI)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder and the database")
     args = parser.parse_args()
     trials_per_pair, n_iters = (4, 100) if args.short else (args.trials_per_pair, 300)
-    faults = schedule(random.Random(args.seed), args.short)
+    disk = os.geteuid() == 0  # a tmpfs to fill needs root (CI has it)
+    pending = schedule(random.Random(args.seed), args.short, disk)
     print(
         f"[chaos] seed {args.seed}: {len(MODELS)} pairs x {trials_per_pair} trials of {n_iters} steps on a "
         "head and 2 worker nodes, PostgreSQL tracking; faults (kind, seconds after the previous one or the "
-        f"driver's start): {faults}",
+        f"driver's start): {pending}",
         flush=True,
     )
     folder = Path(tempfile.mkdtemp(prefix="chaos-"))
     os.environ.setdefault("SYSGEN_DATA_CACHE", str(folder / "data"))
-    db, cluster = Database(), Cluster(workers=2)
+    (folder / "runs").mkdir()
+    if disk:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder / "runs")], check=True
+        )
+    window = {"SYSGEN_STORE_RETRY_S": str(SHORT_WINDOW_S)} if args.short else {}
+    db, cluster = Database(), Cluster(workers=2, env=window)
+    faults = Faults(
+        cluster, db, folder / "runs" if disk else None, SHORT_OUTAGE_S if args.short else OUTAGE_S
+    )
     started = time.monotonic()
     try:
         path = write_spec(folder, db.uri, trials_per_pair, n_iters, args.seed)
-        drivers, unfired = run_with_faults(
-            faults, folder, path, cluster, db, deadline_s=600 if args.short else 1800
-        )
-        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters, unfired)
+        drivers = run_with_faults(faults, pending, folder, path, deadline_s=600 if args.short else 1800)
+        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters, pending, faults.no_effect)
     finally:
         cluster.stop()
+        if disk:
+            subprocess.run(["umount", "-l", str(folder / "runs")], check=False)
         if not args.keep:
             db.drop()
     print(

@@ -1,8 +1,10 @@
 """The chaos soak's short version (benchmarks/chaos.py --short): a search on a local multi-node
-cluster with PostgreSQL tracking through a driver SIGKILL, a Ctrl-C, a worker node's death and
-terminated database connections, each followed by what a user would do; its audit of MLflow,
-Optuna, the checkpoints and the console must count zero everywhere. The full soak (60 trials, an
-outage longer than the retries) is run by hand: see docs/performance.md#faults-the-chaos-soak."""
+cluster with PostgreSQL tracking through a driver SIGKILL, a Ctrl-C, a worker node's death,
+terminated database connections, a resume that starts while the database refuses connections and
+(as root) the trial storage's disk filled, each followed by what a user would do; its audit of
+MLflow, Optuna, the checkpoints, the console and each fault's effect must count zero everywhere.
+The full soak (60 trials, an outage longer than the retries) is run by hand: see
+docs/performance.md#faults-the-chaos-soak."""
 
 import re
 import subprocess
