@@ -22,6 +22,7 @@ prints them and exits 1 if any other is not zero. `--short` (4 trials of 100 ste
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -59,6 +60,7 @@ OUTAGE_S = 45  # longer than retries.RETRY_DELAYS_S (31 s) in all
 # --short: a store retry window of 8 s (SYSGEN_STORE_RETRY_S), so that its outage can be 12 s
 SHORT_WINDOW_S, SHORT_OUTAGE_S = 8, 12
 OUTAGE_AT_START_S = 180  # the most an outage_at_start waits for its driver to give up
+PG_PATIENCE_S = 15  # the most a pg_terminate waits for a backend to terminate
 DISK_SIZE, LEFT_FREE = "512M", 256 << 10  # the trial storage's tmpfs, and what a disk-full fault leaves
 EXPECTED_EXIT = {  # how a driver the fault hits ends
     "driver_kill": -signal.SIGKILL,
@@ -182,17 +184,24 @@ class Faults:
             self.cluster.kill(victim)
             self.cluster.workers.append(self.cluster.worker())
         elif kind == "pg_terminate":
-            terminated = 0
-            for _ in range(5):
-                terminated += self.db.terminate()
-                time.sleep(0.4)
-            if not terminated:
-                self.no_effect.append("pg_terminate: no backend to terminate")
+            self.terminate(driver)
         elif kind == "outage":
             self.outage()
         elif kind == "disk_full":
             self.filler = leave_free(self.disk, LEFT_FREE)
         return kind if kind in EXPECTED_EXIT else None
+
+    def terminate(self, driver) -> None:
+        """Every backend terminated 5 times in 2 s; where none was connected (a driver between two
+        phases' connections), again until one is, while the driver runs (at most PG_PATIENCE_S)."""
+        terminated, end = 0, time.monotonic() + PG_PATIENCE_S
+        for tries in itertools.count():
+            terminated += self.db.terminate()
+            if tries >= 4 and (terminated or driver.poll() is not None or time.monotonic() > end):
+                break
+            time.sleep(0.4)
+        if not terminated:
+            self.no_effect.append("pg_terminate: no backend to terminate")
 
     def outage(self, driver=None) -> None:
         """Connections refused for outage_s; with `driver`, until it has ended too (at most

@@ -890,7 +890,8 @@ def has_snapshot(experiment: str, fs) -> bool:
     a moment later; restored from a driver killed in between, Tune "restarts" with a searcher that
     ends after one trial. Without a snapshot no trial has reported, so the phase starts afresh: the
     Optuna study adopts what the killed driver proposed (search.TruncationAwareOptunaSearch.suggest),
-    and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end)."""
+    and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end). DamagedLaunch
+    where the newest snapshot does not parse."""
     fs = fs or pyarrow.fs.LocalFileSystem()
     found = fs.get_file_info(pyarrow.fs.FileSelector(experiment, allow_not_found=True))
     snapshots = sorted(
