@@ -493,6 +493,7 @@ def test_resume_after_the_driver_dies_as_a_checkpoint_is_pruned(tmp_path):
     check_complete(uri, path, trials=2, n_iters=n_iters, eval_every=every)
 
 
+@pytest.mark.long  # the short chaos soak (default run) terminates every backend mid-launch too, and audits it
 def test_launch_survives_postgresql_dropping_its_connections(tmp_path, postgres_database):
     """Terminate every server connection of the launch's database, repeatedly, mid-launch: MLflow
     and the Optuna storage reconnect, the console says so in our lines only, and the launch completes."""
