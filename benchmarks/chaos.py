@@ -44,7 +44,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.record.optuna_store import search_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from nodes import Cluster  # noqa: E402 - the cluster the tests start too
+from nodes import Cluster, leave_free  # noqa: E402 - the cluster the tests start too
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 TASK = {
@@ -226,17 +226,6 @@ class Faults:
         if self.filler is not None:  # space freed: the next driver resumes
             self.filler.unlink()
             self.filler = None
-
-
-def leave_free(folder: Path, free: int) -> Path:
-    """Fills the disk of `folder` until `free` bytes are left: a neighbour's job filling the disk."""
-    stats = os.statvfs(folder)
-    filler = folder / "filler"
-    with open(filler, "wb") as f:
-        left = stats.f_bavail * stats.f_frsize - free
-        while left > 0:
-            left -= f.write(b"\0" * min(left, 1 << 20))
-    return filler
 
 
 def run_with_faults(faults: Faults, pending: list, folder: Path, path: Path, deadline_s: float) -> list[dict]:

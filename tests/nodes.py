@@ -102,3 +102,15 @@ class Cluster:
         for group in self.groups:
             self.kill(group)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def leave_free(folder: Path, free: int) -> Path:
+    """Fills the disk of `folder` until `free` bytes are left: a neighbour's job filling the disk
+    (the chaos soak's disk_full fault and tests/test_edges.py)."""
+    stats = os.statvfs(folder)
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        left = stats.f_bavail * stats.f_frsize - free
+        while left > 0:
+            left -= f.write(b"\0" * min(left, 1 << 20))
+    return filler

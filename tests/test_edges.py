@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from nodes import leave_free
 from test_service import foreign_lines, optuna_trial_states, orchestrator, spec, trial_runs
 
 from orchestrator.plan.storage import StorageError, TrialStorage, _write_marker
@@ -164,31 +165,13 @@ def small_disk(folder: Path, size: str):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def fill(folder: Path) -> None:
-    with contextlib.suppress(OSError), open(folder / "filler", "wb") as f:
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 def test_a_storage_check_on_a_full_disk_leaves_no_marker(tmp_path):
     with small_disk(tmp_path / "disk", "64k") as disk:
-        fill(disk)
+        leave_free(disk, 0)
         with pytest.raises(StorageError, match="No space left on device"):
             _write_marker(TrialStorage(str(disk / "st")), "storage")
         assert not list(disk.rglob(".sysgen-storage-check-*"))
-
-
-def leave_free(folder: Path, free: int) -> Path:
-    """Fills the disk of `folder` until `free` bytes are left: a neighbour's job filling the disk."""
-    stats = os.statvfs(folder)
-    filler = folder / "filler"
-    with open(filler, "wb") as f:
-        left = stats.f_bavail * stats.f_frsize - free
-        while left > 0:
-            left -= f.write(b"\0" * min(left, 1 << 20))
-    return filler
 
 
 def audit(uri: str, optuna_store, experiment: str, pairs: list[str], trials: int, steps: list[int]) -> None:
