@@ -96,7 +96,7 @@ EXIT_USAGE = 2  # as the command line's: another driver took the launch between 
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
 EXIT_TRIALS_FAILED = 3  # the launch finished and answered, but trials failed after their retries
 EXIT_STORE_UNREACHABLE = 4  # a tracking or search store stayed unreachable through every retry: resumable
-MAX_PENDING_GIVEN = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG")  # the user's own, over each phase's slots
+MAX_PENDING = "TUNE_MAX_PENDING_TRIALS_PG"  # Tune reads it as its controller starts
 
 
 def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, stack_of: str) -> None:
@@ -858,8 +858,6 @@ def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool)
     slots = cluster_slots(
         stacking, use_gpu, phase_cells(stacking, state, phase) if phase == CONFIRM else None
     )
-    # Ray otherwise caps pending placement groups independently of our concurrency limit (ray#63770).
-    os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = MAX_PENDING_GIVEN or str(slots)
     fs, storage_path, name = experiment_location(state, phase)
     experiment = f"{storage_path}/{name}"
     if has_snapshot(experiment, fs):
@@ -873,7 +871,7 @@ def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool)
         )
     else:
         tuner = build_tuner(stacking, state, use_gpu, slots, phase)
-    with CalmStop():
+    with CalmStop(), pending_limit(slots):
         try:
             tuner.fit()
         except (ResumeFailed, Exception) as e:
@@ -882,6 +880,21 @@ def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool)
                 raise
             return stopped_by_outage(state, unavailable), 0
         return phase_outcome(state, stacking, phase)
+
+
+@contextlib.contextmanager
+def pending_limit(slots: int):
+    """Tune's cap on pending placement groups for the phase's Tune run: its slots, or the user's own
+    TUNE_MAX_PENDING_TRIALS_PG. Ray otherwise caps them independently of our concurrency limit
+    (ray#63770). Put back after: a second launch in the same process (a notebook, the tests' in-process
+    launches) would otherwise start only as many trials at once as the first's phase."""
+    given = os.environ.get(MAX_PENDING)
+    os.environ[MAX_PENDING] = given or str(slots)
+    try:
+        yield
+    finally:
+        if given is None:
+            del os.environ[MAX_PENDING]
 
 
 def has_snapshot(experiment: str, fs) -> bool:
