@@ -34,6 +34,7 @@ IDENTITY = [
 ]
 RAN_AS = (
     "code_version",
+    "data_hash",
     "device",
     "compile",
     "bf16",
@@ -83,6 +84,7 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
             "trial_status": status,
             "trial_config": json.dumps(config),
             "code_version": "abc1234",
+            "data_hash": "3fa85f6457174562",
             "device": "cuda:0",
             "compile": "default",
             "bf16": "true",

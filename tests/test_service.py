@@ -4,6 +4,7 @@ Each test drives the CLI as a user would (a subprocess) and then reads what land
 """
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -21,6 +22,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from nodes import free_port
+
+from trainables.tasks import load_task
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +120,11 @@ def trial_runs(uri: str, experiment: str):
     return client, parents, children
 
 
+@functools.cache
+def data_hash(task: str, options: str) -> str:
+    return load_task(task, json.loads(options)).data_hash
+
+
 def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_every=10):
     experiment = yaml.safe_load(path.read_text())["name"]
     client, parents, children = trial_runs(uri, experiment)
@@ -152,6 +160,8 @@ def check_store_contents(uri: str, path: Path, trials: int, n_iters=20, eval_eve
         assert run.data.tags["device"] == "cpu" and run.data.tags["trial_status"] == "completed"
         assert (run.data.tags["compile"], run.data.tags["bf16"]) == ("off", "false")  # what auto is on a CPU
         config = json.loads(run.data.tags["trial_config"])
+        # The data it trained and was tested on, as this process reads the same task config.
+        assert run.data.tags["data_hash"] == data_hash(config["task"], json.dumps(config["task_options"]))
         for key in ("lr", "d_model", "n_layers", "batch_size", "n_iters", "task", "model") + (
             ("n_heads",) if "n_heads" in config else ()
         ):
@@ -961,8 +971,13 @@ def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
         f"confirmed {np.mean(tests):.3f} ± {np.std(tests, ddof=1):.3f} over 2 seeds (candidate {chosen + 1})"
         in out.stdout
     )
+    # Crowned only past chance over its two seeds (report.answer_lines): 100 steps may not get there.
     assert (
-        f"[launch] answer on tiny: lstm generalizes best, test_acc_at_best {np.mean(tests):.3f}" in out.stdout
+        re.search(
+            r"\[launch\] answer on tiny: (lstm generalizes best, test_acc_at_best|no model generalizes "
+            rf"beyond chance, test_acc_at_best lstm) {np.mean(tests):.3f}",
+            out.stdout,
+        )
         and "; each pair's confirmed candidate, the mean over its seeds (lstm 2), at this launch's scale"
         in out.stdout
     ), out.stdout[-3000:]

@@ -2,9 +2,13 @@
 
 import collections
 import dataclasses
+import functools
+import importlib
 import itertools
 import math
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +32,7 @@ from trainables.tasks import (
     sort_of_clevr,
     task_config,
 )
+from trainables.tasks.base import Split, Task
 
 SPLITS = ("train", "iid_valid", "ood_valid", "test")
 
@@ -625,3 +630,74 @@ def test_a_small_copy_of_sort_of_clevr_has_about_the_rows_asked():
 def test_the_scores_named_without_torch_are_every_kinds_scores():
     """trainables.scores (read by the commands that import no torch) names what the kinds report."""
     assert set(SCORES) == {score for kind in KINDS.values() for score in kind.scores}
+
+
+GENERATOR = '''
+import numpy as np
+from trainables.kinds import SEQUENCE_CLASSIFICATION
+from trainables.tasks.base import Split, Task
+
+
+def build(config):
+    """A generator whose output is its constant: {value}."""
+    arrays = {{"tokens": np.full((4, 3), {value}, np.int16), "depths": np.ones(4, np.int16)}}
+    return Task(name="fake", kind=SEQUENCE_CLASSIFICATION, splits={{"train": Split(arrays)}})
+'''
+
+
+def load_fake(folder: Path, value: int, config) -> Task:
+    """The task `cached` serves when the generator module's code makes `value`: as a new process
+    with that code would see it (the module imported afresh, the code's key computed afresh)."""
+    (folder / "fake_generator.py").write_text(GENERATOR.format(value=value))
+    sys.modules.pop("fake_generator", None)
+    base.generator_code.cache_clear()
+    module = importlib.import_module("fake_generator")
+    return base.cached("fake", config, functools.partial(module.build, config))
+
+
+def test_a_changed_generator_never_reads_what_the_old_one_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = ctl.CTLConfig()  # the same config throughout: only the generator's code changes
+    try:
+        old = load_fake(tmp_path, 1, config)
+        new = load_fake(tmp_path, 2, config)
+        assert int(old.splits["train"].tokens[0, 0]) == 1 and int(new.splits["train"].tokens[0, 0]) == 2
+        assert old.data_hash != new.data_hash
+        assert len(list((tmp_path / "cache").glob("fake-*.npz"))) == 2
+        # The old code back: its own file again, the same data to the bit.
+        assert load_fake(tmp_path, 1, config).data_hash == old.data_hash
+    finally:
+        sys.modules.pop("fake_generator", None)
+        base.generator_code.cache_clear()
+
+
+def test_a_reformatted_generator_keeps_its_cache_key(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    keys = []
+    for text in ("def build(config):\n    return 1\n", "# why\ndef build(config):\n\n    return (1)  # x\n"):
+        (tmp_path / "formatted_generator.py").write_text(text)
+        sys.modules.pop("formatted_generator", None)
+        base.generator_code.cache_clear()
+        importlib.import_module("formatted_generator")
+        keys.append(base.generator_code("formatted_generator"))
+    sys.modules.pop("formatted_generator", None)
+    base.generator_code.cache_clear()
+    assert keys[0] == keys[1]
+
+
+def test_the_data_hash_is_the_splits_content_and_a_drawn_batch(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path))
+    options = {"train_size": 300, "eval_size": 30, "train_depths": [1, 3]}
+    built, loaded = load_task("arithmetic", options), load_task("arithmetic", options)
+    assert built.data_hash == loaded.data_hash and len(built.data_hash) == 16
+    assert load_task("arithmetic", {**options, "seed": 1}).data_hash != built.data_hash
+    flipped = dataclasses.replace(built, splits={**built.splits})
+    tokens = built.splits["test"].tokens.copy()
+    tokens[-1, 0] += 1  # one token of one test sample
+    flipped.splits["test"] = Split({**built.splits["test"].arrays, "tokens": tokens})
+    assert flipped.data_hash != built.data_hash
+    # Tasks drawn afresh each step (PANM's): the drawer's output counts, which no split holds.
+    drawn = load_task("copy", {"eval_size": 8})
+    other_draw = dataclasses.replace(drawn, draw_train=lambda rng, n: drawn.draw_train(rng, n + 1))
+    assert drawn.data_hash != other_draw.data_hash

@@ -640,8 +640,9 @@ def run(
 
     def reported(iteration: int) -> list[dict[str, Any]]:
         metrics = [selection.metrics for selection in selections]
-        if report:
-            report(metrics, functools.partial(snapshot, learner, selections, iteration), learner.compiled)
+        if report:  # each result names the data it came from (the run's data_hash tag)
+            with_data = [{**m, "data_hash": learner.task.data_hash} for m in metrics]
+            report(with_data, functools.partial(snapshot, learner, selections, iteration), learner.compiled)
         return metrics
 
     if all(selection.ended(start) for selection in selections):

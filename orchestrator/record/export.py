@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .runs import CONFIG_TAG, DATA_VERSION_TAG, DIVERGED_AT_TAG, STATUS_TAG, launch_trial_runs
+from .runs import CONFIG_TAG, DATA_HASH_TAG, DIVERGED_AT_TAG, STATUS_TAG, launch_trial_runs
 
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
@@ -29,7 +29,7 @@ TAGS = (
     "seed",
     "member",
     "code_version",
-    DATA_VERSION_TAG,
+    DATA_HASH_TAG,
     "device",
     "compile",
     "bf16",

@@ -17,7 +17,6 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from trainables import GENERATOR_VERSION
 from trainables.scores import SCORES
 
 from .stores import client, store_exists
@@ -28,15 +27,18 @@ STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | 
 DIVERGED_AT_TAG = "diverged_at"  # the iteration by which a diverged run's loss was NaN or infinite
 
 
+ERROR_TAG = "error"  # a failed run's traceback (its end: MLflow caps a tag's length); error_line reads it
+
+
 ENDED = ("completed", "diverged", "failed")  # how a run ends on its own: what a cell's seeds came to
 
 
 CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchestrator best` writes out
 
 
-DATA_VERSION_TAG = (
-    "data_version"  # trainables.GENERATOR_VERSION: the tasks' data a run trained and was tested on
-)
+# Task.data_hash: the data a run trained and was tested on, under this key in its trial's results
+# (trainables.train.run's reports) and as its run's tag.
+DATA_HASH_TAG = "data_hash"
 
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -44,6 +46,12 @@ MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
 # In a restored trial's first result: the evaluations its checkpoint holds, as JSON.
 REPLAY_KEY = "replayed_evaluations"
+
+
+def error_line(traceback: str) -> str:
+    """A traceback's last line, which names the error ("RuntimeError: ..."), cut to 300 characters."""
+    lines = [line.strip() for line in traceback.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 @functools.lru_cache(maxsize=1)  # one git call per driver, not two per trial
@@ -68,13 +76,11 @@ def git_state() -> tuple[str, bool]:
 
 def code_tags() -> dict[str, str]:
     """`code_version` (short commit, -dirty when tracked files changed) and MLflow's own git tag,
-    which its UI shows and links; `data_version`, the task generators' (a launch compared with one
-    on other data says so)."""
-    data = {DATA_VERSION_TAG: str(GENERATOR_VERSION)}
+    which its UI shows and links. A trial's data hash comes with its first result (DATA_HASH_TAG)."""
     sha, dirty = git_state()
     if not sha:
-        return {"code_version": "unknown", **data}
-    return {"code_version": sha[:7] + ("-dirty" if dirty else ""), "mlflow.source.git.commit": sha, **data}
+        return {"code_version": "unknown"}
+    return {"code_version": sha[:7] + ("-dirty" if dirty else ""), "mlflow.source.git.commit": sha}
 
 
 def artifact_root(uri: str, records: Path) -> str | None:

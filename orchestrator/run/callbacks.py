@@ -24,6 +24,7 @@ from ray.tune import Callback
 from ..record.retries import store_outage
 from ..record.runs import (
     CONFIG_TAG,
+    DATA_HASH_TAG,
     DIVERGED_AT_TAG,
     MAX_BATCH,
     REPLAY_KEY,
@@ -229,9 +230,11 @@ class TrialTracker(Callback):
             self.log_evaluation(run_id, member_result(result, member))
             # Once per run and driver, and again where they change: a resumed trial may land
             # elsewhere, a stack whose compiled step failed goes on uncompiled.
+            own = member_result(result, member)
             where = {
                 "node": result.get("hostname", ""),
                 **{key: result.get(key, "") for key in ("node_ip", "device", "node_id", "compile", "bf16")},
+                **({DATA_HASH_TAG: own[DATA_HASH_TAG]} if DATA_HASH_TAG in own else {}),
             }
             if self.located.get(run_id) != where:
                 self.located[run_id] = where

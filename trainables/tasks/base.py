@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import contextlib
 import dataclasses
 import fcntl
 import functools
 import hashlib
+import inspect
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,8 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from .. import GENERATOR_VERSION
 
 if TYPE_CHECKING:  # kinds imports torch; a task's cache and sizes do without it (the CLI's fast paths)
     from ..kinds import Kind
@@ -188,6 +189,23 @@ class Task:
     def test_splits(self) -> list[str]:
         return [s for s in self.splits if s.startswith("test")]
 
+    @functools.cached_property
+    def data_hash(self) -> str:
+        """16 hex digits of what a run trains and is tested on: every split's arrays (name, dtype,
+        shape, bytes), and for a task drawn afresh each step a batch drawn at a fixed seed, the
+        generator's output that no stored split holds. Runs of one task config pool or compare only
+        where these agree (docs/guide/tracking.md#data)."""
+        digest = hashlib.sha256()
+        splits = dict(self.splits)
+        if self.draw_train is not None:
+            splits["drawn_train"] = self.draw_train(np.random.default_rng(0), 16)
+        for name in sorted(splits):
+            for key, array in sorted(splits[name].arrays.items()):
+                array = np.ascontiguousarray(array)
+                digest.update(f"{name}.{key}:{array.dtype.str}:{array.shape}".encode())
+                digest.update(array.tobytes())
+        return digest.hexdigest()[:16]
+
     def decode(self, ids: Sequence[int]) -> list[str]:
         return [self.vocab[i] for i in ids]
 
@@ -290,14 +308,23 @@ def throwaway_data_cache() -> Iterator[None]:
                 os.environ[CACHE_ENV] = before
 
 
+@functools.cache
+def generator_code(module: str) -> str:
+    """16 hex digits of the code that makes a task's data: its module's and this one's syntax trees,
+    so that a changed generator never reads what the old one cached (a comment or a reformat leaves
+    the key as it was)."""
+    trees = [ast.dump(ast.parse(inspect.getsource(sys.modules[name]))) for name in sorted({module, __name__})]
+    return hashlib.sha256("\n".join(trees).encode()).hexdigest()[:16]
+
+
 def cached(name: str, config, build: Callable[[], Task]) -> Task:
     """Load a generated task from disk, or build and store it.
 
-    Keyed by the task's full config and the generator version; written atomically, so a reader never
-    sees a half-written file, even from another machine sharing the folder."""
-    key_src = json.dumps(
-        {"name": name, "config": dataclasses.asdict(config), "v": GENERATOR_VERSION}, sort_keys=True
-    )
+    Keyed by the task's full config and the code of its generator (`build`'s module); written
+    atomically, so a reader never sees a half-written file, even from another machine sharing the
+    folder."""
+    code = generator_code(getattr(build, "func", build).__module__)
+    key_src = json.dumps({"name": name, "config": dataclasses.asdict(config), "code": code}, sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     path = cache_dir() / f"{name}-{key}.npz"
     if not path.exists():
