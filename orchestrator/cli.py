@@ -946,7 +946,7 @@ def add_board_command(sub) -> None:
     text = (
         "the reproduction board: each claim of the three papers with the best evidence of every finished "
         "launch under --storage-path and a verdict (reproduced, ordering shown, not shown at this scale, "
-        "contradicted, not run), as Markdown and HTML, logged to MLflow"
+        "not reproduced at the paper's scale, contradicted, not run), as Markdown and HTML, logged to MLflow"
     )
     p = sub.add_parser("board", help=text, description=text)
     p.add_argument("--storage-path", default="runs", help="where launches live (default: runs)")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.cli import main
+from orchestrator.cli import main, nightly_files
 from orchestrator.record import runs, stores
 from orchestrator.record.runs import artifact_root
 from orchestrator.record.state import LaunchState
@@ -159,7 +159,7 @@ def test_the_board_is_logged_to_mlflow_and_its_page_links_each_launch(tmp_path, 
 def evidence_of(rows: dict, paper_scale: bool = False) -> board.Evidence:
     """Evidence of one launch with a better side `ndr` against `transformer`: rows[model] -> (seeds'
     values, p of our seeds against the paper's number or None)."""
-    launch = board.Launch("l", 0.0, 1.0, Path("report.html"), "", 0.05, "welch")
+    launch = board.Launch("l", 0.0, 1.0, Path("report.html"), "", "welch")
     made = {
         model: board.Row(
             launch=launch,
@@ -199,6 +199,51 @@ def test_a_verdict_follows_the_scale_the_order_and_the_papers_numbers():
     assert board.decide(evidence_of(reversed_))[0] == "not shown at this scale"
     assert board.decide(evidence_of(reversed_, paper_scale=True))[0] == "contradicted"
     assert board.decide(None)[0] == "not run"
+
+
+def test_at_the_papers_scale_an_order_not_significant_is_not_reproduced_and_says_its_p():
+    """At the paper's steps (ESBN: 3,000 of 3,000) an order within noise is no smaller scale's
+    "not shown": the paper's scale was reached and the claim did not hold there."""
+    noise = {"ndr": ([0.5, 0.3, 0.7], None), "transformer": ([0.4, 0.6, 0.45], None)}
+    p = stats.two_sided_p([0.5, 0.3, 0.7], [0.4, 0.6, 0.45])
+    assert board.decide(evidence_of(noise, paper_scale=True)) == (
+        "not reproduced at the paper's scale",
+        "at the paper's scale, the claimed order not significant at 0.05: "
+        f"ndr against transformer, p = {p:.3g}",
+    )
+    behind = {"ndr": ([0.4, 0.6, 0.45], None), "transformer": ([0.5, 0.3, 0.7], None)}
+    verdict, why = board.decide(evidence_of(behind, paper_scale=True))
+    assert verdict == "not reproduced at the paper's scale" and why.endswith(f"p = {p:.3g}, reversed")
+    solved = {"ndr": ([1.0, 1.0, 1.0], None), "transformer": ([1.0, 1.0, 1.0], None)}  # ESBN same/different
+    assert board.decide(evidence_of(solved, paper_scale=True))[1].endswith("p = 1, tied")
+    assert "not reproduced at the paper's scale" in board.VERDICTS
+
+
+def test_a_claims_verdict_does_not_depend_on_how_many_checks_share_its_nightly_file(tmp_path, uri):
+    """The same CTL night, alone in its nightly file and as one of eight (whose regression check
+    runs each at alpha / 8): NDR ahead at p = 0.03 shows the order in both, at the board's 0.05."""
+    scores = {"ndr": [0.5, 0.6, 0.7], "transformer": [0.3, 0.35, 0.4]}
+    assert 0.05 / 8 < stats.two_sided_p(scores["ndr"], scores["transformer"]) < 0.05
+    for name in [f"other{k}" for k in range(7)] + ["ctl"]:
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(ctl_ablation(n_iters=20)))
+    found = {}
+    for checks in (["ctl.yaml"], ["ctl.yaml"] + [f"other{k}.yaml" for k in range(7)]):
+        nightly = tmp_path / f"nightly-{len(checks)}.yaml"
+        nightly.write_text(yaml.safe_dump({"ablations": checks}))
+        (file, text), *_ = nightly_files(str(nightly))
+        spec = yaml.safe_load(text) if text else yaml.safe_load(Path(file).read_text())
+        state = plant(tmp_path, uri, f"ctl-night-{len(checks)}", spec, scores)
+        assert state.study().report.alpha == 0.05 / len(checks)
+        context = board.build(tmp_path / "runs", [state], tmp_path / "runs" / "board")
+        (entry,) = [
+            e for paper in context["papers"] for e in paper["claims"] if e["claim"].id == "ndr-t1-ctl"
+        ]
+        found[len(checks)] = (entry["verdict"], entry["why"])
+    assert (
+        found[1]
+        == found[8]
+        == ("ordering shown", "in the claimed order, p < 0.05 for every pair, at a smaller scale")
+    )
 
 
 def test_every_published_table_has_a_claim_naming_our_models_tasks_and_their_keys():

@@ -683,7 +683,7 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
         "answer on copy: panm generalizes best, test_x2_token_acc_at_best 0.840 (+0.740 from chance, 0.100) "
         "vs lstm_seq2seq 0.360; each pair's confirmed candidate, the mean over its seeds (panm 3, "
         f"lstm_seq2seq 3); panm against lstm_seq2seq: p = {p_value:.3g} (welch, "
-        "two-sided), at this launch's scale"
+        "two-sided, alpha 0.05), at this launch's scale"
     )
     reported = {
         p.name: {"best_metrics": {"test_x2_token_acc_at_best": 0.5}, "best_config": p.base}
@@ -715,6 +715,91 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
         )
         lines = answer(load_study(file), [(0.5, {"lr": 3.0e-4, "n_layers": 8})])
         assert lines[1:] == [f"  at full scale the papers report: {', '.join(paper)}"] * bool(paper), lines
+
+
+def confirmed_answer(study, seeds: dict) -> str:
+    """The answer line of `study` where each model's confirmed candidate scored seeds[model]."""
+    from orchestrator.report.report import answer_lines
+
+    metric = study.headline
+    summaries = {
+        p.name: {
+            "best_metrics": {metric: max(seeds[p.model])},
+            "best_config": p.base,
+            "confirmed": {"splits": {metric: seeds[p.model]}, "config": p.base},
+        }
+        for p in study.pairs
+    }
+    return answer_lines(study, summaries)[0]
+
+
+def ctl_search(tmp_path, models: list[str]):
+    from orchestrator.plan.spec import load_study
+
+    file = tmp_path / "ctl.yaml"
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "ctl",
+                "metric": "best_ood_valid_acc",
+                "models": models,
+                "tasks": [{"task": "ctl", "variant": "ctl_backward", "options": {"direction": "backward"}}],
+                "space": {"lr": {"loguniform": [1.0e-4, 1.0e-3]}},
+                "budget": {"trials": 2},
+            }
+        )
+    )
+    return load_study(file)
+
+
+def test_an_answer_where_every_model_is_at_chance_crowns_none_and_still_lists_the_means(tmp_path):
+    """Three models over three seeds each, none past CTL's chance (0.125) by a one-sided test at the
+    report's alpha: the first words say so, the means follow, the top one's beside chance."""
+    study = ctl_search(tmp_path, ["ndr", "lstm", "transformer"])
+    seeds = {"ndr": [0.105, 0.135, 0.165], "lstm": [0.11, 0.127, 0.144], "transformer": [0.1, 0.12, 0.14]}
+    assert all(stats.beyond_chance_p(v, 0.125) >= 0.05 for v in seeds.values())
+    p_value = stats.two_sided_p(seeds["ndr"], seeds["lstm"])
+    assert confirmed_answer(study, seeds) == (
+        "answer on ctl_backward: no model generalizes beyond chance, test_acc_at_best ndr 0.135 "
+        "(+0.010 from chance, 0.125) vs lstm 0.127, transformer 0.120; each pair's confirmed candidate, "
+        f"the mean over its seeds (ndr 3, lstm 3, transformer 3); ndr against lstm: p = {p_value:.3g} "
+        "(welch, two-sided, alpha 0.05), at this launch's scale"
+    )
+    # Each pair's best trial: one score a model, so only a score short of chance counts as chance.
+    from orchestrator.report.report import answer_lines
+
+    best = {"ndr": 0.123, "lstm": 0.12, "transformer": 0.11}
+    summaries = {
+        p.name: {"best_metrics": {study.headline: best[p.model]}, "best_config": p.base} for p in study.pairs
+    }
+    assert answer_lines(study, summaries)[0] == (
+        "answer on ctl_backward: no model generalizes beyond chance, test_acc_at_best ndr 0.123 "
+        "(-0.002 from chance, 0.125) vs lstm 0.120, transformer 0.110; each pair's best trial, "
+        "at this launch's scale"
+    )
+
+
+def test_an_answer_crowns_a_winner_only_where_it_beats_the_runner_up_at_the_reports_alpha(tmp_path):
+    """Both past chance but not apart at alpha: "no significant difference" between the top two,
+    means listed; the same seeds at a file's alpha above their p, and a real winner, are crowned."""
+    study = ctl_search(tmp_path, ["ndr", "transformer"])
+    close = {"ndr": [0.8, 0.9, 1.0], "transformer": [0.75, 0.85, 0.95]}
+    p_value = stats.two_sided_p(close["ndr"], close["transformer"])
+    assert 0.05 < p_value < 0.9
+    assert confirmed_answer(study, close).startswith(
+        "answer on ctl_backward: no significant difference between ndr and transformer, test_acc_at_best "
+        "ndr 0.900 (+0.775 from chance, 0.125) vs transformer 0.850; each pair's confirmed candidate"
+    )
+    lenient = dataclasses.replace(study, report=dataclasses.replace(study.report, alpha=0.9))
+    assert confirmed_answer(lenient, close).startswith(
+        "answer on ctl_backward: ndr generalizes best, test_acc_at_best 0.900 (+0.775 from chance, 0.125) "
+        "vs transformer 0.850; "
+    )
+    apart = {"ndr": [0.98, 0.99, 1.0], "transformer": [0.12, 0.13, 0.14]}  # the runner-up at chance
+    assert confirmed_answer(study, apart).startswith(
+        "answer on ctl_backward: ndr generalizes best, test_acc_at_best 0.990 (+0.865 from chance, 0.125) "
+        "vs transformer 0.130; "
+    )
 
 
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():

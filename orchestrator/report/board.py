@@ -5,7 +5,8 @@ A claim says that each model of `better` beats each of `than` on one column. A l
 for it where it has a row (a cell over seeds: an ablation's cell, a search's best candidate) of the
 claim's task and options for a `better` model and for at least one `than` model; the statistics are
 the reports' (report.cell_rows: mean, Student-t interval, the paper's number and our seeds tested
-against it; stats.two_sided_p between the sides, at the launch's own test and alpha).
+against it; stats.two_sided_p between the sides, by the launch's own test). Each claim is decided on
+its own at ALPHA, whatever launch or nightly file its evidence came from.
 """
 
 from __future__ import annotations
@@ -38,7 +39,17 @@ CLAIMS = Path(__file__).with_name("claims.yaml")
 TEMPLATES = Path(__file__).with_name("templates")
 CPU_CHECK_MINUTES = 15  # what a check of deploy/nightly-cpu.yaml may take on 2 cores; longer is said
 LEARNED_WITHIN = 0.05  # a model learned its training distribution within this of the paper's IID score
-VERDICTS = ("reproduced", "ordering shown", "not shown at this scale", "contradicted", "not run")
+# Every claim's level, for each of its comparisons and each model against the paper's number: not a
+# launch's report.alpha, which a nightly file of k checks divides by k for its regressions.
+ALPHA = 0.05
+VERDICTS = (
+    "reproduced",
+    "ordering shown",
+    "not shown at this scale",
+    "not reproduced at the paper's scale",
+    "contradicted",
+    "not run",
+)
 CLAIM_KEYS = {"id", "paper", "table", "says", "column", "better", "than"}
 COLUMN_KEYS = {"task", "options", "split", "score", "when"}
 
@@ -143,8 +154,7 @@ class Launch:
     minutes: float | None
     report: Path
     mlflow_link: str
-    alpha: float  # the launch's report settings: its level and test across seeds
-    test: str
+    test: str  # the launch's test across seeds (report.test)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +212,6 @@ def launch_info(state: LaunchState, mlflow, study, ui_url: str | None) -> Launch
         minutes=(end - start) / 60_000 if end else None,
         report=state.dir / "report" / "report.html",
         mlflow_link=f"{ui}/#/experiments/{parent.info.experiment_id}/runs/{state.parent_run_id}",
-        alpha=study.report.alpha,
         test=study.report.test,
     )
 
@@ -306,28 +315,39 @@ def evidence(claim: Claim, rows: list[Row]) -> Evidence | None:
     return Evidence(launch, tuple({id(r): r for r in better + than}.values()), tuple(comparisons))
 
 
+def not_significant(e: Evidence) -> str:
+    """The comparisons of `e` not shown in the claimed order at p < ALPHA, each with its p."""
+    out = []
+    for b, t, p, right in e.comparisons:
+        if not (right and p is not None and p < ALPHA):
+            tested = "under two seeds a side, untested" if p is None else f"p = {p:.3g}"
+            order = "" if right else ", tied" if b.summary.mean == t.summary.mean else ", reversed"
+            out.append(f"{b.label} against {t.label}, {tested}{order}")
+    return "; ".join(out)
+
+
 def decide(e: Evidence | None) -> tuple[str, str]:
-    """(verdict, why) from the best evidence, by the reports' statistics at the launch's alpha."""
+    """(verdict, why) from the best evidence, by the reports' statistics at the board's ALPHA."""
     if e is None:
         return "not run", "no finished launch ran the claim's models on its column"
-    alpha = e.launch.alpha
-    shown = [p is not None and p < alpha and right for _, _, p, right in e.comparisons]
-    reversed_ = [p is not None and p < alpha and not right for _, _, p, right in e.comparisons]
+    shown = [p is not None and p < ALPHA and right for _, _, p, right in e.comparisons]
+    reversed_ = [p is not None and p < ALPHA and not right for _, _, p, right in e.comparisons]
     if all(r.paper_scale for r in e.rows):
-        off = [r for r in e.rows if r.vs_paper is not None and r.vs_paper < alpha]
+        off = [r for r in e.rows if r.vs_paper is not None and r.vs_paper < ALPHA]
         if off or any(reversed_):
             what = (
                 f"{', '.join(r.model for r in off)} unlike the paper's number"
                 if off
                 else "the order reversed"
             )
-            return "contradicted", f"at the paper's scale, {what} (p < {alpha:g})"
+            return "contradicted", f"at the paper's scale, {what} (p < {ALPHA:g})"
         printed = all(b.vs_paper is not None and t.vs_paper is not None for b, t, _, _ in e.comparisons)
         if all(right for *_, right in e.comparisons) and (printed or all(shown)):
             return "reproduced", "at the paper's scale, within the published numbers and in the claimed order"
-        return "not shown at this scale", "at the paper's scale, the order is not significant"
+        why = f"at the paper's scale, the claimed order not significant at {ALPHA:g}: {not_significant(e)}"
+        return "not reproduced at the paper's scale", why
     if all(shown):
-        return "ordering shown", f"in the claimed order, p < {alpha:g} for every pair, at a smaller scale"
+        return "ordering shown", f"in the claimed order, p < {ALPHA:g} for every pair, at a smaller scale"
     shares = [r.share for r in e.rows if r.share is not None]
     ran = f"{min(shares):.0%} of the paper's steps" if shares else "the paper's steps unknown"
     few = "; under two seeds a side, no test" if any(p is None for _, _, p, _ in e.comparisons) else ""
@@ -382,6 +402,7 @@ def build(
             for paper in dict.fromkeys(c.paper for c in claims)
         ],
         "minutes": CPU_CHECK_MINUTES,
+        "alpha": ALPHA,
     }
 
 
@@ -413,7 +434,8 @@ def log_board(tracking_uri: str, paths: list[Path], counts: dict) -> None:
     experiment_id = experiment.experiment_id if experiment else mlflow.create_experiment("board")
     run = mlflow.create_run(experiment_id, run_name=f"board {datetime.datetime.now():%Y-%m-%d %H:%M}")
     for verdict, n in counts.items():
-        mlflow.log_metric(run.info.run_id, f"claims {verdict}", n)
+        name = "claims " + verdict.replace("'", "")  # MLflow's metric names allow no apostrophe
+        mlflow.log_metric(run.info.run_id, name, n)
     for path in paths:
         mlflow.log_artifact(run.info.run_id, str(path))
     mlflow.set_terminated(run.info.run_id)

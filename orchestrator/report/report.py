@@ -552,7 +552,18 @@ def scored_pairs(
     return scored
 
 
-def answer_basis(study, scored: list, seeds: dict, confirmed: bool) -> str:
+def winner_p(study, scored: list, seeds: dict, confirmed: bool) -> float | None:
+    """The two-sided p of the winner against the runner-up across their confirmed seeds (report.test);
+    None where untested: each pair's best trial, one pair, or a side of one seed."""
+    if not confirmed or len(scored) < 2:
+        return None
+    winner, runner_up = seeds[scored[0][0].name], seeds[scored[1][0].name]
+    if min(len(winner), len(runner_up)) < 2:
+        return None
+    return stats.two_sided_p(winner, runner_up, study.report.test)
+
+
+def answer_basis(study, scored: list, seeds: dict, confirmed: bool, p_value: float | None) -> str:
     """What the answer compared: each pair's best trial, or its confirmed candidate over seeds with
     the test of the winner against the runner-up."""
     if not confirmed:
@@ -562,13 +573,33 @@ def answer_basis(study, scored: list, seeds: dict, confirmed: bool) -> str:
         + ", ".join(f"{p.model} {len(seeds[p.name])}" for p, _, _ in scored)
         + ")"
     )
-    winner, runner_up = scored[0][0], scored[1][0] if len(scored) > 1 else None
-    if runner_up and min(len(seeds[winner.name]), len(seeds[runner_up.name])) > 1:
-        p_value = stats.two_sided_p(seeds[winner.name], seeds[runner_up.name], study.report.test)
+    if p_value is not None:
         basis += (
-            f"; {winner.model} against {runner_up.model}: p = {p_value:.3g} ({study.report.test}, two-sided)"
+            f"; {scored[0][0].model} against {scored[1][0].model}: p = {p_value:.3g} "
+            f"({study.report.test}, two-sided, alpha {study.report.alpha:g})"
         )
     return basis
+
+
+def beyond_chance(study, values: list[float], chance: float, metric: str) -> bool:
+    """Whether a model's score is past chance: over seeds, by the report's test, one-sided, at its
+    alpha; a single trial cannot be tested, so only a score at or short of chance counts as chance."""
+    low = lower_is_better(metric)
+    if len(values) < 2:
+        return values[0] < chance if low else values[0] > chance
+    return stats.beyond_chance_p(values, chance, low, study.report.test) < study.report.alpha
+
+
+def no_winner(study, scored: list, values: dict, chance: float | None, p_value: float | None) -> str | None:
+    """The answer's first words where it crowns no model: none passes chance, or the top two do not
+    differ at the report's alpha; None where the top one generalizes best."""
+    if chance is not None and not any(
+        beyond_chance(study, values[pair.name], chance, study.headline) for pair, _, _ in scored
+    ):
+        return "no model generalizes beyond chance"
+    if p_value is not None and p_value >= study.report.alpha:
+        return f"no significant difference between {scored[0][0].model} and {scored[1][0].model}"
+    return None
 
 
 def tie_words(study, winner, summaries: dict) -> str:
@@ -581,11 +612,30 @@ def tie_words(study, winner, summaries: dict) -> str:
     )
 
 
+def variant_answer(study, variant: str, scored: list, seeds: dict, confirmed: bool) -> str:
+    """A task's answer line: the winner, or why none (no_winner), then every model's score, the top
+    one's beside chance, and what was compared."""
+    metric = study.headline
+    (winner, value, _), chance = scored[0], plots.chance_level(scored[0][0].chance(study.score))
+    values = {pair.name: seeds[pair.name] if confirmed else [score] for pair, score, _ in scored}
+    p_value = winner_p(study, scored, seeds, confirmed)
+    doubt = no_winner(study, scored, values, chance, p_value)
+    words, named = (doubt, f"{winner.model} ") if doubt else (f"{winner.model} generalizes best", "")
+    versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
+    return (
+        f"answer on {variant}: {words}, {metric} {named}{value:.3f}"
+        + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
+        + (f" vs {versus}" if versus else "")
+        + f"; {answer_basis(study, scored, seeds, confirmed, p_value)}, at this launch's scale"
+    )
+
+
 def answer_lines(study, summaries: dict) -> list[str]:
     """What a search's summary means, per task: which model generalizes best on the file's headline
-    test split (report.headline), how far each is from chance, and what the papers report for the
-    same split at full scale (a line of its own, indented). Where every pair's search was confirmed,
-    by its confirmed candidate's mean over seeds, with the file's test (report.test) of the winner
+    test split (report.headline), or that none passes chance or the top two do not differ
+    (no_winner), how far the top one is from chance, and what the papers report for the same
+    split at full scale (a line of its own, indented). Where every pair's search was confirmed, by
+    its confirmed candidate's mean over seeds, with the file's test (report.test) of the winner
     against the runner-up; else by each pair's best trial. The launch's closing lines and the
     report's first section."""
     metric = study.headline
@@ -603,14 +653,9 @@ def answer_lines(study, summaries: dict) -> list[str]:
             lines.append(f"no answer on {variant}: no pair's best trial reported {metric}")
             continue
         scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
-        (winner, value, _), chance = scored[0], plots.chance_level(scored[0][0].chance(study.score))
-        versus = ", ".join(f"{pair.model} {other:.3f}" for pair, other, _ in scored[1:])
         lines.append(
-            f"answer on {variant}: {winner.model} generalizes best, {metric} {value:.3f}"
-            + (f" ({value - chance:+.3f} from chance, {chance:.3f})" if chance is not None else "")
-            + (f" vs {versus}" if versus else "")
-            + f"; {answer_basis(study, scored, seeds, confirmed)}, at this launch's scale"
-            + ("" if confirmed else tie_words(study, winner, summaries))
+            variant_answer(study, variant, scored, seeds, confirmed)
+            + ("" if confirmed else tie_words(study, scored[0][0], summaries))
         )
         papers = [
             f"{pair.model} {paper['mean']:.2f} "

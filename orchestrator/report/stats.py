@@ -114,6 +114,12 @@ def worse_p_value(now, before, lower_is_better: bool = False, test: str = "welch
         return float(stats.ttest_ind(now, before, equal_var=False, alternative=alternative).pvalue)
 
 
+def beyond_chance_p(values, level: float, lower_is_better: bool = False, test: str = "welch") -> float:
+    """One-sided p-value of "these seeds score better than chance (`level`)": the seeds against
+    `level` as a side of as many seeds that never varies (Welch's test is then Student's one-sample t)."""
+    return worse_p_value([level] * len(values), values, lower_is_better, test)
+
+
 def two_sided_p(values, baseline, test: str = "welch") -> float:
     """p-value of "this cell differs from the baseline cell" across seeds."""
     from scipy import stats  # noqa: PLC0415 - 3 s of imports, paid only when a statistic is computed
