@@ -39,7 +39,7 @@ EXIT_STATUSES = {
     0: "done (a launch: finished, every trial completed)",
     1: "a regression flagged (`report --compare`, `nightly`); a trial `train` ran did not complete",
     2: "bad input: one line naming the file, key and reason; nothing launched or written",
-    3: "a launch finished, but some trials failed after their retries (the answer comes from the rest)",
+    3: "a launch finished and answered, but trials failed, or every run of a pair diverged or failed",
     4: "a store (MLflow's, Optuna's, trial storage) stayed unreachable: `orchestrator resume` continues",
     130: "stopped by Ctrl-C (or SIGTERM): `orchestrator resume` continues",
 }

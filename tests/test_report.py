@@ -1207,7 +1207,7 @@ def test_a_lost_trials_replacement_is_reported_under_its_runs_number(tmp_path, u
             if re.match(r"\| (\*\*)?\d", line)
         ]
         assert [row[:2] for row in rows] == [[n, lr] for n, lr in zip(shown, ("0.0001", "0.0003", "0.0008"))]
-        assert rows[2][3:] == ["diverged", "15"]  # where it stopped
+        assert rows[2][3:] == ["diverged at step 15", "15"]  # where it stopped
 
 
 def test_a_results_folder_moved_with_its_store_is_read_and_reported_where_it_is_now(tmp_path):

@@ -377,7 +377,7 @@ def test_a_trial_that_fails_for_good_is_recorded_and_the_exit_status_says_so(tmp
     out = (tmp_path / "driver.log").read_text()
     assert code == 3, out[-3000:]
     assert sum(" failed for good" in line for line in out.splitlines()) == 1, out[-3000:]
-    assert "[launch] 1 run(s) failed after 0 retries" in out and "best/tiny__ndr.yaml" in out
+    assert "[launch] 1 run(s) failed: " in out and "best/tiny__ndr.yaml" in out
     # Ours, and Ray's notice of the worker process it lost (as of a node it marks dead).
     foreign = [
         line

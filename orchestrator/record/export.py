@@ -10,11 +10,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from .runs import CONFIG_TAG, DATA_HASH_TAG, DIVERGED_AT_TAG, STATUS_TAG, launch_trial_runs
+from .runs import (
+    CONFIG_TAG,
+    DATA_HASH_TAG,
+    DIVERGED_AT_TAG,
+    ERROR_TAG,
+    STATUS_TAG,
+    error_line,
+    launch_trial_runs,
+)
 
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
-# then how it ran (its device, and the compile and bf16 that `auto` chose there).
+# then how it ran (its device, and the compile and bf16 that `auto` chose there). A failed run's
+# error is its last line (the traceback is its MLflow run's tag).
 TAGS = (
     "trial_id",
     "pair",
@@ -24,6 +33,7 @@ TAGS = (
     "phase",
     STATUS_TAG,
     DIVERGED_AT_TAG,
+    ERROR_TAG,
     "cell",
     "candidate",
     "seed",
@@ -73,6 +83,7 @@ def launch_frame(state) -> pd.DataFrame:
                 if run.info.end_time
                 else pd.NaT,
                 **{tag: tags[tag] for tag in TAGS if tag in tags},
+                **({ERROR_TAG: error_line(tags[ERROR_TAG])} if ERROR_TAG in tags else {}),
                 "params": json.loads(tags.get(CONFIG_TAG, "{}")),
                 "metrics": run.data.metrics,
             }

@@ -8,11 +8,22 @@ import math
 import re
 import statistics
 import time
+from collections import Counter
 
 from trainables.scores import LOWER_IS_BETTER
 
 from .ranking import Ranking
-from .runs import CONFIG_TAG, ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs, pair_run
+from .runs import (
+    CONFIG_TAG,
+    DIVERGED_AT_TAG,
+    ENDED,
+    ERROR_TAG,
+    MAX_BATCH,
+    STATUS_TAG,
+    error_line,
+    launch_trial_runs,
+    pair_run,
+)
 from .stores import client
 
 
@@ -115,6 +126,33 @@ def may_answer(status: str) -> bool:
     return kind_of(status) in ANSWERING
 
 
+def fell(kinds: dict[str, int]) -> bool:
+    """Whether runs counted by kind_of (a pair's, of one phase) all diverged or failed."""
+    return kinds.get("failed", 0) > 0 and not any(kinds.get(k, 0) for k in ("done", "stopped", "running"))
+
+
+def fallen_pairs(runs) -> list[str]:
+    """The pairs of a launch (`runs`: its trial runs) of which every run of a phase diverged or failed."""
+    kinds: dict[tuple[str, str], Counter] = {}
+    for run in runs:
+        kind = status_kind(run)
+        if kind is not None:
+            where = (run.data.tags.get("pair", "?"), run.data.tags.get("phase", "search"))
+            kinds.setdefault(where, Counter())[kind] += 1
+    return sorted({pair for (pair, _), counted in kinds.items() if fell(counted)})
+
+
+def outcome_text(tags: dict[str, str]) -> str:
+    """How a trial run ended, by its tags, in words: its status, "diverged at step 60", or
+    "failed (RuntimeError: ...)" with its error's last line."""
+    status = tags.get(STATUS_TAG, "running")
+    if status == "diverged" and DIVERGED_AT_TAG in tags:
+        return f"diverged at step {tags[DIVERGED_AT_TAG]}"
+    if status == "failed" and error_line(tags.get(ERROR_TAG, "")):
+        return f"failed ({error_line(tags[ERROR_TAG])})"
+    return status
+
+
 def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> tuple[int, int]:
     """How many runs of a launch's phase ("search" or "confirm") have ended (completed, stopped
     early, diverged or failed), and of those, failed for good: a trial of stacked members counts
@@ -170,10 +208,13 @@ def empty_summary() -> dict:
 
 def count_trial(entry: dict, run, kind: str, metric: str) -> None:
     """A search trial counted into its pair's summary (`kind`: status_kind's), and kept as a
-    candidate for its best where it may answer and has a value of `metric`."""
+    candidate for its best where it may answer and has a value of `metric`, or for how the pair
+    fell (choose_fall) where it diverged or failed."""
     entry[kind] += 1
     if run.data.tags.get(STATUS_TAG) == "diverged":  # of those failed: its hyperparameters, not the cluster
         entry["diverged"] = entry.get("diverged", 0) + 1
+    if kind == "failed":
+        entry.setdefault("fallen", []).append(run)
     if metric in run.data.metrics and kind in ANSWERING:
         entry.setdefault("candidates", []).append(run)
 
@@ -194,6 +235,34 @@ def choose_best(entry: dict, ranking: Ranking, headline: str) -> None:
         best_metrics=dict(run.data.metrics),
         decided_by=choice.decided_by,
     )
+
+
+def choose_fall(entry: dict, ranking: Ranking, headline: str) -> None:
+    """Where every trial of the pair diverged or failed, `fell`: how the trial with the best score
+    before its end (ranking.Ranking's rule) ended, its `headline` test score then, and how many
+    trials fell."""
+    fallen = entry.pop("fallen", [])
+    if not fell(entry):
+        return
+    scored = [run for run in fallen if ranking.metric in run.data.metrics]
+    choice = ranking.best(scored, lambda run: run.data.metrics)
+    run = scored[choice.index] if choice else fallen[0]
+    entry["fell"] = {
+        "outcome": outcome_text(run.data.tags),
+        "test": run.data.metrics.get(headline),
+        "trials": len(fallen),
+    }
+
+
+def fall_text(model: str, fall: dict, headline: str) -> str:
+    """A pair whose every trial diverged or failed, as the answer names it: "mine diverged at step
+    60, test_acc_at_best 0.150 before it"."""
+    words = [f"{model} {fall['outcome']}"]
+    if fall.get("test") is not None:
+        words.append(f"{headline} {fall['test']:.3f} before it")
+    if fall["trials"] > 1:
+        words.append(f"the best of {fall['trials']} trials, all diverged or failed")
+    return ", ".join(words)
 
 
 def pair_summaries(
@@ -222,6 +291,7 @@ def pair_summaries(
             count_trial(entry, run, kind, metric)
     for entry in out.values():
         choose_best(entry, ranking, headline)
+        choose_fall(entry, ranking, headline)
     for pair, confirmed in confirmed_candidates(runs, metric, score, headline).items():
         out.setdefault(pair, empty_summary())
         out[pair]["confirmed"] = confirmed

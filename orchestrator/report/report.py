@@ -46,7 +46,7 @@ from ..record.runs import (
 )
 from ..record.state import baseline_nights, earlier_launches
 from ..record.stores import client
-from ..record.summaries import may_answer, metric_name, pair_summaries
+from ..record.summaries import fall_text, may_answer, metric_name, outcome_text, pair_summaries
 from . import maps, plots, stats
 from .plots import draw_chance, figure_png, pyplot, set_suptitle, set_title
 
@@ -630,6 +630,16 @@ def variant_answer(study, variant: str, scored: list, seeds: dict, confirmed: bo
     )
 
 
+def fallen_words(pairs: list, summaries: dict, metric: str) -> str:
+    """The pairs whose every trial diverged or failed, as the answer names them beside the others
+    (summaries.fall_text): "; mine diverged at step 60, test_acc_at_best 0.150 before it"."""
+    return "".join(
+        f"; {fall_text(pair.model, summaries[pair.name]['fell'], metric)}"
+        for pair in pairs
+        if summaries.get(pair.name, {}).get("fell")
+    )
+
+
 def answer_lines(study, summaries: dict) -> list[str]:
     """What a search's summary means, per task: which model generalizes best on the file's headline
     test split (report.headline), or that none passes chance or the top two do not differ
@@ -650,12 +660,16 @@ def answer_lines(study, summaries: dict) -> list[str]:
         scored = scored_pairs(pairs, variant, metric, summaries, seeds, confirmed)
         # None: no trial ended with a score, or the file's report.headline names a split the task lacks.
         if not scored:
-            lines.append(f"no answer on {variant}: no pair's best trial reported {metric}")
+            lines.append(
+                f"no answer on {variant}: no pair's best trial reported {metric}"
+                + fallen_words(pairs, summaries, metric)
+            )
             continue
         scored.sort(key=lambda e: e[1], reverse=not lower_is_better(metric))
         lines.append(
             variant_answer(study, variant, scored, seeds, confirmed)
             + ("" if confirmed else tie_words(study, scored[0][0], summaries))
+            + fallen_words(pairs, summaries, metric)
         )
         papers = [
             f"{pair.model} {paper['mean']:.2f} "
@@ -985,6 +999,7 @@ def trial_entry(run, pair, study, mlflow) -> dict | None:
         "run_id": run.info.run_id,
         "name": run.info.run_name or "",
         "status": status,
+        "outcome": outcome_text(run.data.tags),  # with where it diverged, or its error's last line
         "last_step": max(steps, default=0),
         "params": {k: config[k] for k in pair.space if k in config},
         "metric": run.data.metrics.get(study.metric),
@@ -1277,8 +1292,14 @@ def pair_section(data: LaunchData, pair, tally: Tally) -> dict:
         tally.in_both += len(set(ended) & set(ended_before))
         tally.one_sided += len(set(ended) ^ set(ended_before))
     section = {"name": pair.name, "chance": chance, "search": searched, "links": links}
-    if not len(runs):
-        return {**section, "rows": [], "metrics": [], "figures": searched["figures"] if searched else []}
+    if not len(runs):  # `ended`: how its runs ended instead, "3 diverged" (a search's trial table says more)
+        return {
+            **section,
+            "rows": [],
+            "metrics": [],
+            "ended": unfinished(sum(ended.values(), Counter())),
+            "figures": searched["figures"] if searched else [],
+        }
     runs, own_keys = answer_runs(runs, study, pair)
     metrics = table_metrics(study.score, runs.columns)
     lengths = length_metrics(runs.columns, study.score)

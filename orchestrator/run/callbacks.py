@@ -26,11 +26,13 @@ from ..record.runs import (
     CONFIG_TAG,
     DATA_HASH_TAG,
     DIVERGED_AT_TAG,
+    ERROR_TAG,
     MAX_BATCH,
     REPLAY_KEY,
     STATUS_TAG,
     code_tags,
     end_running_runs,
+    error_line,
     member_result,
     numeric_metrics,
     pair_run,
@@ -58,14 +60,17 @@ def cell_tags(trial, member: int | None = None) -> dict[str, str]:
     return {"cell": cell_name({k: v for k, v in own.items() if k != "seed"}), **tags}
 
 
-def error_line(trial) -> str:
-    """ ": <the last line of the trial's error>", from the file Tune wrote; Tune's own log of the
-    error (a traceback) is kept off the console (launch.quiet_ray)."""
+def trial_error(trial) -> str:
+    """The trial's failures as Tune wrote them to its file, each with its traceback; "" where none.
+    Tune's own log of them is kept off the console (launch.quiet_ray)."""
     path = getattr(trial, "error_file", None)
-    if not path or not os.path.exists(path):
-        return ""
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
-    return f": {lines[-1].strip()[:300]}" if lines else ""
+    return Path(path).read_text() if path and os.path.exists(path) else ""
+
+
+def error_words(error: str) -> str:
+    """ ": <the last line of the error>" for a console line; "" where there is none."""
+    line = error_line(error)
+    return f": {line}" if line else ""
 
 
 class TrialTracker(Callback):
@@ -243,9 +248,10 @@ class TrialTracker(Callback):
     def log_evaluation(self, run_id: str, result: dict) -> None:
         from mlflow.entities import Metric  # noqa: PLC0415 - MLflow: seconds, as in run_id
 
-        if result.get("status") == "diverged":
+        if result.get("status") in ("diverged", "failed"):
             # No evaluation ran: the loss went NaN or infinite since the last one, whose scores MLflow
-            # has at their own step (a stack goes on reporting a diverged member's, unchanged).
+            # has at their own step (a stack goes on reporting a diverged member's, unchanged), or the
+            # trial raised as on its try before (launch.run_trial).
             return
         step = int(result.get("iteration", result.get("training_iteration", 0)))
         if step <= self.logged_until(run_id):
@@ -260,36 +266,50 @@ class TrialTracker(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
+        last_result = trial.last_result or {}
+        if last_result.get("status") == "failed":
+            where = f"after iteration {last_result.get('iteration', 0)}"
+            print(
+                f"[launch] trial {trial.trial_id} failed again as on its try before, {where}"
+                f"{error_words(last_result.get(ERROR_TAG, ''))}; not retried (a fault of its model or "
+                "config, not of a node); its traceback is in its MLflow run's error tag",
+                flush=True,
+            )
         for member, run_id in self.run_ids(trial).items():
-            last = member_result(trial.last_result or {}, member)
+            last = member_result(last_result, member)
             status = last.get("status", "completed")
             if status == "running":
                 status = "early_stopped"  # the scheduler ended it before its budget
             if status == "diverged" and "iteration" in last:  # its metrics stop at the evaluation before
                 self.mlflow.set_tag(run_id, DIVERGED_AT_TAG, str(last["iteration"]))
+            if status == "failed":
+                self.mlflow.set_tag(run_id, ERROR_TAG, last.get(ERROR_TAG, ""))
             self.mlflow.set_tag(run_id, STATUS_TAG, status)
-            self.mlflow.set_terminated(run_id, status="FINISHED" if status != "diverged" else "FAILED")
+            self.mlflow.set_terminated(
+                run_id, status="FAILED" if status in ("diverged", "failed") else "FINISHED"
+            )
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        """Its node or process died; Tune starts it again from its last checkpoint, maybe elsewhere."""
+        """Its node or process died, or it raised; Tune starts it again from its last checkpoint (afresh
+        where it had none), maybe elsewhere. One that raises as on this try ends (launch.run_trial)."""
         print(
             f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s))"
-            f"{error_line(trial)}; restarting it "
-            f"from its last checkpoint",
+            f"{error_words(trial_error(trial))}; restarting it "
+            + ("from its last checkpoint" if trial.checkpoint else "from the start (no checkpoint yet)"),
             flush=True,
         )
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
         print(
-            f"[launch] trial {trial.trial_id} failed for good{error_line(trial)}; its traceback is in its "
-            "MLflow run's error tag",
+            f"[launch] trial {trial.trial_id} failed for good{error_words(trial_error(trial))}; its "
+            "traceback is in its MLflow run's error tag",
             flush=True,
         )
         for run_id in self.run_ids(trial).values():
             self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
-            if trial.error_file and os.path.exists(trial.error_file):
-                self.mlflow.set_tag(run_id, "error", Path(trial.error_file).read_text()[-4000:])
+            if trial_error(trial):
+                self.mlflow.set_tag(run_id, ERROR_TAG, trial_error(trial)[-4000:])
             self.mlflow.set_terminated(run_id, status="FAILED")
 
     def on_experiment_end(self, trials, **info):
@@ -393,6 +413,8 @@ class ProgressLines(Callback):
         return than is None or (value < than if self.mode == "min" else value > than)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("status") == "failed":  # no evaluation: TrialTracker says how it failed
+            return
         pair = trial.config[PAIR_KEY]
         value = result.get(self.metric)
         # A stack whose members all diverged reports NaN, which nothing would ever beat.

@@ -47,6 +47,7 @@ from ..record.best import summaries_of, write_best
 from ..record.optuna_store import search_storage
 from ..record.retries import DiskFull, StoreUnavailable, store_outage
 from ..record.runs import (
+    ERROR_TAG,
     REPLAY_KEY,
     STATUS_TAG,
     close_launch,
@@ -61,6 +62,7 @@ from ..record.state import SNAPSHOT_MODULES, DamagedLaunch, Heartbeat, LaunchSta
 from ..record.stores import normalize_store, remember, warm_up
 from ..record.summaries import (
     ended_runs,
+    fallen_pairs,
     pair_summaries,
     summarize_pairs,
     top_configs,
@@ -71,6 +73,7 @@ from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
 from .cost import calibration_config, stack_curve, stack_sizes_to_try
 from .disk import DiskWatch, least_free
+from .failures import FailureLog, error_text
 from .search import (
     CANDIDATE_KEY,
     PAIR_KEY,
@@ -94,17 +97,27 @@ except ImportError:
 EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2  # as the command line's: another driver took the launch between its check and its lock
 EXIT_REGRESSION = 1  # a night of the nightly job found a regression
-EXIT_TRIALS_FAILED = 3  # the launch finished and answered, but trials failed after their retries
+# The launch finished and answered, but trials failed for good, or every run of a pair diverged or failed.
+EXIT_TRIALS_FAILED = 3
 EXIT_STORE_UNREACHABLE = 4  # a tracking or search store stayed unreachable through every retry: resumable
 MAX_PENDING = "TUNE_MAX_PENDING_TRIALS_PG"  # Tune reads it as its controller starts
 
 
-def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, stack_of: str) -> None:
+def run_trial(
+    config: dict,
+    bases: dict,
+    cpus: dict,
+    metric: str,
+    mode: str,
+    stack_of: str,
+    failures: FailureLog | None = None,
+) -> None:
     """The Tune trainable: one trial of the paper's protocol, checkpointed at every evaluation; or,
     for a config of stacked members, every member at once (trainables.batched), each member's
     metrics under `member<k>/` (callbacks.TrialTracker gives each its MLflow run) and `metric`
     their `stack_of`: "mean" (the seeds of a cell) or "best" (a search's suggestions: ASHA keeps
-    a stack while its best member is among the best)."""
+    a stack while its best member is among the best). A trial that raises as it did on its try
+    before ends with that error as its result (`failures`; None: every error is raised for Tune)."""
     # A line per checkpoint drowns the progress lines.
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
@@ -113,10 +126,15 @@ def run_trial(config: dict, bases: dict, cpus: dict, metric: str, mode: str, sta
     ran_as = cfg.settled(device.type, len(members) if members else 1)
     reporter = TrialReport(metric, mode, stack_of, ran_as, where_it_runs(device, ran_as))
     resume_state = reporter.restore()
-    if members:
-        train_members(cfg, members, report=reporter.members, resume_state=resume_state, log=None)
-    else:  # the driver prints progress (callbacks.ProgressLines)
-        train(cfg, report=reporter.report, resume_state=resume_state, log=None)
+    try:
+        if members:
+            train_members(cfg, members, report=reporter.members, resume_state=resume_state, log=None)
+        else:  # the driver prints progress (callbacks.ProgressLines)
+            train(cfg, report=reporter.report, resume_state=resume_state, log=None)
+    except Exception as error:
+        if failures is None or not failures.repeated(error, reporter.last_iteration()):
+            raise
+        reporter.failed(error)
 
 
 def where_it_runs(device, ran_as) -> dict:
@@ -173,6 +191,22 @@ class TrialReport:
             (Path(d) / "history.json").write_text(json.dumps(self.history))
             tune.report({**metrics, **self.where, **extra}, checkpoint=tune.Checkpoint.from_directory(d))
 
+    def last_iteration(self) -> int:
+        """The iteration of the trial's last evaluation (its checkpoint's), 0 before its first."""
+        return int(self.history[-1].get("iteration", 0)) if self.history else 0
+
+    def failed(self, error: BaseException) -> None:
+        """The trial's last result where it failed as on its try before: the error, no checkpoint."""
+        tune.report(
+            {
+                self.metric: math.nan,
+                "status": "failed",
+                "iteration": self.last_iteration(),
+                ERROR_TAG: error_text(error)[-4000:],
+                **self.where,
+            }
+        )
+
     def members(self, per_member: list[dict], state, compiled: bool) -> None:
         """A stack's evaluation: each member's metrics, and `metric` as their `stack_of`."""
         if self.ran_as.compile and not compiled:  # the tag says how the trial ran, from here on
@@ -226,7 +260,7 @@ def stack_of(study: Study, phase: str) -> str:
     return "best" if phase == SEARCH and not study.is_ablation else "mean"
 
 
-def make_trainable(study: Study, use_gpu: bool, phase: str):
+def make_trainable(study: Study, use_gpu: bool, phase: str, failures: FailureLog | None = None):
     bases = {pair.name: pair.base for pair in study.pairs}
     cpus = {pair.name: pair.resources.cpu for pair in study.pairs}
     function_trainable = wrap_function(
@@ -237,6 +271,7 @@ def make_trainable(study: Study, use_gpu: bool, phase: str):
             metric=study.metric,
             mode=study.mode,
             stack_of=stack_of(study, phase),
+            failures=failures,
         ),
         name="trial",
     )
@@ -366,7 +401,7 @@ def build_tuner(stacking: Stacking, state: LaunchState, use_gpu: bool, slots: in
     study, (searchers, schedulers, budgets) = stacking.study, phase_plan(stacking, state, phase)
     search = PairSearch(searchers, budgets, study.budget.max_concurrent, study.metric, study.mode)
     return tune.Tuner(
-        make_trainable(study, use_gpu, phase),
+        make_trainable(study, use_gpu, phase, failure_log(state, phase)),
         tune_config=tune.TuneConfig(
             metric=study.metric,
             mode=study.mode,
@@ -401,6 +436,13 @@ def experiment_location(state: LaunchState, phase: str = SEARCH) -> tuple:
     """(pyarrow filesystem or None, storage path, experiment name) of a phase's Tune experiment."""
     fs, root = state.trial_storage().filesystem()
     return fs, f"{root}/{state.launch_id}", phase
+
+
+def failure_log(state: LaunchState, phase: str) -> FailureLog:
+    """Where a phase's trials keep their last failure: in the launch's trial storage, beside its
+    Tune experiment."""
+    fs, storage_path, name = experiment_location(state, phase)
+    return FailureLog(fs or pyarrow.fs.LocalFileSystem(), f"{storage_path}/failures/{name}")
 
 
 def watched_places(state: LaunchState, fs, storage_path: str) -> dict[str, Path]:
@@ -448,7 +490,8 @@ def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, 
         # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
         # named one gone falls back to the newest that exists (newest_existing_checkpoint).
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-        # A trial whose node dies (or whose process fails) starts again from its last checkpoint.
+        # A trial whose node dies (or whose process fails) starts again from its last checkpoint; one
+        # that raised as on its try before ends instead (failures.FailureLog).
         failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
         verbose=0,  # callbacks.ProgressLines prints instead of Tune's tables
     )
@@ -509,7 +552,7 @@ def uncollected(record: logging.LogRecord) -> bool:
 
 def quiet_ray() -> None:
     """The console shows our lines, not Ray's restatement of a fault they already report: Tune's
-    traceback of a failed trial (callbacks.error_line gives its last line; the whole one is in
+    traceback of a failed trial (callbacks.error_words gives its last line; the whole one is in
     its MLflow run's error tag), and of what trial processes and Ray's own processes print (a
     dying node's "Failed to remove bundle", an interrupted worker's shutdown traceback), only
     our "[trial] ..." lines; the rest stays in Ray's log folder (<ray tmp>/session_latest/logs).
@@ -777,6 +820,7 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     if code:
         return code
     written, regressions, summaries = write_answer(state, study)
+    fallen = fallen_pairs(launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id))
     close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
     state.state = "finished"
     # A first night compared with none: no verdict.
@@ -788,13 +832,15 @@ def run_launch(state: LaunchState, stacking: Stacking, use_gpu: bool) -> int:
     print_summary(state, study, summaries)
     if errors:
         print(
-            f"[launch] {errors} run(s) failed after {study.budget.max_failures} retries; see their MLflow "
-            "runs' error tag",
+            f"[launch] {errors} run(s) failed: each one's error is in the report's trial table and "
+            "`orchestrator export` (its last line), its traceback in its MLflow run's error tag",
             flush=True,
         )
+    if fallen:
+        print(f"[launch] every run of {', '.join(fallen)} diverged or failed", flush=True)
     for line in verdict_lines(regressions):
         print(f"[launch] {line}", flush=True)
-    return EXIT_REGRESSION if regressions else EXIT_TRIALS_FAILED if errors else 0
+    return EXIT_REGRESSION if regressions else EXIT_TRIALS_FAILED if errors or fallen else 0
 
 
 def run_confirmation(state: LaunchState, stacking: Stacking, use_gpu: bool) -> tuple[int, int]:
@@ -864,7 +910,7 @@ def run_phase(state: LaunchState, stacking: Stacking, phase: str, use_gpu: bool)
         print(f"[launch] resuming from {state.trial_storage().join(state.launch_id, name)}", flush=True)
         tuner = tune.Tuner.restore(
             experiment,
-            trainable=make_trainable(stacking.study, use_gpu, phase),
+            trainable=make_trainable(stacking.study, use_gpu, phase, failure_log(state, phase)),
             resume_unfinished=True,
             resume_errored=True,
             storage_filesystem=fs,

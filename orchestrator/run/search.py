@@ -239,8 +239,10 @@ class TruncationAwareOptunaSearch(OptunaSearch):
                 continue
             own = member_result(result or {}, member)
             value = own.get(self.metric) if own.get("status") == "completed" else None
+            # A trial that ended failed (launch.run_trial) is as one Tune ended with an error.
+            failed = error or own.get("status") == "failed"
             state = (
-                TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
+                TrialState.COMPLETE if value is not None else TrialState.FAIL if failed else TrialState.PRUNED
             )
             self.tell(trial, value, state)
         self._completed_trials.add(trial_id)
