@@ -1520,3 +1520,34 @@ def test_a_papers_task_settings_are_columns_and_its_earlier_budget_is_named():
     ], labels
     [row] = ndr["rows"]
     assert [c["trained"] for c in row["cells"].values()] == [None, "longer", None]
+
+
+def test_runs_on_other_data_are_neither_pooled_nor_compared():
+    """A pair's runs whose data hash differs from most runs of their task config (a resume after the
+    generator changed) are left out of its rows, and the section says how many and which hash."""
+    import pandas as pd
+
+    pair = type("Pair", (), {"task": type("Entry", (), {"task": "ctl", "variant": "ctl"})()})()
+    frame = pd.DataFrame(
+        {
+            "pair": ["ctl__ndr"] * 3 + ["ctl__lstm"] * 2 + ["other__ndr"],
+            "task": ["ctl"] * 5 + ["listops"],
+            "variant": ["ctl"] * 5 + ["other"],
+            "data_hash": ["a", "a", "b", "a", "a", "c"],
+        }
+    )
+    ndr = frame[frame["pair"] == "ctl__ndr"]
+    kept, note = report.one_data(ndr, report.task_runs(frame, pair))
+    assert list(kept["data_hash"]) == ["a", "a"]
+    assert note.startswith("1 run(s) trained on other data (data_hash b) than the task's other runs (a)")
+    lstm = frame[frame["pair"] == "ctl__lstm"]
+    assert report.one_data(lstm, report.task_runs(frame, pair)) == (lstm, "")  # all on the task's data
+
+
+def test_a_regression_names_both_commits_where_the_code_changed():
+    moved = stats.Comparison(("ctl__ndr", "n_layers=2", "test_acc_at_best"), 0.9, 0.5, 0.01, True)
+    line = report.regression_text(moved, "data_hash 3fa8 -> 77c1", ("abc1234", "def5678"))
+    assert line.endswith(
+        "its config changed since: data_hash 3fa8 -> 77c1; the code changed since: abc1234 -> def5678"
+    )
+    assert "code changed" not in report.regression_text(moved, None, ("abc1234", "abc1234"))

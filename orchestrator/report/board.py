@@ -31,8 +31,10 @@ from .report import (
     completed,
     known_values,
     lower_is_better,
+    one_data,
     paper_value,
     runs_frame,
+    task_runs,
 )
 
 CLAIMS = Path(__file__).with_name("claims.yaml")
@@ -276,7 +278,8 @@ def launch_rows(state: LaunchState, claims: list[Claim], ui_url: str | None) -> 
         wanted = [
             c for c in claims if c.task == task and any(s.model == pair.model for s in c.better + c.than)
         ]
-        runs, keys = answer_runs(frame[frame["pair"] == pair.name], study, pair)
+        runs, _ = one_data(frame[frame["pair"] == pair.name], task_runs(frame, pair))
+        runs, keys = answer_runs(runs, study, pair)
         metrics = sorted({m for c in wanted for m in (c.metric, *iid_metrics(c)) if m in runs.columns})
         if not wanted or not len(runs) or not metrics:
             continue

@@ -37,7 +37,7 @@ from ..record.optuna_store import search_storage
 from ..record.ranking import Ranking
 from ..record.runs import (
     CONFIG_TAG,
-    DATA_VERSION_TAG,
+    DATA_HASH_TAG,
     DIVERGED_AT_TAG,
     ENDED,
     MAX_BATCH,
@@ -98,7 +98,7 @@ def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("co
                 "status": status,
                 "run_id": run.info.run_id,
                 "config": config,
-                "data_version": run.data.tags.get(DATA_VERSION_TAG, "unknown"),
+                "data_hash": run.data.tags.get(DATA_HASH_TAG, "unknown"),
                 **run.data.metrics,
             }
         )
@@ -172,20 +172,20 @@ NOT_COMPARED_KEYS = (
 )  # which seed, where and on how many threads a run trained: not what
 
 
-def flat_config(config: dict, data_version: str) -> dict:
-    """What a run trained, as one flat mapping (task options as `task_options.<key>`) with the data
-    version."""
+def flat_config(config: dict, data_hash: str) -> dict:
+    """What a run trained, as one flat mapping (task options as `task_options.<key>`) with the hash
+    of its data: runs that differ in it neither pool into one comparison nor compare."""
     options = {f"task_options.{k}": v for k, v in (config.get("task_options") or {}).items()}
     own = {k: v for k, v in config.items() if k != "task_options" and k not in NOT_COMPARED_KEYS}
-    return {**own, **options, "data_version": data_version}
+    return {**own, **options, "data_hash": data_hash}
 
 
 def cell_configs(runs: pd.DataFrame, keys: list[str]) -> dict[str, list[dict]]:
     """The distinct configs (flat_config) the runs of each cell trained, by setting_key: one, unless
     the cell pools runs that differ in a key it does not name (a grid key dropped since)."""
     out: dict[str, list[dict]] = {}
-    for config, version in zip(runs["config"], runs["data_version"]) if len(runs) else ():
-        trained = flat_config(config, version)
+    for config, data_hash in zip(runs["config"], runs["data_hash"]) if len(runs) else ():
+        trained = flat_config(config, data_hash)
         cell = out.setdefault(setting_key({k: config.get(k) for k in keys}), [])
         if trained not in cell:
             cell.append(trained)
@@ -204,6 +204,31 @@ def pooled_differences(configs: list[dict]) -> str:
     """The keys in which a cell's pooled configs differ, in words."""
     keys = sorted({k for c in configs for k in c if any(c.get(k) != o.get(k) for o in configs)})
     return ", ".join(f"{k} ({', '.join(sorted({str(c.get(k, '-')) for c in configs}))})" for k in keys)
+
+
+def one_data(runs: pd.DataFrame, among: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """`runs` (a pair's) less those on other data than most of `among` (the runs of every pair of its
+    task config; the newest hash where two tie), and a line naming those left out: runs on different
+    data are neither pooled nor compared (a resume after the generator changed). '' where all agree."""
+    if not len(among) or among["data_hash"].nunique() < 2:
+        return runs, ""
+    counts = among.groupby("data_hash", sort=False).size()
+    kept = counts.index[len(counts) - 1 - counts.to_numpy()[::-1].argmax()]
+    other = runs[runs["data_hash"] != kept]
+    if not len(other):
+        return runs, ""
+    hashes = ", ".join(sorted(other["data_hash"].unique()))
+    return runs[runs["data_hash"] == kept], (
+        f"{len(other)} run(s) trained on other data (data_hash {hashes}) than the task's other runs "
+        f"({kept}) are left out: runs on different data are neither pooled nor compared"
+    )
+
+
+def task_runs(frame: pd.DataFrame, pair) -> pd.DataFrame:
+    """The runs of every pair on `pair`'s task config (its task and variant)."""
+    if not len(frame):
+        return frame
+    return frame[(frame["task"] == pair.task.task) & (frame["variant"] == pair.task.variant)]
 
 
 def answer_runs(runs: pd.DataFrame, study, pair) -> tuple[pd.DataFrame, list[str]]:
@@ -1279,6 +1304,7 @@ def pair_section(data: LaunchData, pair, tally: Tally) -> dict:
     study = data.study
     links = pair_links(data, pair)
     runs = data.frame[data.frame["pair"] == pair.name] if len(data.frame) else data.frame
+    runs, other_data = one_data(runs, task_runs(data.frame, pair))
     searched = (
         None
         if study.is_ablation
@@ -1291,7 +1317,13 @@ def pair_section(data: LaunchData, pair, tally: Tally) -> dict:
         tally.broken += broken_cells(pair.name, ended, ended_before).values()
         tally.in_both += len(set(ended) & set(ended_before))
         tally.one_sided += len(set(ended) ^ set(ended_before))
-    section = {"name": pair.name, "chance": chance, "search": searched, "links": links}
+    section = {
+        "name": pair.name,
+        "chance": chance,
+        "search": searched,
+        "links": links,
+        "other_data": other_data,
+    }
     if not len(runs):  # `ended`: how its runs ended instead, "3 diverged" (a search's trial table says more)
         return {
             **section,
@@ -1370,6 +1402,7 @@ def comparison_section(data: LaunchData, previous_state, comparisons: list, tall
         if previous_state
         else None
     )
+    code_now = data.mlflow.get_run(data.state.parent_run_id).data.tags.get("code_version", "unknown")
     changed = tally.changed
     return {
         "previous": previous_state.launch_id if previous_state else None,
@@ -1380,7 +1413,11 @@ def comparison_section(data: LaunchData, previous_state, comparisons: list, tall
         "one_sided": tally.one_sided,
         "not_comparable": tally.not_comparable,
         "changed": [f"{pair} {cell}: {change}" for (pair, cell), change in changed.items()],
-        "regressions": [regression_text(c, changed.get(c.key[:2])) for c in comparisons if c.regressed]
+        "regressions": [
+            regression_text(c, changed.get(c.key[:2]), (code_before, code_now))
+            for c in comparisons
+            if c.regressed
+        ]
         + tally.broken,
     }
 
@@ -1408,10 +1445,12 @@ def build(state, previous_state=None, history: list | None = None, ui_url: str |
     }
 
 
-def regression_text(c: stats.Comparison, change: str | None = None) -> str:
+def regression_text(c: stats.Comparison, change: str | None = None, code: tuple[str, str] = ("", "")) -> str:
     """A cell that regressed: pair, cell, metric, its mean before -> now, by how much it got worse,
-    p; and what its config changed since, where it did."""
+    p; what its config (its data's hash among it) changed since, and the two commits where the code
+    did: what a reader bisects between."""
     since = f"; its config changed since: {change}" if change else ""
+    since += f"; the code changed since: {code[0]} -> {code[1]}" if code[0] != code[1] else ""
     return (
         f"{c.key[0]} {c.key[1]} {c.key[2]}: {c.before:.3f} -> {c.now:.3f} "
         f"(worse by {abs(c.now - c.before):.3f}, p = {c.p:.3g}){since}"
