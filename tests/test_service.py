@@ -247,10 +247,24 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     status = orchestrator("status", "--storage-path", str(tmp_path / "runs"), cwd=tmp_path).stdout
     assert "tiny__ndr" in status and "    8 " in status
     best = next((tmp_path / "runs").glob("*/best/tiny__ndr.yaml"))
-    config = yaml.safe_load(best.read_text())["config"]
-    assert config["model"] == "ndr" and config["n_iters"] == 20
+    written = yaml.safe_load(best.read_text())
+    config = written["config"]
+    assert config["model"] == "ndr" and config["n_iters"] == 20 and config["threads"] == 1  # as the trial ran
+    # The best config re-runs its trial: the same data, and the same numbers to the digit on a CPU.
     trained = orchestrator("train", str(best), cwd=tmp_path)
-    assert json.loads(trained.stdout[trained.stdout.index("{") :])["status"] == "completed"
+    again = json.loads(trained.stdout[trained.stdout.index("{") :])
+    (run,) = [r for r in children if r.info.run_id in best.read_text()]
+    assert (
+        again["status"] == "completed"
+        and again["data_hash"] == written["data_hash"] == run.data.tags["data_hash"]
+    )
+    for metric in ("best_ood_valid_acc", "test_acc_at_best", "loss"):
+        assert again[metric] == round(run.data.metrics[metric], 4), metric
+    assert "[train] --set" not in trained.stdout and "the data differ" not in trained.stdout
+    changed = orchestrator(
+        "train", str(best), "--set", "threads=2", "--set", "n_iters=1", cwd=tmp_path
+    ).stdout
+    assert "[train] --set changes the launch's trial (n_iters 20 -> 1, threads 1 -> 2)" in changed
 
 
 def test_launch_on_postgresql(tmp_path):

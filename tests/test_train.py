@@ -287,10 +287,10 @@ def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_r
     monkeypatch.setattr(
         torch, "load", lambda *args, real=torch.load, **kwargs: loads.append(kwargs) or real(*args, **kwargs)
     )
-    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, {"p": 1}, "best_ood_valid_acc", "max", "mean")
+    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, "best_ood_valid_acc", "max", "mean")
     assert [r["iteration"] for r in received] == [6, 12]
     monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint.from_directory(str(checkpoints[-1])))
-    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, {"p": 1}, "best_ood_valid_acc", "max", "mean")
+    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, "best_ood_valid_acc", "max", "mean")
     assert loads[-1]["map_location"] == "cpu"
     restored = received[-1]
     assert restored["iteration"] == 12 and restored["status"] == "completed"
@@ -315,7 +315,7 @@ def test_every_result_of_a_run_trial_holds_the_metric_tune_optimises(monkeypatch
     for overrides in ({}, {"lr": 1e30, "grad_clip": None}):
         received.clear()
         flat = {**tiny(**overrides).flat(), "model": "ndr", "task": "ctl"}
-        launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, {"p": 1}, metric, "max", "mean")
+        launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, metric, "max", "mean")
         assert received and all(metric in r for r in received), [sorted(r) for r in received]
     assert received[-1]["status"] == "diverged" and math.isnan(received[-1][metric])
 

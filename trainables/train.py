@@ -736,11 +736,13 @@ def train(
     resume_state: dict | None = None,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, Any]:
-    """Train one trial; returns the final metrics, with status "completed" or "diverged"."""
+    """Train one trial; returns the final metrics, with status "completed" or "diverged", and the
+    hash of the data it trained and was tested on (`data_hash`)."""
     device = setup_device(cfg)
     free_what_finished_trials_left(device)
     members_report = (lambda metrics, snapshot, compiled: report(metrics[0], snapshot)) if report else None
-    return run(Single(cfg, device, log), members_report, resume_state, log)[0]
+    learner = Single(cfg, device, log)
+    return {**run(learner, members_report, resume_state, log)[0], "data_hash": learner.task.data_hash}
 
 
 def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:

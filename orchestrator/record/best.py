@@ -27,10 +27,13 @@ def summaries_of(state: LaunchState) -> dict:
     )
 
 
-def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str, tuple[dict, str]]:
-    """Per pair with a result, (its answer's config, a header saying where it comes from): the
-    confirmed candidate where the search was confirmed (the best mean over new seeds), else the
-    best trial. `summaries`: summaries_of(state), if read already."""
+def best_configs(
+    state: LaunchState, summaries: dict | None = None
+) -> dict[str, tuple[dict, str, str | None]]:
+    """Per pair with a result, (its answer's config as the trial ran it, threads included, a header
+    saying where it comes from, the hash of its data): the confirmed candidate where the search was
+    confirmed (the best mean over new seeds), else the best trial. `summaries`: summaries_of(state),
+    if read already."""
     plan = state.the_plan()
     metric = plan["metric"]
     summaries = summaries or summaries_of(state)
@@ -52,20 +55,24 @@ def best_configs(state: LaunchState, summaries: dict | None = None) -> dict[str,
                 f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {top_k}, "
                 f"{metric} {confirmed['metric']:.4f} on average, {confirmed_text(confirmed)}.\n"
             )
-        out[pair_name] = (config, header)
+        if summary.get("best_data"):  # `orchestrator train` says so where it reads other data
+            header += f"# Data: data_hash {summary['best_data']}.\n"
+        out[pair_name] = (config, header, summary.get("best_data"))
     return out
 
 
 def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     """Per pair, `best/<pair>.yaml` (best_configs), which `orchestrator train` runs again."""
     out = []
-    for pair_name, (config, header) in best_configs(state, summaries).items():
+    for pair_name, (config, header, data_hash) in best_configs(state, summaries).items():
         path = state.dir / "best" / f"{pair_name}.yaml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(
             header
             + f"# Run it again with: orchestrator train {path}\n"
-            + yaml.safe_dump({"config": config}, sort_keys=True)
+            + yaml.safe_dump(
+                {"config": config, **({"data_hash": data_hash} if data_hash else {})}, sort_keys=True
+            )
         )
         out.append(path)
     return out

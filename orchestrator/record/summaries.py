@@ -15,6 +15,7 @@ from trainables.scores import LOWER_IS_BETTER
 from .ranking import Ranking
 from .runs import (
     CONFIG_TAG,
+    DATA_HASH_TAG,
     DIVERGED_AT_TAG,
     ENDED,
     ERROR_TAG,
@@ -231,6 +232,7 @@ def choose_best(entry: dict, ranking: Ranking, headline: str) -> None:
         best=run.data.metrics[ranking.metric],
         best_run=run.info.run_id,
         best_config=json.loads(run.data.tags.get(CONFIG_TAG, "{}")),
+        best_data=run.data.tags.get(DATA_HASH_TAG),
         test=run.data.metrics.get(headline),
         best_metrics=dict(run.data.metrics),
         decided_by=choice.decided_by,

@@ -106,7 +106,6 @@ MAX_PENDING = "TUNE_MAX_PENDING_TRIALS_PG"  # Tune reads it as its controller st
 def run_trial(
     config: dict,
     bases: dict,
-    cpus: dict,
     metric: str,
     mode: str,
     stack_of: str,
@@ -121,7 +120,6 @@ def run_trial(
     # A line per checkpoint drowns the progress lines.
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     cfg = parse_trial_config({**bases[config[PAIR_KEY]], **own_config(config)})
-    cfg.threads = max(1, int(cpus[config[PAIR_KEY]]))
     device, members = pick_device(cfg.device), config.get(MEMBERS_KEY)
     ran_as = cfg.settled(device.type, len(members) if members else 1)
     reporter = TrialReport(metric, mode, stack_of, ran_as, where_it_runs(device, ran_as))
@@ -262,12 +260,10 @@ def stack_of(study: Study, phase: str) -> str:
 
 def make_trainable(study: Study, use_gpu: bool, phase: str, failures: FailureLog | None = None):
     bases = {pair.name: pair.base for pair in study.pairs}
-    cpus = {pair.name: pair.resources.cpu for pair in study.pairs}
     function_trainable = wrap_function(
         tune.with_parameters(
             run_trial,
             bases=bases,
-            cpus=cpus,
             metric=study.metric,
             mode=study.mode,
             stack_of=stack_of(study, phase),
