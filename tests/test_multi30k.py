@@ -20,6 +20,12 @@ NOUNS = [("dog", "hund"), ("man", "mann"), ("woman", "frau"), ("ball", "ball"), 
 
 @pytest.fixture()
 def data(tmp_path):
+    return write_sentences(tmp_path)
+
+
+def write_sentences(tmp_path):
+    """Multi30K's three parts in `tmp_path`: 120, 20 and 20 sentences of a few nouns each."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
     for part, n in (("train", 120), ("val", 20), ("test_2016_flickr", 20)):
         english, german = [], []
