@@ -41,10 +41,13 @@ def fake_launch(
     text: str,
     statuses: dict | None = None,
     trained=lambda layers, seed: {},
+    code: str = "abc1234",
+    data_hash: str = "3fa85f6457174562",
 ) -> LaunchState:
     """A finished ablation launch in the store: scores[(n_layers, seed)] -> test accuracy, and
     statuses[(n_layers, seed)] where a run did not complete (a failed one logged no metrics);
-    trained(n_layers, seed): config keys a run had beside the usual ones."""
+    trained(n_layers, seed): config keys a run had beside the usual ones; the commit the launch ran
+    and the hash of its runs' data."""
     client = MlflowClient(uri)
     experiment = "ndr_layers_test"
     exp = client.get_experiment_by_name(experiment)
@@ -53,9 +56,7 @@ def fake_launch(
         if exp
         else client.create_experiment(experiment, artifact_location=artifact_root(uri, tmp_path))
     )
-    parent = client.create_run(
-        exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc1234"}
-    )
+    parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": code})
     for (layers, seed), score in scores.items():
         config = {
             "task": "ctl",
@@ -78,6 +79,7 @@ def fake_launch(
                 "variant": "ctl_backward",
                 "trial_status": (statuses or {}).get((layers, seed), "completed"),
                 "trial_config": json.dumps(config),
+                "data_hash": data_hash,
             },
         )
         metrics = {
@@ -392,8 +394,9 @@ def test_a_cell_whose_completed_runs_have_no_test_score_regresses(tmp_path, uri,
 def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named(tmp_path, uri, capsys):
     """Cells are matched by the grid keys of tonight's file. The earlier launch swept lr too (a key
     dropped since): its n_layers=4 runs pool two learning rates, a mean that stands for no config,
-    so that cell is not compared. A cell whose one config changed (n_iters) is compared, and its
-    regression line says what changed, as the console says which code each side ran."""
+    so that cell is not compared. A cell whose one config changed (n_iters, and the data every run
+    trained on) is compared, and its regression line says what changed and between which commits,
+    as the console says which code each side ran."""
     from orchestrator import cli
 
     text = ablation_text("ndr_layers_test")
@@ -401,20 +404,25 @@ def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named
     fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text, trained=pooled)
     shorter = lambda layers, seed: {"lr": 0.01, **({"n_iters": 50} if layers == 6 else {})}  # noqa: E731
     worse = {key: value - (0.3 if key[0] == 6 else 0) for key, value in scores_for(3, rng_seed=2).items()}
-    night = fake_launch(tmp_path, uri, "night-2", worse, text, trained=shorter)
+    night = fake_launch(
+        tmp_path, uri, "night-2", worse, text, trained=shorter, code="def5678", data_hash="77c1a3b5d2e4f6a8"
+    )
     assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
     flagged = [line for line in out if line.startswith("REGRESSION")]
     assert len(flagged) == 1 and flagged[0].startswith(
         "REGRESSION ctl_backward__ndr n_layers=6 test_acc_at_best: "
     )
-    assert flagged[0].endswith("; its config changed since: n_iters 30000 -> 50")
+    assert flagged[0].endswith(
+        "; its config changed since: data_hash 3fa85f6457174562 -> 77c1a3b5d2e4f6a8, n_iters 30000 -> 50; "
+        "the code changed since: abc1234 -> def5678"
+    )
     markdown = (night.dir / "report" / "report.md").read_text()
     assert (
         "- ctl_backward__ndr n_layers=4: not compared, the earlier launch's runs of this "
         "cell differ in lr (0.01, 0.1)" in markdown
     )
-    assert "(code abc1234, now abc1234)" in markdown
+    assert "(code abc1234, now def5678)" in markdown
 
 
 def test_a_night_is_compared_with_the_last_finished_night_of_its_own_file(tmp_path):
