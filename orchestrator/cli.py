@@ -149,14 +149,20 @@ def cmd_train(args) -> int:
         raise UsageError(
             f"{args.source}: model {cfg.model} with its options {cfg.model_options}: {e}"
         ) from None
+    from trainables.tasks import eval_sizes  # noqa: PLC0415 - as above: torch, for `train` only
     from trainables.train import pick_device, train  # noqa: PLC0415 - as above: torch, for `train` only
 
     try:
         device = pick_device(cfg.device)
     except ConfigError as e:
         raise UsageError(f"{args.source}: {e}") from None
-    params = parameter_count(cfg)
-    print(training_cost(cfg.model, cfg.task, device.type, params, cfg.batch_size, cfg.n_iters), flush=True)
+    params, sizes = parameter_count(cfg), eval_sizes(cfg.task, cfg.task_options)
+    print(
+        training_cost(
+            cfg.model, cfg.task, device.type, params, cfg.batch_size, cfg.n_iters, cfg.eval_every, sizes
+        ),
+        flush=True,
+    )
     metrics = train(cfg)
     # The final metrics as JSON (other tools read it), rounded to what a reader compares; a diverged
     # run's NaN loss and missing best are null (JSON has no NaN: jq and others refuse Python's).
@@ -848,6 +854,37 @@ def own_values(pair) -> str:
     )
 
 
+def training_lines(study) -> list[str]:
+    """Per pair, the protocol keys its paper's preset gives it and those at the training defaults
+    (the file's fixed, space and grid aside); per task variant whose models differ in them, a line
+    saying so (a model without a preset beside the papers' baselines)."""
+    from trainables.config import yaml_word  # noqa: PLC0415 - trainables imports torch: a launch only
+    from trainables.models import label  # noqa: PLC0415 - as above
+
+    def listed(values: dict) -> str:
+        return ", ".join(f"{k}={yaml_word(v)}" for k, v in values.items()) or "none"
+
+    def by_value(models: dict) -> str:
+        grouped: dict[str, list[str]] = {}
+        for model, value in models.items():
+            grouped.setdefault(yaml_word(value), []).append(label(model))
+        return ", ".join(f"{value} ({', '.join(names)})" for value, names in grouped.items())
+
+    lines = [
+        f"  training of {p.name}: from its paper's preset: {listed(p.from_preset)}; "
+        f"at the training defaults: {listed(p.from_defaults)}"
+        for p in study.pairs
+    ]
+    for variant in dict.fromkeys(p.task.variant for p in study.pairs):
+        if unlike := study.unlike_training(variant):
+            differences = "; ".join(
+                f"{key} {by_value(fallen)} at the defaults, {by_value(papers)} from their papers"
+                for key, (papers, fallen) in unlike.items()
+            )
+            lines.append(f"  {variant}: its models train unlike: {differences} (`fixed:` sets one for all)")
+    return lines
+
+
 def unstopped(study, pair) -> str:
     """Where ASHA could stop none of a search pair's trials (they end by its first rung), in words
     for the plan ("" otherwise): the file asks for early stopping that would never happen."""
@@ -893,6 +930,7 @@ def describe_study(study) -> str:
                 f"{', '.join(map(str, study.confirm.seeds))}; "
                 "the pair's answer is the best candidate's mean"
             )
+    lines += training_lines(study)
     lines.append(
         f"  trial checkpoints in {study.storage.uri}; a trial restarts up to {study.budget.max_failures} "
         "times from its last one"

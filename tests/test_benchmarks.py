@@ -34,6 +34,12 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
         ("bench_dropout.py", ["--models", "ctl/ndr", "--steps", "2", "--repeats", "1"], "ctl / ndr"),
         ("bench_evaluation.py", ["--repeats", "1", "--eval-size", "20"], "shared / copy"),
         (
+            "bench_evaluation.py",
+            ["--price", "copy/panm", "--set", "task_options.eval_size=8", "--set", "batch_size=8"]
+            + ["--set", "d_model=16", "--set", "hidden=16", "--set", "mlp_hidden=16", "--set", "threads=1"],
+            "one evaluation: ",
+        ),
+        (
             "bench_gpu.py",
             [
                 "--device",

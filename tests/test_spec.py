@@ -43,6 +43,15 @@ def with_(**changes):
     return {**GOOD, **changes}
 
 
+def evaluating(study, pair_name: str, per_step: float) -> float:
+    """Seconds of the evaluations of one of the pair's trials, at `per_step` s per training step, as
+    the dry run prices them (tests/test_cost_model.py holds the pricing to its numbers)."""
+    from orchestrator.run import cost
+
+    pair = next(p for p in study.pairs if p.name == pair_name)
+    return cost.evaluation_time(decide(study, False), pair, per_step)[0]
+
+
 def test_shipped_search_spaces_and_ablations_are_valid(downloaded_data):
     for path in sorted([*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "ablations").glob("*.yaml")]):
         study = load_study(path)
@@ -677,7 +686,8 @@ def test_dry_run_prints_the_cost_from_a_calibration_and_writes_nothing(tmp_path)
     lines = out.stdout.splitlines()
     assert any(
         line.startswith("  cost of fwd__lstm: 2 trials x 10 steps = 20 training steps; ")
-        and " s per step here -> at most " in line
+        and " s per step here; 2 evaluation(s) a trial, at most " in line
+        and " -> at most " in line
         for line in lines
     ), out.stdout
     assert any(
@@ -768,24 +778,26 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     budget = {"trials": 2, "max_concurrent": 2, "n_iters": 3000, "eval_every": 1000}
     steps = 2 * 3000
     monkeypatch.setattr(cost, "resources", lambda address: ("this machine", {"CPU": 4}, [{"CPU": 4}]))
-    lines = list(
-        cost.describe_cost(
-            load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri}))), calibrate=False
-        )
-    )
+    study = load_study(write(tmp_path, with_(budget=budget, tracking={"uri": uri})))
+    lines = list(cost.describe_cost(study, calibrate=False))
     stored_step_rates(
         uri, [("ndr", "arithmetic", "cpu", 10.0)], stacked=4
     )  # a stack of 4: 40 member-steps/s, 4 runs at 40
     assert sorted(r["rate"] for r in step_rates(uri) if r["task"] == "arithmetic") == [40.0] * 4
-    ndr, lstm = steps / statistics.median([1.0, 2.0, 10.0]), steps / statistics.median([3.0, 5.0])
+    # Each trial evaluates 3 times (at 1,000, 2,000 and 3,000 steps), priced at the same rate.
+    ndr_eval, lstm_eval = evaluating(study, "fwd__ndr", 1 / 2.0), evaluating(study, "fwd__lstm", 1 / 4.0)
+    ndr = steps / statistics.median([1.0, 2.0, 10.0]) + 2 * ndr_eval
+    lstm = steps / statistics.median([3.0, 5.0]) + 2 * lstm_eval
     assert lines == [
         "  cost of fwd__ndr: 2 trials x 3,000 steps = 6,000 training steps; 2.0 steps/s (from 3 earlier "
-        f"trials of ndr on ctl on cpu) -> at most {cost.hours(ndr)} of trial time",
+        f"trials of ndr on ctl on cpu); 3 evaluation(s) a trial, at most {cost.hours(ndr_eval)} -> at most "
+        f"{cost.hours(ndr)} of trial time",
         "  cost of fwd__lstm: 2 trials x 3,000 steps = 6,000 training steps; 4.0 steps/s (from 2 earlier "
-        f"trials of lstm (other tasks) on cpu) -> at most {cost.hours(lstm)} of trial time",
+        f"trials of lstm (other tasks) on cpu); 3 evaluation(s) a trial, at most {cost.hours(lstm_eval)} -> "
+        f"at most {cost.hours(lstm)} of trial time",
         f"  cost in all: 12,000 training steps = {cost.resource_hours(ndr + lstm)} CPU core-hours; on "
-        f"this machine (4 CPUs, 4 trial(s) at once) at most {cost.hours(ndr / 2)} (evaluations left out; "
-        "ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
+        f"this machine (4 CPUs, 4 trial(s) at once) at most {cost.hours(ndr / 2)} (tests priced at every "
+        "evaluation; ASHA stops poor trials sooner)",  # ndr's 2 trials at once, not 4
     ]
     # Trials that get half a GPU each on a cluster of 2 GPUs: 4 at once, the rates of earlier trials on GPUs.
     monkeypatch.setattr(
@@ -806,7 +818,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
     assert " steps/s by the cost model from lstm on ctl: " in lines[1], lines[1]
     assert (
         lines[2].startswith("  cost in all: 48,000 training steps = ")
-        and lines[2].endswith("(evaluations left out; ASHA stops poor trials sooner)")
+        and lines[2].endswith("(tests priced at every evaluation; ASHA stops poor trials sooner)")
         and " GPU-hours; on the cluster at head:6379 (16 CPUs, 2 GPUs, 4 trial(s) at once) at most "
         in lines[2]
     ), lines[2]  # every pair priced: none left out
@@ -832,6 +844,64 @@ def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
         {**spec, "grid": {"dropout": [0.1, 0.2]}, "space": {}, "seeds": [0]},
     ):
         assert "ASHA" not in describe_study(load_study(write(tmp_path, quiet)))
+
+
+def test_the_plan_says_where_each_pairs_training_comes_from_and_where_a_tasks_models_differ(tmp_path):
+    """A model without a paper's preset (one of one's own) trains at the training defaults where the
+    baselines beside it take their papers' values: the plan lists, per pair, the protocol keys from
+    its preset and those at the defaults, and one line per task where they differ; `fixed` evens them."""
+    from orchestrator.cli import describe_study
+
+    own = f"{ROOT / 'examples' / 'my_model.py'}:RelBiasTransformer"
+    spec = {
+        "metric": "best_ood_valid_token_acc",
+        "tasks": [{"task": "copy", "options": {"eval_size": 16}}],
+        "models": [own, "panm", "lstm_seq2seq"],
+        "budget": {"trials": 1, "n_iters": 300},
+        "fixed": {"optimizer": "adamw", "d_model": 32},
+        "space": {"lr": {"loguniform": [1e-3, 5e-3]}},
+    }
+    study = load_study(write(tmp_path, spec))
+    mine, panm, _ = study.pairs
+    # RMSprop's momentum and alpha are left out where the optimizer is AdamW.
+    assert panm.from_preset == {
+        "batch_size": 128,
+        "grad_clip": 10,
+        "grad_clip_by": "value",
+        "eval_every": 200,
+    }
+    assert mine.from_preset == {} and mine.from_defaults == {
+        "lr_schedule": "constant",
+        "weight_decay": 0.0,
+        "batch_size": 512,
+        "length_bucketed": False,
+        "grad_clip": 5.0,
+        "grad_clip_by": "norm",
+        "eval_every": 1000,
+    }
+    plan = describe_study(study).splitlines()
+    assert (
+        "  training of copy__panm: from its paper's preset: batch_size=128, grad_clip=10, "
+        "grad_clip_by=value, eval_every=200; at the training defaults: lr_schedule=constant, "
+        "weight_decay=0.0, length_bucketed=false" in plan
+    ), plan
+    assert (
+        "  training of copy__RelBiasTransformer: from its paper's preset: none; at the training defaults: "
+        "lr_schedule=constant, weight_decay=0.0, batch_size=512, length_bucketed=false, grad_clip=5.0, "
+        "grad_clip_by=norm, eval_every=1000" in plan
+    ), plan
+    assert (
+        "  copy: its models train unlike: batch_size 512 (RelBiasTransformer) at the defaults, 128 (panm, "
+        "lstm_seq2seq) from their papers; grad_clip 5.0 (RelBiasTransformer) at the defaults, 10 (panm, "
+        "lstm_seq2seq) from their papers; grad_clip_by norm (RelBiasTransformer) at the defaults, value "
+        "(panm, lstm_seq2seq) from their papers; eval_every 1000 (RelBiasTransformer) at the defaults, 200 "
+        "(panm, lstm_seq2seq) from their papers (`fixed:` sets one for all)"
+    ) in plan, plan
+    evened = {**spec, "fixed": {**spec["fixed"], "batch_size": 128, "grad_clip": 1, "grad_clip_by": "norm"}}
+    evened["budget"] = {**spec["budget"], "eval_every": 100}
+    study = load_study(write(tmp_path, evened))
+    assert study.unlike_training("copy") == {} and "train unlike" not in describe_study(study)
+    assert study.pairs[1].from_preset == {}  # every protocol key the file's
 
 
 def test_the_plan_says_which_of_a_files_keys_an_ablation_does_not_use(tmp_path):
@@ -912,13 +982,15 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
         ),
     )
     lines = list(cost.describe_cost(study, calibrate=False, address="head:6379"))
-    ndr, lstm = 2 * 10 / 100.0, 2 * 10 / 200.0  # 2 trials x 10 steps each
+    # 2 trials x 10 steps each, and their 2 evaluations
+    ndr = 2 * (10 / 100.0 + evaluating(study, "fwd__ndr", 1 / 100.0))
+    lstm = 2 * (10 / 200.0 + evaluating(study, "fwd__lstm", 1 / 200.0))
     gpu_seconds = ndr * 1 + lstm * 0.25
     # The whole-GPU NDR trials cannot share the one GPU: its busy time bounds the wall time.
     assert lines[2] == (
         f"  cost in all: 40 training steps = {cost.resource_hours(gpu_seconds)} GPU-hours; on the cluster at "
         f"head:6379 (16 CPUs, 1 GPUs, 4 trial(s) at once) at most {cost.hours(ndr + lstm * 0.25)} "
-        "(evaluations left out; ASHA stops poor trials sooner)"
+        "(tests priced at every evaluation; ASHA stops poor trials sooner)"
     )
 
 
@@ -1563,10 +1635,13 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
         and "; stacks of 2: " in line
     ), line
     rate = float(line.split("stacks of 2: ")[1].split(" member-steps/s")[0])
-    # The rate is printed to 0.1 and the time computed from the unrounded one.
+    # The rate is printed to 0.1 and the time computed from the unrounded one; each of the 4 trials
+    # (stacked 2 high, a member-step each) evaluates once, at its end.
     assert (
         any(
-            line.endswith(f"-> at most {cost.hours(40 / r)} of trial time")
+            line.endswith(
+                f"-> at most {cost.hours(4 * (10 / r + evaluating(study, 'fwd__ndr', 1 / r)))} of trial time"
+            )
             for r in (rate - 0.05, rate, rate + 0.05)
         )
         and " GPU-hours" in summary
@@ -1607,7 +1682,7 @@ def test_dry_run_prices_stacked_trials_at_the_rate_of_a_stacks_members(tmp_path,
         )
     )
     ndr, lstm, _ = cost.describe_cost(study, calibrate=True)
-    assert "; stacks of 2: " in ndr and lstm.endswith(" s per step here -> at most 0.0 min of trial time"), (
+    assert "; stacks of 2: " in ndr and " s per step here; 1 evaluation(s) a trial, at most " in lstm, (
         ndr,
         lstm,
     )

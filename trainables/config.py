@@ -195,6 +195,30 @@ def check_range(key: str, value, bounds: tuple | None = None, nullable: bool | N
 
 
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
+# The training keys that say how a model is trained, as a paper's preset sets them: what models
+# compared on one task should agree on or differ in by their papers. The rest say where and how
+# fast a trial runs, its seed, or what it reports besides (early_budget).
+PROTOCOL_KEYS = (
+    "optimizer",
+    "lr",
+    "lr_schedule",
+    "momentum",
+    "rmsprop_alpha",
+    "weight_decay",
+    "batch_size",
+    "length_bucketed",
+    "n_iters",
+    "grad_clip",
+    "grad_clip_by",
+    "eval_every",
+)
+RMSPROP_KEYS = ("momentum", "rmsprop_alpha")  # read by the rmsprop optimizer only (make_optimizer)
+
+
+def protocol_keys(optimizer: str | None) -> tuple[str, ...]:
+    """The PROTOCOL_KEYS a trial with `optimizer` reads (None: not known, a search varies it)."""
+    return tuple(k for k in PROTOCOL_KEYS if optimizer in (None, "rmsprop") or k not in RMSPROP_KEYS)
+
 
 # What may differ between the members of one stack (trainables.batched): the rest of their configs
 # is one. The rates live in tensors too: the optimizer's per member (batched.MemberOptimizer),

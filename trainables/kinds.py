@@ -50,6 +50,7 @@ class Kind:
     scores: tuple[str, ...]
     forward: tuple[str, ...]
     per_depth = False  # scored at each depth (a split's generalization curve): the classification kinds
+    decodes = False  # evaluation calls the model once per output position (greedy decoding)
     selected_per_depth = False  # a checkpoint per depth as well (Sort-of-CLEVR's question types)
 
     def __str__(self) -> str:
@@ -185,6 +186,7 @@ class AutoregressiveSeq2Seq(SequenceOutput):
 
     name, scores = "autoregressive_seq2seq", ("seq_acc", "token_acc")
     forward = ("tokens", "lengths", "n_out", "targets")
+    decodes = True
 
     def predict(self, model, batch, **extra):
         targets = batch["targets"]

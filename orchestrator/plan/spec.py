@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from trainables.config import (
+    PROTOCOL_KEYS,
     TRAIN_KEYS,
     ConfigError,
     check_builds,
@@ -25,6 +26,7 @@ from trainables.config import (
     parse_trial_config,
     preset,
     presets,
+    protocol_keys,
 )
 from trainables.models import MODELS, ModelError, model_fields, model_spec
 from trainables.models import canonical as canonical_model
@@ -210,6 +212,11 @@ class Pair:
     own_values: dict = field(
         default_factory=dict
     )  # per_pair's fixed values the pair trains (not those its space or grid vary)
+    # The protocol keys (trainables.config.PROTOCOL_KEYS) the file neither sets nor varies, with their
+    # values: those the paper's preset gives the pair, and those at the training defaults, the same
+    # for every model (all of them where the model has no preset: a model of one's own).
+    from_preset: dict = field(default_factory=dict)
+    from_defaults: dict = field(default_factory=dict)
 
     @property
     def cuda_device(self) -> tuple[str, str] | None:
@@ -363,6 +370,19 @@ class Study:
         if not self.is_ablation:
             return self.budget.trials
         return math.prod(len(values) for values in pair.grid.values()) * len(self.seeds)
+
+    def unlike_training(self, variant: str) -> dict[str, tuple[dict, dict]]:
+        """The protocol keys that some of the task variant's models take from their papers' presets
+        and others from the training defaults, at another value (a model of one's own beside the
+        papers' baselines): key -> ({model: its paper's value}, {model: the default})."""
+        pairs = [p for p in self.pairs if p.task.variant == variant]
+        out = {}
+        for key in PROTOCOL_KEYS:
+            papers = {p.model: p.from_preset[key] for p in pairs if key in p.from_preset}
+            fallen = {p.model: p.from_defaults[key] for p in pairs if key in p.from_defaults}
+            if any(value != paper for value in fallen.values() for paper in papers.values()):
+                out[key] = (papers, fallen)
+        return out
 
     def grid_cells(self, pair: Pair) -> list[dict]:
         """Every combination of an ablation pair's grid values, in order."""
@@ -1251,6 +1271,9 @@ def _make_pair(
     own_grid = _model_keys(_parse_grid({"grid": overrides.get("grid")}, path, where)[0], model, where, path)
     grid = {k: v for k, v in {**shared.grid, **own_grid}.items() if k in TRAIN_KEYS | model_fields(model)}
     base = {k: v for k, v in base.items() if k not in grid}
+    from_preset, from_defaults = _protocol_origins(
+        task, model, base, {**shared.fixed, **model_fixed, **own_fixed}, {*own_space, *grid}, shared.budget
+    )
     device_key = f"per_model.{model}.fixed.device" if "device" in model_fixed else "fixed.device"
     pair = Pair(
         task=task,
@@ -1262,6 +1285,8 @@ def _make_pair(
         resources=resources,
         device_key=device_key,
         own_values={k: v for k, v in own_fixed.items() if k in base},
+        from_preset=from_preset,
+        from_defaults=from_defaults,
     )
     if pair.needs_gpu and pair.resources.gpu == 0:
         asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
@@ -1274,6 +1299,24 @@ def _make_pair(
         )
     _check_builds(path, pair)
     return pair
+
+
+def _protocol_origins(
+    task: TaskEntry, model: str, base: dict, fixed: dict, varied: set, budget: Budget
+) -> tuple[dict, dict]:
+    """({key: value} of the protocol keys the paper's preset gives the pair, {key: value} of those at
+    the training defaults), of the keys its optimizer reads that neither the budget nor the file
+    sets (`fixed`: the file's fixed values, its model's and its pair's; `varied`: its space and
+    grid); `base` holds their values."""
+    paper = preset(task.task, model, task.options) if model in presets(task.task)["models"] else {}
+    set_by_file = {*fixed, *varied, *(k for k in ("n_iters", "eval_every") if getattr(budget, k))}
+    model_defaults = defaults(model)
+    optimizer = None if "optimizer" in varied else base.get("optimizer", model_defaults["optimizer"])
+    left = [key for key in protocol_keys(optimizer) if key not in set_by_file]
+    return (
+        {key: base[key] for key in left if key in paper},
+        {key: base.get(key, model_defaults[key]) for key in left if key not in paper},
+    )
 
 
 def _pair_config(

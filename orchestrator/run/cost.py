@@ -3,7 +3,8 @@ hours. By default nothing trains: a pair's step time is the step rate earlier tr
 logged in the tracking store, else the cost model's (cost_model: the benchmarks' measured rates
 scaled to the pair's size); trials that ask for GPUs are priced on a GPU even where this machine has
 none. `--calibrate` times a few training steps of each pair's typical trial instead, on this
-machine or on a node of the cluster at --address with a trial's resources."""
+machine or on a node of the cluster at --address with a trial's resources. A trial's evaluations
+are priced from that step time and its task's evaluation sets' sizes (cost_model.evaluation_seconds)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import torch
 from trainables.batched import member_steps_per_second
 from trainables.config import parameter_count, parse_trial_config, yaml_word
 from trainables.models import batchable
-from trainables.tasks import small_copy_options
+from trainables.tasks import eval_sizes, small_copy_options
 from trainables.tasks.base import throwaway_data_cache
 from trainables.train import seconds_per_step as train_seconds_per_step
 
@@ -271,6 +272,21 @@ def modelled_step_time(stacking: Stacking, pair: Pair, device: str, members: int
     return per_step, f"{1 / per_step:.1f} steps/s by the {basis}"
 
 
+def evaluation_time(stacking: Stacking, pair: Pair, per_step: float) -> tuple[float | None, str]:
+    """(seconds of the evaluations of one of the pair's typical trials, which trains at `per_step`
+    seconds per step; in words), or (None, why they are not priced)."""
+    try:
+        cfg = parse_trial_config(typical_config(stacking, pair))
+        sizes = eval_sizes(cfg.task, cfg.task_options)
+    except Exception as e:  # noqa: BLE001 - as a failed calibration: no estimate, no refusal
+        return None, f"evaluations not priced ({reason(e)})"
+    if sizes is None:
+        return None, "evaluations not priced: their sets' sizes come with the data"
+    count = cost_model.evaluations(cfg.n_iters, cfg.eval_every)
+    seconds = count * cost_model.evaluation_seconds(per_step, cfg.batch_size, sizes)
+    return seconds, f"{count:,} evaluation(s) a trial, at most {hours(seconds)}"
+
+
 def cuda_here() -> bool:
     return torch.cuda.is_available()
 
@@ -433,6 +449,7 @@ class Tally:
     steps: int = 0
     seconds: float = 0.0
     unestimated: int = 0
+    unpriced_evaluations: int = 0
     shared_timed_alone: int = 0
     # resource -> seconds of trial time x the amount trials hold of it
     held_s: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -464,12 +481,16 @@ def pair_cost(
     if per_step is None:
         tally.unestimated += 1
         return f"{line}; {words}", stacking
-    tally.seconds += trials * steps * per_step
+    evaluating, evaluated = evaluation_time(stacking, pair, per_step)
+    if evaluating is None:
+        tally.unpriced_evaluations += 1
+    trial_s = steps * per_step + (evaluating or 0.0)
+    tally.seconds += trials * trial_s
     tally.pair_walls.append(
-        trials * steps * per_step / min(study.budget.max_concurrent, stacking.tune_trial_count(pair))
+        trials * trial_s / min(study.budget.max_concurrent, stacking.tune_trial_count(pair))
     )
     for name, amount in pair.resources.asks(use_gpu).items():
-        tally.held_s[name] = tally.held_s.get(name, 0.0) + trials * steps * per_step * amount
+        tally.held_s[name] = tally.held_s.get(name, 0.0) + trials * trial_s * amount
     alone = ""
     if rates is None and device_kind(pair, on_gpu) == "cuda" and pair.resources.gpu <= 0.5:
         # Timed alone, they train beside others: four Transformer stacks of 5 on an H200 each ran
@@ -480,7 +501,10 @@ def pair_cost(
             f"{pair.resources.gpu:g} each)"
         )
         tally.shared_timed_alone += 1
-    return f"{line}; {words} -> at most {hours(trials * steps * per_step)} of trial time{alone}", stacking
+    return (
+        f"{line}; {words}; {evaluated} -> at most {hours(trials * trial_s)} of trial time{alone}",
+        stacking,
+    )
 
 
 def pair_step_time(
@@ -539,9 +563,14 @@ def summary_line(stacking: Stacking, tally: Tally, where: str, total: dict[str, 
         else f"{resource_hours(held_s['CPU'])} CPU core-hours"
     )
     held = f"{total.get('CPU', 0):g} CPUs" + (f", {total['GPU']:g} GPUs" if use_gpu else "")
+    left_out = (
+        f"evaluations of {tally.unpriced_evaluations} pair(s) left out"
+        if tally.unpriced_evaluations
+        else "tests priced at every evaluation"
+    )
     summary += (
         f" = {used}; on {where} ({held}, {slots} trial(s) at once) at most {hours(wall)}"
-        f" (evaluations left out{'; ASHA stops poor trials sooner' if stacking.study.uses_asha else ''})"
+        f" ({left_out}{'; ASHA stops poor trials sooner' if stacking.study.uses_asha else ''})"
     )
     if tally.shared_timed_alone:
         summary += (

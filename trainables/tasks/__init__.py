@@ -32,10 +32,12 @@ from . import (
     multi30k,
     retrieval,
     scan,
+    sizes,
     sort_of_clevr,
     triangles,
 )
 from .base import Task
+from .sizes import EvalSizes
 
 
 @dataclass(frozen=True)
@@ -44,37 +46,55 @@ class TaskSpec:
     load: Callable[[Any], Task]
     probe: Callable[[Any], Task]  # the task without its data, for building models before launch
     kind: Kind
+    eval_sizes: Callable[[Any], EvalSizes | None]  # what an evaluation scores, without the data (sizes.py)
 
 
 TASKS: dict[str, TaskSpec] = {
-    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, SEQUENCE_CLASSIFICATION),
+    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, SEQUENCE_CLASSIFICATION, sizes.ctl),
     "arithmetic": TaskSpec(
-        arithmetic.ArithmeticConfig, arithmetic.load, arithmetic.probe, SEQUENCE_CLASSIFICATION
+        arithmetic.ArithmeticConfig,
+        arithmetic.load,
+        arithmetic.probe,
+        SEQUENCE_CLASSIFICATION,
+        sizes.expressions,
     ),
-    "listops": TaskSpec(listops.ListOpsConfig, listops.load, listops.probe, SEQUENCE_CLASSIFICATION),
+    "listops": TaskSpec(
+        listops.ListOpsConfig, listops.load, listops.probe, SEQUENCE_CLASSIFICATION, sizes.expressions
+    ),
     **{
         name: TaskSpec(
             algorithmic.AlgorithmicConfig,
             algorithmic.loader(name),
             functools.partial(algorithmic.probe, name),
             SEQUENCE_TO_SEQUENCE,
+            functools.partial(sizes.algorithmic_sizes, name),
         )
         for name in algorithmic.TASK_NAMES
     },
     "contextual_retrieval": TaskSpec(
-        retrieval.RetrievalConfig, retrieval.load, retrieval.probe, SET_REGRESSION
+        retrieval.RetrievalConfig, retrieval.load, retrieval.probe, SET_REGRESSION, sizes.retrieval
     ),
-    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, AUTOREGRESSIVE_SEQ2SEQ),
+    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, AUTOREGRESSIVE_SEQ2SEQ, sizes.scan_sizes),
     "mathematics": TaskSpec(
-        mathematics.MathematicsConfig, mathematics.load, mathematics.probe, AUTOREGRESSIVE_SEQ2SEQ
+        mathematics.MathematicsConfig,
+        mathematics.load,
+        mathematics.probe,
+        AUTOREGRESSIVE_SEQ2SEQ,
+        sizes.unknown,
     ),
-    "triangles": TaskSpec(triangles.TrianglesConfig, triangles.load, triangles.probe, IMAGE_CLASSIFICATION),
-    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, AUTOREGRESSIVE_SEQ2SEQ),
-    "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, TRANSLATION),
-    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, IMAGE_SEQUENCE_CLASSIFICATION),
-    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, NEXT_SYMBOL_SETS),
+    "triangles": TaskSpec(
+        triangles.TrianglesConfig, triangles.load, triangles.probe, IMAGE_CLASSIFICATION, sizes.triangles
+    ),
+    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, AUTOREGRESSIVE_SEQ2SEQ, sizes.unknown),
+    "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, TRANSLATION, sizes.unknown),
+    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, IMAGE_SEQUENCE_CLASSIFICATION, sizes.esbn_sizes),
+    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, NEXT_SYMBOL_SETS, sizes.dyck_sizes),
     "sort_of_clevr": TaskSpec(
-        sort_of_clevr.SortOfClevrConfig, sort_of_clevr.load, sort_of_clevr.probe, VISUAL_QUESTION_ANSWERING
+        sort_of_clevr.SortOfClevrConfig,
+        sort_of_clevr.load,
+        sort_of_clevr.probe,
+        VISUAL_QUESTION_ANSWERING,
+        sizes.sort_of_clevr,
     ),
 }
 
@@ -94,6 +114,14 @@ def task_config(name: str, options: dict | None = None):
         if str(fields[key].type).startswith("int") and isinstance(value, float) and value.is_integer():
             values[key] = int(value)  # 100.0 as the training keys take it: a generator counts with ints
     return cls(**values)  # each config checks its values (base.check_values)
+
+
+def eval_sizes(name: str, options: dict | None = None) -> EvalSizes | None:
+    """What an evaluation of the task scores (sizes.py), without its data; None where only the data
+    know."""
+    spec = TASKS[name]
+    sizes = spec.eval_sizes(task_config(name, options))
+    return sizes and dataclasses.replace(sizes, decodes=spec.kind.decodes)
 
 
 def load_task(name: str, options: dict | None = None) -> Task:
