@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -81,8 +82,9 @@ def read_yaml(path: Path):
         raise UsageError.of_spec(e) from None
 
 
-def load_trial_source(source: str) -> dict:
-    """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model'."""
+def load_trial_source(source: str) -> tuple[dict, str | None]:
+    """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model';
+    with the hash of the data its trial ran on, where the file records it (a best file does)."""
     # trainables imports torch (seconds): only `train` needs it
     from trainables.config import ConfigError, preset  # noqa: PLC0415
     from trainables.models import is_file_model  # noqa: PLC0415
@@ -92,14 +94,14 @@ def load_trial_source(source: str) -> dict:
         data = read_yaml(path)
         if not isinstance(data, dict):
             raise UsageError(f"{source}: expected a mapping of trial config keys")
-        return data.get("config", data)
+        return data.get("config", data), data.get("data_hash") if "config" in data else None
     if "/" not in source:
         raise UsageError(f"{source}: neither a YAML file nor a preset 'task/model' (e.g. ctl/ndr)")
     task, model = source.split("/", 1)
     if is_file_model(model):  # a model of one's own has no paper's setting: the training defaults
-        return {"task": task, "model": model}
+        return {"task": task, "model": model}, None
     try:
-        return preset(task, model)
+        return preset(task, model), None
     except ConfigError as e:
         raise UsageError(str(e)) from None
 
@@ -127,6 +129,22 @@ def ui_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def say_what_differs(recorded: dict, flat: dict) -> None:
+    """A line where `--set` changes what a launch's trial ran (a best file's config): its metric then
+    does not re-run to the number in the file's header, threads and seed included."""
+    changes = [
+        f"{key} {recorded.get(key)!r} -> {flat.get(key)!r}"
+        for key in sorted(set(recorded) | set(flat))
+        if recorded.get(key) != flat.get(key)
+    ]
+    if changes:
+        print(
+            f"[train] --set changes the launch's trial ({', '.join(changes)}): the metric does not "
+            "re-run to the file's number",
+            flush=True,
+        )
+
+
 def cmd_train(args) -> int:
     from trainables.config import (  # noqa: PLC0415 - trainables imports torch: only `train` needs it
         ConfigError,
@@ -136,7 +154,8 @@ def cmd_train(args) -> int:
         set_override,
     )
 
-    flat = load_trial_source(args.source)
+    flat, launch_data = load_trial_source(args.source)
+    recorded = copy.deepcopy(flat)
     try:
         for assignment in args.set or []:
             set_override(flat, assignment)
@@ -163,7 +182,15 @@ def cmd_train(args) -> int:
         ),
         flush=True,
     )
+    if launch_data:
+        say_what_differs(recorded, flat)
     metrics = train(cfg)
+    if launch_data and metrics["data_hash"] != launch_data:
+        print(
+            f"[train] the data differ from the launch's (data_hash {launch_data} there, "
+            f"{metrics['data_hash']} here): the metric does not re-run to the file's number",
+            flush=True,
+        )
     # The final metrics as JSON (other tools read it), rounded to what a reader compares; a diverged
     # run's NaN loss and missing best are null (JSON has no NaN: jq and others refuse Python's).
     print(

@@ -1274,6 +1274,10 @@ def _make_pair(
     from_preset, from_defaults = _protocol_origins(
         task, model, base, {**shared.fixed, **model_fixed, **own_fixed}, {*own_space, *grid}, shared.budget
     )
+    # The threads a trial runs on are in its config, recorded and re-run with it (best/<pair>.yaml):
+    # on a CPU they change the sums' order, hence the numbers. The file's, else its CPU share.
+    if base.get("threads") is None:
+        base["threads"] = max(1, int(resources.cpu))
     device_key = f"per_model.{model}.fixed.device" if "device" in model_fixed else "fixed.device"
     pair = Pair(
         task=task,
