@@ -4,6 +4,7 @@ pruned, SIGINT to a launch, PostgreSQL connections terminated mid-launch (the no
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -691,7 +692,8 @@ def test_a_dry_run_with_address_times_the_trials_on_the_clusters_nodes(tmp_path,
     ).stdout
     lstm = next(line for line in out.splitlines() if line.startswith("  cost of tiny__lstm: "))
     ndr = next(line for line in out.splitlines() if line.startswith("  cost of tiny__ndr: "))
-    assert " s per step on gpu-node-7 -> at most " in lstm, out
+    timed = r" s per step on gpu-node-7; 2 evaluation\(s\) a trial, at most .* -> at most "
+    assert re.search(timed, lstm), out
     assert ndr.endswith(
         "not timed: its trials train on GPUs and torch on gpu-node-7, a node with GPUs, finds no CUDA"
     ), out

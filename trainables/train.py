@@ -639,10 +639,9 @@ def run(
     bar.update(start)
 
     def reported(iteration: int) -> list[dict[str, Any]]:
-        metrics = [selection.metrics for selection in selections]
-        if report:  # each result names the data it came from (the run's data_hash tag)
-            with_data = [{**m, "data_hash": learner.task.data_hash} for m in metrics]
-            report(with_data, functools.partial(snapshot, learner, selections, iteration), learner.compiled)
+        metrics = finals(learner, selections)
+        if report:
+            report(metrics, functools.partial(snapshot, learner, selections, iteration), learner.compiled)
         return metrics
 
     if all(selection.ended(start) for selection in selections):
@@ -665,7 +664,13 @@ def run(
                 break
             window = Window(len(selections), device)
     bar.close()
-    return [selection.metrics for selection in selections]
+    return finals(learner, selections)
+
+
+def finals(learner, selections: list[Selection]) -> list[dict[str, Any]]:
+    """Each member's metrics so far, with the hash of the data it trains and is tested on (its run's
+    data_hash tag)."""
+    return [{**selection.metrics, "data_hash": learner.task.data_hash} for selection in selections]
 
 
 def evaluate_members(learner, selections: list[Selection], iteration: int, window: Window) -> None:
@@ -741,8 +746,7 @@ def train(
     device = setup_device(cfg)
     free_what_finished_trials_left(device)
     members_report = (lambda metrics, snapshot, compiled: report(metrics[0], snapshot)) if report else None
-    learner = Single(cfg, device, log)
-    return {**run(learner, members_report, resume_state, log)[0], "data_hash": learner.task.data_hash}
+    return run(Single(cfg, device, log), members_report, resume_state, log)[0]
 
 
 def training_step(cfg: TrainConfig) -> tuple[Callable[[], None], torch.device]:
