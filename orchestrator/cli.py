@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import importlib.metadata
 import json
 import math
 import os
@@ -1038,6 +1039,12 @@ def add_board_command(sub) -> None:
 def parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser, and each command's own (the reference page's source: orchestrator.reference)."""
     parser = OneLineParser(prog="orchestrator", description=__doc__)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('sysgen-search')}",
+        help="the installed package's version (pyproject.toml's; docs/changelog.md says what each brought)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_command(sub)
     add_launch_commands(sub)

@@ -385,6 +385,20 @@ def test_bad_arguments_are_one_line_too(tmp_path):
         ), (argv, lines)
 
 
+def test_version_is_the_packages_as_pyproject_gives_it(capsys):
+    """`orchestrator --version`: the installed metadata's version, which is pyproject.toml's (an install
+    older than the file would print another) and the newest heading of docs/changelog.md."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    root = Path(__file__).resolve().parent.parent
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"orchestrator {version}\n"
+    changelog = (root / "docs" / "changelog.md").read_text()
+    assert changelog.split("\n## ", 1)[1].startswith(version), "docs/changelog.md's newest heading"
+
+
 def test_a_damaged_launch_record_is_one_line_and_does_not_hide_the_others(tmp_path):
     """Its plan too: `status` and `best` read it without parsing the spec, and gave tracebacks."""
     storage = tmp_path / "runs"
