@@ -11,6 +11,7 @@ import importlib.metadata
 import json
 import math
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -1001,7 +1002,15 @@ def cmd_board(args) -> int:
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     args.store_uri = uri
     uri, output = uri and normalize_store(uri), Path(args.output) if args.output else None
-    paths, context = board.write(storage, uri, args.mlflow_url, output, not args.no_links)
+    docs = None
+    if args.docs:
+        problem = board.docs_problem(Path(args.docs))
+        if problem:
+            raise UsageError(problem, f"--docs: {args.docs}: ")
+        tracking = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []
+        words = ["orchestrator", "board", "--storage-path", args.storage_path, *tracking, "--docs", args.docs]
+        docs = (Path(args.docs), shlex.join(words))
+    paths, context = board.write(storage, uri, args.mlflow_url, output, not args.no_links, docs)
     print(f"board of the {context['launches']} finished launches in {storage}: {board.counts(context)}")
     for path in paths:
         print(f"  {path}")
@@ -1025,8 +1034,14 @@ def add_board_command(sub) -> None:
     p.add_argument(
         "--no-links",
         action="store_true",
-        help="the Markdown names each launch without linking its report and runs: for a page kept "
-        "elsewhere (docs/results.md)",
+        help="the Markdown names each launch without linking its report and runs: for a page kept elsewhere",
+    )
+    p.add_argument(
+        "--docs",
+        metavar="PAGE",
+        help="also write the board, without links, after a table of facts (machine, commits, dates, "
+        "launches) between the page's board:begin and board:end markers (docs/results.md); a new "
+        "page where PAGE does not exist",
     )
     p.add_argument(
         "--mlflow-url",

@@ -3,6 +3,7 @@ the tracker writes them: each verdict, the evidence it rests on, and every publi
 claim."""
 
 import json
+import socket
 import uuid
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def plant(tmp_path, uri: str, launch_id: str, spec: dict, scores: dict, iid: flo
     exp_id = (
         exp.experiment_id if exp else client.create_experiment(spec["name"], artifact_root(uri, tmp_path))
     )
-    parent = client.create_run(exp_id, tags={"launch_id": launch_id, "kind": "launch", "code_version": "abc"})
+    host = socket.gethostname()
+    tags = {"launch_id": launch_id, "kind": "launch", "code_version": "abc", "driver_host": host}
+    parent = client.create_run(exp_id, tags=tags)
     score = study.score
     for pair in study.pairs:
         pair_run = runs.pair_run(stores.client(uri), exp_id, parent.info.run_id, launch_id, pair.name)
@@ -154,6 +157,34 @@ def test_the_board_is_logged_to_mlflow_and_its_page_links_each_launch(tmp_path, 
     assert main(["board", "--storage-path", str(tmp_path / "runs"), "--output", str(docs), "--no-links"]) == 0
     markdown = (docs / "board.md").read_text()
     assert "`ctl-tiny`" in markdown and "report.html" not in markdown and "](http" not in markdown
+
+
+def test_board_docs_writes_a_page_of_facts_and_the_board_between_its_markers_alike_each_time(tmp_path, uri):
+    """`board --docs PAGE` writes, between the page's markers, the facts (this machine, the board's
+    commit, the launches' dates, each launch with its file and commit), the command that rewrites it,
+    and the board's tables; the page's own text outside stays, and a rerun writes the same page."""
+    plant(tmp_path, uri, "ctl-tiny", ctl_ablation(n_iters=20), PAPER_CTL)
+    page = tmp_path / "docs" / "results.md"
+    page.parent.mkdir()
+    own = "# Results\n\nBefore.\n\n", "\n\n## Notes\n\nAfter.\n"
+    page.write_text(f"{own[0]}{board.DOCS_BEGIN}\nold\n{board.DOCS_END}{own[1]}")
+    argv = ["board", "--storage-path", str(tmp_path / "runs"), "--docs", str(page)]
+    assert main(argv) == 0
+    text = page.read_text()
+    assert text.startswith(f"{own[0]}{board.DOCS_BEGIN}\n") and "old" not in text
+    assert text.endswith(f"\n\n{board.DOCS_END}{own[1]}")
+    assert f"Regenerate with: `orchestrator board --storage-path {tmp_path / 'runs'} --docs {page}`" in text
+    assert f"| machine | {board.cpu()}: where this page was written; every launch below ran on it |" in text
+    assert "| launches | 1 finished under" in text and "| verdicts | 0 reproduced, 1 ordering shown, " in text
+    assert "| `ctl-tiny` | `ctl_test.yaml` |" in text and "| `abc` |" in text
+    assert "| **Table 1** (ndr-t1-ctl):" in text and "`ctl-tiny`, " in text and "report.html" not in text
+    assert main(argv) == 0 and page.read_text() == text
+
+    page.write_text("# A page of one's own\n")
+    assert main(argv) == 2 and page.read_text() == "# A page of one's own\n"
+    fresh = tmp_path / "new" / "board.md"
+    assert main([*argv[:-1], str(fresh)]) == 0
+    assert fresh.read_text().startswith(f"# The reproduction board\n\n{board.DOCS_BEGIN}\n")
 
 
 def evidence_of(rows: dict, paper_scale: bool = False) -> board.Evidence:

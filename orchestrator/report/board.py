@@ -14,13 +14,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import platform
+import socket
 from pathlib import Path
 
 import jinja2
 import yaml
 
 from ..record.mlflow_ui import ui_address
-from ..record.runs import ENDED, launch_trial_runs
+from ..record.runs import ENDED, git_state, launch_trial_runs
 from ..record.state import LaunchState, readable_launches
 from ..record.stores import client
 from . import stats
@@ -157,6 +159,13 @@ class Launch:
     report: Path
     mlflow_link: str
     test: str  # the launch's test across seeds (report.test)
+    spec_file: str = ""
+    code_version: str = "unknown"  # the parent run's tag (record.runs.code_tags)
+    host: str = ""  # the driver's
+
+    @property
+    def ended(self) -> float:
+        return self.started + 60 * (self.minutes or 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +224,9 @@ def launch_info(state: LaunchState, mlflow, study, ui_url: str | None) -> Launch
         report=state.dir / "report" / "report.html",
         mlflow_link=f"{ui}/#/experiments/{parent.info.experiment_id}/runs/{state.parent_run_id}",
         test=study.report.test,
+        spec_file=state.spec_file,
+        code_version=parent.data.tags.get("code_version", "unknown"),
+        host=parent.data.tags.get("driver_host", ""),
     )
 
 
@@ -414,9 +426,13 @@ def counts(context: dict) -> str:
     return ", ".join(f"{n} {verdict}" for verdict, n in context["counts"].items())
 
 
-def render(context: dict, links: bool = True) -> tuple[str, str]:
-    """-> (Markdown, HTML) from the templates; without `links`, the Markdown names the launches
-    without linking them (the docs' copy, where the launches' folders are not)."""
+# The generated part of a docs page: a page's own text stays outside them (write_docs).
+BEGIN_TAG = "<!-- board:begin"
+DOCS_BEGIN = f"{BEGIN_TAG}: written by `orchestrator board --docs`; edit outside board:begin/board:end -->"
+DOCS_END = "<!-- board:end -->"
+
+
+def templates() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=lambda name: (name or "").endswith(".html.j2"),
@@ -424,10 +440,76 @@ def render(context: dict, links: bool = True) -> tuple[str, str]:
         lstrip_blocks=True,
     )
     env.filters["f3"] = stats.fmt
+    env.filters["utc"] = lambda t: datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M")
+    return env
+
+
+def render(context: dict, links: bool = True) -> tuple[str, str]:
+    """-> (Markdown, HTML) from the templates; without `links`, the Markdown names the launches
+    without linking them (the docs' copy, where the launches' folders are not)."""
+    env = templates()
     return (
         env.get_template("board.md.j2").render(**context, links=links),
         env.get_template("board.html.j2").render(**context, links=True),
     )
+
+
+def cpu() -> str:
+    """This machine's CPU model and cores, and its system, as a results page states them."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:  # Linux names the model here; platform.processor() does not
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count() or 1} cores, {platform.system()} {platform.machine()}"
+
+
+def docs_problem(path: Path) -> str | None:
+    """Why `path` cannot take the board (a page of its own without both markers), else None."""
+    if not path.exists():
+        return None
+    text = path.read_text()
+    if BEGIN_TAG not in text or DOCS_END not in text:
+        return f"holds no {BEGIN_TAG} ... --> and {DOCS_END} markers, between which the board is written"
+    return None
+
+
+def docs_page(old: str | None, block: str) -> str:
+    """`old` with its part between the markers replaced by `block`; a new page where there is none."""
+    if old is None:
+        return f"# The reproduction board\n\n{block}\n"
+    head = old[: old.index(BEGIN_TAG)]
+    tail = old[old.index(DOCS_END) + len(DOCS_END) :]
+    return head + block + tail
+
+
+def write_docs(path: Path, launches: list[LaunchState], context: dict, command: str) -> Path:
+    """The board as a docs page's generated part (docs/results.md): the facts of what ran, where,
+    at which code and when, then the board's tables; the page's text outside the markers stays."""
+    ran = sorted(
+        (launch_info(s, client(s.tracking_uri), s.study(), None) for s in launches), key=lambda x: x.started
+    )
+    sha, dirty = git_state()
+    block = (
+        templates()
+        .get_template("board_docs.md.j2")
+        .render(
+            **context,
+            links=False,
+            begin=DOCS_BEGIN,
+            command=command,
+            machine=cpu(),
+            elsewhere=sum(x.host != socket.gethostname() for x in ran),
+            commit=sha[:7] + ("-dirty" if dirty else "") if sha else "unknown",
+            ran=ran,
+        )
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    block = f"{block.rstrip()}\n\n{DOCS_END}"
+    path.write_text(docs_page(path.read_text() if path.exists() else None, block))
+    return path
 
 
 def log_board(tracking_uri: str, paths: list[Path], counts: dict) -> None:
@@ -450,9 +532,11 @@ def write(
     ui_url: str | None = None,
     out: Path | None = None,
     links: bool = True,
+    docs: tuple[Path, str] | None = None,
 ) -> tuple[list[Path], dict]:
     """The board as board.md and board.html under `out` (default <storage_path>/board), logged to
-    MLflow in `tracking_uri` (default: the store of the newest finished launch); -> (files, counts)."""
+    MLflow in `tracking_uri` (default: the store of the newest finished launch), and where `docs`
+    (a page, the command that writes it) is given, into that page (write_docs); -> (files, counts)."""
     out = out or storage_path / "board"
     out.mkdir(parents=True, exist_ok=True)
     launches = finished_launches(storage_path, tracking_uri)
@@ -464,4 +548,6 @@ def write(
     store = tracking_uri or (max(launches, key=lambda s: s.created or 0).tracking_uri if launches else None)
     if store:
         log_board(store, paths, context["counts"])
+    if docs:
+        paths.append(write_docs(docs[0], launches, context, docs[1]))
     return paths, context
