@@ -38,6 +38,12 @@ docs: $(VENV)/.installed
 docs-build: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# The generated parts of README.md and docs/ (the reference pages, the tables of commands, exit statuses
+# and environment variables), written anew from the code; the docs build and tests/test_docs.py fail
+# where they are stale.
+reference: $(VENV)/.installed
+	$(VENV)/bin/python -m orchestrator.reference
+
 browser:
 	command -v chromium > /dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
@@ -45,4 +51,4 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/bench_trainables.py
 	$(VENV)/bin/python benchmarks/bench_orchestration.py
 
-.PHONY: install run test lint bench browser docs docs-build
+.PHONY: install run test lint bench browser docs docs-build reference

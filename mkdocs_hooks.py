@@ -1,12 +1,14 @@
-"""The docs site's hook: a page's `<!-- reference: NAME -->` becomes the reference NAME
-(orchestrator.reference), generated from the service's own definitions at each build."""
+"""The docs site's hook: the site reads the committed pages, whose generated parts `make reference`
+writes (orchestrator.reference); a build where one is stale fails, naming the command."""
 
-import re
+from pathlib import Path
 
-from orchestrator.reference import PAGES
+from mkdocs.exceptions import PluginError
 
-MARKER = re.compile(r"<!-- reference: ([\w-]+) -->")
+from orchestrator.reference import COMMAND, stale
 
 
-def on_page_markdown(markdown: str, **_) -> str:
-    return MARKER.sub(lambda m: PAGES[m.group(1)](), markdown)
+def on_pre_build(config, **_) -> None:
+    pages = stale(Path(config["docs_dir"]).resolve().parent)
+    if pages:
+        raise PluginError(f"stale generated text in {', '.join(map(str, pages))}: run `{COMMAND}`")

@@ -1,5 +1,5 @@
 """`orchestrator train | launch | nightly | resume | status | best | report | export | dashboard | ui |
-accept | list`: one entry point for the service."""
+accept | board | list`: one entry point for the service."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ from .record.summaries import (
 from .record.tables import launch_table
 from .run.cluster import ClusterUnreachable
 from .run.cost_model import training_cost
+from .run.exits import EXIT_INTERRUPTED, EXIT_READER_GONE, EXIT_STORE_UNREACHABLE, EXIT_USAGE
 
 
 class UsageError(Exception):
@@ -1140,8 +1141,8 @@ def add_launch_readers(sub) -> None:
         (
             "status",
             cmd_status,
-            "whether the driver is alive; per pair trials done / stopped early / running / failed and the "
-            "best so far (an ablation's per grid cell)",
+            "whether the driver is alive; per pair trials done / stopped early / running (unfinished once "
+            "the driver is gone) / failed and the best so far (an ablation's per grid cell)",
         ),
         ("best", cmd_best, "write the best config per pair as files `orchestrator train` accepts"),
         (
@@ -1276,7 +1277,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as e:  # a message may echo a bad value, secrets and all
         where, message = (e.where, e.message) if isinstance(e, UsageError) else ("", str(e))
         print(f"orchestrator: error: {where}{redact_secrets(message)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except (
         FileExistsError,
         NotADirectoryError,
@@ -1287,22 +1288,20 @@ def main(argv: list[str] | None = None) -> int:
             "service's to write",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     except StoreUnavailable as e:  # before a launch is registered (launch.execute says how to resume one)
         print(
             f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again "
             "once the store answers",
             file=sys.stderr,
         )
-        from .run.launch import EXIT_STORE_UNREACHABLE  # noqa: PLC0415 - imports Ray: seconds
-
         return EXIT_STORE_UNREACHABLE
     except BrokenPipeError:  # `orchestrator status | head -1`: the reader has what it wanted
         to_devnull(sys.stdout)  # so the exit's flush fails no more
-        return 128 + signal.SIGPIPE
+        return EXIT_READER_GONE
     except KeyboardInterrupt:  # before a launch is registered (launch.execute records one stopped later)
         print("orchestrator: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # last: an error of its own kind above is not re-raised from here
         damage = damaged_store(e)
         if damage is None:
@@ -1313,7 +1312,7 @@ def main(argv: list[str] | None = None) -> int:
             f"database is damaged: {damage}",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
 
 
 def redeliver_lost_interrupts() -> None:

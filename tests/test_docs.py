@@ -1,14 +1,17 @@
 """The documentation's generated reference (orchestrator/reference.py): every key a search-space file
 may hold is on its page, found from what the parser reads rather than from the generator's own lists;
-and the papers' numbers and the commands are all there."""
+the papers' numbers, the commands, the exit statuses and every environment variable the code reads
+are all there; and the committed pages are what `make reference` writes now."""
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 from orchestrator import reference
 from orchestrator.cli import parser_and_commands
 from orchestrator.plan import spec
+from orchestrator.run import exits
 from trainables.config import TRAIN_KEYS
 from trainables.models import MODELS
 
@@ -61,3 +64,79 @@ def test_every_published_number_is_on_its_page():
     page = reference.published_page()
     cells = yaml.safe_load((ROOT / "orchestrator" / "report" / "published.yaml").read_text())
     assert page.count("\n| ") - page.count("\n| model |") == len(cells)
+
+
+def test_the_committed_pages_are_what_make_reference_writes(tmp_path):
+    """README.md and docs/ hold the generated text as committed: regenerated into a folder, every page
+    reads the same. A changed option, model, key or exit status fails here until its pages are
+    written again."""
+    written = reference.write(ROOT, tmp_path)
+    assert {Path("README.md"), Path("docs/reference/cli.md"), Path("docs/guide/faults.md")} <= set(written)
+    stale = [str(page) for page in written if (tmp_path / page).read_text() != (ROOT / page).read_text()]
+    assert not stale, f"stale generated text in {', '.join(stale)}: run `{reference.COMMAND}`"
+    pipes_in_code = [
+        (str(page), m.group())
+        for page in written
+        for m in re.finditer(r"`[^`\n]*\\\|[^`\n]*`", (tmp_path / page).read_text())
+    ]
+    assert not pipes_in_code, pipes_in_code  # a site shows the backslash of `int \| None`
+
+
+def test_every_exit_status_is_on_the_commands_page():
+    page = reference.cli_page()
+    assert all(f"| {status} |" in page for status in exits.STATUSES)
+
+
+def module_strings(tree: ast.Module) -> dict[str, str]:
+    """A module's `NAME = "text"` constants."""
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def variables_read(path: Path) -> set[str]:
+    """The environment variables a Python file names to os.environ or os.getenv (directly or by a
+    module constant), and those a default such as `data_dir: "$BABI_DATA"` expands."""
+    tree = ast.parse(path.read_text())
+    strings, named = module_strings(tree), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if is_environ(node.func.value) or node.func.attr == "getenv":
+                named.append(node.args[0])
+        elif isinstance(node, ast.Subscript) and is_environ(node.value):
+            named.append(node.slice)
+        elif isinstance(node, ast.Constant) and re.fullmatch(r"\$[A-Z][A-Z0-9_]*", str(node.value)):
+            named.append(ast.Constant(node.value[1:]))
+    found = {strings.get(n.id) if isinstance(n, ast.Name) else getattr(n, "value", None) for n in named}
+    return {name for name in found if isinstance(name, str)}
+
+
+SYSTEM = {"PATH", "TMPDIR"}  # the system's, which the tests and scripts pass on
+
+
+def test_every_environment_variable_the_code_reads_is_on_its_page():
+    """Every variable the service's code, its benchmarks and tests, and its deploy scripts read is in
+    reference.ENVIRONMENT, which the environment page prints. (The benchmarks' device scripts take
+    their knobs from the environment too: their own headers list those.)"""
+    read = set()
+    for folder in ("orchestrator", "trainables", "benchmarks", "deploy", "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            read |= {(name, path.relative_to(ROOT)) for name in variables_read(path)}
+    for path in (ROOT / "deploy").rglob("*.sh"):
+        names = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", path.read_text())) - SYSTEM
+        read |= {(name, path.relative_to(ROOT)) for name in names}
+    found = {name for name, _ in read}
+    assert found >= {"SYSGEN_DATA_CACHE", "SYSGEN_STORE_RETRY_S", "MLFLOW_DB", "BABI_DATA", "RAY_ADDRESS"}
+    listed = {v.name for v in reference.ENVIRONMENT}
+    assert not {(name, str(path)) for name, path in read if name not in listed | SYSTEM}
+    page = reference.environment_page()
+    assert all(f"| `{name}` |" in page for name in listed)

@@ -73,6 +73,13 @@ from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
 from .cost import calibration_config, stack_curve, stack_sizes_to_try
 from .disk import DiskWatch, least_free
+from .exits import (
+    EXIT_INTERRUPTED,
+    EXIT_REGRESSION,
+    EXIT_STORE_UNREACHABLE,
+    EXIT_TRIALS_FAILED,
+    EXIT_USAGE,
+)
 from .failures import FailureLog, error_text
 from .search import (
     CANDIDATE_KEY,
@@ -94,12 +101,6 @@ try:  # Ray's forwarder of its processes' output (quiet_ray): private, so not in
 except ImportError:
     global_worker_stdstream_dispatcher = None
 
-EXIT_INTERRUPTED = 130
-EXIT_USAGE = 2  # as the command line's: another driver took the launch between its check and its lock
-EXIT_REGRESSION = 1  # a night of the nightly job found a regression
-# The launch finished and answered, but trials failed for good, or every run of a pair diverged or failed.
-EXIT_TRIALS_FAILED = 3
-EXIT_STORE_UNREACHABLE = 4  # a tracking or search store stayed unreachable through every retry: resumable
 MAX_PENDING = "TUNE_MAX_PENDING_TRIALS_PG"  # Tune reads it as its controller starts
 
 

@@ -178,7 +178,9 @@ MODELS: dict[str, ModelSpec] = {
         "Pointer-Augmented Neural Memory (Le et al.)",
     ),
     "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
-    "transformer_seq2seq": _seq2seq(Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder-decoder"),
+    "transformer_seq2seq": _seq2seq(
+        Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder only: the output read at blank positions"
+    ),
     "transformer_enc_dec": _enc_dec(
         EncDecConfig,
         lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
