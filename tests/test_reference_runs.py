@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_multi30k import write_sentences
+from test_train import TINY_SIZES
 
 from trainables import batched
 from trainables import train as train_module
@@ -60,16 +61,6 @@ FIRST_TASK = {  # a model's first kind's task
     "autoregressive_seq2seq": "scan",
     "next_symbol_sets": "dyck",
 }
-SIZES = {
-    "d_model": 16,
-    "n_layers": 2,
-    "n_heads": 2,
-    "hidden": 16,
-    "mlp_hidden": 8,
-    "encoder_layers": 2,
-    "decoder_layers": 2,
-    "stack_size": 12,
-}
 
 
 def flat_config(model: str, task: str) -> dict:
@@ -87,7 +78,7 @@ def flat_config(model: str, task: str) -> dict:
         "compile": False,
         "bf16": False,
     }
-    return {**flat, **{k: v for k, v in SIZES.items() if k in model_fields(model)}}
+    return {**flat, **{k: v for k, v in TINY_SIZES.items() if k in model_fields(model)}}
 
 
 def runs() -> dict[str, tuple[dict, list[int] | None]]:

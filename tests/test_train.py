@@ -57,6 +57,19 @@ TINY_BY_KIND = {
 }
 
 
+# A tiny model of each family: the sizes a model's config has of these.
+TINY_SIZES = {
+    "d_model": 16,
+    "n_layers": 2,
+    "n_heads": 2,
+    "hidden": 16,
+    "mlp_hidden": 8,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "stack_size": 12,
+}
+
+
 def tiny(model="ndr", **overrides) -> TrainConfig:
     task, options = TINY_BY_KIND[MODELS[model].kinds[0]]
     # float32 matmuls, uncompiled, on a GPU too: the comparisons of runs are of float32 rounding
@@ -74,17 +87,7 @@ def tiny(model="ndr", **overrides) -> TrainConfig:
         **overrides,
     }
     fields = model_fields(model)
-    sizes = {
-        "d_model": 16,
-        "n_layers": 2,
-        "n_heads": 2,
-        "hidden": 16,
-        "mlp_hidden": 8,
-        "encoder_layers": 2,
-        "decoder_layers": 2,
-        "stack_size": 12,
-    }
-    flat.update({k: v for k, v in sizes.items() if k in fields and k not in overrides})
+    flat.update({k: v for k, v in TINY_SIZES.items() if k in fields and k not in overrides})
     return parse_trial_config(flat)
 
 
