@@ -208,12 +208,13 @@ def pooled_differences(configs: list[dict]) -> str:
 
 def one_data(runs: pd.DataFrame, among: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """`runs` (a pair's) less those on other data than most of `among` (the runs of every pair of its
-    task config; the newest hash where two tie), and a line naming those left out: runs on different
-    data are neither pooled nor compared (a resume after the generator changed). '' where all agree."""
+    task config, in the order they started; the later hash where two tie), and a line naming those
+    left out: runs on different data are neither pooled nor compared (a resume after the generator
+    changed). '' where all agree."""
     if not len(among) or among["data_hash"].nunique() < 2:
         return runs, ""
     counts = among.groupby("data_hash", sort=False).size()
-    kept = counts.index[len(counts) - 1 - counts.to_numpy()[::-1].argmax()]
+    kept = counts[counts == counts.max()].index[-1]
     other = runs[runs["data_hash"] != kept]
     if not len(other):
         return runs, ""
@@ -1402,7 +1403,7 @@ def comparison_section(data: LaunchData, previous_state, comparisons: list, tall
         if previous_state
         else None
     )
-    code_now = data.mlflow.get_run(data.state.parent_run_id).data.tags.get("code_version", "unknown")
+    code_now = data.parent.data.tags.get("code_version", "unknown")
     changed = tally.changed
     return {
         "previous": previous_state.launch_id if previous_state else None,

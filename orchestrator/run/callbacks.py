@@ -301,15 +301,16 @@ class TrialTracker(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.ended.add(trial.trial_id)
+        error = trial_error(trial)
         print(
-            f"[launch] trial {trial.trial_id} failed for good{error_words(trial_error(trial))}; its "
+            f"[launch] trial {trial.trial_id} failed for good{error_words(error)}; its "
             "traceback is in its MLflow run's error tag",
             flush=True,
         )
         for run_id in self.run_ids(trial).values():
             self.mlflow.set_tag(run_id, STATUS_TAG, "failed")
-            if trial_error(trial):
-                self.mlflow.set_tag(run_id, ERROR_TAG, trial_error(trial)[-4000:])
+            if error:
+                self.mlflow.set_tag(run_id, ERROR_TAG, error[-4000:])
             self.mlflow.set_terminated(run_id, status="FAILED")
 
     def on_experiment_end(self, trials, **info):
