@@ -8,18 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..kinds import (
-    AUTOREGRESSIVE_SEQ2SEQ,
-    IMAGE_CLASSIFICATION,
-    IMAGE_SEQUENCE_CLASSIFICATION,
-    NEXT_SYMBOL_SETS,
-    SEQUENCE_CLASSIFICATION,
-    SEQUENCE_TO_SEQUENCE,
-    SET_REGRESSION,
-    TRANSLATION,
-    VISUAL_QUESTION_ANSWERING,
-    Kind,
-)
+from ..kinds import Kind
 from . import (
     algorithmic,
     arithmetic,
@@ -45,55 +34,55 @@ class TaskSpec:
     config: type
     load: Callable[[Any], Task]
     probe: Callable[[Any], Task]  # the task without its data, for building models before launch
-    kind: Kind
+    kind: Kind  # the task module's KIND, which its tasks name too: stated once, there
     eval_sizes: Callable[[Any], EvalSizes | None]  # what an evaluation scores, without the data (sizes.py)
 
 
 TASKS: dict[str, TaskSpec] = {
-    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, SEQUENCE_CLASSIFICATION, sizes.ctl),
+    "ctl": TaskSpec(ctl.CTLConfig, ctl.load, ctl.probe, ctl.KIND, sizes.ctl),
     "arithmetic": TaskSpec(
         arithmetic.ArithmeticConfig,
         arithmetic.load,
         arithmetic.probe,
-        SEQUENCE_CLASSIFICATION,
+        arithmetic.KIND,
         sizes.expressions,
     ),
-    "listops": TaskSpec(
-        listops.ListOpsConfig, listops.load, listops.probe, SEQUENCE_CLASSIFICATION, sizes.expressions
-    ),
+    "listops": TaskSpec(listops.ListOpsConfig, listops.load, listops.probe, listops.KIND, sizes.expressions),
     **{
         name: TaskSpec(
             algorithmic.AlgorithmicConfig,
             algorithmic.loader(name),
             functools.partial(algorithmic.probe, name),
-            SEQUENCE_TO_SEQUENCE,
+            algorithmic.KIND,
             functools.partial(sizes.algorithmic_sizes, name),
         )
         for name in algorithmic.TASK_NAMES
     },
     "contextual_retrieval": TaskSpec(
-        retrieval.RetrievalConfig, retrieval.load, retrieval.probe, SET_REGRESSION, sizes.retrieval
+        retrieval.RetrievalConfig, retrieval.load, retrieval.probe, retrieval.KIND, sizes.retrieval
     ),
-    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, AUTOREGRESSIVE_SEQ2SEQ, sizes.scan_sizes),
+    "scan": TaskSpec(scan.ScanConfig, scan.load, scan.probe, scan.KIND, sizes.scan_sizes),
     "mathematics": TaskSpec(
         mathematics.MathematicsConfig,
         mathematics.load,
         mathematics.probe,
-        AUTOREGRESSIVE_SEQ2SEQ,
+        mathematics.KIND,
         sizes.unknown,
     ),
     "triangles": TaskSpec(
-        triangles.TrianglesConfig, triangles.load, triangles.probe, IMAGE_CLASSIFICATION, sizes.triangles
+        triangles.TrianglesConfig, triangles.load, triangles.probe, triangles.KIND, sizes.triangles
     ),
-    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, AUTOREGRESSIVE_SEQ2SEQ, sizes.unknown),
-    "multi30k": TaskSpec(multi30k.Multi30kConfig, multi30k.load, multi30k.probe, TRANSLATION, sizes.unknown),
-    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, IMAGE_SEQUENCE_CLASSIFICATION, sizes.esbn_sizes),
-    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, NEXT_SYMBOL_SETS, sizes.dyck_sizes),
+    "babi": TaskSpec(babi.BabiConfig, babi.load, babi.probe, babi.KIND, sizes.unknown),
+    "multi30k": TaskSpec(
+        multi30k.Multi30kConfig, multi30k.load, multi30k.probe, multi30k.KIND, sizes.unknown
+    ),
+    "esbn": TaskSpec(esbn.ESBNConfig, esbn.load, esbn.probe, esbn.KIND, sizes.esbn_sizes),
+    "dyck": TaskSpec(dyck.DyckConfig, dyck.load, dyck.probe, dyck.KIND, sizes.dyck_sizes),
     "sort_of_clevr": TaskSpec(
         sort_of_clevr.SortOfClevrConfig,
         sort_of_clevr.load,
         sort_of_clevr.probe,
-        VISUAL_QUESTION_ANSWERING,
+        sort_of_clevr.KIND,
         sizes.sort_of_clevr,
     ),
 }

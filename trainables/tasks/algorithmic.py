@@ -34,6 +34,8 @@ import numpy as np
 from ..kinds import SEQUENCE_TO_SEQUENCE
 from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, pad_rows
 
+KIND = SEQUENCE_TO_SEQUENCE  # the probe's and the registry's (tasks.TASKS)
+
 DIGITS = [str(i) for i in range(10)]
 VOCAB = SPECIAL_TOKENS + DIGITS
 FIRST_DIGIT = len(SPECIAL_TOKENS)
@@ -132,9 +134,7 @@ def make_split(name: str, rng: np.random.Generator, lengths: np.ndarray) -> Spli
 def probe(name: str, config: AlgorithmicConfig) -> Task:
     """The task without its data: what a model is built from."""
     n_features = {"priority_sort": 1, "id_sort": ID_DIM}.get(name, 0)
-    return Task(
-        name=name, kind=SEQUENCE_TO_SEQUENCE, splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features
-    )
+    return Task(name=name, kind=KIND, splits={}, vocab=VOCAB, classes=DIGITS, n_features=n_features)
 
 
 def build(name: str, config: AlgorithmicConfig) -> Task:

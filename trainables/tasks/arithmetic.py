@@ -22,6 +22,8 @@ import numpy as np
 from ..kinds import SEQUENCE_CLASSIFICATION
 from .base import SPECIAL_TOKENS, SplitPlan, Task, balanced_counts, cached, check_values, depth_splits
 
+KIND = SEQUENCE_CLASSIFICATION  # the probe's and the registry's (tasks.TASKS)
+
 DIGITS = [str(i) for i in range(10)]
 OPS = ["+", "*"]
 VOCAB = SPECIAL_TOKENS + DIGITS + OPS + ["(", ")"]
@@ -134,7 +136,7 @@ def drawn_counts(plan: SplitPlan) -> dict[int, int]:
 
 def probe(config: ArithmeticConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits={}, kind=SEQUENCE_CLASSIFICATION)
+    return Task(name="arithmetic", vocab=VOCAB, classes=DIGITS, splits={}, kind=KIND)
 
 
 def build(config: ArithmeticConfig) -> Task:

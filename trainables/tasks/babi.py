@@ -22,7 +22,6 @@ files as they are.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -34,13 +33,16 @@ from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
 from .base import (
     SPECIAL_TOKENS,
     Task,
-    at_most,
     check_user_folder,
     check_values,
     decoder_split,
+    held_out_splits,
     hold_out,
+    length_split,
     user_folder,
 )
+
+KIND = AUTOREGRESSIVE_SEQ2SEQ  # the probe's and the registry's (tasks.TASKS)
 
 TASK_NUMBERS = tuple(range(1, 21))
 WORD = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
@@ -118,7 +120,7 @@ def probe(config: BabiConfig) -> Task:
     answers = sorted({w for samples in questions.values() for _, target in samples for w in target})
     return Task(
         name="babi",
-        kind=AUTOREGRESSIVE_SEQ2SEQ,
+        kind=KIND,
         splits={},
         vocab=SPECIAL_TOKENS + sorted(set(inputs) | set(answers)),
         classes=answers,
@@ -130,27 +132,17 @@ def build(config: BabiConfig) -> Task:
     rng = np.random.default_rng(config.seed)
     train, held_out, test = [], [], []
     for number, samples in read_tasks(config.folder, config.tasks).items():
-        ordered = sorted(samples, key=lambda s: len(s[0]))
-        cut = round(len(ordered) * config.train_fraction)
-        part = [(s, number) for s in ordered[:cut]]
+        shorter, longer = length_split(samples, config.train_fraction)
+        part = [(s, number) for s in shorter]
         kept, held = hold_out(part, config.iid_fraction, rng)
         train += kept if config.hold_out_validation else part
         held_out += held
-        test += [(s, number) for s in ordered[cut:]]
+        test += [(s, number) for s in longer]
 
     def split(rows: list):
         return decoder_split([s for s, _ in rows], task.vocab, [n for _, n in rows])
 
-    validation = split(at_most(held_out, config.eval_size, rng))
-    return dataclasses.replace(
-        task,
-        splits={
-            "train": split(train),
-            "iid_valid": validation,
-            "ood_valid": validation,
-            "test": split(at_most(test, config.eval_size, rng)),
-        },
-    )
+    return held_out_splits(task, split, (train, held_out, test), config.eval_size, rng)
 
 
 def load(config: BabiConfig) -> Task:

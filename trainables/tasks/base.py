@@ -108,6 +108,15 @@ def at_most(rows: list, cap: int | None, rng: np.random.Generator) -> list:
     return [rows[k] for k in sorted(rng.choice(len(rows), cap, replace=False))]
 
 
+def length_split(pairs: list, train_fraction: float) -> tuple[list, list]:
+    """(the shortest `train_fraction` of (input, output) `pairs`, the rest, longer): the pairs sorted
+    by their input's length, stably (ties keep their order), then cut: PANM's split of bAbI and
+    Multi30K (App. D.4)."""
+    ordered = sorted(pairs, key=lambda pair: len(pair[0]))
+    cut = round(len(ordered) * train_fraction)
+    return ordered[:cut], ordered[cut:]
+
+
 @dataclass
 class Split:
     """The arrays of one split, all with the same first dimension but those of a visual task's
@@ -242,6 +251,26 @@ def decoder_split(
             "target_lengths": np.array([len(target) + 1 for _, target in pairs], dtype=np.int16),
             "depths": np.asarray(depths, dtype=np.int16),
         }
+    )
+
+
+def held_out_splits(
+    task: Task,
+    split: Callable[[list], Split],
+    rows: tuple[list, list, list],
+    eval_size: int | None,
+    rng: np.random.Generator,
+) -> Task:
+    """`task` with the splits of a source without validation data (SCAN, bAbI, Multi30K): `rows`
+    are (training, IID hold-out, test) rows, each made a Split by `split`; the hold-out fills both
+    validation slots, and each evaluation set keeps at most `eval_size` rows (the hold-out's drawn
+    from `rng` first)."""
+    train, held, test = rows
+    validation = split(at_most(held, eval_size, rng))
+    tested = split(at_most(test, eval_size, rng))
+    return dataclasses.replace(
+        task,
+        splits={"train": split(train), "iid_valid": validation, "ood_valid": validation, "test": tested},
     )
 
 

@@ -15,6 +15,8 @@ import numpy as np
 from ..kinds import SEQUENCE_CLASSIFICATION
 from .base import SPECIAL_TOKENS, Split, Task, balanced_counts, cached, check_values, draw_unique, pack_split
 
+KIND = SEQUENCE_CLASSIFICATION  # the probe's and the registry's (tasks.TASKS)
+
 N_SYMBOLS = 8
 N_FUNCTIONS = 9
 SYMBOLS = [format(i, "03b") for i in range(N_SYMBOLS)]
@@ -57,7 +59,7 @@ def probe(config: CTLConfig) -> Task:
         vocab=SPECIAL_TOKENS + SYMBOLS + FUNCTIONS,
         classes=SYMBOLS,
         splits={},
-        kind=SEQUENCE_CLASSIFICATION,
+        kind=KIND,
     )
 
 

@@ -33,6 +33,8 @@ import numpy as np
 from ..kinds import NEXT_SYMBOL_SETS
 from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, pad_rows
 
+KIND = NEXT_SYMBOL_SETS  # the probe's and the registry's (tasks.TASKS)
+
 BRACKETS = ["()", "[]", "{}", "<>", "+-", "ab", "xo"]  # the authors' pairs, in their order
 
 
@@ -170,7 +172,7 @@ def make_split(strings: list[str], n_pairs: int) -> Split:
 def probe(config: DyckConfig) -> Task:
     return Task(
         name="dyck",
-        kind=NEXT_SYMBOL_SETS,
+        kind=KIND,
         splits={},
         vocab=SPECIAL_TOKENS + symbols(config.n_pairs),
         classes=symbols(config.n_pairs),

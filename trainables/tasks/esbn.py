@@ -38,6 +38,8 @@ import numpy as np
 from ..kinds import IMAGE_SEQUENCE_CLASSIFICATION
 from .base import Split, Task, cached, check_values
 
+KIND = IMAGE_SEQUENCE_CLASSIFICATION  # the probe's and the registry's (tasks.TASKS)
+
 PROBLEMS = ("same_different", "rmts", "distribution_of_3", "identity_rules")
 OBJECT_SIZE = 32
 STROKES = 3
@@ -237,7 +239,7 @@ def set_sizes(config: ESBNConfig) -> tuple[int, int]:
 def probe(config: ESBNConfig) -> Task:
     return Task(
         name="esbn",
-        kind=IMAGE_SEQUENCE_CLASSIFICATION,
+        kind=KIND,
         splits={},
         classes=CLASSES[config.problem],
         n_features=1,

@@ -30,6 +30,8 @@ import numpy as np
 from ..kinds import SEQUENCE_CLASSIFICATION
 from .base import SPECIAL_TOKENS, SplitPlan, Task, cached, check_values, depth_splits
 
+KIND = SEQUENCE_CLASSIFICATION  # the probe's and the registry's (tasks.TASKS)
+
 OPERATIONS = ["SM", "MIN", "MAX", "MED"]
 DIGITS = [str(i) for i in range(10)]
 VOCAB = SPECIAL_TOKENS + DIGITS + ["[" + op for op in OPERATIONS] + ["]"]
@@ -155,7 +157,7 @@ class TreeDrawer:
 
 def probe(config: ListOpsConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name="listops", vocab=VOCAB, classes=DIGITS, splits={}, kind=SEQUENCE_CLASSIFICATION)
+    return Task(name="listops", vocab=VOCAB, classes=DIGITS, splits={}, kind=KIND)
 
 
 def build(config: ListOpsConfig) -> Task:

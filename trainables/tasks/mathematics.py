@@ -29,6 +29,8 @@ from tqdm import tqdm
 from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
 from .base import SPECIAL_TOKENS, Split, Task, cached, check_values, decoder_split
 
+KIND = AUTOREGRESSIVE_SEQ2SEQ  # the probe's and the registry's (tasks.TASKS)
+
 MODULES = {
     "add_or_sub": ("arithmetic", "add_or_sub", "add_or_sub_big"),
     "place_value": ("numbers", "place_value", "place_value_big"),
@@ -125,9 +127,7 @@ def make_split(pairs: list[tuple[str, str]]) -> Split:
 
 
 def probe(config: MathematicsConfig) -> Task:
-    return Task(
-        name="mathematics", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=VOCAB, classes=list(CHARACTERS)
-    )
+    return Task(name="mathematics", kind=KIND, splits={}, vocab=VOCAB, classes=list(CHARACTERS))
 
 
 def build(config: MathematicsConfig) -> Task:

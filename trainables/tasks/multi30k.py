@@ -15,7 +15,6 @@ the authors' code has no Multi30K).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections import Counter
@@ -28,13 +27,16 @@ from ..kinds import TRANSLATION
 from .base import (
     SPECIAL_TOKENS,
     Task,
-    at_most,
     check_user_folder,
     check_values,
     decoder_split,
+    held_out_splits,
     hold_out,
+    length_split,
     user_folder,
 )
+
+KIND = TRANSLATION  # the probe's and the registry's (tasks.TASKS)
 
 UNK = "<unk>"
 WORD = re.compile(r"\w+|[^\w\s]")
@@ -102,18 +104,14 @@ def read_pairs(folder: Path, parts: tuple[str, ...]) -> list[tuple[list[str], li
 
 def split_pairs(config: Multi30kConfig) -> tuple[list, list]:
     """(the training part, the test part): every pair sorted by the English length, then cut."""
-    ordered = sorted(read_pairs(config.folder, config.parts), key=lambda pair: len(pair[0]))
-    cut = round(len(ordered) * config.train_fraction)
-    return ordered[:cut], ordered[cut:]
+    return length_split(read_pairs(config.folder, config.parts), config.train_fraction)
 
 
 def with_vocabulary(train: list, config: Multi30kConfig) -> Task:
     """The task without data: its vocabulary, the words of the training part seen `min_count` times."""
     counts = Counter(w for source, target in train for w in source + target)
     known = sorted(w for w, n in counts.items() if n >= config.min_count)
-    return Task(
-        name="multi30k", kind=TRANSLATION, splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known
-    )
+    return Task(name="multi30k", kind=KIND, splits={}, vocab=SPECIAL_TOKENS + [UNK] + known, classes=known)
 
 
 def probe(config: Multi30kConfig) -> Task:
@@ -134,16 +132,7 @@ def build(config: Multi30kConfig) -> Task:
         ]
         return decoder_split(mapped, task.vocab, [len(s) for s, _ in pairs])
 
-    validation = split(at_most(held, config.eval_size, rng))
-    return dataclasses.replace(
-        task,
-        splits={
-            "train": split(train),
-            "iid_valid": validation,
-            "ood_valid": validation,
-            "test": split(at_most(test, config.eval_size, rng)),
-        },
-    )
+    return held_out_splits(task, split, (train, held, test), config.eval_size, rng)
 
 
 def load(config: Multi30kConfig) -> Task:

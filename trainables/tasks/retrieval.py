@@ -32,6 +32,8 @@ import numpy as np
 from ..kinds import SET_REGRESSION
 from .base import Split, Task, cached, check_values
 
+KIND = SET_REGRESSION  # the probe's and the registry's (tasks.TASKS)
+
 # The authors' alpha_s (drawn from U(-1, 1) once), in search order; S searches use the first S.
 ALPHAS = (-0.71347752, -0.6062312, 0.66062073, -0.61213017, -0.82631877, 0.75908621, -0.36274866, 0.84383333)
 TRAIN_FRACTION = 0.8
@@ -139,7 +141,7 @@ def make_split(
 def probe(config: RetrievalConfig) -> Task:
     """The task without its data: what a model is built from."""
     n_features = config.searches + config.retrievals + config.searches * config.retrievals
-    return Task(name="contextual_retrieval", kind=SET_REGRESSION, splits={}, n_features=n_features)
+    return Task(name="contextual_retrieval", kind=KIND, splits={}, n_features=n_features)
 
 
 def build(config: RetrievalConfig) -> Task:

@@ -23,7 +23,6 @@ checks, tests). Targets end in <eos>; a sample's depth is its number of actions.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 from dataclasses import dataclass
@@ -31,7 +30,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kinds import AUTOREGRESSIVE_SEQ2SEQ
-from .base import SPECIAL_TOKENS, Split, Task, at_most, cached, check_values, decoder_split, hold_out
+from .base import (
+    SPECIAL_TOKENS,
+    Split,
+    Task,
+    cached,
+    check_values,
+    decoder_split,
+    held_out_splits,
+    hold_out,
+)
+
+KIND = AUTOREGRESSIVE_SEQ2SEQ  # the probe's and the registry's (tasks.TASKS)
 
 PRIMITIVES = {"walk": "I_WALK", "look": "I_LOOK", "run": "I_RUN", "jump": "I_JUMP"}
 TURNS = {"left": "I_TURN_LEFT", "right": "I_TURN_RIGHT"}
@@ -89,7 +99,7 @@ def make_split(pairs: list[tuple[list[str], list[str]]]) -> Split:
 
 def probe(config: ScanConfig) -> Task:
     """The task without its data: what a model is built from."""
-    return Task(name="scan", kind=AUTOREGRESSIVE_SEQ2SEQ, splits={}, vocab=VOCAB, classes=ACTIONS)
+    return Task(name="scan", kind=KIND, splits={}, vocab=VOCAB, classes=ACTIONS)
 
 
 def build(config: ScanConfig) -> Task:
@@ -97,15 +107,8 @@ def build(config: ScanConfig) -> Task:
     short = [p for p in everything if len(p[1]) <= config.length_cutoff]
     rng = np.random.default_rng(config.seed)
     train, held = hold_out(short, config.iid_fraction, rng)
-    validation = make_split(at_most(held, config.eval_size, rng))
-    test = at_most([p for p in everything if len(p[1]) > config.length_cutoff], config.eval_size, rng)
-    splits = {
-        "train": make_split(train),
-        "iid_valid": validation,
-        "ood_valid": validation,
-        "test": make_split(test),
-    }
-    return dataclasses.replace(probe(config), splits=splits)
+    longer = [p for p in everything if len(p[1]) > config.length_cutoff]
+    return held_out_splits(probe(config), make_split, (train, held, longer), config.eval_size, rng)
 
 
 def load(config: ScanConfig) -> Task:

@@ -39,6 +39,8 @@ import numpy as np
 from ..kinds import VISUAL_QUESTION_ANSWERING
 from .base import Split, Task, cached, check_values
 
+KIND = VISUAL_QUESTION_ANSWERING  # the probe's and the registry's (tasks.TASKS)
+
 IMAGE_SIZE = 75
 HALF_SIZE = 5  # a square's half side and a disk's radius
 MIN_CENTRE_DISTANCE = 10
@@ -256,7 +258,7 @@ def probe(config: SortOfClevrConfig) -> Task:
     """The task without its data: what a model is built from (n_features: the question's width)."""
     return Task(
         name="sort_of_clevr",
-        kind=VISUAL_QUESTION_ANSWERING,
+        kind=KIND,
         splits={},
         classes=CLASSES,
         n_features=QUESTION_SIZE,

@@ -28,6 +28,8 @@ import numpy as np
 from ..kinds import IMAGE_CLASSIFICATION
 from .base import Split, Task, cached, check_values
 
+KIND = IMAGE_CLASSIFICATION  # the probe's and the registry's (tasks.TASKS)
+
 IMAGE_SIZE = 64
 CLUSTER_RADIUS = 1
 POINT_RADIUS = 2
@@ -108,7 +110,7 @@ def make_split(rng: np.random.Generator, n: int) -> Split:
 
 
 def probe(config: TrianglesConfig) -> Task:
-    return Task(name="triangles", kind=IMAGE_CLASSIFICATION, splits={}, classes=CLASSES, n_features=1)
+    return Task(name="triangles", kind=KIND, splits={}, classes=CLASSES, n_features=1)
 
 
 def build(config: TrianglesConfig) -> Task:
