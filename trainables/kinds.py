@@ -2,8 +2,9 @@
 
 One object per kind owns all of it: the call a model of the kind answers (`predict`), the training
 loss, the score sums of an evaluation, the scores and which one selects checkpoints (the first),
-and what guessing scores. A task names its kind (tasks.base.Task.kind), a model the kinds it reads
-(models.ModelSpec.kinds), and nothing else asks which kind it is.
+what guessing scores, and how a map of a model's attention names an example (`legend`). A task
+names its kind (tasks.base.Task.kind), a model the kinds it reads (models.ModelSpec.kinds), and
+nothing else asks which kind it is.
 
 Score sums are (sum, count) pairs per score: a split's score is the sum of sums over the sum of
 counts. Means over target tokens are masked sums, not out[mask]: a shape that depends on the data
@@ -11,6 +12,8 @@ would stop a CUDA graph's capture (graphs.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +77,17 @@ class Kind:
         """The row a picture of the model's activations shows: the longest input."""
         return int(split.lengths.argmax())
 
+    def symbols(self, task, split, row: int) -> list[str]:
+        """Row `row`'s input symbols, of a kind that reads tokens (the slots of PANM's memory)."""
+        return [str(t) for t in task.decode(split.tokens[row, : split.lengths[row]].tolist())]
+
+    def legend(self, task, split, row: int, width: int) -> tuple[list[str], str]:
+        """A map of a Transformer's attention over row `row` of `split`, `width` positions wide: the
+        names of its columns and the row in words, its caption (report.maps). A token input's by
+        default: the symbols between the <bos> and <eos> the encoder adds."""
+        symbols = self.symbols(task, split, row)
+        return ["<bos>", *symbols, "<eos>"], " ".join(symbols)
+
     def loss(self, out: torch.Tensor, batch: Batch) -> torch.Tensor:
         raise NotImplementedError
 
@@ -121,6 +135,17 @@ class SequenceClassification(Classification):
         return model(batch["tokens"], batch["lengths"], **extra)
 
 
+def patches(width: int) -> list[str]:
+    """The columns of an image model's attention, `width` wide: its summary token, then its square
+    grid of patches by row and column."""
+    side = round(math.sqrt(width - 1))
+    return ["summary", *(f"r{r + 1}c{c + 1}" for r in range(side) for c in range(side))]
+
+
+def answer(task, split, row: int) -> str:
+    return task.classes[split.labels[row]]
+
+
 class ImageQuestion(Classification):
     """A question about an image (Sort-of-CLEVR), whose question types are its depths."""
 
@@ -133,20 +158,36 @@ class ImageQuestion(Classification):
     def predict(self, model, batch, **extra):
         return model(batch["images"], batch["questions"], **extra)
 
+    def legend(self, task, split, row, width):
+        return patches(width), task.describe(split.questions[row])
+
 
 class ImageClassification(Classification):
-    """An image, or a sequence of images (B, T, H, W, channels), and one class."""
+    """An image (B, H, W, channels) and one class."""
 
-    forward = ("images",)
+    name, forward = "image_classification", ("images",)
 
-    def __init__(self, name: str, example_row: int | None):
-        self.name, self.example_row = name, example_row
-
-    def example(self, split):  # an image of the deepest, or the first sequence of images
-        return int(split.depths.argmax()) if self.example_row is None else self.example_row
+    def example(self, split):  # an image of the deepest
+        return int(split.depths.argmax())
 
     def predict(self, model, batch, **extra):
         return model(batch["images"], **extra)
+
+    def legend(self, task, split, row, width):
+        return patches(width), f"a test image, answer: {answer(task, split, row)}"
+
+
+class ImageSequenceClassification(ImageClassification):
+    """A sequence of images (B, T, H, W, channels), each an object, and one class (the ESBN tasks)."""
+
+    name = "image_sequence_classification"
+
+    def example(self, split):  # the first sequence of images
+        return 0
+
+    def legend(self, task, split, row, width):  # the objects by position and id
+        names = [f"{k + 1}: object {i}" for k, i in enumerate(split.image_ids[row].tolist())]
+        return names, f"a test trial, answer: {answer(task, split, row)}"
 
 
 class SequenceOutput(Kind):
@@ -260,9 +301,8 @@ class SetRegression(Kind):
 
 SEQUENCE_CLASSIFICATION = SequenceClassification()
 VISUAL_QUESTION_ANSWERING = ImageQuestion()
-IMAGE_CLASSIFICATION = ImageClassification("image_classification", None)  # the triangles' images
-# the ESBN tasks' objects
-IMAGE_SEQUENCE_CLASSIFICATION = ImageClassification("image_sequence_classification", 0)
+IMAGE_CLASSIFICATION = ImageClassification()  # the triangles' images
+IMAGE_SEQUENCE_CLASSIFICATION = ImageSequenceClassification()  # the ESBN tasks' objects
 SEQUENCE_TO_SEQUENCE = SequenceToSequence()
 AUTOREGRESSIVE_SEQ2SEQ = AutoregressiveSeq2Seq()
 TRANSLATION = Translation()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 import io
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +49,6 @@ def activations_of(config: dict, model_state: dict):
 
     from trainables.config import parse_trial_config  # noqa: PLC0415
     from trainables.tasks import load_task  # noqa: PLC0415
-    from trainables.tasks.sort_of_clevr import describe  # noqa: PLC0415
     from trainables.train import batch_tensors, make_model  # noqa: PLC0415
 
     cfg = parse_trial_config(config)
@@ -65,24 +63,11 @@ def activations_of(config: dict, model_state: dict):
     batch = batch_tensors(split, np.array([example]), torch.device("cpu"))
     with torch.no_grad():
         _, activations = task.kind.predict(model, batch, return_activations=True)
-    if (
-        "images" in batch and batch["images"].dim() == 5
-    ):  # a trial of object images: the objects by position and id
-        names = [f"{k + 1}: object {i}" for k, i in enumerate(split.image_ids[example].tolist())]
-        return task, names, f"a test trial, answer: {task.classes[split.labels[example]]}", activations
-    if "images" in batch:  # an image (and a question): its patches
-        patches = round(math.sqrt(activations["attention"][0].shape[-1] - 1))
-        names = ["summary", *(f"r{r + 1}c{c + 1}" for r in range(patches) for c in range(patches))]
-        caption = (
-            describe(split.questions[example])
-            if "questions" in batch
-            else f"a test image, answer: {task.classes[split.labels[example]]}"
-        )
-        return task, names, caption, activations
-    tokens = [str(t) for t in task.decode(batch["tokens"][0, : int(batch["lengths"][0])].tolist())]
     if "mode1" in activations:  # PANM: its memory slots are the symbols themselves
-        return task, tokens, " ".join(tokens), activations
-    return task, ["<bos>", *tokens, "<eos>"], " ".join(tokens), activations
+        symbols = task.kind.symbols(task, split, example)
+        return task, symbols, " ".join(symbols), activations
+    names, caption = task.kind.legend(task, split, example, activations["attention"][0].shape[-1])
+    return task, names, caption, activations
 
 
 def plot_transformer(

@@ -160,6 +160,9 @@ class Task:
     # the likeliest answer to each kind of question scores} (a model that ignores the image), their
     # chance. A call, not the numbers: counting them takes a second every probe would pay.
     blind_guess: Callable[[], dict[str, float]] | None = None
+    # Tasks whose inputs no vocabulary decodes (Sort-of-CLEVR's encoded questions): one row's
+    # question -> its words, a map's caption (kinds.Kind.legend). Not stored in the cache either.
+    describe: Callable[[np.ndarray], str] | None = None
 
     @property
     def pad_id(self) -> int:

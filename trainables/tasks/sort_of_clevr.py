@@ -263,6 +263,7 @@ def probe(config: SortOfClevrConfig) -> Task:
         classes=CLASSES,
         n_features=QUESTION_SIZE,
         blind_guess=functools.partial(blind_guess, config.authors_closest),
+        describe=describe,
     )
 
 
@@ -279,4 +280,6 @@ def build(config: SortOfClevrConfig) -> Task:
 
 
 def load(config: SortOfClevrConfig) -> Task:
-    return cached("sort_of_clevr", config, functools.partial(build, config))
+    return dataclasses.replace(
+        cached("sort_of_clevr", config, functools.partial(build, config)), describe=describe
+    )
