@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from orchestrator.cli import nightly_files
+from orchestrator.cli.plans import nightly_files
 from orchestrator.plan.spec import load_study
 from orchestrator.report import stats
 

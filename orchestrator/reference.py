@@ -1,5 +1,5 @@
 """The documentation's generated text, from the definitions the service itself reads, so that it
-cannot drift: every command and option from the argparse parser (`cli.build_parser`), every
+cannot drift: every command and option from the argparse parser (`cli.parser`), every
 search-space key from the spec's sections and the trial configs' dataclasses, the tasks, models and
 presets, the papers' published numbers, the exit statuses (orchestrator.run.exits) and the environment
 variables (ENVIRONMENT). `make reference` (`python -m orchestrator.reference`) writes each between
@@ -24,7 +24,7 @@ from trainables.config import TRAIN_KEYS, TrainConfig, preset_models
 from trainables.models import MODELS
 from trainables.tasks import TASKS
 
-from .cli import parser_and_commands
+from .cli.parser import parser_and_commands
 from .plan.spec import (
     PER_MODEL_KEYS,
     TOP_KEYS,

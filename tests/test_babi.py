@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import cli
+from orchestrator.cli.process import main
 from trainables.tasks import babi, load_task, task_config
 from trainables.train import TrainConfig, train
 
@@ -132,7 +132,7 @@ def test_a_missing_folder_is_one_line(tmp_path, monkeypatch, capsys):
             }
         )
     )
-    assert cli.main(["launch", str(spec), "--dry-run"]) == 2
+    assert main(["launch", str(spec), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tasks[0].options: data_dir: no folder" in err[0]
     assert not (tmp_path / "m.db").exists()

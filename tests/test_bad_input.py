@@ -11,7 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import cli
+from orchestrator.cli import readers
+from orchestrator.cli.process import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted([*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "ablations").glob("*.yaml")])
@@ -71,7 +72,7 @@ def run_in(folder: Path, argv: list[str]) -> tuple[int, io.StringIO, io.StringIO
     os.chdir(folder)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return cli.main(argv), out, err
+            return main(argv), out, err
     finally:
         os.chdir(cwd)
 
@@ -375,7 +376,7 @@ def test_bad_arguments_are_one_line_too(tmp_path):
     ):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
-            cli.main(argv)
+            main(argv)
         lines = err.getvalue().strip().splitlines()
         assert (
             exit_.value.code == 2
@@ -393,7 +394,7 @@ def test_version_is_the_packages_as_pyproject_gives_it(capsys):
     root = Path(__file__).resolve().parent.parent
     version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["--version"])
+        main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out == f"orchestrator {version}\n"
     changelog = (root / "docs" / "changelog.md").read_text()
     assert changelog.split("\n## ", 1)[1].startswith(version), "docs/changelog.md's newest heading"
@@ -550,8 +551,8 @@ def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_pat
     def unreachable(args):
         raise StoreUnavailable("tracking store sqlite:///x.db unreachable for 31 s")
 
-    monkeypatch.setattr(cli, "cmd_status", unreachable)
-    assert cli.main(["status"]) == EXIT_STORE_UNREACHABLE
+    monkeypatch.setattr(readers, "cmd_status", unreachable)
+    assert main(["status"]) == EXIT_STORE_UNREACHABLE
     assert capsys.readouterr().err.splitlines() == [
         "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run "
         "the command again once the store answers"

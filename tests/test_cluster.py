@@ -387,7 +387,7 @@ def test_a_ctrl_c_raised_inside_a_finalizer_is_delivered_again():
     delivers it again once the finalizer has returned."""
     program = """
 import os, signal, time
-from orchestrator.cli import redeliver_lost_interrupts
+from orchestrator.cli.process import redeliver_lost_interrupts
 # as under a terminal (a background job inherits SIGINT ignored)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 redeliver_lost_interrupts()

@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from orchestrator.cli import build_parser
+from orchestrator.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

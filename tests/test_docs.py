@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from orchestrator import reference
-from orchestrator.cli import parser_and_commands
+from orchestrator.cli.parser import parser_and_commands
 from orchestrator.plan import spec
 from orchestrator.run import exits
 from trainables.config import TRAIN_KEYS

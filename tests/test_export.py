@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from nodes import free_port
 
-from orchestrator import cli
+from orchestrator.cli.process import main
 from orchestrator.record import export
 from orchestrator.record.state import LaunchState
 
@@ -210,7 +210,7 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     state, expected = search_launch(tmp_path, uri)
     # As fast as `status`: neither Ray nor torch is imported.
     probe = (
-        "import sys; from orchestrator import cli; code = cli.main(sys.argv[1:]); "
+        "import sys; from orchestrator.cli.process import main; code = main(sys.argv[1:]); "
         "print(sorted(m for m in ('ray', 'torch') if m in sys.modules)); sys.exit(code)"
     )
     out = subprocess.run(
@@ -227,7 +227,7 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     assert shape == f"{len(expected)} runs x {len(csv.columns)} columns"
 
     target = tmp_path / "elsewhere" / "table.parquet"  # the format from the extension, the folder made
-    assert cli.main(["export", "search-1", "--storage-path", str(tmp_path), "--output", str(target)]) == 0
+    assert main(["export", "search-1", "--storage-path", str(tmp_path), "--output", str(target)]) == 0
     parquet = pd.read_parquet(target)
     check_table(parquet, expected)
     # Whole numbers stay whole where another pair's runs lack the key (the LSTM has no n_layers here).
@@ -260,7 +260,7 @@ def test_export_refuses_bad_input_in_one_line(tmp_path, capsys, flags, message):
     bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
     (tmp_path / "a-file").write_text("")
     flags = [f.format(tmp=tmp_path) for f in flags]
-    assert cli.main(["export", "--storage-path", str(tmp_path), *flags]) == 2
+    assert main(["export", "--storage-path", str(tmp_path), *flags]) == 2
     out = capsys.readouterr()
     assert out.err.splitlines() == [message.format(tmp=tmp_path)] and out.out == ""
 
@@ -364,7 +364,7 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
 
 def test_dashboard_without_the_extra_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # import fails as when the extra is missing
-    assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
+    assert main(["dashboard", "--storage-path", str(tmp_path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "orchestrator: error: dashboard: optuna-dashboard is not installed; pip install -e '.[dashboard]'"
     ]
@@ -382,7 +382,7 @@ def test_dashboard_refuses_an_ablation_and_a_taken_port(tmp_path, capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert cli.main(["dashboard", "--storage-path", str(tmp_path), "--port", str(port)]) == 2
+        assert main(["dashboard", "--storage-path", str(tmp_path), "--port", str(port)]) == 2
     # Bottle says where it would listen before it binds; the last line is ours.
     assert (
         capsys.readouterr().err.splitlines()[-1]
@@ -390,7 +390,7 @@ def test_dashboard_refuses_an_ablation_and_a_taken_port(tmp_path, capsys):
     )
     state.plan["ablation"] = True
     state.save()
-    assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
+    assert main(["dashboard", "--storage-path", str(tmp_path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "orchestrator: error: dashboard: launch search-1 is an ablation, whose grid runs without Optuna; "
         "`orchestrator report` or `orchestrator export` show its runs"
@@ -401,7 +401,7 @@ def test_dashboard_of_a_launch_whose_search_store_is_gone_is_one_line(tmp_path, 
     """Opening the missing SQLite file made an empty one, and the dashboard served no studies."""
     pytest.importorskip("optuna_dashboard", reason="the `dashboard` extra: pip install -e '.[dashboard]'")
     bare_launch(tmp_path, f"sqlite:///{tmp_path}/mlflow.db")
-    assert cli.main(["dashboard", "--storage-path", str(tmp_path)]) == 2
+    assert main(["dashboard", "--storage-path", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == [
         f"orchestrator: error: dashboard: no search store (Optuna) at {tmp_path}/mlflow.optuna.db: the "

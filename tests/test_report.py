@@ -278,7 +278,7 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
     """A night whose change makes runs diverge or fail: the test across seeds sees only the runs that
     completed (none, in a cell where all failed), so a cell where fewer than half completed, against
     most before, is a regression of its own; one seed diverging is seed noise, shown in the table."""
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
     fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
@@ -292,7 +292,7 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
         (14, 5): "diverged",
     }
     night = fake_launch(tmp_path, uri, "night-2", scores_for(3, rng_seed=2), text, broken)
-    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
+    assert main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
         "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (1 "
         "diverged, 2 failed); 3 of 3 before",
@@ -312,7 +312,7 @@ def test_a_cell_whose_runs_stopped_completing_regresses(tmp_path, uri, capsys):
         text,
         {(layers, seed): "failed" for layers in (4, 6) for seed in (6, 7, 8)},
     )
-    assert cli.main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 0
+    assert main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 0
     assert (
         capsys.readouterr()
         .out.splitlines()[-1]
@@ -325,7 +325,7 @@ def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_
 ):
     """`report --compare` with a search, or with an ablation of other pairs, said "no regression in
     0 cells" and exited 0 (a script's silent pass), counting every cell of both as short of runs."""
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
     fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
@@ -348,8 +348,7 @@ def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_
         ),
     ):
         assert (
-            cli.main(["report", "night-1", "--compare", target.launch_id, "--storage-path", str(tmp_path)])
-            == 2
+            main(["report", "night-1", "--compare", target.launch_id, "--storage-path", str(tmp_path)]) == 2
         )
         assert (
             capsys.readouterr().err == f"orchestrator: error: --compare: launch {target.launch_id} {reason}\n"
@@ -362,7 +361,7 @@ def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_
         {**scores_for(3, rng_seed=2), **{(16, s): 0.99 for s in (3, 4, 5)}},
         ablation_text("ndr_layers_test").replace("- 14\n", "- 14\n  - 16\n"),
     )
-    assert cli.main(["report", grown.launch_id, "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
+    assert main(["report", grown.launch_id, "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
     assert (
         capsys.readouterr()
         .out.splitlines()[-1]
@@ -373,7 +372,7 @@ def test_a_comparison_with_a_launch_that_shares_no_cell_is_refused_and_cells_of_
 def test_a_cell_whose_completed_runs_have_no_test_score_regresses(tmp_path, uri, capsys):
     """Runs that completed with a test score of NaN (an empty split's ratio): the cell passed as
     "without two completed runs", exit 0, though all three completed."""
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
     fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
@@ -384,7 +383,7 @@ def test_a_cell_whose_completed_runs_have_no_test_score_regresses(tmp_path, uri,
         {**scores_for(3, rng_seed=2), **{(4, s): float("nan") for s in (3, 4, 5)}},
         text,
     )
-    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
+    assert main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")] == [
         "REGRESSION ctl_backward__ndr n_layers=4: 0 of 3 runs completed (3 completed "
         "without a score); 3 of 3 before"
@@ -397,7 +396,7 @@ def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named
     so that cell is not compared. A cell whose one config changed (n_iters, and the data every run
     trained on) is compared, and its regression line says what changed and between which commits,
     as the console says which code each side ran."""
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
     pooled = lambda layers, seed: {"lr": 0.01 if seed % 2 or layers != 4 else 0.1}  # noqa: E731
@@ -407,7 +406,7 @@ def test_a_cell_is_compared_only_with_one_config_and_a_change_of_config_is_named
     night = fake_launch(
         tmp_path, uri, "night-2", worse, text, trained=shorter, code="def5678", data_hash="77c1a3b5d2e4f6a8"
     )
-    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
+    assert main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
     flagged = [line for line in out if line.startswith("REGRESSION")]
     assert len(flagged) == 1 and flagged[0].startswith(
@@ -489,13 +488,13 @@ def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
     with its means before and now, the drop and the Holm-adjusted p of Welch's one-sided test."""
     from scipy import stats as scipy_stats
 
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
     fake_launch(tmp_path, uri, "night-1", scores_for(0, rng_seed=1), text)
     before = scores_for(3, rng_seed=2)
     fake_launch(tmp_path, uri, "night-2", before, text)
-    assert cli.main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
+    assert main(["report", "night-2", "--compare", "night-1", "--storage-path", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert (
         out[-1]
@@ -506,7 +505,7 @@ def test_report_compare_prints_the_verdict(tmp_path, uri, capsys):
 
     now = scores_for(6, shift=0.2, rng_seed=3)
     fake_launch(tmp_path, uri, "night-3", now, text)
-    assert cli.main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 1
+    assert main(["report", "night-3", "--compare", "night-2", "--storage-path", str(tmp_path)]) == 1
     flagged = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")]
     seeds = lambda scores, layers: [v for (n, _), v in sorted(scores.items()) if n == layers]  # noqa: E731
     raw = [
@@ -1264,7 +1263,7 @@ def test_a_regression_stays_flagged_until_it_is_fixed_or_accepted(tmp_path, uri)
     """A night that regressed is no baseline: the night after it, as bad, is compared with the last
     night that did not regress and flagged again (compared with the night before, it passed as
     unchanged). Once `orchestrator accept` says the drop was intended, later nights compare with it."""
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
 
@@ -1289,9 +1288,9 @@ def test_a_regression_stays_flagged_until_it_is_fixed_or_accepted(tmp_path, uri)
     assert "The nights since it, night-2, regressed" in (third.dir / "report" / "report.md").read_text()
 
     assert (
-        cli.main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2
+        main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2
     )  # flagged nothing: a baseline already
-    assert cli.main(["accept", "night-2", "--storage-path", str(tmp_path)]) == 0
+    assert main(["accept", "night-2", "--storage-path", str(tmp_path)]) == 0
     _, regressions = report.write_night(third)
     assert (
         regressions == []
@@ -1300,9 +1299,7 @@ def test_a_regression_stays_flagged_until_it_is_fixed_or_accepted(tmp_path, uri)
     )
     first.night = None
     first.save()
-    assert (
-        cli.main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2
-    )  # no night of the nightly job
+    assert main(["accept", "night-1", "--storage-path", str(tmp_path)]) == 2  # no night of the nightly job
 
 
 def test_orchestrator_report_of_a_night_keeps_its_comparison_and_the_first_says_there_is_none(
@@ -1310,7 +1307,7 @@ def test_orchestrator_report_of_a_night_keeps_its_comparison_and_the_first_says_
 ):
     """`orchestrator report` after `nightly` rewrites a night's report as the night wrote it (its
     baseline, its verdict, its history plot); the first night says plainly it has nothing to compare."""
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     text = ablation_text("ndr_layers_test")
     nights = []
@@ -1320,13 +1317,13 @@ def test_orchestrator_report_of_a_night_keeps_its_comparison_and_the_first_says_
         state.save()
         nights.append(state)
     assert len(report.write_night(nights[1])[1]) == len(LAYERS)  # as the nightly job wrote it
-    assert cli.main(["report", "night-2", "--storage-path", str(tmp_path)]) == 1
+    assert main(["report", "night-2", "--storage-path", str(tmp_path)]) == 1
     assert "REGRESSION ctl_backward__ndr" in capsys.readouterr().out
     markdown = (nights[1].dir / "report" / "report.md").read_text()
     assert "Compared with `night-1`" in markdown and "**Regressions:**" in markdown
     assert "](ctl_backward__ndr_history.png)" in markdown and "No previous launch compared" not in markdown
 
-    assert cli.main(["report", "night-1", "--storage-path", str(tmp_path)]) == 0
+    assert main(["report", "night-1", "--storage-path", str(tmp_path)]) == 0
     markdown = (nights[0].dir / "report" / "report.md").read_text()
     assert "The first night of this file: no earlier night to compare with yet" in markdown
     assert "Compared with" not in markdown and "No previous launch compared" not in markdown

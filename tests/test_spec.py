@@ -107,7 +107,7 @@ def test_a_pairs_own_values_go_over_the_files_and_its_models(tmp_path):
     )
     ndr = next(p for p in ablation.pairs if p.model == "ndr")
     assert ndr.grid == {"n_layers": [2, 4]} and "n_layers" not in ndr.base and ndr.base["lr"] == 0.003
-    from orchestrator.cli import describe_study
+    from orchestrator.cli.describe import describe_study
 
     assert "  pair fwd__ndr: grid over n_layers (2 cells; " in describe_study(ablation) and describe_study(
         ablation
@@ -310,7 +310,7 @@ def test_mann_whitney_is_taken_where_it_can_flag_a_regression(tmp_path):
 def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_path):
     """The night exits 1 when any file regresses: each of k files is tested at alpha / k (Holm
     within each), so an unchanged night raises a flag at most at alpha, not k times it."""
-    from orchestrator.cli import nightly_files
+    from orchestrator.cli.plans import nightly_files
 
     for name, alpha in (("a.yaml", None), ("b.yaml", 0.1)):
         write(
@@ -596,14 +596,14 @@ def test_launch_id_cannot_leave_the_storage_folder(tmp_path):
 
 
 def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
-    from orchestrator import cli
+    from orchestrator.cli.process import main
 
     for what, expected in (
         ("tasks", r"copy +sequence_to_sequence +scores token_acc/seq_acc"),
         ("models", "panm "),
         ("presets", "ctl/ndr"),
     ):
-        assert cli.main(["list", what]) == 0
+        assert main(["list", what]) == 0
         out = capsys.readouterr().out
         assert re.search(expected, out)
         if what == "tasks":  # one column each: every row's scores start where the first row's do
@@ -624,7 +624,7 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
             }
         )
     )
-    assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
+    assert main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     line = capsys.readouterr().out.strip()
     assert line.split()[:3] == [
         "smoke-1",
@@ -635,12 +635,12 @@ def test_list_names_what_a_file_can_use_and_the_launches(tmp_path, capsys):
     (launch / "launch.json").write_text(
         json.dumps({**data, "state": "finished", "night": 2, "regressed": True})
     )
-    assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
+    assert main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     assert (
         capsys.readouterr().out.strip().endswith("s.yaml  (regressed)")
     )  # a night's verdict: one `accept` could take
     (launch / "launch.json").write_text(json.dumps({**data, "state": "finished", "night": 0}))
-    assert cli.main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
+    assert main(["list", "launches", "--storage-path", str(tmp_path / "runs")]) == 0
     assert (
         capsys.readouterr().out.strip().endswith("s.yaml  (no earlier night to compare with)")
     )  # not "(no regression)": none was tested
@@ -827,7 +827,7 @@ def test_dry_run_without_calibration_estimates_from_stored_step_rates(tmp_path, 
 def test_the_plan_says_where_asha_could_stop_no_trial(tmp_path):
     """ASHA's first rung is at grace_period: a pair whose trials end by then is searched without
     early stopping, which the file asked for; the plan says so for that pair only."""
-    from orchestrator.cli import describe_study
+    from orchestrator.cli.describe import describe_study
 
     spec = with_(
         budget={"trials": 2},
@@ -850,7 +850,7 @@ def test_the_plan_says_where_each_pairs_training_comes_from_and_where_a_tasks_mo
     """A model without a paper's preset (one of one's own) trains at the training defaults where the
     baselines beside it take their papers' values: the plan lists, per pair, the protocol keys from
     its preset and those at the defaults, and one line per task where they differ; `fixed` evens them."""
-    from orchestrator.cli import describe_study
+    from orchestrator.cli.describe import describe_study
 
     own = f"{ROOT / 'examples' / 'my_model.py'}:RelBiasTransformer"
     spec = {
@@ -907,7 +907,7 @@ def test_the_plan_says_where_each_pairs_training_comes_from_and_where_a_tasks_mo
 def test_the_plan_says_which_of_a_files_keys_an_ablation_does_not_use(tmp_path):
     """A search turned into an ablation (a grid or seeds added) keeps its budget.trials and its
     scheduler, which an ablation ignores: said in the plan, not refused."""
-    from orchestrator.cli import describe_study
+    from orchestrator.cli.describe import describe_study
 
     spec = with_(scheduler={"name": "asha", "grace_period": 5}, seeds=[0, 1], space={})
     plan = describe_study(load_study(write(tmp_path, spec))).splitlines()
@@ -928,7 +928,7 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     (Tune's resource request of the trial's config), the cluster runs as many at once as the
     smallest trials allow, and the dry run sums each pair's GPU-hours at its own share: whole GPUs
     for a stacked NDR, a quarter for an LSTM."""
-    from orchestrator.cli import describe_study
+    from orchestrator.cli.describe import describe_study
     from orchestrator.run import cost
     from orchestrator.run.launch import SEARCH, make_trainable
     from orchestrator.run.search import PAIR_KEY
@@ -1102,7 +1102,7 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
 def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
     """The plan is printed before the launch knows its GPUs (batch_seeds auto): a search that would
     stack its suggestions on GPUs says so, hedged; one whose trials ask for no GPU says nothing."""
-    from orchestrator.cli import describe_study
+    from orchestrator.cli.describe import describe_study
 
     space = {"lr": {"loguniform": [1e-4, 1e-3]}, "weight_decay": {"uniform": [0.0, 0.1]}}
     study = load_study(

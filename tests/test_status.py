@@ -92,7 +92,7 @@ def launch(tmp_path: Path, spec: dict, runs: dict, plan_keys=None, chose=lambda 
 def orchestrator(*args: str) -> tuple[str, list[str]]:
     """The command's output, and which of Ray and torch it imported."""
     code = (
-        "import sys; from orchestrator.cli import main; code = main(sys.argv[1:]); "
+        "import sys; from orchestrator.cli.process import main; code = main(sys.argv[1:]); "
         "print('imported:', *(m for m in ('ray', 'torch') if m in sys.modules)); sys.exit(code)"
     )
     out = subprocess.run(

@@ -316,10 +316,10 @@ def test_a_traceback_the_command_lets_through_shows_no_password(monkeypatch, cap
     """A store's client names its URI in its errors (MLflow's HTTP client, password and all)."""
     import sys
 
-    from orchestrator import cli
+    from orchestrator.cli.process import redact_tracebacks
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    cli.redact_tracebacks()
+    redact_tracebacks()
     try:
         raise RuntimeError("API request to https://alice:HttpsPW@127.0.0.1:18443/api/2.0/mlflow failed")
     except RuntimeError as e:

@@ -16,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from test_report import SEARCH_TRIALS, fake_search, rendered
 
-from orchestrator import cli
+from orchestrator.cli.process import main
 from orchestrator.record.mlflow_ui import VIEW_TAG
 
 
@@ -30,7 +30,7 @@ def refusal(argv: list[str]) -> str:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            code = cli.main(argv)
+            code = main(argv)
         except SystemExit as e:  # argparse's refusal
             code = e.code
     lines = err.getvalue().strip().splitlines()
@@ -63,7 +63,7 @@ def test_the_reports_links_take_the_address_given_and_open_a_saved_view_of_the_t
     fake_search(tmp_path, uri)
     address = "http://127.0.0.1:5999"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert cli.main(["report", "search-1", "--storage-path", str(tmp_path), "--mlflow-url", address]) == 0
+        assert main(["report", "search-1", "--storage-path", str(tmp_path), "--mlflow-url", address]) == 0
     markdown = (tmp_path / "search-1" / "report" / "report.md").read_text()
     assert "127.0.0.1:5000" not in markdown and "orchestrator ui" not in markdown
     runs = re.search(r"\[these trials, best first\]\((\S+)\)", markdown).group(1)
@@ -116,7 +116,7 @@ def test_orchestrator_ui_serves_the_trials_best_first_with_their_columns_in_a_re
         with urllib.request.urlopen(lines[2].split()[-1], timeout=30) as page:
             assert page.status == 200
         with contextlib.redirect_stdout(io.StringIO()):
-            cli.main(["report", "search-1", "--storage-path", str(tmp_path), "--mlflow-url", address])
+            main(["report", "search-1", "--storage-path", str(tmp_path), "--mlflow-url", address])
         markdown = (state.dir / "report" / "report.md").read_text()
         link = lambda text: re.search(rf"\[{text}\]\((\S+)\)", markdown).group(1)  # noqa: E731
         assert link("these trials, best first") == lines[2].split()[-1]
