@@ -5,7 +5,7 @@
            callbacks, cost)
   record/  what a launch leaves: MLflow and Optuna glue, the launch folder, best and export
   report/  the answers: statistics, reports and their plots
-  cli.py   the commands, over all four
+  cli/     the commands, over all four
 
 Imports go one way: plan <- record <- report <- run <- cli.
 """
