@@ -271,7 +271,7 @@ class Stack:
             return self.forward_backward(batch)
         except torch.cuda.OutOfMemoryError:
             raise
-        except Exception as e:  # noqa: BLE001 - compile: auto must not cost a trial the compiler's own bug
+        except Exception as e:  # compile: auto must not cost a trial the compiler's own bug
             # Inside a capture an error is the capture's (the compile ran in its warm-up): going on
             # uncompiled there would hide it.
             capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()

@@ -333,7 +333,7 @@ def check_builds(cfg: TrainConfig) -> None:
         task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
         with torch.device("meta"):
             build_model(cfg.model, cfg.model_options, task)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ConfigError((str(e) or type(e).__name__).splitlines()[0]) from None
     BUILT.add(built)
 

@@ -64,7 +64,7 @@ def fresh_session(storage, *args, **kwargs) -> None:
     """Discard `storage`'s (an Optuna RDBStorage) thread's session: the next call opens another."""
     try:
         storage.scoped_session.remove()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass  # closing a session on a dead connection may fail; it is discarded anyway
 
 

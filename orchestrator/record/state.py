@@ -323,7 +323,7 @@ def earlier_launches(state: LaunchState, nightly: bool = False) -> list[LaunchSt
             continue
         found.append(other)
     # The file's time: launches from before `created`.
-    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime  # noqa: E731
+    started = lambda s: s.created or (s.dir / "launch.json").stat().st_mtime
     return sorted((s for s in found if started(s) < started(state)), key=started)
 
 

@@ -154,7 +154,7 @@ def best_run_maps(state, pair: str, run, out_dir: Path) -> list[tuple[Path, str]
             figure = plot_pointers(pair, names, activations, out_dir)
             return [figure] if figure else []
         return [plot_transformer(pair, names, caption, activations, out_dir)]
-    except Exception as e:  # noqa: BLE001 - see the docstring
+    except Exception as e:  # see the docstring
         print(
             f"[report] no attention maps for {pair}: {(str(e) or type(e).__name__).splitlines()[0]}",
             flush=True,

@@ -339,7 +339,7 @@ class TrialTracker(Callback):
             return
         try:
             end(self.mlflow.unretried)
-        except Exception:  # noqa: BLE001 - the store is down; launch.stopped_by_outage says so
+        except Exception:  # the store is down; launch.stopped_by_outage says so
             pass
 
 

@@ -247,7 +247,7 @@ def step_time(
             per_step, where = (calibration or Calibration(False)).result(
                 pair, device, seconds_per_step, stacking, pair
             )
-        except Exception as e:  # noqa: BLE001 - an estimate not made is no reason to refuse the launch
+        except Exception as e:  # an estimate not made is no reason to refuse the launch
             return None, f"no time estimate ({reason(e)})"
         if per_step is None:
             return None, f"not timed: its trials train on GPUs and {where}"
@@ -262,7 +262,7 @@ def modelled_step_time(stacking: Stacking, pair: Pair, device: str, members: int
     try:
         cfg = parse_trial_config(typical_config(stacking, pair, stacked=members > 1))
         params = parameter_count(cfg)
-    except Exception as e:  # noqa: BLE001 - as a failed calibration: no estimate, no refusal
+    except Exception as e:  # as a failed calibration: no estimate, no refusal
         return None, f"no estimate ({reason(e)})"
     per_step, basis = cost_model.seconds_per_step(
         pair.model, pair.task.task, device, params, cfg.batch_size, members
@@ -278,7 +278,7 @@ def evaluation_time(stacking: Stacking, pair: Pair, per_step: float) -> tuple[fl
     try:
         cfg = parse_trial_config(typical_config(stacking, pair))
         sizes = eval_sizes(cfg.task, cfg.task_options)
-    except Exception as e:  # noqa: BLE001 - as a failed calibration: no estimate, no refusal
+    except Exception as e:  # as a failed calibration: no estimate, no refusal
         return None, f"evaluations not priced ({reason(e)})"
     if sizes is None:
         return None, "evaluations not priced: their sets' sizes come with the data"
@@ -420,7 +420,7 @@ def stored_rates(study: Study) -> tuple[list[dict], str | None]:
     """The step rates of earlier trials in the study's store, and a line where it cannot be read."""
     try:
         return step_rates(study.tracking.uri), None
-    except Exception as e:  # noqa: BLE001 - as a failed calibration: no estimate, no refusal
+    except Exception as e:  # as a failed calibration: no estimate, no refusal
         return [], (
             f"  cannot read step rates from {redact(study.tracking.uri)}: "
             f"{redact_text(reason(e), study.tracking.uri)}"
@@ -536,7 +536,7 @@ def pair_step_time(
             if stacking.study.budget.stack_size == "auto":
                 # as the launch records the knee: its trial count follows
                 stacking = stacking.measured(pair, size)
-        except Exception as e:  # noqa: BLE001 - as with step_time: no estimate, no refusal
+        except Exception as e:  # as with step_time: no estimate, no refusal
             per_step, stacked = None, f"no stack estimate ({reason(e)})"
         words = f"{words}; {stacked}"
     return per_step, words, stacking

@@ -104,7 +104,7 @@ class DNCMemory(nn.Module):
 
     def initial_state(self, batch: int, device) -> dict[str, torch.Tensor]:
         N, R, W = self.cfg.n_cells, self.cfg.n_read_heads, self.words
-        zeros = lambda *shape: torch.zeros(batch, *shape, device=device)  # noqa: E731
+        zeros = lambda *shape: torch.zeros(batch, *shape, device=device)
         return {
             "memory": zeros(N, W),
             "usage": zeros(N),

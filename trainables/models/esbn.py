@@ -40,7 +40,7 @@ class ObjectSequenceTransformer(nn.Module):
                 f"context_norm must be one of {', '.join(CONTEXT_NORMS)}, got {cfg.context_norm!r}"
             )
         self.cfg = cfg
-        conv = lambda c_in: [nn.Conv2d(c_in, 32, 4, stride=2, padding=1), nn.ReLU()]  # noqa: E731 - halves the side
+        conv = lambda c_in: [nn.Conv2d(c_in, 32, 4, stride=2, padding=1), nn.ReLU()]  # halves the side
         self.encoder = nn.Sequential(
             *conv(channels),
             *conv(32),
