@@ -18,7 +18,7 @@ def join(address: str, **options) -> None:
     ConnectionError (a review saw one after about half a minute of retries, at a port that answered
     but was no Ray head's), one line, not its traceback. A port that accepts and never answers,
     or answers as another service, would keep ray.init waiting (past 300 s here):
-    cli.check_address refuses it first."""
+    cli.launchable.check_address refuses it first."""
     import ray  # noqa: PLC0415 - ray takes seconds to import, and every command imports this module
 
     ours = signal.getsignal(signal.SIGTERM)
@@ -30,7 +30,7 @@ def join(address: str, **options) -> None:
         ) from None
     finally:
         # ray.init makes SIGTERM a sys.exit(15), which skips the stop a Ctrl-C gets (the launch and its
-        # pairs recorded interrupted, resumable): SIGTERM stays a Ctrl-C (cli.console).
+        # pairs recorded interrupted, resumable): SIGTERM stays a Ctrl-C (cli.process.console).
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, ours)
 
