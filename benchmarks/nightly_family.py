@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 from orchestrator.cli.plans import nightly_files
-from orchestrator.plan.spec import load_study
+from orchestrator.plan.load import load_study
 from orchestrator.report import stats
 
 

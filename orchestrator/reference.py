@@ -25,16 +25,8 @@ from trainables.models import MODELS
 from trainables.tasks import TASKS
 
 from .cli.parser import parser_and_commands
-from .plan.spec import (
-    PER_MODEL_KEYS,
-    TOP_KEYS,
-    Budget,
-    Confirm,
-    Report,
-    Resources,
-    Scheduler,
-    Tracking,
-)
+from .plan.sections import PER_MODEL_KEYS, TOP_KEYS
+from .plan.study import Budget, Confirm, Report, Resources, Scheduler, Tracking
 from .run.exits import STATUSES
 
 SECTIONS = {

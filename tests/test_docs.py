@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator import reference
 from orchestrator.cli.parser import parser_and_commands
-from orchestrator.plan import spec
+from orchestrator.plan import sections, study
 from orchestrator.run import exits
 from trainables.config import TRAIN_KEYS
 from trainables.models import MODELS
@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def sections_the_parser_reads() -> dict[str, str]:
-    """Each `_section(Class, raw, "key", path)` call of plan/spec.py: key -> the class's name."""
-    tree = ast.parse((ROOT / "orchestrator" / "plan" / "spec.py").read_text())
+    """Each `_section(Class, raw, "key", path)` call of plan/sections.py: key -> the class's name."""
+    tree = ast.parse((ROOT / "orchestrator" / "plan" / "sections.py").read_text())
     return {
         call.args[2].value: call.args[0].id
         for call in ast.walk(tree)
@@ -32,10 +32,10 @@ def sections_the_parser_reads() -> dict[str, str]:
 
 def test_every_key_a_file_may_hold_is_on_the_search_space_page():
     page = reference.search_space_page()
-    missing = [key for key in spec.TOP_KEYS if f"| `{key}` |" not in page]
-    missing += [f"per_model.{key}" for key in spec.PER_MODEL_KEYS if f"`{key}`" not in page]
+    missing = [key for key in sections.TOP_KEYS if f"| `{key}` |" not in page]
+    missing += [f"per_model.{key}" for key in sections.PER_MODEL_KEYS if f"`{key}`" not in page]
     for section, class_name in sections_the_parser_reads().items():
-        for f in dataclasses.fields(getattr(spec, class_name)):
+        for f in dataclasses.fields(getattr(study, class_name)):
             if f"| `{section}.{f.name}` |" not in page:
                 missing.append(f"{section}.{f.name}")
     missing += [key for key in TRAIN_KEYS if f"| `{key}` |" not in page]

@@ -228,7 +228,7 @@ def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values()
     lacks a baseline key (an LSTM has no n_heads) has no baseline and no error."""
     import pandas as pd
 
-    from orchestrator.plan.spec import Report
+    from orchestrator.plan.study import Report
 
     rng = np.random.default_rng(0)
     values = {
@@ -597,7 +597,7 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
 ):
     import itertools
 
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
 
     pair = next(p for p in load_study(file).pairs if p.model == model)
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
@@ -654,7 +654,7 @@ def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_sea
 
 
 def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_each_model(tmp_path):
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
     from orchestrator.report.report import answer_lines
 
     def answer(study, scores):
@@ -741,7 +741,7 @@ def confirmed_answer(study, seeds: dict) -> str:
 
 
 def ctl_search(tmp_path, models: list[str]):
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
 
     file = tmp_path / "ctl.yaml"
     file.write_text(

@@ -12,7 +12,8 @@ from ray.tune import Checkpoint
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from orchestrator.plan.spec import SpecError, load_study
+from orchestrator.plan.load import load_study
+from orchestrator.plan.source import SpecError
 from orchestrator.run.launch import newest_existing_checkpoint
 from orchestrator.run.search import PAIR_KEY, CellSearch, PairScheduler, PairSearch
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.plan.spec import SpecError, load_study
+from orchestrator.plan.load import load_study
+from orchestrator.plan.source import SpecError
 from orchestrator.run.stacking import decide, slots_in
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import numpy as np
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.plan.spec import load_study
+from orchestrator.plan.load import load_study
 from orchestrator.record.state import LaunchState, plan_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,7 +307,7 @@ def test_best_hands_a_searchs_winners_to_an_ablation_file(tmp_path):
     """`best --ablation FILE`: FILE again, in the launch's best/ folder, with each pair's searched
     values of the winning trial as per_pair.<pair>.fixed, but those its grid sweeps; it loads, and
     its pair trains them over the file's own. A pair the search did not run keeps the file's."""
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
 
     search = {
         **SPEC,

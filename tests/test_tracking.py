@@ -877,7 +877,7 @@ def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_r
 ):
     """A launch is named by its file and the second it began; two begun in the same second shared
     one folder and one MLflow parent run (and so each other's trials)."""
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
     from orchestrator.run import launch
 
     path = tmp_path / "space.yaml"
@@ -923,7 +923,7 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
     registered left for good: `status` called the launch damaged, and a RayJob's retry (resume
     where launch.json exists) failed the same way. The claim is now the driver's lock, which dies
     with it; a registration that fails frees it too."""
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
     from orchestrator.run import launch
 
     path = tmp_path / "space.yaml"
@@ -963,7 +963,7 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     """The parent run is made before launch.json: a write that fails there (here launch.json's
     temporary name is a folder; a full disk, a kill) left MLflow a launch RUNNING for good, which
     no `status` or `resume` could reach. It ends KILLED and the id is free again."""
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
     from orchestrator.run import launch
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
@@ -1010,7 +1010,7 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
     import subprocess
     import sys
 
-    from orchestrator.plan.spec import load_study
+    from orchestrator.plan.load import load_study
     from orchestrator.run import launch
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
@@ -1031,7 +1031,7 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
     killed_as_it_saves = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from orchestrator.plan.spec import load_study\n"
+        "from orchestrator.plan.load import load_study\n"
         "from orchestrator.record.state import LaunchState\n"
         "from orchestrator.run import launch\n"
         "LaunchState.save = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"

@@ -126,8 +126,9 @@ class LaunchState:
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
         seeds: what a regression test across seeds compares). How it stacks is batch_seeds' and
         stack_sizes' (run.stacking.launched)."""
-        # plan.spec imports torch (through trainables): status and best read launch.json alone.
-        from ..plan.spec import SpecError, load_study  # noqa: PLC0415
+        # plan imports torch (through trainables): status and best read launch.json alone.
+        from ..plan.load import load_study  # noqa: PLC0415
+        from ..plan.source import SpecError  # noqa: PLC0415
 
         try:
             study = load_study(self.spec_file, text=self.spec_text, recorded=True)

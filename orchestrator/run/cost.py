@@ -25,8 +25,9 @@ from trainables.tasks import eval_sizes, small_copy_options
 from trainables.tasks.base import throwaway_data_cache
 from trainables.train import seconds_per_step as train_seconds_per_step
 
-from ..plan.spec import Distribution, Pair, Study
+from ..plan.space import Distribution
 from ..plan.storage import last_line
+from ..plan.study import Pair, Study
 from ..record.runs import step_rates
 from ..record.secrets import redact, redact_text
 from . import cost_model

@@ -41,8 +41,8 @@ from trainables.batched import train_members
 from trainables.config import parse_trial_config, yaml_word
 from trainables.train import pick_device, train
 
-from ..plan.spec import Pair, Study
 from ..plan.storage import TrialStorage, check_cluster_sees, last_line
+from ..plan.study import Pair, Study
 from ..record.best import summaries_of, write_best
 from ..record.optuna_store import search_storage
 from ..record.retries import DiskFull, StoreUnavailable, store_outage

@@ -19,7 +19,7 @@ import numpy as np
 from trainables.config import MEMBER_KEYS
 from trainables.models import batchable
 
-from ..plan.spec import Pair, Study
+from ..plan.study import Pair, Study
 
 # In a trial's config: the members it trains stacked (trainables.batched), each a seed and its own
 # values of MEMBER_KEYS, instead of one "seed".

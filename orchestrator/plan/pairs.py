@@ -1,0 +1,377 @@
+"""The pairs of a file: its tasks and models, which model runs which task, and each pair's
+config, space and grid (what its trials train), built before launch (plan.probes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainables.config import (
+    TRAIN_KEYS,
+    ConfigError,
+    closest,
+    defaults,
+    parse_trial_config,
+    preset,
+    presets,
+    protocol_keys,
+)
+from trainables.models import MODELS, ModelError, model_fields, model_spec
+from trainables.models import canonical as canonical_model
+from trainables.models import label as model_label
+from trainables.tasks import TASKS, task_config
+
+from .probes import check_builds_of
+from .sections import parse_grid, parse_resources, refuse_set_elsewhere
+from .source import SpecError, safe_name
+from .space import Distribution, parse_space
+from .study import Budget, Pair, Resources, TaskEntry
+
+
+def parse_tasks(raw, path) -> list[TaskEntry]:
+    if not raw:
+        raise SpecError(path, "tasks", "missing or empty: name at least one task")
+    if not isinstance(raw, list):
+        raise SpecError(path, "tasks", "expected a list")
+    out, variants = [], set()
+    for k, entry in enumerate(raw):
+        where = f"tasks[{k}]"
+        if isinstance(entry, str):
+            entry = {"task": entry}
+        if not isinstance(entry, dict) or "task" not in entry:
+            raise SpecError(path, where, "expected a task name or {task, variant, options}")
+        for key in entry:
+            if key not in ("task", "variant", "options"):
+                raise SpecError(
+                    path,
+                    f"{where}.{key}",
+                    f"unknown key{closest(str(key), ['task', 'variant', 'options'])}; "
+                    "valid: task, variant, options",
+                )
+        name = entry["task"]
+        if not isinstance(name, str) or name not in TASKS:
+            raise SpecError(
+                path,
+                f"{where}.task",
+                f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}",
+            )
+        options = entry.get("options") or {}
+        if not isinstance(options, dict):
+            raise SpecError(path, f"{where}.options", f"expected a mapping of task options, got {options!r}")
+        try:
+            task_config(name, options)
+        except (TypeError, ValueError) as e:
+            raise SpecError(path, f"{where}.options", str(e.args[0])) from None
+        variant = safe_name(entry.get("variant", name), path, f"{where}.variant")
+        if variant in variants:
+            raise SpecError(
+                path,
+                f"{where}.variant",
+                f"variant {variant!r} appears twice; give each task entry its own variant name",
+            )
+        variants.add(variant)
+        out.append(TaskEntry(name, variant, options))
+    return out
+
+
+def _check_model(name, path, key: str) -> None:
+    """A model the registry finds: one of the package's, a model file's class or an entry point
+    (trainables.models.model_spec), stated rightly."""
+    if isinstance(name, str) and name in MODELS:
+        return
+    try:
+        if not isinstance(name, str):
+            raise ModelError("")
+        model_spec(name)
+    except ModelError as e:
+        if isinstance(name, str) and ":" in name:
+            raise SpecError(path, key, str(e)) from None
+        raise SpecError(
+            path,
+            key,
+            f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
+            "or a model of your own as path/to/file.py:Class",
+        ) from None
+
+
+def parse_models(raw, path) -> list[str]:
+    if raw == "all":
+        return list(MODELS)
+    if not raw or not isinstance(raw, list):
+        raise SpecError(path, "models", "expected a list of model names or 'all'")
+    for k, name in enumerate(raw):
+        _check_model(name, path, f"models[{k}]")
+        if name in raw[:k] or model_label(name) in map(model_label, raw[:k]):
+            raise SpecError(
+                path, f"models[{k}]", f"{name} appears twice: its pairs would share one name, study and runs"
+            )
+    return list(raw)
+
+
+def incompatible_pairs(
+    tasks: list[TaskEntry], models: list[str], named: bool, path
+) -> dict[tuple[str, str], str]:
+    """The (variant, model) pairs whose model cannot run the task's kind, each with the reason:
+    `models: all` skips them; a model the file names is refused, or a comparison would quietly
+    lose it (its baseline)."""
+    out = {}
+    for k, model in enumerate(models):
+        kinds = model_spec(model).kinds
+        for task in tasks:
+            kind = TASKS[task.task].kind
+            if kind in kinds:
+                continue
+            names = [str(k) for k in kinds]
+            runs = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+            reason = f"{model} runs {runs}; {task.task} is {kind}"
+            if named:
+                runners = ", ".join(m for m, spec in MODELS.items() if kind in spec.kinds)
+                raise SpecError(
+                    path,
+                    f"models[{k}]",
+                    f"{model} cannot run task {task.task!r}: {reason}, which {runners} run; each listed "
+                    "model must run every task of the file (`models: all` takes those that can)",
+                )
+            out[(task.variant, model)] = reason
+    return out
+
+
+def skipped_pairs(incompatible: dict, pairs: list, path) -> list[str]:
+    """The pairs left out as incompatible, in words; SpecError where no pair is left."""
+    skipped = [f"{variant} x {model}: {reason}" for (variant, model), reason in incompatible.items()]
+    if not pairs:
+        raise SpecError(
+            path, "models", f"no model in this file can run any of its tasks: {'; '.join(skipped)}"
+        )
+    return skipped
+
+
+def parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dict[str, dict]:
+    """`per_pair: {<variant>__<model>: {fixed: {...}}}`: one pair's values over the file's and its
+    model's `fixed` (a search's winners, as `orchestrator best --ablation` writes them); a grid
+    still sweeps its own keys."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SpecError(path, "per_pair", "expected a mapping of pair name (<variant>__<model>) -> {fixed}")
+    names = [f"{task.variant}__{model}" for model in models for task in tasks]
+    out = {}
+    for name, entry in raw.items():
+        if name not in names:
+            raise SpecError(
+                path,
+                f"per_pair.{name}",
+                f"not a pair of this file{closest(str(name), names)}; its pairs: {', '.join(names)}",
+            )
+        if (
+            not isinstance(entry, dict)
+            or set(entry) - {"fixed"}
+            or not isinstance(entry.get("fixed") or {}, dict)
+        ):
+            raise SpecError(
+                path, f"per_pair.{name}", f"expected {{fixed: {{key: value, ...}}}}, got {entry!r}"
+            )
+        model = name.rsplit("__", 1)[1]
+        refuse_set_elsewhere(entry.get("fixed") or {}, f"per_pair.{name}.fixed", path)
+        for key in entry.get("fixed") or {}:
+            if key not in TRAIN_KEYS | model_fields(model):
+                raise SpecError(
+                    path,
+                    f"per_pair.{name}.fixed.{key}",
+                    f"not a parameter of {model}{closest(str(key), model_fields(model))}",
+                )
+        out[name] = dict(entry.get("fixed") or {})
+    return out
+
+
+@dataclass(frozen=True)
+class Shared:
+    """The file's sections every pair starts from, which a model's per_model entry adds to."""
+
+    space: dict[str, Distribution]
+    fixed: dict
+    grid: dict[str, list]
+    resources: Resources
+    budget: Budget
+    seed: int
+
+
+def parse_pairs(
+    tasks: list[TaskEntry],
+    models: list[str],
+    per_model: dict,
+    per_pair: dict[str, dict],
+    shared: Shared,
+    incompatible: dict,
+    path,
+) -> list[Pair]:
+    """Each model on each task it runs (not those `incompatible` holds)."""
+    pairs = []
+    for model in models:
+        overrides = per_model.get(model) or {}
+        own_space = parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path)
+        space = {**shared.space, **_model_keys(own_space, model, f"per_model.{model}.space", path)}
+        for task in tasks:
+            if (task.variant, model) in incompatible:
+                continue
+            own_fixed = per_pair.get(f"{task.variant}__{model}", {})
+            pairs.append(_make_pair(task, model, space, overrides, own_fixed, shared, path))
+    return pairs
+
+
+def check_named_keys(models: list[str], per_model: dict, space: dict, fixed: dict, grid: dict, path) -> None:
+    """Each per_model entry names one of the file's models, and each key of the file's space, fixed
+    and grid a parameter of one of them."""
+    for model in per_model:
+        if model not in models:
+            raise SpecError(
+                path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}"
+            )
+    valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
+    for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
+        for key in keys:
+            if key not in valid:
+                raise SpecError(
+                    path,
+                    f"{section}.{key}",
+                    f"no model in this file has this parameter{closest(str(key), valid)}",
+                )
+
+
+def _model_keys(values: dict, model: str, where: str, path) -> dict:
+    """`values` (a model's own space or grid), each key a parameter the model has: the file's may
+    hold keys one of its models lacks, a model's own may not."""
+    for key in values:
+        if key not in TRAIN_KEYS | model_fields(model):
+            hint = closest(key, model_fields(model))
+            raise SpecError(path, f"{where}.{key}", f"not a parameter of {model}{hint}")
+    return values
+
+
+def _make_pair(
+    task: TaskEntry, model: str, space: dict, overrides: dict, own_fixed: dict, shared: Shared, path
+) -> Pair:
+    """One model on one task: its config and space (_pair_config) under its model's fixed values
+    and then its own (per_pair), its model's resources and grid; built in every grid cell and at
+    its space's extremes (check_builds_of)."""
+    model_fixed = overrides.get("fixed") or {}
+    base, own_space, warm = _pair_config(
+        task, model, space, shared.fixed, {**model_fixed, **own_fixed}, shared.budget, shared.seed, path
+    )
+    resources = parse_resources(
+        overrides.get("resources"), shared.resources, f"per_model.{model}.resources", path
+    )
+    # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
+    # (Table 6's head counts for multi-head attention only) adds to the file's.
+    where = f"per_model.{model}.grid"
+    own_grid = _model_keys(parse_grid({"grid": overrides.get("grid")}, path, where)[0], model, where, path)
+    grid = {k: v for k, v in {**shared.grid, **own_grid}.items() if k in TRAIN_KEYS | model_fields(model)}
+    base = {k: v for k, v in base.items() if k not in grid}
+    from_preset, from_defaults = _protocol_origins(
+        task, model, base, {**shared.fixed, **model_fixed, **own_fixed}, {*own_space, *grid}, shared.budget
+    )
+    # The threads a trial runs on are in its config, recorded and re-run with it (best/<pair>.yaml):
+    # on a CPU they change the sums' order, hence the numbers. The file's, else its CPU share.
+    if base.get("threads") is None:
+        base["threads"] = max(1, int(resources.cpu))
+    device_key = f"per_model.{model}.fixed.device" if "device" in model_fixed else "fixed.device"
+    pair = Pair(
+        task=task,
+        model=model,
+        space=own_space,
+        base=base,
+        warm_start=warm,
+        grid=grid,
+        resources=resources,
+        device_key=device_key,
+        own_values={k: v for k, v in own_fixed.items() if k in base},
+        from_preset=from_preset,
+        from_defaults=from_defaults,
+    )
+    if pair.needs_gpu and pair.resources.gpu == 0:
+        asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
+        key, device = pair.cuda_device
+        raise SpecError(
+            path,
+            key,
+            f"{device} needs a GPU, and {asked}.gpu gives its trials none "
+            "(Ray hides the GPUs from a trial that asks for none)",
+        )
+    check_builds_of(path, pair)
+    return pair
+
+
+def _protocol_origins(
+    task: TaskEntry, model: str, base: dict, fixed: dict, varied: set, budget: Budget
+) -> tuple[dict, dict]:
+    """({key: value} of the protocol keys the paper's preset gives the pair, {key: value} of those at
+    the training defaults), of the keys its optimizer reads that neither the budget nor the file
+    sets (`fixed`: the file's fixed values, its model's and its pair's; `varied`: its space and
+    grid); `base` holds their values."""
+    paper = preset(task.task, model, task.options) if model in presets(task.task)["models"] else {}
+    set_by_file = {*fixed, *varied, *(k for k in ("n_iters", "eval_every") if getattr(budget, k))}
+    model_defaults = defaults(model)
+    optimizer = None if "optimizer" in varied else base.get("optimizer", model_defaults["optimizer"])
+    left = [key for key in protocol_keys(optimizer) if key not in set_by_file]
+    return (
+        {key: base[key] for key in left if key in paper},
+        {key: base.get(key, model_defaults[key]) for key in left if key not in paper},
+    )
+
+
+def _pair_config(
+    task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path
+) -> tuple[dict, dict[str, Distribution], dict | None]:
+    """(the pair's flat trial config without its searched keys, its space: the keys of `space` the
+    model has, the paper's setting of them moved into the space, or None)."""
+    valid = TRAIN_KEYS | model_fields(model)
+    own_space = {k: v for k, v in space.items() if k in valid}  # e.g. an LSTM has no heads
+    try:
+        base = (
+            preset(task.task, model, task.options)
+            if model in presets(task.task)["models"]
+            else {"task": task.task, "model": canonical_model(model)}
+        )
+    except ConfigError as e:
+        raise SpecError(path, "models", str(e)) from None
+    model_defaults = defaults(model)
+    paper_setting = {k: base.get(k, model_defaults.get(k)) for k in own_space}
+    base.update({k: v for k, v in fixed.items() if k in valid})
+    base.update(model_fixed)
+    if not isinstance(base.get("task_options", {}), dict):
+        raise SpecError(
+            path,
+            f"fixed ({task.variant}__{model})",
+            f"task_options: expected a mapping of task options, got {base['task_options']!r}",
+        )
+    base.update(task_options={**base.get("task_options", {}), **task.options}, seed=seed)
+    if budget.n_iters:
+        base["n_iters"] = budget.n_iters
+    if budget.eval_every:
+        base["eval_every"] = budget.eval_every
+    try:  # every value of `fixed` passes a trial's checks, one the pair's space replaces too
+        trial = parse_trial_config(base)
+    except ConfigError as e:
+        raise SpecError(path, f"fixed ({task.variant}__{model})", str(e)) from None
+    # A pair without a paper setting (no preset) trains the trial's default length: ASHA's horizon,
+    # the cost and the report need it said.
+    base.setdefault("n_iters", trial.n_iters)
+    for key in list(own_space):
+        base.pop(key, None)
+    warm = {k: own_space[k].nearest(v) for k, v in paper_setting.items()}
+    # Wrong keys and values in `fixed` are found by check_builds_of, which builds every trial's extremes.
+    if (
+        "d_model" in own_space
+        and "n_heads" in own_space
+        and own_space["d_model"].kind == own_space["n_heads"].kind == "choice"
+    ):
+        # Other values fail the build check.
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
+        bad = [
+            (d, h)
+            for d in own_space["d_model"].values
+            for h in own_space["n_heads"].values
+            if whole(d) and whole(h) and d % h
+        ]
+        if bad:
+            raise SpecError(path, "space.n_heads", f"{bad[0][1]} heads do not divide d_model {bad[0][0]}")
+    return base, own_space, warm or None
