@@ -2,6 +2,22 @@
 
 Flat keys are either training keys (TrainConfig's fields), keys of the chosen model's config
 dataclass, or `task_options` (a mapping given to the task's config dataclass).
+
+What a trial's config may hold is judged here, once, without building anything:
+
+    check(flat) -> [(key, reason), ...]   every problem of a flat trial config; [] where none
+    problem_text(key, reason) -> str      a problem's line (trainables.fields): `key: reason`, or
+                                          the reason alone where key is "" (a rule between keys,
+                                          e.g. "d_model=128 is not divisible by n_heads=3")
+    parse_trial_config(flat)              TrainConfig, or ConfigError(problem_text of check's first)
+    keys_of(model) -> set[str]            the keys a trial of `model` can take
+    task_problem(name), model_problem(name) -> str | None
+                                          why a name names no task / no model, or None
+
+Each value is judged by its own field (TrainConfig's and each model config's ranges and choices,
+stated as field metadata: trainables.fields), then by its config's rules between keys (a model
+config's `joint_problems`); each config checks itself so in `__post_init__` too. What only a build
+finds (a model's kind against its task's, torch's own checks) is check_builds'.
 """
 
 from __future__ import annotations
@@ -10,9 +26,6 @@ import copy
 import dataclasses
 import difflib
 import functools
-import math
-import re
-import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -20,6 +33,7 @@ from typing import Any
 import torch
 import yaml
 
+from .fields import chosen, hints, matching, problem_text, problems, ranged, refusal, validate
 from .models import MODELS, ModelError, build_model, is_file_model, model_fields, model_spec
 from .tasks import TASKS, task_config
 
@@ -33,38 +47,44 @@ def closest(word: str, options) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 @dataclass
 class TrainConfig:
     task: str
     model: str
     task_options: dict = field(default_factory=dict)
     model_options: dict = field(default_factory=dict)
-    lr: float = 1e-4
+    lr: float = ranged(1e-4, 0)
     # "cosine": lr x (1 + cos(pi t / n_iters)) / 2 at step t (0-based), down to 0 at the end; the
     # compositional-attention authors anneal so on their triangles (per epoch, of 200).
-    lr_schedule: str = "constant"
-    weight_decay: float = 0.0
-    batch_size: int = 512
+    lr_schedule: str = chosen("constant", ("constant", "cosine"))
+    weight_decay: float = ranged(0.0, 0)
+    batch_size: int = ranged(512, 1)
     # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
     length_bucketed: bool = False
-    n_iters: int = 30_000
-    optimizer: str = "adamw"  # "adamw", "adam" or "rmsprop" (the PANM authors')
-    momentum: float = 0.0  # rmsprop only
-    rmsprop_alpha: float = 0.99  # rmsprop's smoothing constant (torch's default; the PANM authors use 0.95)
-    grad_clip: float | None = 5.0  # 5 for CTL, 1 for arithmetic and ListOps (App. C.3)
+    n_iters: int = ranged(30_000, 1)
+    optimizer: str = chosen("adamw", ("adamw", "adam", "rmsprop"))  # rmsprop: the PANM authors'
+    momentum: float = ranged(0.0, 0)  # rmsprop only
+    # rmsprop's smoothing constant (torch's default; the PANM authors use 0.95)
+    rmsprop_alpha: float = ranged(0.99, 0, 1)
+    # 5 for CTL, 1 for arithmetic and ListOps (App. C.3); null turns clipping off
+    grad_clip: float | None = ranged(5.0, 0, low_inclusive=False)
     # "norm" (the NDR authors') or "value" (each entry into [-c, c]; the PANM authors')
-    grad_clip_by: str = "norm"
-    eval_every: int = 1000
+    grad_clip_by: str = chosen("norm", ("norm", "value"))
+    eval_every: int = ranged(1000, 1)
     # also report the best checkpoint within this many iterations (Table 2: 50K)
-    early_budget: int | None = None
-    eval_batch_size: int = 1024
-    seed: int = 0
-    device: str = "auto"  # "auto" picks CUDA when there is one
+    early_budget: int | None = ranged(None, 1)
+    eval_batch_size: int = ranged(1024, 1)
+    seed: int = ranged(0, 0, 2**32 - 1)
+    # "auto" picks CUDA when there is one
+    device: str = matching("auto", r"auto|cpu|cuda(:\d+)?|mps", "auto, cpu, cuda, cuda:N or mps")
     # bf16 autocast, on any device (tests check it against float32 on the CPU); auto: where the step is
     # compiled on CUDA. Compiled, NDR's stacked learning curves at the paper's setting stay within seed
     # noise of TF32's and the step runs 1.36x faster; uncompiled, its casts stay unfused and it is no
     # faster than TF32 (H100, docs/performance.md#gpu-precision-and-learning-curves).
-    bf16: bool | str = "auto"
+    bf16: bool | str = chosen("auto", ("auto", False, True))
     # TF32 matmuls on CUDA (10-bit mantissas, float32 range): NDR's learning curves at the paper's
     # setting stay within seed noise of float32 (benchmarks/precision_curves.py,
     # docs/performance.md#gpu-precision-and-learning-curves) and its stacked steps run 1.75x faster.
@@ -75,10 +95,13 @@ class TrainConfig:
     # auto: a stack of several members on CUDA, in the default mode (1.5-3 minutes of compiling for
     # 1.5x at NDR's 20 members); a single trial and the CPU stay uncompiled (a single NDR's compile
     # failed on CUDA under torch 2.11; on the CPU a compile takes minutes and the step is slower).
-    compile: bool | str = "auto"
+    compile: bool | str = chosen("auto", ("auto", False, True, *COMPILE_MODES))
     # auto: each training step one CUDA graph replay where the model allows (graphs.py); false: eager
-    cuda_graphs: str | bool = "auto"
-    threads: int | None = None  # torch CPU threads; None leaves torch's default
+    cuda_graphs: str | bool = chosen("auto", ("auto", False))
+    threads: int | None = ranged(None, 1, 1024)  # torch CPU threads; None leaves torch's default
+
+    def __post_init__(self):
+        validate(self)
 
     @property
     def compile_mode(self) -> str | None:
@@ -100,98 +123,6 @@ class TrainConfig:
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "model_options"}
         out.update(self.model_options)
         return out
-
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CHOICES = {
-    "optimizer": ("adamw", "adam", "rmsprop"),
-    "lr_schedule": ("constant", "cosine"),
-    "grad_clip_by": ("norm", "value"),
-    "cuda_graphs": ("auto", False),
-    "compile": ("auto", False, True, *COMPILE_MODES),
-    "bf16": ("auto", False, True),
-}
-# (lowest, whether the lowest itself is allowed, highest or None) per numeric training key; null
-# only where the key's type allows it (NULLABLE).
-RANGES = {
-    "lr": (0, True, None),
-    "weight_decay": (0, True, None),
-    "batch_size": (1, True, None),
-    "n_iters": (1, True, None),
-    "momentum": (0, True, None),
-    "rmsprop_alpha": (0, True, 1),
-    "grad_clip": (0, False, None),
-    "eval_every": (1, True, None),
-    "early_budget": (1, True, None),
-    "eval_batch_size": (1, True, None),
-    "seed": (0, True, 2**32 - 1),
-    "threads": (1, True, 1024),
-}
-DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
-# grad_clip: null turns clipping off
-NULLABLE = {name: "None" in str(hint) for name, hint in typing.get_type_hints(TrainConfig).items()}
-
-
-def yaml_word(value) -> str:
-    """A choice as a YAML file writes it (false, not False)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-# A model's numbers, by one rule per kind of key: sizes and counts positive, dropout rates in [0, 1),
-# every float finite; and the keys below in their own ranges (PANM's addresses are drawn as int64;
-# a PANM may go without Mode-1 or Mode-2 heads, App. D.5). The constructors check what depends on
-# several keys (heads dividing d_model, PANM's Mode-1 heads). Counts that build a module each (layers,
-# Mode-2 heads) stop at 1,000, a hundred times the papers' most: past that a count is a typo, and
-# building it to check it (on the meta device) took minutes: an LSTM of 10^6 layers most of the
-# memory, a PANM of 10^6 Mode-2 heads more than 20 s (mutations in tests/test_bad_input.py draw such
-# counts).
-MODEL_RANGES = {
-    "act_threshold": (0, False, 1),
-    "act_loss_weight": (0, True, None),
-    "ff_multiplier": (0, False, None),
-    "sharpness": (0, False, None),
-    "clip_controls": (0, False, None),
-    "address_bits": (1, True, 62),
-    "mode1_heads": (0, True, None),
-    "mode2_heads": (0, True, 1000),
-    **{key: (1, True, 1000) for key in ("n_layers", "eval_n_layers", "encoder_layers", "decoder_layers")},
-}
-
-
-def model_range(key: str, hint) -> tuple | None:
-    if key in MODEL_RANGES:
-        return MODEL_RANGES[key]
-    if hint in (int, int | None):
-        return (1, True, None)
-    if hint is float and (key.endswith("dropout") or key == "gate_drop"):
-        return (0, True, 1, False)
-    if hint is float:
-        return (-math.inf, True, None)
-    return None
-
-
-def check_range(key: str, value, bounds: tuple | None = None, nullable: bool | None = None) -> None:
-    """`bounds`: (lowest, whether it may equal it, highest or None[, whether it may equal that]);
-    RANGES[key] where not given. `nullable`: whether null may stand for the number (NULLABLE[key]
-    where not given)."""
-    low, low_allowed, high, high_allowed = (*(bounds or RANGES[key]), True)[:4]
-    if value is None and (NULLABLE[key] if nullable is None else nullable):
-        return
-    if value is None or isinstance(value, bool):
-        raise ConfigError(
-            f"{key}: expected a number, got {yaml_word(value) if value is not None else 'null'}"
-        )
-    if not math.isfinite(value):
-        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
-    if (
-        value < low
-        or (value == low and not low_allowed)
-        or (high is not None and (value > high or (value == high and not high_allowed)))
-    ):
-        bound = f"{'at least' if low_allowed else 'greater than'} {low}"
-        if high is not None:
-            bound += f" and {'at most' if high_allowed else 'less than'} {high}"
-        raise ConfigError(f"{key}: must be {bound}, got {value!r}")
 
 
 TRAIN_KEYS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model_options"}
@@ -227,96 +158,134 @@ RATE_KEYS = ("dropout", "attention_dropout", "query_dropout", "input_dropout", "
 MEMBER_KEYS = ("seed", "lr", "weight_decay", "grad_clip", *RATE_KEYS)
 
 
-@functools.cache
-def type_hints(cls: type) -> dict[str, Any]:
-    """A config dataclass's fields' types, read once per class (a dry run parses hundreds of
-    configs, and typing.get_type_hints evaluates every annotation each time)."""
-    return typing.get_type_hints(cls)
+def check_range(key: str, value) -> None:
+    """ConfigError where training key `key`'s field refuses `value` (a seed list's seeds)."""
+    f = next(f for f in dataclasses.fields(TrainConfig) if f.name == key)
+    if reason := refusal(f, hints(TrainConfig)[key], value):
+        raise ConfigError(problem_text(key, reason))
 
 
-def coerce(cls: type, key: str, value: Any) -> Any:
-    """Give a value its field's numeric type: YAML reads `1e-3` as a string, and `--set` input is text."""
-    hint = str(type_hints(cls)[key])
+def coerce(cls: type, key: str, value: Any) -> tuple[Any, str | None]:
+    """(the value in its field's numeric type, or why it has none): YAML reads `1e-3` as a string,
+    and `--set` input is text."""
+    hint = str(hints(cls)[key])
     if hint == "<class 'bool'>":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
-        return value
+        return value, None if isinstance(value, bool) else f"expected true or false, got {value!r}"
     if value is None or isinstance(value, bool):
-        return value
+        return value, None
     try:
         if "float" in hint:
-            return float(value)
+            return float(value), None
         if "int" in hint and "float" not in hint:
             number = float(value)
             if not number.is_integer():
                 raise ValueError
-            return int(number)
+            return int(number), None
     except (TypeError, ValueError):
-        kind = "a number" if "float" in hint else "an integer"
-        raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
-    return value
+        return value, f"expected {'a number' if 'float' in hint else 'an integer'}, got {value!r}"
+    return value, None
+
+
+def task_problem(name) -> str | None:
+    """Why `name` names no task, or None where it names one."""
+    if isinstance(name, str) and name in TASKS:
+        return None
+    return f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}"
+
+
+def model_problem(name) -> str | None:
+    """Why `name` names no model (models.model_spec: one of MODELS, a model file's class or an entry
+    point), or None where it names one: a model file's own fault, else the names there are."""
+    if isinstance(name, str):
+        try:
+            model_spec(name)
+            return None
+        except ModelError as e:
+            if is_file_model(name):
+                return str(e)
+    return (
+        f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
+        "or a model file's class as path/to/file.py:Class"
+    )
+
+
+def keys_of(model: str) -> set[str]:
+    """The keys a trial of `model` can take: the training keys and its config's fields."""
+    return TRAIN_KEYS | model_fields(model)
+
+
+def _named_problems(flat: dict) -> list[tuple[str, str]]:
+    """The problems of a flat config's task, model and task_options themselves."""
+    found = [
+        (key, "missing" if key not in flat else f"expected a name, got {flat[key]!r}")
+        for key in ("task", "model")
+        if not isinstance(flat.get(key), str)
+    ]
+    if not isinstance(flat.get("task_options") or {}, dict):
+        found.append(("task_options", f"expected a mapping, got {flat['task_options']!r}"))
+    for key, problem in (("task", task_problem), ("model", model_problem)):
+        if isinstance(flat.get(key), str) and (reason := problem(flat[key])):
+            found.append((key, reason))
+    return found
+
+
+def _typed(flat: dict, known_model: bool) -> tuple[dict, dict, list[tuple[str, str]]]:
+    """(training values, model values, problems): each key of `flat` in its field's type, or why
+    it is no key of training or of the model, or has no value of its type (model keys only where
+    the model is `known_model`)."""
+    train, model, found = {}, {}, []
+    own = model_fields(flat["model"]) if known_model else set()
+    config = model_spec(flat["model"]).config if known_model else None
+    for key, value in flat.items():
+        if key in TRAIN_KEYS:
+            target, cls = train, TrainConfig
+        elif key in own:
+            target, cls = model, config
+        elif known_model:
+            hint = closest(key, TRAIN_KEYS | own)
+            found.append((key, f"not an option of model {flat['model']!r} or of training{hint}"))
+            continue
+        else:
+            continue
+        target[key], reason = coerce(cls, key, value)
+        if reason:
+            found.append((key, reason))
+            del target[key]
+    return train, model, found
+
+
+def _checked(flat: dict) -> tuple[dict, dict, list[tuple[str, str]]]:
+    """check's problems of `flat`, with its training and model values (typed) where it has none."""
+    if not isinstance(flat, dict):
+        return {}, {}, [("", f"a trial config is a mapping of keys to values, got {flat!r}")]
+    found = _named_problems(flat)
+    bad = {key for key, _ in found}
+    train, model, typing_problems = _typed(flat, known_model="model" not in bad)
+    found += typing_problems
+    if not bad & {"task", "task_options"}:
+        try:
+            task_config(flat["task"], flat.get("task_options"))
+        except (KeyError, TypeError, ValueError) as e:
+            found.append(("task_options", e.args[0]))
+    found += problems(TrainConfig, train)
+    if "model" not in bad:
+        found += problems(model_spec(flat["model"]).config, model)
+    return train, model, found
+
+
+def check(flat: dict) -> list[tuple[str, str]]:
+    """Every (key, reason) problem of a flat trial config (its task and model, training keys, model
+    keys, task_options), without building anything; `problem_text(key, reason)` is its line, which
+    parse_trial_config raises for the first."""
+    return _checked(flat)[2]
 
 
 def parse_trial_config(flat: dict[str, Any]) -> TrainConfig:
-    if not isinstance(flat, dict):
-        raise ConfigError(f"a trial config is a mapping of keys to values, got {flat!r}")
-    for required in ("task", "model"):
-        if required not in flat:
-            raise ConfigError(f"{required}: missing")
-        if not isinstance(flat[required], str):
-            raise ConfigError(f"{required}: expected a name, got {flat[required]!r}")
-    if not isinstance(flat.get("task_options") or {}, dict):
-        raise ConfigError(f"task_options: expected a mapping, got {flat['task_options']!r}")
-    if flat["task"] not in TASKS:
-        raise ConfigError(
-            f"task: unknown task {flat['task']!r}{closest(str(flat['task']), TASKS)}; "
-            f"known: {', '.join(TASKS)}"
-        )
-    spec = model_of(flat["model"])
-    own = model_fields(flat["model"])
-    train, model = {}, {}
-    for key, value in flat.items():
-        if key in TRAIN_KEYS:
-            train[key] = coerce(TrainConfig, key, value)
-        elif key in own:
-            model[key] = coerce(spec.config, key, value)
-        else:
-            raise ConfigError(
-                f"{key}: not an option of model {flat['model']!r} "
-                f"or of training{closest(key, TRAIN_KEYS | own)}"
-            )
-    try:
-        task_config(train["task"], train.get("task_options"))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"task_options: {e.args[0]}") from None
-    for key, allowed in CHOICES.items():
-        # 1 is no `true`
-        if key in train and not any(train[key] == a and type(train[key]) is type(a) for a in allowed):
-            raise ConfigError(
-                f"{key}: must be one of {', '.join(yaml_word(a) for a in allowed)}, got {train[key]!r}"
-            )
-    for key in RANGES.keys() & train.keys():
-        check_range(key, train[key])
-    hints = type_hints(spec.config)
-    for key, value in model.items():
-        if bounds := model_range(key, hints[key]):
-            check_range(key, value, bounds, nullable=type(None) in typing.get_args(hints[key]))
-    if "device" in train and not (isinstance(train["device"], str) and DEVICE.fullmatch(train["device"])):
-        raise ConfigError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {train['device']!r}")
+    """The typed config of a flat trial config, or ConfigError with the line of its first problem."""
+    train, model, found = _checked(flat)
+    if found:
+        raise ConfigError(problem_text(*found[0]))
     return TrainConfig(**train, model_options=model)
-
-
-def model_of(name: str):
-    """The registry's entry for `name` (models.model_spec), or ConfigError saying why there is none."""
-    try:
-        return model_spec(name)
-    except ModelError as e:
-        if is_file_model(name):
-            raise ConfigError(f"model: {e}") from None
-        raise ConfigError(
-            f"model: unknown model {name!r}{closest(name, MODELS)}; known: {', '.join(MODELS)}, "
-            "or a model file's class as path/to/file.py:Class"
-        ) from None
 
 
 BUILT: set[str] = set()  # what check_builds built already: a value a build does not read, checked once

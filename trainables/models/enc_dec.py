@@ -32,24 +32,38 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..fields import MOST_MODULES, ranged, rate, validate
 from .dropout import Dropout
 from .panm import PANMConfig, PointerDecoder
-from .transformer import RETRIEVAL_SCORES, FeedForward, Layer, TransformerConfig, attention_of, sinusoids
+from .transformer import (
+    RETRIEVAL_SCORES,
+    FeedForward,
+    Layer,
+    TransformerConfig,
+    attention_of,
+    heads_problems,
+    sinusoids,
+)
 
 
 @dataclass
 class EncDecConfig:
-    d_model: int = 128
-    n_heads: int = 8  # compositional attention: the searches S
-    ff_multiplier: float = 2.0
-    encoder_layers: int = 3
-    decoder_layers: int = 3
+    d_model: int = ranged(128, 1)
+    n_heads: int = ranged(8, 1)  # compositional attention: the searches S
+    ff_multiplier: float = ranged(2.0, 0, low_inclusive=False)
+    encoder_layers: int = ranged(3, 1, MOST_MODULES)
+    decoder_layers: int = ranged(3, 1, MOST_MODULES)
     universal: bool = True
     relative_positions: bool = False
-    dropout: float = 0.5
-    n_retrievals: int = 1  # compositional attention: R
-    retrieval_dim: int = 32  # compositional attention: size of retrieval queries and keys
+    dropout: float = rate(0.5)
+    n_retrievals: int = ranged(1, 1)  # compositional attention: R
+    retrieval_dim: int = ranged(32, 1)  # compositional attention: size of retrieval queries and keys
     retrieval_scores: str = "dot"  # compositional attention: "dot" or "mlp"
+
+    def __post_init__(self):
+        validate(self)
+
+    joint_problems = staticmethod(heads_problems)
 
     def layer_config(self, attention: str) -> TransformerConfig:
         # Csordas et al.'s multi-head attention drops attention weights at the model's rate; the
@@ -166,12 +180,12 @@ class TransformerEncoderDecoder(nn.Module):
 class EncDecPANMConfig(EncDecConfig):
     universal: bool = False  # PANM's SCAN row builds on TRM, the Transformer without shared layers
     # App. D.3 keeps PANM's parameter count at the baseline's: 64 gives 1,012,760 against TRM's 998,294.
-    hidden: int = 64  # Pointer Unit and Controller GRU size
-    mlp_hidden: int = 64
-    address_bits: int = 10
-    mode1_heads: int = 2  # H^a
-    mode2_heads: int = 1  # H^c
-    sharpness: float = 10.0
+    hidden: int = ranged(64, 1)  # Pointer Unit and Controller GRU size
+    mlp_hidden: int = ranged(64, 1)
+    address_bits: int = ranged(10, 1, 62)
+    mode1_heads: int = ranged(2, 0, 3)  # H^a (PANMConfig.mode1_heads)
+    mode2_heads: int = ranged(1, 0, MOST_MODULES)  # H^c
+    sharpness: float = ranged(10.0, 0, low_inclusive=False)
     controller_start: str = "sum"
     controller_reads_mode2: bool = True
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
+from ..fields import MOST_MODULES, ranged, rate, validate
 from .dropout import Dropout
 
 
@@ -28,9 +29,12 @@ class LSTM(nn.LSTM):
 
 @dataclass
 class LSTMConfig:
-    d_model: int = 200  # the state size; a bidirectional LSTM gives each direction half of it
-    n_layers: int = 1
-    dropout: float = 0.5
+    d_model: int = ranged(200, 1)  # the state size; a bidirectional LSTM gives each direction half of it
+    n_layers: int = ranged(1, 1, MOST_MODULES)
+    dropout: float = rate(0.5)
+
+    def __post_init__(self):
+        validate(self)
 
 
 class LSTMClassifier(nn.Module):

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..fields import MOST_MODULES, ranged, rate, validate
 from .dropout import Dropout
 from .lstm import LSTM
 from .stack_rnn import StackRNNCell
@@ -44,25 +45,29 @@ from .transformer import sinusoids
 @dataclass
 class PANMConfig:
     encoder: str = "lstm"  # or "transformer"
-    d_model: int = 256  # memory slot size (the encoder's output)
-    n_layers: int = 1  # encoder layers
-    n_heads: int = 4  # Transformer encoder heads
-    hidden: int = 256  # Controller GRU size, and the Pointer Units' unless pointer_hidden says
-    pointer_hidden: int | None = None  # Pointer Unit GRU size (Dyck: 256 beside the stack RNN's 8)
-    mlp_hidden: int = 128
-    address_bits: int = 10
-    mode1_heads: int = 2  # H^a, 0..3
-    mode2_heads: int = 1  # H^c
-    dropout: float = 0.0
-    sharpness: float = 10.0  # initial inverse temperature of the cosine attentions
+    d_model: int = ranged(256, 1)  # memory slot size (the encoder's output)
+    n_layers: int = ranged(1, 1, MOST_MODULES)  # encoder layers
+    n_heads: int = ranged(4, 1)  # Transformer encoder heads
+    hidden: int = ranged(256, 1)  # Controller GRU size, and the Pointer Units' unless pointer_hidden says
+    pointer_hidden: int | None = ranged(None, 1)  # Pointer Unit GRU size (Dyck: 256 beside the stack RNN's 8)
+    mlp_hidden: int = ranged(128, 1)
+    address_bits: int = ranged(10, 1, 62)
+    mode1_heads: int = ranged(2, 0, 3)  # H^a: the pointers start at base, end and middle addresses
+    mode2_heads: int = ranged(1, 0, MOST_MODULES)  # H^c
+    dropout: float = rate(0.0)
+    # initial inverse temperature of the cosine attentions
+    sharpness: float = ranged(10.0, 0, low_inclusive=False)
     # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
     controller_start: str = "sum"
     # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
     controller_reads_mode2: bool = True
     # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
     controller: str = "gru"
-    stack_size: int = 104  # srnn: the stack's cells
-    stack_dim: int = 5  # srnn: each cell's size
+    stack_size: int = ranged(104, 1)  # srnn: the stack's cells
+    stack_dim: int = ranged(5, 1)  # srnn: each cell's size
+
+    def __post_init__(self):
+        validate(self)
 
 
 def address_bank(base: torch.Tensor, length: int, bits: int) -> torch.Tensor:
@@ -151,14 +156,8 @@ class PointerDecoder(nn.Module):
 
     def __init__(self, cfg: PANMConfig, vocab_size: int, input_size: int = 0):
         super().__init__()
-        if not 0 <= cfg.mode1_heads <= 3:
-            raise ValueError(
-                f"mode1_heads must be 0..3 (pointers start at base, end, middle), got {cfg.mode1_heads}"
-            )
         if cfg.controller_start not in ("sum", "last"):
             raise ValueError(f"controller_start must be 'sum' or 'last', got {cfg.controller_start!r}")
-        if cfg.mode2_heads < 0:
-            raise ValueError(f"mode2_heads must be >= 0, got {cfg.mode2_heads}")
         if cfg.controller not in ("gru", "lstm", "srnn"):
             raise ValueError(f"controller must be 'gru', 'lstm' or 'srnn', got {cfg.controller!r}")
         self.cfg = cfg

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from ..fields import MOST_MODULES, ranged, rate, validate
 from .dropout import Dropout
 from .lstm import LSTM
 from .transformer import sinusoids
@@ -26,11 +27,15 @@ from .transformer import sinusoids
 
 @dataclass
 class Seq2SeqConfig:
-    d_model: int = 512  # LSTM units (the authors' 512) or Transformer width (the authors' 256)
-    n_layers: int = 1  # the PANM paper found 1 layer best for its LSTM baseline on Copy
-    n_heads: int = 8  # Transformer only
-    ff_multiplier: float = 2.0  # Transformer only
-    dropout: float = 0.0
+    d_model: int = ranged(512, 1)  # LSTM units (the authors' 512) or Transformer width (the authors' 256)
+    # the PANM paper found 1 layer best for its LSTM baseline on Copy
+    n_layers: int = ranged(1, 1, MOST_MODULES)
+    n_heads: int = ranged(8, 1)  # Transformer only
+    ff_multiplier: float = ranged(2.0, 0, low_inclusive=False)  # Transformer only
+    dropout: float = rate(0.0)
+
+    def __post_init__(self):
+        validate(self)
 
 
 class LSTMSeq2Seq(nn.Module):

@@ -20,12 +20,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..fields import ranged, validate
+
 
 @dataclass
 class StackRNNConfig:
-    hidden: int = 8
-    stack_size: int = 104
-    stack_dim: int = 5
+    hidden: int = ranged(8, 1)
+    stack_size: int = ranged(104, 1)
+    stack_dim: int = ranged(5, 1)
+
+    def __post_init__(self):
+        validate(self)
 
 
 class StackRNNCell(nn.Module):
