@@ -362,14 +362,15 @@ def _pair_config(
     if (
         "d_model" in own_space
         and "n_heads" in own_space
-        and own_space["d_model"].kind == own_space["n_heads"].kind == "choice"
+        and own_space["d_model"].choices
+        and own_space["n_heads"].choices
     ):
         # Other values fail the build check.
         whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
         bad = [
             (d, h)
-            for d in own_space["d_model"].values
-            for h in own_space["n_heads"].values
+            for d in own_space["d_model"].choices
+            for h in own_space["n_heads"].choices
             if whole(d) and whole(h) and d % h
         ]
         if bad:

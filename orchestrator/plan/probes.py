@@ -9,33 +9,16 @@ import re
 from trainables.config import ConfigError, check_builds, parse_trial_config
 
 from .source import SpecError
-from .space import Distribution
 from .study import Pair
-
-WHOLE_INT_RANGE = (
-    64  # an int range this short is built at every value: 3 heads of d_model 128 sit inside [1, 8]
-)
-
-
-def probe_values(d: Distribution) -> list:
-    """The values of a searched key a build check tries, low end first: every value of a choice or
-    of a short int range, else both ends and, for a float range, a fraction TPE may draw (2.5 of
-    uniform [1, 4], which a whole-number key such as batch_size refuses)."""
-    if d.kind == "choice":
-        return list(d.values)
-    low, high = d.values
-    if d.kind == "int":
-        return list(range(int(low), int(high) + 1)) if high - low < WHOLE_INT_RANGE else [int(low), int(high)]
-    return [float(low), low + 0.5 if high - low > 1 else (low + high) / 2, float(high)]
 
 
 def check_builds_of(path, pair: Pair) -> None:
     """Build what a trial would build (its config, its task's config, its model, on the meta device:
     no data, no weights) in every grid cell, each with the space at its first values, and at every
-    value probe_values tries, one key at a time, in the first cell: so that a cell or a value a
-    trial would reject is rejected before launch (a grid's keys combine: d_model 12 builds, 8 heads
+    value a distribution's probe_values tries, one key at a time, in the first cell: so that a cell or
+    a value a trial would reject is rejected before launch (a grid's keys combine: d_model 12 builds, 8 heads
     build, the two together do not). The line names the grid and space values the reason names."""
-    tried = {k: probe_values(d) for k, d in pair.space.items()}
+    tried = {k: d.probe_values() for k, d in pair.space.items()}
     first_values = {k: values[0] for k, values in tried.items()}
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
     # (what the probe varies, where a reason that names no key points: the cell, the space's value, or

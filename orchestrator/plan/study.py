@@ -69,7 +69,7 @@ class Pair:
         named = [
             (self.device_key, self.base.get("device", "auto")),
             *(("grid.device", d) for d in self.grid.get("device", [])),
-            *(("space.device", d) for d in (space.values if space and space.kind == "choice" else [])),
+            *(("space.device", d) for d in (space.choices if space else ())),
         ]
         return next(((key, str(d)) for key, d in named if str(d).startswith("cuda")), None)
 

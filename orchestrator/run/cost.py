@@ -25,7 +25,6 @@ from trainables.tasks import eval_sizes, small_copy_options
 from trainables.tasks.base import throwaway_data_cache
 from trainables.train import seconds_per_step as train_seconds_per_step
 
-from ..plan.space import Distribution
 from ..plan.storage import last_line
 from ..plan.study import Pair, Study
 from ..record.runs import step_rates
@@ -41,15 +40,6 @@ CALIBRATION_STEPS = 5  # timed one by one; their median is the estimate
 CALIBRATION_WAIT_S = (
     600  # on a cluster, for a node with a trial's resources free: other work may hold its GPUs for hours
 )
-
-
-def typical(d: Distribution):
-    """The middle of a searched range: what a calibration trains when there is no paper setting."""
-    if d.kind == "choice":
-        return d.values[len(d.values) // 2]
-    low, high = d.values
-    middle = math.sqrt(low * high) if d.kind == "loguniform" else (low + high) / 2
-    return d.nearest(middle)
 
 
 def typical_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dict:
@@ -73,11 +63,11 @@ def typical_config(stacking: Stacking, pair: Pair, stacked: bool = False) -> dic
     searched = (
         pair.warm_start
         if study.warm_start and pair.warm_start
-        else {k: typical(d) for k, d in pair.space.items()}
+        else {k: d.typical() for k, d in pair.space.items()}
     )
     flat = {**pair.base, **searched}
     if stacked and batchable(flat) is not None:
-        stacking = [{**flat, k: v} for k, d in pair.space.items() if d.kind == "choice" for v in d.values]
+        stacking = [{**flat, k: v} for k, d in pair.space.items() for v in d.choices]
         flat = next((c for c in stacking if batchable(c) is None), flat)
     return flat
 
