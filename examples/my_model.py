@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from trainables.fields import rate
 from trainables.kinds import SEQUENCE_CLASSIFICATION, SEQUENCE_TO_SEQUENCE
 
 
@@ -26,7 +27,7 @@ class RelBiasConfig:
     d_model: int = 64
     n_heads: int = 4
     n_layers: int = 2
-    dropout: float = 0.1
+    dropout: float = rate(0.1)  # 0 <= dropout < 1: a range the Config states (trainables.fields)
     max_distance: int = 16  # distances beyond share one bias
 
 
