@@ -22,7 +22,7 @@ def check_launchable(args, file: str, study, nightly: bool) -> None:
         )
     check_writable(Path(study.storage_path), f"{file}: storage_path")
     if not study.storage.is_object_store:
-        # A dry run checks it here; a launch also on every node (preflight.check_storage).
+        # A dry run checks it here; a launch also on every node (run.preflight.check_storage).
         problem = unwritable(Path(study.storage.uri).expanduser())
         if problem:
             raise UsageError(

@@ -159,12 +159,14 @@ def board_options(p: argparse.ArgumentParser) -> None:
 @dataclasses.dataclass(frozen=True)
 class Command:
     """A command: its one-line help, its options, and the function that runs it, as
-    "module:function" under orchestrator.cli."""
+    "module:function" under orchestrator.cli; `runs_trials` where it drives trials for hours, its
+    console outliving a reader that goes (process.OutlivesItsReader)."""
 
     name: str
     help: str
     options: Callable[[argparse.ArgumentParser], None]
     run: str
+    runs_trials: bool = False
 
 
 COMMANDS = (
@@ -181,6 +183,7 @@ COMMANDS = (
             launch_options, what="a search-space or ablation YAML, e.g. search_spaces/ctl.yaml"
         ),
         "launch:cmd_launch",
+        runs_trials=True,
     ),
     Command(
         "nightly",
@@ -194,6 +197,7 @@ COMMANDS = (
             "e.g. ablations/ndr_cpu_ctl.yaml",
         ),
         "launch:cmd_nightly",
+        runs_trials=True,
     ),
     Command(
         "list",
@@ -201,7 +205,13 @@ COMMANDS = (
         list_options,
         "catalog:cmd_list",
     ),
-    Command("resume", "continue a launch whose driver stopped", resume_options, "launch:cmd_resume"),
+    Command(
+        "resume",
+        "continue a launch whose driver stopped",
+        resume_options,
+        "launch:cmd_resume",
+        runs_trials=True,
+    ),
     Command(
         "status",
         "whether the driver is alive; per pair trials done / stopped early / running (unfinished once "
@@ -275,6 +285,11 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, argparse.A
         command.options(p)
         p.set_defaults(run=command.run)
     return parser, dict(sub.choices)
+
+
+def runs_trials(argv: list[str]) -> bool:
+    """Whether `argv`, the words after `orchestrator`, name a command that drives trials."""
+    return any(command.runs_trials and argv[:1] == [command.name] for command in COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from ..record.stores import damaged_store
 from ..run.cluster import ClusterUnreachable
 from ..run.exits import EXIT_INTERRUPTED, EXIT_READER_GONE, EXIT_STORE_UNREACHABLE, EXIT_USAGE
 from .inputs import UsageError
-from .parser import build_parser, chosen
+from .parser import build_parser, chosen, runs_trials
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +147,7 @@ def console() -> None:
     # A scheduler (systemd, Kubernetes, a CronJob's deadline) stops a command with SIGTERM: it stops
     # as on Ctrl-C, recording what it leaves resumable (docs/guide/faults.md#stopping).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    if sys.argv[1:2] in (["launch"], ["nightly"], ["resume"]):
+    if runs_trials(sys.argv[1:]):
         sys.stdout, sys.stderr = (
             OutlivesItsReader(sys.stdout, "stdout"),
             OutlivesItsReader(sys.stderr, "stderr"),
