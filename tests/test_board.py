@@ -16,7 +16,7 @@ from orchestrator.cli.process import main
 from orchestrator.record import runs, stores
 from orchestrator.record.runs import artifact_root
 from orchestrator.record.state import LaunchState
-from orchestrator.report import board, report, stats
+from orchestrator.report import board, papers, stats
 from trainables.models import MODELS
 from trainables.tasks import TASKS
 
@@ -280,14 +280,14 @@ def test_a_claims_verdict_does_not_depend_on_how_many_checks_share_its_nightly_f
 
 def test_every_published_table_has_a_claim_naming_our_models_tasks_and_their_keys():
     claims = board.load_claims()
-    tables = {(cell["paper"], cell["table"]) for cell in report.published_cells()}
+    tables = {(cell["paper"], cell["table"]) for cell in papers.published_cells()}
     assert tables <= {(c.paper, c.table) for c in claims}
     for claim in claims:
         assert claim.task in TASKS, claim.id
-        assert set(dict(claim.options)) <= report.task_options(claim.task), claim.id
+        assert set(dict(claim.options)) <= papers.task_options(claim.task), claim.id
         for side in claim.better + claim.than:
             assert side.model in MODELS, (claim.id, side.model)
-            known = report.known_values(claim.task, {}, side.model)
+            known = papers.known_values(claim.task, {}, side.model)
             assert set(dict(side.setting)) <= set(known), (claim.id, side.label)
 
 

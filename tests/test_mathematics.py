@@ -93,7 +93,7 @@ def test_bad_options_name_the_key(options):
 
 
 def test_the_report_finds_table_13_beside_the_extrapolation_column():
-    from orchestrator.report.report import published_for
+    from orchestrator.report.papers import published_for
 
     config = {
         "task_options": {"module": "place_value"},

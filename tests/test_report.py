@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.record import runs, stores
 from orchestrator.record.runs import DIVERGED_AT_TAG, artifact_root
 from orchestrator.record.state import SNAPSHOT_MODULES, LaunchState
-from orchestrator.report import report, stats
+from orchestrator.report import cells, compare, frames, pages, papers, report, stats
 
 LAYERS = [4, 6, 8, 10, 12, 14]  # as text, 10 would sort before 4
 
@@ -153,12 +153,12 @@ def test_report_numbers_equal_an_independent_aggregation_in_numeric_order(tmp_pa
     # seeds against its 5 runs. The authors' paper/print_ctl_layer_ablation.py reads Table 4 from each
     # run's last evaluation, so the final test score meets it, not the best-validation checkpoint's.
     assert (
-        report.published_for(
+        papers.published_for(
             "ndr", "ctl", "ctl_backward", "test_acc_at_best", {"n_layers": 14}, {"n_layers": 14}
         )
         is None
     )
-    paper = report.published_for(
+    paper = papers.published_for(
         "ndr", "ctl", "ctl_backward", "test_acc_final", {"n_layers": 14}, {"n_layers": 14}
     )
     # The paper's mean and std as printed, each to its 0.01.
@@ -249,7 +249,7 @@ def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values()
             for seed, v in enumerate(seeds)
         ]
     )
-    rows = report.cell_rows(frame, ["n_layers", "lr"], ["test_acc_at_best"], Report(), {"n_layers": 4}, "acc")
+    rows = cells.cell_rows(frame, ["n_layers", "lr"], ["test_acc_at_best"], Report(), {"n_layers": 4}, "acc")
     tested = {
         (r["setting"]["n_layers"], r["setting"]["lr"]): r["metrics"]["test_acc_at_best"].get("vs_baseline")
         for r in rows
@@ -258,7 +258,7 @@ def test_each_cell_is_tested_against_the_baseline_cell_of_its_own_other_values()
         (4, 1e-4): None,
         (4, 1e-3): None,
     }
-    rows = report.cell_rows(frame, ["n_layers", "lr"], ["test_acc_at_best"], Report(), {"n_heads": 4}, "acc")
+    rows = cells.cell_rows(frame, ["n_layers", "lr"], ["test_acc_at_best"], Report(), {"n_heads": 4}, "acc")
     assert all("vs_baseline" not in r["metrics"]["test_acc_at_best"] for r in rows)
 
 
@@ -538,7 +538,7 @@ def test_published_numbers_load_and_name_our_models_and_tasks():
     from trainables.models import MODELS, model_fields
     from trainables.tasks import TASKS
 
-    cells = report.published_cells()
+    cells = papers.published_cells()
     assert len(cells) > 50
     for cell in cells:
         assert cell["paper"] in ("ndr", "panm", "compositional_attention"), cell
@@ -603,10 +603,10 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
     setting = next(c for c in cells if grid_cell.items() <= c.items())
     config = {**pair.base, **setting}
-    cell = report.published_for(pair.model, pair.task.task, pair.task.variant, reported, setting, config)
+    cell = papers.published_for(pair.model, pair.task.task, pair.task.variant, reported, setting, config)
     assert cell is not None and cell["table"] == table
     assert (
-        report.published_for(pair.model, pair.task.task, pair.task.variant, not_reported, setting, config)
+        papers.published_for(pair.model, pair.task.task, pair.task.variant, not_reported, setting, config)
         is None
     )
 
@@ -614,23 +614,23 @@ def test_each_shipped_ablation_meets_its_papers_number_at_the_papers_checkpoint(
 def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_searched_one_the_headline():
     forward = {"task_options": {"direction": "forward"}, "n_iters": 30000}
     # NDR fixed at 8 layers (seeds only, no grid): Table 4's 8-layer cell, not Table 1's 14 layers.
-    fixed_8 = report.published_for(
+    fixed_8 = papers.published_for(
         "ndr", "ctl", "ctl_forward", "test_acc_final", {}, {**forward, "n_layers": 8}
     )
     assert (fixed_8["table"], fixed_8["setting"], fixed_8["mean"]) == ("Table 4", {"n_layers": 8}, 0.23)
     # Table 4 prints no 9 layers and Table 1 is not NDR at 9 layers: nothing beside the row.
     assert (
-        report.published_for("ndr", "ctl", "ctl_forward", "test_acc_final", {}, {**forward, "n_layers": 9})
+        papers.published_for("ndr", "ctl", "ctl_forward", "test_acc_final", {}, {**forward, "n_layers": 9})
         is None
     )
     # At the paper's 14 layers, whether the file names them or not, the headline.
     for config in (forward, {**forward, "n_layers": 14}):
         assert (
-            report.published_for("ndr", "ctl", "ctl_forward", "test_acc_at_best", {}, config)["table"]
+            papers.published_for("ndr", "ctl", "ctl_forward", "test_acc_at_best", {}, config)["table"]
             == "Table 1"
         )
     # A search (or a tuning) that chose 8 layers reports the model under its best values: Table 1's.
-    searched = report.published_for(
+    searched = papers.published_for(
         "ndr",
         "ctl",
         "ctl_forward",
@@ -643,10 +643,10 @@ def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_sea
     # ACT fixed on the relative Transformer meets Table 6's ACT row, not Table 1's plain one; the
     # paper ran ACT 14 steps deep (App. A, against the baseline's 11), so an 11-layer ACT run meets none.
     act = {**forward, "act": "graves", "n_layers": 14}
-    cell = report.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, act)
+    cell = papers.published_for("transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, act)
     assert (cell["table"], cell["setting"]) == ("Table 6", {"act": "graves", "n_layers": 14})
     assert (
-        report.published_for(
+        papers.published_for(
             "transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {}, {**act, "n_layers": 11}
         )
         is None
@@ -655,7 +655,7 @@ def test_a_setting_fixed_off_the_papers_meets_the_table_that_varies_it_and_a_sea
 
 def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_each_model(tmp_path):
     from orchestrator.plan.load import load_study
-    from orchestrator.report.report import answer_lines
+    from orchestrator.report.answer import answer_lines
 
     def answer(study, scores):
         summaries = {
@@ -726,7 +726,7 @@ def test_the_launchs_answer_puts_the_papers_number_for_the_same_setting_beside_e
 
 def confirmed_answer(study, seeds: dict) -> str:
     """The answer line of `study` where each model's confirmed candidate scored seeds[model]."""
-    from orchestrator.report.report import answer_lines
+    from orchestrator.report.answer import answer_lines
 
     metric = study.headline
     summaries = {
@@ -773,7 +773,7 @@ def test_an_answer_where_every_model_is_at_chance_crowns_none_and_still_lists_th
         "(welch, two-sided, alpha 0.05), at this launch's scale"
     )
     # Each pair's best trial: one score a model, so only a score short of chance counts as chance.
-    from orchestrator.report.report import answer_lines
+    from orchestrator.report.answer import answer_lines
 
     best = {"ndr": 0.123, "lstm": 0.12, "transformer": 0.11}
     summaries = {
@@ -812,7 +812,7 @@ def test_an_answer_crowns_a_winner_only_where_it_beats_the_runner_up_at_the_repo
 def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so():
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(report.TEMPLATES))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(pages.TEMPLATES))
     env.filters["f3"] = stats.fmt
     macro = env.from_string('{% import "cells.j2" as c %}{{ c.paper(entry)|trim }}')
     seeds = [0.0, 0.1, 1.0, 1.0, 1.0]  # SCAN's seeds land near 0 or 1: mean 0.62, median 1
@@ -825,7 +825,7 @@ def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so(
     assert macro.render(entry=mean_cell) == "1.000 (-0.380; Table 7)"
     # A run of fewer steps than the paper's (a CPU-scale check, a nightly's budget): the paper's number,
     # no difference; of more steps: the difference, and that it trained longer.
-    unlike = report.training_unlike_the_paper
+    unlike = papers.training_unlike_the_paper
     assert unlike({}, "panm", "copy", {"n_iters": 1000}) == {"key": "n_iters", "ours": 1000, "paper": 50000}
     assert unlike({}, "panm", "copy", {"n_iters": 50000}) is None
     short = {**mean_cell, "unlike": {"key": "n_iters", "ours": 1000, "paper": 50000}}
@@ -846,10 +846,10 @@ def test_a_papers_median_is_met_by_our_median_and_a_run_of_other_length_says_so(
         "n_layers": 14,
         "task_options": {"direction": "forward"},
     }
-    at_60k = report.published_for(
+    at_60k = papers.published_for(
         "transformer_rel", "ctl", "ctl_forward", "test_acc_at_best", {"act": "graves"}, config
     )
-    at_30k = report.published_for(
+    at_30k = papers.published_for(
         "transformer_rel", "ctl", "ctl_forward", "test_acc_at_best_early", {"act": "graves"}, config
     )
     assert (at_60k["mean"], at_30k["mean"]) == (0.99, 0.84)
@@ -879,7 +879,7 @@ def test_a_spec_that_leaves_a_task_option_at_its_default_meets_the_papers_cell()
 
     def met(**task_options):
         model = {"universal": False, "relative_positions": False}  # PANM's SCAN row (App. D.3)
-        return report.published_for(
+        return papers.published_for(
             "transformer_enc_dec_panm",
             "scan",
             None,
@@ -892,7 +892,7 @@ def test_a_spec_that_leaves_a_task_option_at_its_default_meets_the_papers_cell()
     assert written is not None and written["setting"]["length_cutoff"] == 22
     assert met() == written
     assert met(length_cutoff=24)["setting"]["length_cutoff"] == 24
-    assert report.task_options("a_task_we_do_not_run") == frozenset()
+    assert papers.task_options("a_task_we_do_not_run") == frozenset()
 
 
 def rendered(browser: str, url: str, budget_ms: int = 5000) -> str:
@@ -1411,7 +1411,7 @@ def test_the_papers_table_is_laid_out_as_printed_with_ours_beside_each_number(tm
     )
     paper = {
         (c["model"], c["variant"], c["split"]): c
-        for c in yaml.safe_load(report.PUBLISHED.read_text())
+        for c in yaml.safe_load(papers.PUBLISHED.read_text())
         if c["table"] == "Table 1" and c["paper"] == "ndr"
     }
     order = list(dict.fromkeys(model for model, _, _ in paper))
@@ -1438,7 +1438,7 @@ def test_a_papers_table_shows_the_best_of_several_cells_and_the_baselines_we_do_
     beside it; PANM Table 1's 'other max' (ours: false) shows the paper's number alone."""
     cell = next(
         c
-        for c in report.published_cells()
+        for c in papers.published_cells()
         if (c["paper"], c["table"], c["model"], c["task"]) == ("panm", "Table 1", "panm", "copy")
     )
 
@@ -1455,13 +1455,13 @@ def test_a_papers_table_shows_the_best_of_several_cells_and_the_baselines_we_do_
         }
 
     pairs = [{"name": "copy__panm", "rows": [row(0.6, 0.9), row(0.8, 0.4), row(0.7, 0.2)]}]
-    [table] = report.paper_tables(pairs, "best_ood_valid_token_acc", "max")
+    [table] = papers.paper_tables(pairs, "best_ood_valid_token_acc", "max")
     by_model = {(r["model"], r["setting"]): r["cells"] for r in table["rows"]}
     ours = by_model[(cell["model"], ", ".join(f"{k}={v}" for k, v in (cell.get("setting") or {}).items()))]
     assert [c["ours"].mean for c in ours.values() if c["ours"]] == [0.4]
     assert {m for m, _ in by_model} == {cell["model"], "other_max"}
     assert all(c["ours"] is None for c in by_model[("other_max", "")].values())
-    [table] = report.paper_tables(pairs, "best_ood_valid_token_acc", "min")
+    [table] = papers.paper_tables(pairs, "best_ood_valid_token_acc", "min")
     assert [c["ours"].mean for r in table["rows"] for c in r["cells"].values() if c["ours"]] == [0.9]
 
 
@@ -1472,7 +1472,7 @@ def test_a_papers_task_settings_are_columns_and_its_earlier_budget_is_named():
     def table(paper, name, model, metrics):
         cells = [
             c
-            for c in report.published_cells()
+            for c in papers.published_cells()
             if (c["paper"], c["table"], c["model"]) == (paper, name, model)
         ]
         row = {"metrics": {}}
@@ -1484,7 +1484,7 @@ def test_a_papers_task_settings_are_columns_and_its_earlier_budget_is_named():
             }
         return next(
             t
-            for t in report.paper_tables([{"name": "pair", "rows": [row]}], "best", "max")
+            for t in papers.paper_tables([{"name": "pair", "rows": [row]}], "best", "max")
             if t["table"] == name
         ), cells
 
@@ -1542,17 +1542,17 @@ def test_runs_on_other_data_are_neither_pooled_nor_compared():
         }
     )
     ndr = frame[frame["pair"] == "ctl__ndr"]
-    kept, note = report.one_data(ndr, report.task_runs(frame, pair))
+    kept, note = frames.one_data(ndr, frames.task_runs(frame, pair))
     assert list(kept["data_hash"]) == ["a", "a"]
     assert note.startswith("1 run(s) trained on other data (data_hash b) than the task's other runs (a)")
     lstm = frame[frame["pair"] == "ctl__lstm"]
-    assert report.one_data(lstm, report.task_runs(frame, pair)) == (lstm, "")  # all on the task's data
+    assert frames.one_data(lstm, frames.task_runs(frame, pair)) == (lstm, "")  # all on the task's data
 
 
 def test_a_regression_names_both_commits_where_the_code_changed():
     moved = stats.Comparison(("ctl__ndr", "n_layers=2", "test_acc_at_best"), 0.9, 0.5, 0.01, True)
-    line = report.regression_text(moved, "data_hash 3fa8 -> 77c1", ("abc1234", "def5678"))
+    line = compare.regression_text(moved, "data_hash 3fa8 -> 77c1", ("abc1234", "def5678"))
     assert line.endswith(
         "its config changed since: data_hash 3fa8 -> 77c1; the code changed since: abc1234 -> def5678"
     )
-    assert "code changed" not in report.regression_text(moved, None, ("abc1234", "abc1234"))
+    assert "code changed" not in compare.regression_text(moved, None, ("abc1234", "abc1234"))

@@ -14,8 +14,9 @@ from .state import LaunchState, headline_of
 from .summaries import confirmed_text, pair_summaries
 
 
-def summaries_of(state: LaunchState) -> dict:
-    """summaries.pair_summaries of the launch, by its plan's metric and score."""
+def summaries_of(state: LaunchState, runs: list | None = None) -> dict:
+    """summaries.pair_summaries of the launch, by its plan's metric and score. `runs`: the launch's
+    trial runs, where already read."""
     plan = state.the_plan()
     return pair_summaries(
         state.tracking_uri,
@@ -23,6 +24,7 @@ def summaries_of(state: LaunchState) -> dict:
         state.launch_id,
         plan["metric"],
         plan["score"],
+        runs,
         headline=headline_of(plan),
     )
 

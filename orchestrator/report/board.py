@@ -4,7 +4,7 @@ finished launches under a storage path hold for it, and its verdict (docs/guide/
 A claim says that each model of `better` beats each of `than` on one column. A launch is evidence
 for it where it has a row (a cell over seeds: an ablation's cell, a search's best candidate) of the
 claim's task and options for a `better` model and for at least one `than` model; the statistics are
-the reports' (report.cell_rows: mean, Student-t interval, the paper's number and our seeds tested
+the reports' (cells.cell_rows: mean, Student-t interval, the paper's number and our seeds tested
 against it; stats.two_sided_p between the sides, by the launch's own test). Each claim is decided on
 its own at ALPHA, whatever launch or nightly file its evidence came from.
 """
@@ -18,7 +18,6 @@ import platform
 import socket
 from pathlib import Path
 
-import jinja2
 import yaml
 
 from ..record.mlflow_ui import ui_address
@@ -26,21 +25,12 @@ from ..record.runs import ENDED, git_state, launch_trial_runs
 from ..record.state import LaunchState, readable_launches
 from ..record.stores import client
 from . import stats
-from .report import (
-    PAPER_NAMES,
-    answer_runs,
-    cell_rows,
-    completed,
-    known_values,
-    lower_is_better,
-    one_data,
-    paper_value,
-    runs_frame,
-    task_runs,
-)
+from .cells import cell_rows
+from .frames import answer_runs, completed, lower_is_better, one_data, runs_frame, task_runs
+from .pages import environment
+from .papers import PAPER_NAMES, known_values, paper_value
 
 CLAIMS = Path(__file__).with_name("claims.yaml")
-TEMPLATES = Path(__file__).with_name("templates")
 CPU_CHECK_MINUTES = 15  # what a check of deploy/nightly-cpu.yaml may take on 2 cores; longer is said
 LEARNED_WITHIN = 0.05  # a model learned its training distribution within this of the paper's IID score
 # Every claim's level, for each of its comparisons and each model against the paper's number: not a
@@ -243,7 +233,7 @@ def learned(iid: dict | None, low: bool) -> bool | None:
 
 
 def make_row(launch: Launch, claim: Claim, model: str, row: dict, known: dict) -> Row:
-    """A report row (report.cell_rows) as the board reads it for `claim`."""
+    """A report row (cells.cell_rows) as the board reads it for `claim`."""
     entry, config = row["metrics"][claim.metric], row["config"]
     cell = entry["published"]
     iids = [row["metrics"][m] for m in iid_metrics(claim) if m in row["metrics"]]
@@ -432,22 +422,10 @@ DOCS_BEGIN = f"{BEGIN_TAG}: written by `orchestrator board --docs`; edit outside
 DOCS_END = "<!-- board:end -->"
 
 
-def templates() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=lambda name: (name or "").endswith(".html.j2"),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["f3"] = stats.fmt
-    env.filters["utc"] = lambda t: datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M")
-    return env
-
-
 def render(context: dict, links: bool = True) -> tuple[str, str]:
     """-> (Markdown, HTML) from the templates; without `links`, the Markdown names the launches
     without linking them (the docs' copy, where the launches' folders are not)."""
-    env = templates()
+    env = environment()
     return (
         env.get_template("board.md.j2").render(**context, links=links),
         env.get_template("board.html.j2").render(**context, links=True),
@@ -493,7 +471,7 @@ def write_docs(path: Path, launches: list[LaunchState], context: dict, command: 
     )
     sha, dirty = git_state()
     block = (
-        templates()
+        environment()
         .get_template("board_docs.md.j2")
         .render(
             **context,

@@ -1,8 +1,9 @@
 """Figures shared by the reports (report.py) and the attention maps (maps.py): matplotlib set up
 without a display, a figure saved as a PNG and returned as base64 for the HTML page, titles wrapped
 to the figure's width, chance drawn on every accuracy axis; the test score by split of every model
-on one axis (the report's top); and a search's own figures (learning curves of every trial, the
-metric against each searched hyperparameter, Optuna's importances)."""
+on one axis (the report's top); a pair's own figures (its cells against each swept key, its test
+score per length, its cells night after night); and a search's own figures (learning curves of
+every trial, the metric against each searched hyperparameter, Optuna's importances)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import base64
 import math
 import textwrap
 from pathlib import Path
+
+import pandas as pd
+
+from .frames import TEST_SPLIT, cell_name, numeric_key, numeric_order, split_order
 
 
 def pyplot():
@@ -116,6 +121,133 @@ def across_models(
     set_title(ax, f"{name}: each model's best (bars: 95% interval over seeds; x: the paper's)")
     path = out_dir / f"{name}_across_models.png"
     return path, figure_png(fig, path)
+
+
+def plot_keys(
+    pair: str, rows: list[dict], keys: list[str], metric: str, chance: str, out_dir: Path
+) -> list[tuple[Path, str]]:
+    """One panel per swept key: the metric's mean (95% interval) against that key's values, in
+    numeric order, one line per combination of the other keys' values."""
+    plt = pyplot()
+    swept = [k for k in keys if len({str(r["setting"][k]) for r in rows}) > 1] or keys[:1]
+    if not swept:
+        return []
+    fig, axes = plt.subplots(1, len(swept), figsize=(5 * len(swept), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], swept):
+        others = [k for k in keys if k != key]
+        lines: dict[tuple, list] = {}
+        for r in rows:
+            if metric in r["metrics"]:
+                lines.setdefault(tuple(r["setting"][k] for k in others), []).append(r)
+        for rest, members in lines.items():
+            members = sorted(
+                members,
+                key=lambda r: numeric_order([m["setting"][key] for m in members]).index(r["setting"][key]),
+            )
+            xs = [str(m["setting"][key]) for m in members]
+            means = [m["metrics"][metric]["summary"].mean for m in members]
+            errors = [
+                [
+                    mean - (m["metrics"][metric]["summary"].ci or (mean, mean))[0]
+                    for m, mean in zip(members, means)
+                ],
+                [
+                    (m["metrics"][metric]["summary"].ci or (mean, mean))[1] - mean
+                    for m, mean in zip(members, means)
+                ],
+            ]
+            label = ", ".join(f"{k}={v}" for k, v in zip(others, rest)) or metric
+            ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=label)
+        draw_chance(ax, chance, metric)
+        ax.set_xlabel(key)
+        ax.set_ylabel(metric)
+        if len(lines) > 1 or chance:
+            ax.legend(fontsize=7, loc="best")
+    set_suptitle(fig, f"{pair}: {metric} (mean, 95% interval)")
+    path = out_dir / f"{pair}.png"
+    return [(path, figure_png(fig, path))]
+
+
+def plot_lengths(
+    pair: str, rows: list[dict], frame: pd.DataFrame, score: str, chance: str, out_dir: Path
+) -> list[tuple[Path, str]]:
+    """Test score per test length (PANM's L, 1x..8x) or depth, a line per cell, the paper's points
+    beside: drawn where a pair has several cells or candidates (across_models shows its best)."""
+    if len(rows) < 2:
+        return []
+    splits = sorted(
+        {
+            TEST_SPLIT.match(c).group(1)
+            for c in frame.columns
+            if TEST_SPLIT.match(c) and c.endswith(f"_{score}_at_best")
+        },
+        key=split_order,
+    )
+    if len(splits) < 2:
+        return []
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for r in rows[:8]:
+        means = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("summary") for s in splits]
+        ax.plot(
+            splits,
+            [m.mean if m else float("nan") for m in means],
+            marker="o",
+            label=", ".join(f"{k}={v}" for k, v in r["setting"].items()) or pair,
+        )
+        paper = [r["metrics"].get(f"test_{s}_{score}_at_best", {}).get("published") for s in splits]
+        if any(paper):
+            ax.plot(
+                splits,
+                [p["mean"] if p else float("nan") for p in paper],
+                linestyle="none",
+                marker="x",
+                color="black",
+            )
+    ax.set_xlabel(split_axis(splits))
+    ax.set_ylabel(f"test {score} at best")
+    draw_chance(ax, chance, f"test_{score}_at_best")
+    ax.legend(fontsize=7, loc="best")
+    set_title(ax, f"{pair}: generalization to longer or deeper inputs (x: the paper's)")
+    path = out_dir / f"{pair}_lengths.png"
+    return [(path, figure_png(fig, path))]
+
+
+def plot_history(
+    pair: str, nights: list[tuple[str, pd.DataFrame]], keys: list[str], score: str, chance: str, out_dir: Path
+) -> list[tuple[Path, str]]:
+    """The nightly job's history: per cell, its mean test score night after night. `nights` holds
+    each night's label and runs (runs_frame), oldest first."""
+    metric = f"test_{score}_at_best"
+    points: dict[tuple, dict[int, list]] = {}
+    for k, (_, frame) in enumerate(nights):
+        if not len(frame) or metric not in frame:
+            continue
+        frame = frame[frame["pair"] == pair]
+        for config, value in zip(frame["config"], frame[metric]):
+            if pd.notna(value):  # a seed without a score: the night's mean of the others, as its table shows
+                points.setdefault(tuple(config.get(key) for key in keys), {}).setdefault(k, []).append(value)
+    if not points:
+        return []
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for cell in sorted(points, key=lambda c: tuple(map(numeric_key, c))):  # in the order of the grid's values
+        seen = sorted(points[cell].items())
+        # At the night's index: labels as categories would be ordered by the first line drawn.
+        ax.plot(
+            [k for k, _ in seen],
+            [sum(v) / len(v) for _, v in seen],
+            marker="o",
+            label=cell_name(dict(zip(keys, cell))) if keys else pair,
+        )
+    ax.set_xticks(range(len(nights)), [label for label, _ in nights], rotation=30, ha="right", fontsize=7)
+    ax.set_xlabel("night")
+    ax.set_ylabel(f"{metric} (mean over seeds)")
+    draw_chance(ax, chance, metric)
+    ax.legend(fontsize=7, loc="best")
+    set_title(ax, f"{pair}: night after night")
+    path = out_dir / f"{pair}_history.png"
+    return [(path, figure_png(fig, path))]
 
 
 def learning_curves(

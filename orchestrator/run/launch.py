@@ -68,7 +68,8 @@ from ..record.summaries import (
     top_configs,
 )
 from ..record.tables import launch_table
-from ..report.report import answer_lines, verdict_lines, write_launch_report, write_report
+from ..report.answer import answer_lines
+from ..report.report import verdict_lines, write_launch_report, write_report
 from .callbacks import ProgressLines, TrialTracker
 from .cluster import join, measurement, one_gpu
 from .cost import calibration_config, stack_curve, stack_sizes_to_try
