@@ -27,6 +27,7 @@ from trainables.tasks import TASKS
 from .cli.parser import parser_and_commands
 from .plan.sections import PER_MODEL_KEYS, TOP_KEYS
 from .plan.study import Budget, Confirm, Report, Resources, Scheduler, Tracking
+from .report.papers import PAPERS
 from .run.exits import STATUSES
 
 SECTIONS = {
@@ -274,11 +275,6 @@ def published_page() -> str:
     return "\n".join(out) + "\n"
 
 
-PAPERS = {
-    "ndr": "NDR (Csordás et al.)",
-    "panm": "PANM (Le et al.)",
-    "compositional_attention": "Compositional Attention (Mittal et al.)",
-}
 PAGES = {
     "cli": cli_page,
     "commands": commands_table,
