@@ -4,15 +4,20 @@ is unreachable, and the read-only view the dashboard gets."""
 from __future__ import annotations
 
 import abc
+import copy
 import os
+import threading
 from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.trial import FrozenTrial
 
 from .retries import retried
 from .secrets import redact
 from .stores import TrackingError, missing_sqlite_file, reveal, schema_lock
+
+WHAT = "search store (Optuna)"
 
 
 def search_store(uri: str, launch_dir: Path, create: bool = True) -> tuple[str, dict]:
@@ -42,7 +47,7 @@ def search_storage(uri: str, launch_dir: Path, read_only: bool = False):
     `read_only`: for the commands that only read a launch's studies (dashboard, report), which a
     team may give a role that can create nothing: no schema is created (Optuna creates its tables
     only where they are missing, so none there either)."""
-    what, revealed = "search store (Optuna)", reveal(uri)
+    what, revealed = WHAT, reveal(uri)
     # PostgreSQL's optuna schema is made in search_store, under the lock too
     with schema_lock(
         revealed
@@ -153,41 +158,95 @@ SESSION_METHODS = (
 )
 
 
+# Past this many trials to read one by one (those unfinished at the last read, and the new ones),
+# one query for the whole study is cheaper.
+READ_ONE_BY_ONE = 64
+
+
 class RetryingStorage(BaseStorage):
     """Optuna's SQL storage (an RDBStorage) behind Optuna's public storage API, each call retried in
     a fresh session while the database is unreachable: a connection the server dropped mid-call is
     replaced (pool_pre_ping covers idle ones). A wrapper, not a subclass: Optuna puts its own cache
     around an RDBStorage, which calls RDBStorage's private methods, so retrying the public ones of a
-    subclass would leave a running search's own calls unretried. Without that cache a study reads
-    its trials from the database at each suggestion: a search's few hundred trials are one query."""
+    subclass would leave a running search's own calls unretried.
+
+    The cache is ours (docs/design/architecture.md#the-search-store): a finished trial never changes
+    (Optuna refuses to update one), so each is read once; a study's trials are read again only where
+    they were unfinished at the last read, or are new. A suggestion then reads a few trials, not the
+    whole study, and stays right when other drivers add trials to the same study."""
 
     def __init__(self, url: str, engine_kwargs: dict | None = None):
         self.url, self.engine_kwargs = url, engine_kwargs or {}
         self.rdb = RDBStorage(url, engine_kwargs=self.engine_kwargs)  # it creates its tables where missing
+        self.finished: dict[int, dict[int, FrozenTrial]] = {}  # study id -> trial number -> trial
+        self.counted: dict[int, int] = {}  # study id -> how many trials it had at the last read
+        self.lock = threading.Lock()  # the dashboard's server threads share one storage
 
     def __getstate__(self):  # Tune pickles the searcher, and with it this storage: no password
         return {"url": redact(self.url), "engine_kwargs": self.engine_kwargs}
 
     def __setstate__(self, state):
         # Unpickled as Tune restores the searcher, where it connects: the database may be down then.
-        retried(self.__init__, "search store (Optuna)")(reveal(state["url"]), state["engine_kwargs"])
+        retried(self.__init__, WHAT)(reveal(state["url"]), state["engine_kwargs"])
 
     def fresh_session(self, *args, **kwargs) -> None:
         fresh_session(self.rdb)
 
+    def call(self, name: str):
+        # A session whose connection dropped mid-transaction refuses every later call until it is
+        # rolled back, which a dead connection cannot do: retry with a fresh session.
+        return retried(getattr(self.rdb, name), WHAT, reset=self.fresh_session)
+
+    def get_all_trials(self, study_id, deepcopy=True, states=None):
+        with self.lock:
+            trials = self.read_trials(study_id)
+        trials = [t for t in trials if states is None or t.state in states]
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    def delete_study(self, study_id):
+        with self.lock:
+            self.finished.pop(study_id, None)
+            self.counted.pop(study_id, None)
+        return self.call("delete_study")(study_id)
+
+    def read_trials(self, study_id) -> list[FrozenTrial]:
+        """Every trial of the study, by number: the finished ones from the cache."""
+        finished = self.finished.setdefault(study_id, {})
+        counted = self.counted.get(study_id, 0)
+        again = [number for number in range(counted) if number not in finished]
+        found = self.read_since(study_id, again, counted) if counted else None
+        if found is None:
+            found = self.call("get_all_trials")(study_id, deepcopy=False)
+        finished.update({t.number: t for t in found if t.state.is_finished()})
+        unfinished = {t.number: t for t in found if not t.state.is_finished()}
+        self.counted[study_id] = max(counted, len(finished) + len(unfinished))
+        return sorted([*finished.values(), *unfinished.values()], key=lambda t: t.number)
+
+    def read_since(self, study_id, again: list[int], counted: int) -> list[FrozenTrial] | None:
+        """The trials numbered `again` and those from `counted` on, one by one; None where they are
+        more than READ_ONE_BY_ONE (the whole study in one query is cheaper then)."""
+        if len(again) > READ_ONE_BY_ONE:
+            return None
+        number_id = self.call("get_trial_id_from_study_id_trial_number")
+        ids = [number_id(study_id, number) for number in again]
+        number = counted
+        while len(ids) <= READ_ONE_BY_ONE:
+            try:
+                ids.append(number_id(study_id, number))
+            except KeyError:  # no trial of that number yet
+                return [self.call("get_trial")(trial_id) for trial_id in ids]
+            number += 1
+        return None
+
 
 def _retrying(name: str):
     def call(self, *args, **kwargs):
-        # A session whose connection dropped mid-transaction refuses every later call until it is
-        # rolled back, which a dead connection cannot do: retry with a fresh session.
-        return retried(getattr(self.rdb, name), "search store (Optuna)", reset=self.fresh_session)(
-            *args, **kwargs
-        )
+        return self.call(name)(*args, **kwargs)
 
     call.__name__ = name
     return call
 
 
-for _name in SESSION_METHODS:
+for _name in set(SESSION_METHODS) - set(vars(RetryingStorage)):
     setattr(RetryingStorage, _name, _retrying(_name))
 abc.update_abstractmethods(RetryingStorage)
