@@ -58,6 +58,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
             "ctl / ndr",
         ),
         ("ops_per_step.py", ["--members", "1", "--set", "batch_size=8", "--rows", "3"], "add"),
+        ("bench_search_store.py", ["--stored", "5", "--asks", "1"], "service/cached"),
         (
             "profile_step.py",
             ["--device", "cpu", "--members", "1", "--steps", "1", "--rows", "3", "--set", "batch_size=8"],
