@@ -24,7 +24,7 @@ from test_service import foreign_lines, optuna_trial_states, orchestrator, spec,
 from orchestrator.plan.storage import StorageError, TrialStorage, _write_marker
 from orchestrator.record.state import DamagedLaunch
 from orchestrator.record.stores import refused_for_now
-from orchestrator.run.launch import has_snapshot
+from orchestrator.run.tuner import has_snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from ray.tune.search import Searcher
 
 from orchestrator.plan.load import load_study
 from orchestrator.plan.source import SpecError
-from orchestrator.run.launch import newest_existing_checkpoint
+from orchestrator.run.trial import newest_existing_checkpoint
 from orchestrator.run.search import PAIR_KEY, CellSearch, PairScheduler, PairSearch
 
 
@@ -481,7 +481,7 @@ def test_an_upload_that_lost_a_renamed_temporary_file_stays_off_the_console():
     import logging
     import sys
 
-    from orchestrator.run.launch import superseded_sync
+    from orchestrator.run.ray_start import superseded_sync
 
     def record(error):
         try:
@@ -515,7 +515,7 @@ def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run
     import optuna
 
     from orchestrator.record.runs import STATUS_TAG
-    from orchestrator.run.launch import settle_proposals
+    from orchestrator.run.tuner import settle_proposals
     from orchestrator.run.search import RUN_ATTR
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")

@@ -504,7 +504,8 @@ def test_optuna_is_told_stopped_trials_were_pruned(tmp_path):
     import optuna
     from optuna.trial import TrialState
 
-    from orchestrator.run.launch import LaunchState, make_searcher, optuna_storage, optuna_study_name
+    from orchestrator.record.state import LaunchState
+    from orchestrator.run.tuner import make_searcher, optuna_storage, optuna_study_name
 
     study = load_study(write(tmp_path, with_(models=["ndr"], budget={"trials": 3, "max_concurrent": 3})))
     state = LaunchState(
@@ -931,7 +932,7 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     for a stacked NDR, a quarter for an LSTM."""
     from orchestrator.cli.describe import describe_study
     from orchestrator.run import cost
-    from orchestrator.run.launch import SEARCH, make_trainable
+    from orchestrator.run.tuner import SEARCH, make_trainable
     from orchestrator.run.search import PAIR_KEY
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -998,7 +999,7 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
 def test_a_trial_of_a_model_no_node_can_hold_is_refused_by_its_own_key(tmp_path, monkeypatch):
     import ray
 
-    from orchestrator.run.launch import ClusterMismatch, check_fits
+    from orchestrator.run.preflight import ClusterMismatch, check_fits
 
     study = load_study(
         write(tmp_path, with_(resources={"cpu": 1}, per_model={"ndr": {"resources": {"gpu": 1}}}))
@@ -1072,7 +1073,7 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
     (and so runs alone on it), or for the most a node has where no node has a whole one."""
     import ray
 
-    from orchestrator.run import launch
+    from orchestrator.run import preflight
 
     asked = []
 
@@ -1084,7 +1085,7 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
         def remote(self, flat, sizes):
             return sizes
 
-    monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
+    monkeypatch.setattr(preflight, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
     stacking = decide(
         load_study(
@@ -1097,7 +1098,7 @@ def test_a_stack_size_is_timed_on_a_whole_gpu_even_where_trials_share_one(tmp_pa
     for gpus, expected in ((2.0, 1), (0.5, 0.5)):
         monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": gpus}}])
         asked.clear()
-        assert launch.measure_stack_sizes(stacking) == {"fwd__ndr": 3} and asked == [expected]
+        assert preflight.measure_stack_sizes(stacking) == {"fwd__ndr": 3} and asked == [expected]
 
 
 def test_the_plan_says_a_search_stacks_where_trials_get_a_gpu(tmp_path):
@@ -1161,7 +1162,7 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
     with a stack_size of the file's (act is one value a stack), so only the dry run times it."""
     import ray
 
-    from orchestrator.run import cost, launch
+    from orchestrator.run import cost, preflight
 
     timed = []
 
@@ -1173,7 +1174,7 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
             timed.append(flat)
             return sizes
 
-    monkeypatch.setattr(launch, "measurement", lambda function, **resources: Timed().options(**resources))
+    monkeypatch.setattr(preflight, "measurement", lambda function, **resources: Timed().options(**resources))
     monkeypatch.setattr(ray, "get", lambda sizes: [(n, 10.0 * n) for n in sizes])
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}])
     ablation = decide(
@@ -1191,7 +1192,7 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
         ),
         True,
     )
-    assert launch.measure_stack_sizes(ablation) == {
+    assert preflight.measure_stack_sizes(ablation) == {
         "fwd__ndr": ablation.most_stacked(ablation.study.pairs[0])
     }
     assert [flat["act"] for flat in timed] == ["none"]
@@ -1202,7 +1203,7 @@ def test_a_stack_size_is_timed_on_a_config_that_stacks(tmp_path, monkeypatch):
         resources={"cpu": 1, "gpu": 1},
     )
     auto = decide(load_study(write(tmp_path, search)), True)
-    assert launch.measure_stack_sizes(auto) == {} and auto.most_stacked(auto.study.pairs[0]) == 1
+    assert preflight.measure_stack_sizes(auto) == {} and auto.most_stacked(auto.study.pairs[0]) == 1
     given = decide(
         load_study(write(tmp_path, {**search, "budget": {**search["budget"], "stack_size": 4}})), True
     )
@@ -1218,7 +1219,7 @@ def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path
     cluster tests run so). Pairs whose trials get no GPU ask nothing."""
     import ray
 
-    from orchestrator.run import launch
+    from orchestrator.run import preflight
 
     asked = []
 
@@ -1231,23 +1232,23 @@ def test_a_gpu_node_whose_torch_finds_no_cuda_is_said_before_the_launch(tmp_path
             return "ref"
 
     answer = {"available": False, "torch": "2.13.0+cpu", "cuda": None, "node": "gpu-node-1"}
-    monkeypatch.setattr(launch, "measurement", lambda function, **resources: Asked().options(**resources))
+    monkeypatch.setattr(preflight, "measurement", lambda function, **resources: Asked().options(**resources))
     monkeypatch.setattr(ray, "get", lambda ref, timeout: answer)
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 16.0, "GPU": 8.0}}])
     study = load_study(write(tmp_path, with_(resources={"cpu": 4, "gpu": 0.25})))
-    launch.check_cuda(study)
+    preflight.check_cuda(study)
     assert capsys.readouterr().out == (
         "[launch] warning: on gpu-node-1, a node with GPUs, torch 2.13.0+cpu finds no CUDA (a CPU-only "
         "build): trials that hold a GPU there train on its CPU; install a CUDA build "
         "of torch on the GPU nodes\n"
     )
     assert asked == [{"num_cpus": 4, "num_gpus": 1}]
-    assert "built for CUDA 13.0; the driver or the GPU does not answer" in launch.without_cuda(
+    assert "built for CUDA 13.0; the driver or the GPU does not answer" in preflight.without_cuda(
         {**answer, "cuda": "13.0"}
     )
-    assert launch.without_cuda({**answer, "available": True}) is None
+    assert preflight.without_cuda({**answer, "available": True}) is None
     asked.clear()
-    launch.check_cuda(load_study(write(tmp_path, GOOD)))  # no GPU asked for
+    preflight.check_cuda(load_study(write(tmp_path, GOOD)))  # no GPU asked for
     assert asked == [] and capsys.readouterr().out == ""
 
 
@@ -1404,7 +1405,7 @@ def test_seeds_batch_into_one_trial_per_cell_where_the_model_allows(tmp_path):
     confirmation batches each candidate's seeds the same way."""
     from types import SimpleNamespace
 
-    from orchestrator.run.launch import CONFIRM, SEARCH, phase_cells
+    from orchestrator.run.tuner import CONFIRM, SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1, 2], batch_seeds=True)
     study = load_study(write(tmp_path, ablation))
@@ -1445,7 +1446,7 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
     """Issue 21 item 3: every seed of every cell whose model shape is the same, differing in learning
     rate, weight decay or clipping, trains in one trial; a shape key (n_layers) starts another. A
     member's config keeps the grid's key order (its run's `cell` tag is the planned one)."""
-    from orchestrator.run.launch import SEARCH, phase_cells
+    from orchestrator.run.tuner import SEARCH, phase_cells
     from orchestrator.run.search import member_config
 
     ablation = with_(
@@ -1479,7 +1480,7 @@ def test_batch_seeds_auto_batches_where_trials_get_a_gpu(tmp_path):
     """On CPUs a stacked model of N seeds steps slower than N runs in turn
     (docs/performance.md#cpu-stacked-seeds-against-separate-runs): the default batches only trials
     that get a GPU."""
-    from orchestrator.run.launch import SEARCH, phase_cells
+    from orchestrator.run.tuner import SEARCH, phase_cells
 
     ablation = with_(space={}, grid={"n_layers": [1, 2]}, seeds=[0, 1])
     auto = load_study(write(tmp_path, ablation))
@@ -1523,7 +1524,7 @@ def test_stack_size_caps_a_stack_and_sets_how_many_suggestions_a_search_trial_tr
     member key (the LSTM does not stack: one suggestion per trial). auto with no measurement: a
     search stacks nothing, an ablation its whole group; measured, a search stacks where its space
     varies member keys only (its suggestions would share the rest, one value a stack)."""
-    from orchestrator.run.launch import SEARCH, phase_cells
+    from orchestrator.run.tuner import SEARCH, phase_cells
 
     ablation = with_(
         space={},
@@ -1587,7 +1588,7 @@ def test_a_confirmation_runs_as_many_trials_at_once_as_its_own_trials_allow(tmp_
     confirmation repeats the top 3 over 2 seeds, 6 trials the cluster may run side by side."""
     import ray
 
-    from orchestrator.run.launch import CONFIRM, cluster_slots, phase_cells
+    from orchestrator.run.tuner import CONFIRM, cluster_slots, phase_cells
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8})
     study = load_study(

@@ -299,7 +299,7 @@ def test_resume_refuses_a_launch_whose_snapshots_name_the_modules_before_the_spl
         timeout=120,
     )
     assert refused.returncode == 2, refused.stderr
-    assert refused.stderr.count("\n") == 1 and "snapshot_modules: 1, this service reads 2" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "snapshot_modules: 1, this service reads 3" in refused.stderr
     assert "ray" not in refused.stdout.lower() and (state.dir / "launch.json").read_text() == before
 
 
@@ -462,7 +462,7 @@ def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
     )
     data = json.loads((state.dir / "launch.json").read_text())
     (state.dir / "launch.json").write_text(
-        json.dumps({**data, "snapshot_modules": 2, "storage": {"uri": str(tmp_path / "runs")}})
+        json.dumps({**data, "snapshot_modules": 3, "storage": {"uri": str(tmp_path / "runs")}})
     )
     assert refused("resume", str(state.dir)).endswith(
         f"{state.dir / 'best'}: a file where a folder belongs: "
@@ -474,7 +474,7 @@ def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
             {
                 **data,
                 "spec_text": "name: [unclosed\n",
-                "snapshot_modules": 2,
+                "snapshot_modules": 3,
                 "storage": {"uri": str(tmp_path / "runs")},
             }
         )
@@ -497,7 +497,7 @@ def test_a_second_driver_that_passed_the_check_leaves_the_first_ones_lock_whole(
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("elsewhere 4242\n")
         held.flush()
-        assert launch_module.execute(state, None) == 2
+        assert launch_module.Launch(state, None).run() == 2
         assert (state.dir / "driver.lock").read_text() == "elsewhere 4242\n"
     assert (
         capsys.readouterr().err

@@ -878,7 +878,7 @@ def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_r
     """A launch is named by its file and the second it began; two begun in the same second shared
     one folder and one MLflow parent run (and so each other's trials)."""
     from orchestrator.plan.load import load_study
-    from orchestrator.run import launch
+    from orchestrator.run import registry
 
     path = tmp_path / "space.yaml"
     path.write_text(
@@ -894,28 +894,28 @@ def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_r
             }
         )
     )
-    monkeypatch.setattr(launch.time, "strftime", lambda fmt: "20261128-000000")
-    states = [launch.new_launch(load_study(path), path.read_text())[0] for _ in range(3)]
+    monkeypatch.setattr(registry.time, "strftime", lambda fmt: "20261128-000000")
+    states = [registry.register(load_study(path), path.read_text())[0] for _ in range(3)]
     assert [s.launch_id for s in states] == [
         "same-20261128-000000",
         "same-20261128-000000-2",
         "same-20261128-000000-3",
     ]
     assert len({s.dir for s in states}) == len({s.parent_run_id for s in states}) == 3
-    night, _ = launch.new_launch(load_study(path), path.read_text(), night=0)
+    night, _ = registry.register(load_study(path), path.read_text(), night=0)
     assert night.launch_id == "same-night-20261128-000000"
     # --launch-id: the command's check passed both, and they wrote one folder's launch.json in turn
-    first, lock = launch.new_launch(load_study(path), path.read_text(), "team-x")
+    first, lock = registry.register(load_study(path), path.read_text(), "team-x")
     assert (
         first.launch_id == "team-x" and driver(first.dir)[0]
     )  # held from its registration on: status sees a driver
-    with pytest.raises(launch.LaunchExists, match="launch team-x exists in"):
-        launch.new_launch(load_study(path), path.read_text(), "team-x")
+    with pytest.raises(registry.LaunchExists, match="launch team-x exists in"):
+        registry.register(load_study(path), path.read_text(), "team-x")
     lock.close()
     with pytest.raises(
-        launch.LaunchExists, match="launch team-x exists in"
+        registry.LaunchExists, match="launch team-x exists in"
     ):  # its driver gone, the launch stays
-        launch.new_launch(load_study(path), path.read_text(), "team-x")
+        registry.register(load_study(path), path.read_text(), "team-x")
 
 
 def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_path, monkeypatch):
@@ -924,7 +924,7 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
     where launch.json exists) failed the same way. The claim is now the driver's lock, which dies
     with it; a registration that fails frees it too."""
     from orchestrator.plan.load import load_study
-    from orchestrator.run import launch
+    from orchestrator.run import registry
 
     path = tmp_path / "space.yaml"
     path.write_text(
@@ -947,14 +947,14 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
         raise StoreUnavailable("the store did not answer")
 
     with monkeypatch.context() as patch:
-        patch.setattr(launch, "open_launch", store_down)
+        patch.setattr(registry, "open_launch", store_down)
         with pytest.raises(StoreUnavailable):
-            launch.new_launch(load_study(path), path.read_text(), "team-y")
+            registry.register(load_study(path), path.read_text(), "team-y")
     assert seen == [
         (False, True)
     ]  # while it registered: no launch.json for status to misread, a driver alive
-    launch.hold_driver_lock(tmp_path / "runs/team-y").close()  # a driver killed as it registered
-    state, lock = launch.new_launch(load_study(path), path.read_text(), "team-y")
+    registry.hold_driver_lock(tmp_path / "runs/team-y").close()  # a driver killed as it registered
+    state, lock = registry.register(load_study(path), path.read_text(), "team-y")
     assert state.launch_id == "team-y" and LaunchState.load(state.dir).parent_run_id == state.parent_run_id
     lock.close()
 
@@ -964,7 +964,7 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     temporary name is a folder; a full disk, a kill) left MLflow a launch RUNNING for good, which
     no `status` or `resume` could reach. It ends KILLED and the id is free again."""
     from orchestrator.plan.load import load_study
-    from orchestrator.run import launch
+    from orchestrator.run import registry
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
     path = tmp_path / "space.yaml"
@@ -983,7 +983,7 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     )
     (tmp_path / "runs/team-z/launch.json.tmp").mkdir(parents=True)
     with pytest.raises(IsADirectoryError):
-        launch.new_launch(load_study(path), path.read_text(), "team-z")
+        registry.register(load_study(path), path.read_text(), "team-z")
     [run] = MlflowClient(uri).search_runs(
         [MlflowClient(uri).get_experiment_by_name("team").experiment_id],
         filter_string="tags.launch_id = 'team-z' and tags.kind = 'launch'",
@@ -991,7 +991,7 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     assert run.info.status == "KILLED" and run.data.tags["launch_status"] == "never registered"
     assert not driver(tmp_path / "runs/team-z")[0] and not (tmp_path / "runs/team-z/launch.json").exists()
     (tmp_path / "runs/team-z/launch.json.tmp").rmdir()
-    state, lock = launch.new_launch(load_study(path), path.read_text(), "team-z")
+    state, lock = registry.register(load_study(path), path.read_text(), "team-z")
     assert (
         state.parent_run_id == run.info.run_id
         and MlflowClient(uri).get_run(run.info.run_id).info.status == "RUNNING"
@@ -1011,7 +1011,7 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
     import sys
 
     from orchestrator.plan.load import load_study
-    from orchestrator.run import launch
+    from orchestrator.run import registry
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
     path = tmp_path / "space.yaml"
@@ -1033,10 +1033,10 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
         "from pathlib import Path\n"
         "from orchestrator.plan.load import load_study\n"
         "from orchestrator.record.state import LaunchState\n"
-        "from orchestrator.run import launch\n"
+        "from orchestrator.run import registry\n"
         "LaunchState.save = lambda self: os.kill(os.getpid(), signal.SIGKILL)\n"
         "path = Path(sys.argv[1])\n"
-        "launch.new_launch(load_study(path), path.read_text())\n"
+        "registry.register(load_study(path), path.read_text())\n"
     )
     killed = subprocess.run(
         [sys.executable, "-c", killed_as_it_saves, str(path)],
@@ -1053,12 +1053,12 @@ def test_a_driver_killed_before_launch_json_leaves_no_running_mlflow_run_once_th
     folder = tmp_path / "runs" / orphan.data.tags["launch_id"]
     assert orphan.info.status == "RUNNING" and folder.is_dir() and not (folder / "launch.json").exists()
 
-    registering = launch.hold_driver_lock(folder)
-    _, lock = launch.new_launch(load_study(path), path.read_text(), "team-a")
+    registering = registry.hold_driver_lock(folder)
+    _, lock = registry.register(load_study(path), path.read_text(), "team-a")
     lock.close()
     assert mlflow.get_run(orphan.info.run_id).info.status == "RUNNING"
     registering.close()
-    state, lock = launch.new_launch(load_study(path), path.read_text(), "team-b")
+    state, lock = registry.register(load_study(path), path.read_text(), "team-b")
     lock.close()
     ended = mlflow.get_run(orphan.info.run_id)
     assert ended.info.status == "KILLED" and ended.data.tags["launch_status"] == "never registered"

@@ -265,14 +265,14 @@ def test_a_trial_restored_from_the_checkpoint_it_ended_at_reports_that_evaluatio
 def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_replays_its_history_once(
     tmp_path, monkeypatch
 ):
-    """What Tune receives from the trainable (launch.run_trial) restored from the checkpoint its
+    """What Tune receives from the trainable (trial.run_trial) restored from the checkpoint its
     trial ended at: that evaluation, carrying every earlier one for the tracker to log where its
     driver had not; the checkpoint's history holds each evaluation once."""
     import ray
     from ray import tune
 
     from orchestrator.record.runs import REPLAY_KEY
-    from orchestrator.run import launch
+    from orchestrator.run import trial
     from orchestrator.run.search import PAIR_KEY
 
     flat = {**tiny().flat(), "model": "ndr", "task": "ctl"}
@@ -290,10 +290,10 @@ def test_a_checkpoint_of_a_run_trial_is_read_onto_the_cpu_and_a_restored_trial_r
     monkeypatch.setattr(
         torch, "load", lambda *args, real=torch.load, **kwargs: loads.append(kwargs) or real(*args, **kwargs)
     )
-    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, "best_ood_valid_acc", "max", "mean")
+    trial.run_trial({PAIR_KEY: "p"}, {"p": flat}, "best_ood_valid_acc", "max", "mean")
     assert [r["iteration"] for r in received] == [6, 12]
     monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint.from_directory(str(checkpoints[-1])))
-    launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, "best_ood_valid_acc", "max", "mean")
+    trial.run_trial({PAIR_KEY: "p"}, {"p": flat}, "best_ood_valid_acc", "max", "mean")
     assert loads[-1]["map_location"] == "cpu"
     restored = received[-1]
     assert restored["iteration"] == 12 and restored["status"] == "completed"
@@ -308,7 +308,7 @@ def test_every_result_of_a_run_trial_holds_the_metric_tune_optimises(monkeypatch
     import ray
     from ray import tune
 
-    from orchestrator.run import launch
+    from orchestrator.run import trial
     from orchestrator.run.search import PAIR_KEY
 
     received = []
@@ -318,7 +318,7 @@ def test_every_result_of_a_run_trial_holds_the_metric_tune_optimises(monkeypatch
     for overrides in ({}, {"lr": 1e30, "grad_clip": None}):
         received.clear()
         flat = {**tiny(**overrides).flat(), "model": "ndr", "task": "ctl"}
-        launch.run_trial({PAIR_KEY: "p"}, {"p": flat}, metric, "max", "mean")
+        trial.run_trial({PAIR_KEY: "p"}, {"p": flat}, metric, "max", "mean")
         assert received and all(metric in r for r in received), [sorted(r) for r in received]
     assert received[-1]["status"] == "diverged" and math.isnan(received[-1][metric])
 

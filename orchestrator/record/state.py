@@ -22,8 +22,9 @@ from ..plan.storage import TrialStorage
 
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
 # Tune's snapshots and the searcher's name our classes by their modules (pickles refer to them so):
-# 1, orchestrator.<module>, before the split into plan/run/record/report; 2, since.
-SNAPSHOT_MODULES = 2
+# 1, orchestrator.<module>, before the split into plan/run/record/report; 2, run.launch's Tune
+# wiring; 3, run.tuner's (Tune's config names its trial_dirname).
+SNAPSHOT_MODULES = 3
 HEARTBEAT_S = 30.0
 SILENT_S = 4 * HEARTBEAT_S  # a driver elsewhere not heard from for this long is taken for dead
 
