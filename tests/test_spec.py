@@ -107,7 +107,7 @@ def test_a_pairs_own_values_go_over_the_files_and_its_models(tmp_path):
         )
     )
     ndr = next(p for p in ablation.pairs if p.model == "ndr")
-    assert ndr.grid == {"n_layers": [2, 4]} and "n_layers" not in ndr.base and ndr.base["lr"] == 0.003
+    assert ndr.grid == {"n_layers": (2, 4)} and "n_layers" not in ndr.base and ndr.base["lr"] == 0.003
     from orchestrator.cli.describe import describe_study
 
     assert "  pair fwd__ndr: grid over n_layers (2 cells; " in describe_study(ablation) and describe_study(
@@ -565,8 +565,8 @@ def test_a_models_own_grid_adds_to_the_files(tmp_path):
     )
     grids = {p.model: p.grid for p in study.pairs}
     assert grids == {
-        "transformer": {"d_model": [64, 128], "n_heads": [2, 4, 8]},
-        "transformer_compositional": {"d_model": [64, 128]},
+        "transformer": {"d_model": (64, 128), "n_heads": (2, 4, 8)},
+        "transformer_compositional": {"d_model": (64, 128)},
     }
     assert (
         study.pairs[1].base["n_heads"] == 2 and study.pairs[1].base["n_retrievals"] == 4
@@ -1873,5 +1873,5 @@ def test_a_launch_recorded_before_a_refusal_is_read_as_it_ran(tmp_path):
         study = load_study(path, text=path.read_text(), recorded=True)
         assert study.pairs
     gridded, search, listed = (load_study(write(tmp_path, c), recorded=True) for c, _ in cases)
-    assert gridded.seeds == [0] and not search.is_ablation
+    assert gridded.seeds == (0,) and not search.is_ablation
     assert [p.model for p in listed.pairs] == ["panm"] and listed.skipped[0].startswith("copy x ndr: ")

@@ -340,7 +340,7 @@ def test_best_hands_a_searchs_winners_to_an_ablation_file(tmp_path):
     assert (
         pairs["fwd__ndr"].base["lr"] == 0.003
         and pairs["fwd__lstm"].base["lr"] == 0.5
-        and pairs["fwd__ndr"].grid == {"n_layers": [2, 4]}
+        and pairs["fwd__ndr"].grid == {"n_layers": (2, 4)}
     )
     (state.dir / "best").rename(tmp_path / "written_before")
     for file, reason in (

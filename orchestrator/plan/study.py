@@ -15,11 +15,41 @@ from .space import Distribution
 from .storage import TrialStorage
 
 
+class FrozenDict(dict):
+    """A mapping that cannot change once made: a frozen value's. Still a dict, so JSON, templates,
+    `{**x}` and `x == {...}` read it as one; it pickles (Ray sends the plan to its workers) as its
+    items, made frozen again."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a frozen value's mapping cannot change: change a copy (dict(x), {**x})")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (type(self), (dict(self),))
+
+
+def frozen_grid(grid) -> FrozenDict:
+    """A grid (key -> its values) that cannot change: its values as tuples."""
+    return FrozenDict({key: tuple(values) for key, values in grid.items()})
+
+
+def freeze(value, **converters) -> None:
+    """Sets each of a frozen dataclass's fields named in `converters` to its converted value: a
+    value given lists and dicts (by the parser, a test, dataclasses.replace) holds tuples and
+    FrozenDicts."""
+    for name, convert in converters.items():
+        object.__setattr__(value, name, convert(getattr(value, name)))
+
+
 @dataclass(frozen=True)
 class TaskEntry:
     task: str
     variant: str
-    options: dict
+    options: FrozenDict
+
+    def __post_init__(self):
+        freeze(self, options=FrozenDict)
 
 
 @dataclass(frozen=True)
@@ -44,22 +74,34 @@ class Pair:
 
     task: TaskEntry
     model: str
-    space: dict[str, Distribution]
-    base: dict  # the flat trial config without the searched keys
-    warm_start: dict | None  # the paper's setting (Tables 7-9), moved into the space where needed
-    grid: dict[str, list] = field(default_factory=dict)  # ablations: the grid keys this model has
+    space: FrozenDict[str, Distribution]
+    base: FrozenDict  # the flat trial config without the searched keys
+    warm_start: FrozenDict | None  # the paper's setting (Tables 7-9), moved into the space where needed
+    # Ablations: the grid keys this model has.
+    grid: FrozenDict[str, tuple] = field(default_factory=FrozenDict)
     resources: Resources = field(default_factory=Resources)  # a trial's: the file's, or per_model's
     device_key: str = (
         "fixed.device"  # where the file names the trials' device: per_model's fixed, or the file's
     )
-    own_values: dict = field(
-        default_factory=dict
-    )  # per_pair's fixed values the pair trains (not those its space or grid vary)
+    # per_pair's fixed values the pair trains (not those its space or grid vary).
+    own_values: FrozenDict = field(default_factory=FrozenDict)
     # The protocol keys (trainables.config.PROTOCOL_KEYS) the file neither sets nor varies, with their
     # values: those the paper's preset gives the pair, and those at the training defaults, the same
     # for every model (all of them where the model has no preset: a model of one's own).
-    from_preset: dict = field(default_factory=dict)
-    from_defaults: dict = field(default_factory=dict)
+    from_preset: FrozenDict = field(default_factory=FrozenDict)
+    from_defaults: FrozenDict = field(default_factory=FrozenDict)
+
+    def __post_init__(self):
+        freeze(
+            self,
+            space=FrozenDict,
+            base=FrozenDict,
+            warm_start=lambda warm: None if warm is None else FrozenDict(warm),
+            grid=frozen_grid,
+            own_values=FrozenDict,
+            from_preset=FrozenDict,
+            from_defaults=FrozenDict,
+        )
 
     @property
     def cuda_device(self) -> tuple[str, str] | None:
@@ -158,8 +200,8 @@ class Study:
     mode: str
     score: str  # what the metric measures, shared by all the file's tasks: see trainables.kinds
     seed: int
-    pairs: list[Pair]
-    skipped: list[str]  # incompatible pairs, with the reason
+    pairs: tuple[Pair, ...]
+    skipped: tuple[str, ...]  # incompatible pairs, with the reason
     budget: Budget
     scheduler: Scheduler
     resources: Resources
@@ -167,8 +209,8 @@ class Study:
     warm_start: bool
     storage_path: str  # where launch folders live, on the driver
     storage: TrialStorage  # where Tune's experiment state and the trial checkpoints live
-    grid: dict[str, list] = field(default_factory=dict)  # an ablation: every combination...
-    seeds: list[int] = field(default_factory=list)  # ...times every seed, no search
+    grid: FrozenDict[str, tuple] = field(default_factory=FrozenDict)  # an ablation: every combination...
+    seeds: tuple[int, ...] = ()  # ...times every seed, no search
     report: Report = field(default_factory=Report)
     confirm: Confirm = field(default_factory=Confirm)
     # An ablation cell's seeds, or a confirmed candidate's, trained together as one stacked model
@@ -180,9 +222,11 @@ class Study:
     # more cores. The file's value: a launch decides auto once (run.stacking.decide) and keeps the
     # answer in launch.json, so a resume repeats the same trials.
     batch_seeds: bool | str = "auto"
-    unused: list[str] = field(
-        default_factory=list
-    )  # keys the file gives that this kind of study does not use, for the plan
+    # Keys the file gives that this kind of study does not use, for the plan.
+    unused: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        freeze(self, pairs=tuple, skipped=tuple, grid=frozen_grid, seeds=tuple, unused=tuple)
 
     @property
     def experiment(self) -> str:

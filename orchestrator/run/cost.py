@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import torch
 
 from trainables.batched import member_steps_per_second
-from trainables.config import parameter_count, parse_trial_config, yaml_word
+from trainables.config import parameter_count, parse_trial_config
+from trainables.fields import yaml_word
 from trainables.models import batchable
 from trainables.tasks import eval_sizes, small_copy_options
 from trainables.tasks.base import throwaway_data_cache
