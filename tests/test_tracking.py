@@ -27,15 +27,19 @@ from orchestrator.record.runs import (
     open_launch,
 )
 from orchestrator.record.secrets import redact, redact_secrets, redact_text
-from orchestrator.record.state import LaunchState, driver
+from orchestrator.record.state import LaunchState, TrackedLaunch, driver
 from orchestrator.record.stores import TrackingError, check_store, remember, reveal
 from orchestrator.record.summaries import confirmed_text, ended_runs, pair_summaries
 from orchestrator.run.callbacks import TrialTracker
 
+LAUNCH = TrackedLaunch("uri", "exp", "launch")  # of the tests whose runs stand in for the store's
+
 
 def tracker_with_parent(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    parent = open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    parent = open_launch(
+        TrackedLaunch(uri, "exp", "launch-1"), "space.yaml", "name: exp\n", tmp_path / "runs"
+    )
     return uri, TrialTracker(
         uri,
         parent,
@@ -142,7 +146,7 @@ def test_a_forgotten_trial_is_marked_lost_and_its_params_are_complete(tmp_path, 
     assert lost.data.tags[STATUS_TAG] == "lost" and lost.info.status == "KILLED"
     assert client.get_run(tracker.runs["b"]).data.tags[STATUS_TAG] == "completed"
     assert lost.data.params == {"lr": "0.001", "model": "ndr", "n_iters": "20"}
-    summaries = pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")
+    summaries = pair_summaries(TrackedLaunch(uri, "exp", "launch-1"), "ood_valid_acc", "acc")
     assert (
         summaries["tiny__ndr"]["running"] == 0 and summaries["tiny__ndr"]["done"] == 1
     )  # a lost run counts nowhere
@@ -201,7 +205,7 @@ def test_an_interrupted_trial_is_marked_so_and_running_again_on_resume(tmp_path,
     run = client.get_run(tracker.runs["a"])
     assert run.data.tags[STATUS_TAG] == "interrupted" and run.info.status == "KILLED"
     assert client.get_run(tracker.runs["done"]).data.tags[STATUS_TAG] == "completed"
-    assert ended_runs(uri, "exp", "launch-1", "search") == (1, 0)
+    assert ended_runs(TrackedLaunch(uri, "exp", "launch-1"), "search") == (1, 0)
     resumed = pickle.loads(pickle.dumps(tracker))
     resumed.runs.clear()
     resumed.on_trial_start(0, [], a)
@@ -334,7 +338,9 @@ def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_folder(tmp_path
     monkeypatch.chdir(elsewhere)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     (tmp_path / "store").mkdir()
-    parent = open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    parent = open_launch(
+        TrackedLaunch(uri, "exp", "launch-1"), "space.yaml", "name: exp\n", tmp_path / "runs"
+    )
     assert (tmp_path / "store" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
     assert MlflowClient(uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
 
@@ -349,7 +355,10 @@ def test_artifacts_of_a_postgresql_store_live_beside_the_launch_folders(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     parent = open_launch(
-        postgres_database.uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs"
+        TrackedLaunch(postgres_database.uri, "exp", "launch-1"),
+        "space.yaml",
+        "name: exp\n",
+        tmp_path / "runs",
     )
     assert (tmp_path / "runs" / "mlartifacts").is_dir() and list(elsewhere.iterdir()) == []
     assert MlflowClient(postgres_database.uri).download_artifacts(parent, "search_space.yaml", str(tmp_path))
@@ -581,9 +590,10 @@ def test_of_trials_tied_on_the_metric_the_first_started_answers(tmp_path, monkey
         t.status = "TERMINATED"
         tracker.on_trial_complete(0, [], t)
     started = [tracker.runs[trial_id] for trial_id in "cab"]
-    assert [run.info.run_id for run in launch_trial_runs(uri, "exp", "launch-1")] == started
+    assert [run.info.run_id for run in launch_trial_runs(TrackedLaunch(uri, "exp", "launch-1"))] == started
     assert (
-        pair_summaries(uri, "exp", "launch-1", "ood_valid_acc", "acc")["tiny__ndr"]["best_run"] == started[0]
+        pair_summaries(TrackedLaunch(uri, "exp", "launch-1"), "ood_valid_acc", "acc")["tiny__ndr"]["best_run"]
+        == started[0]
     )
 
 
@@ -607,7 +617,7 @@ def test_a_tie_on_the_metric_goes_to_the_in_distribution_score_then_the_training
 
     def best(*runs):
         monkeypatch.setattr(summaries, "launch_trial_runs", lambda *args: list(runs))
-        s = pair_summaries("uri", "exp", "launch", "m", "acc", headline="test_x2_acc_at_best")["p"]
+        s = pair_summaries(LAUNCH, "m", "acc", headline="test_x2_acc_at_best")["p"]
         return s["best_run"], s["decided_by"], s["test"]
 
     assert best(run("a", 1.0, 0.9, 0.2), run("b", 1.0, 0.95, 0.3), run("c", 0.9, 1.0, 0.1)) == (
@@ -623,7 +633,7 @@ def test_a_tie_on_the_metric_goes_to_the_in_distribution_score_then_the_training
         "launch_trial_runs",
         lambda *args: [run("a", 1.0, 0.9, 0.2), run("b", 1.0, 0.95, 0.3), run("c", 0.9, 1.0, 0.1)],
     )
-    assert [c["lr"] for c in summaries.top_configs("uri", "exp", "launch", "m", "acc", 2)["p"]] == ["b", "a"]
+    assert [c["lr"] for c in summaries.top_configs(LAUNCH, "m", "acc", 2)["p"]] == ["b", "a"]
 
 
 def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(monkeypatch):
@@ -654,7 +664,7 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
         run("c1-2", "failed", 0.0, "confirm", 1),
     ]
     monkeypatch.setattr(summaries, "launch_trial_runs", lambda *args: runs)
-    summary = pair_summaries("uri", "exp", "launch", "m", "acc")["p"]
+    summary = pair_summaries(LAUNCH, "m", "acc")["p"]
     assert (summary["best_run"], summary["done"], summary["failed"], summary["stopped"]) == ("done", 1, 1, 1)
     assert summary["diverged"] == 1  # of the failed: the launch's summary line says so
     confirmed = summary["confirmed"]
@@ -669,7 +679,7 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
         run("c0-1", "diverged", 0.1, "confirm", 0),
         run("c0-2", "completed", 0.92, "confirm", 0),
     ]
-    confirmed = pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
+    confirmed = pair_summaries(LAUNCH, "m", "acc")["p"]["confirmed"]
     assert (
         confirmed["candidate"] == 0
         and confirmed_text(confirmed) == "confirmed 0.910 ± 0.014 over 2 of 3 seeds (candidate 1)"
@@ -677,7 +687,7 @@ def test_the_answer_is_a_trial_that_completed_and_a_candidate_whose_seeds_did(mo
     runs.append(
         run("c2-0", "running", 0.99, "confirm", 2)
     )  # a confirmation still under way: its answer may change
-    confirmed = pair_summaries("uri", "exp", "launch", "m", "acc")["p"]["confirmed"]
+    confirmed = pair_summaries(LAUNCH, "m", "acc")["p"]["confirmed"]
     assert confirmed_text(confirmed).endswith("(candidate 1; so far: 1 confirmation run(s) still running)")
 
 
@@ -869,7 +879,9 @@ def test_launches_that_open_a_new_store_at_once_all_get_it_whole(tmp_path, reque
         "exp-2",
         "exp-3",
     ]
-    assert open_launch(uri, "exp-0", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    assert open_launch(
+        TrackedLaunch(uri, "exp-0", "launch-1"), "space.yaml", "name: exp\n", tmp_path / "runs"
+    )
 
 
 def test_launches_of_one_file_begun_in_the_same_second_get_a_folder_and_parent_run_each(
@@ -1079,13 +1091,15 @@ def test_a_launch_whose_search_space_cannot_be_stored_leaves_no_running_mlflow_r
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs/mlartifacts").write_text("not a folder")
     with pytest.raises(OSError):
-        open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+        open_launch(TrackedLaunch(uri, "exp", "launch-1"), "space.yaml", "name: exp\n", tmp_path / "runs")
     mlflow = MlflowClient(uri)
     exp_id = mlflow.get_experiment_by_name("exp").experiment_id
     assert mlflow.search_runs([exp_id]) == []
     [failed] = mlflow.search_runs([exp_id], run_view_type=ViewType.DELETED_ONLY)
     (tmp_path / "runs/mlartifacts").unlink()
-    parent = open_launch(uri, "exp", "launch-1", "space.yaml", "name: exp\n", tmp_path / "runs")
+    parent = open_launch(
+        TrackedLaunch(uri, "exp", "launch-1"), "space.yaml", "name: exp\n", tmp_path / "runs"
+    )
     assert parent != failed.info.run_id and mlflow.get_run(parent).info.status == "RUNNING"
     assert [a.path for a in mlflow.list_artifacts(parent)] == ["search_space.yaml"]
 

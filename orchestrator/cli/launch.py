@@ -120,7 +120,7 @@ def cmd_resume(args) -> int:
     # Read before Ray starts: the file as launched (DamagedLaunch where it no longer loads), its
     # storage, and its store's records (a damaged database says so).
     storage, study = state.trial_storage(), state.study()
-    launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+    launch_trial_runs(state.tracked)
     if edits := state.edits():
         shown = "; ".join(edits[:4]) + (f"; and {len(edits) - 4} more" if len(edits) > 4 else "")
         print(

@@ -19,9 +19,7 @@ def summaries_of(state: LaunchState, runs: list | None = None) -> dict:
     trial runs, where already read."""
     plan = state.the_plan()
     return pair_summaries(
-        state.tracking_uri,
-        state.experiment,
-        state.launch_id,
+        state.tracked,
         plan["metric"],
         plan["score"],
         runs,

@@ -72,7 +72,7 @@ def launch_frame(state) -> pd.DataFrame:
     nested options flattened: `params.task_options.direction`) and the last value of each metric as
     `metrics.<name>`, as mlflow.search_runs names its columns."""
     rows = []
-    for run in launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id):
+    for run in launch_trial_runs(state.tracked):
         tags = run.data.tags
         rows.append(
             {

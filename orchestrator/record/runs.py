@@ -19,6 +19,7 @@ from typing import Any
 
 from trainables.scores import SCORES
 
+from .state import TrackedLaunch
 from .stores import client, store_exists
 
 STATUS_TAG = "trial_status"  # running | completed | early_stopped | diverged | failed | interrupted | lost
@@ -95,11 +96,10 @@ def artifact_root(uri: str, records: Path) -> str | None:
     return (records.resolve() / "mlartifacts").as_uri()
 
 
-def open_launch(
-    uri: str, experiment: str, launch_id: str, spec_file: str, spec_text: str, records: Path
-) -> str:
+def open_launch(launch: TrackedLaunch, spec_file: str, spec_text: str, records: Path) -> str:
     """The launch's parent run: found by its launch_id tag when resuming, else created. Returns its
     id. `records`: the folder of the launch folders (the file's storage_path; see artifact_root)."""
+    uri, experiment, launch_id = launch.uri, launch.experiment, launch.launch_id
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     mlflow = client(uri)
@@ -211,29 +211,32 @@ def end_running_runs(
             mlflow.set_terminated(run.info.run_id, status="KILLED")
 
 
-def interrupt_launch(uri: str, experiment: str, parent_run_id: str, launch_id: str) -> None:
+def interrupt_launch(launch: TrackedLaunch, parent_run_id: str) -> None:
     """The records of a launch whose driver was stopped: its running trial runs interrupted, its
     own run and its pairs' KILLED (resume marks them running again)."""
-    mlflow = client(uri)
+    mlflow = client(launch.uri)
     end_running_runs(
-        mlflow, mlflow.get_experiment_by_name(experiment).experiment_id, launch_id, lambda _: "interrupted"
+        mlflow,
+        mlflow.get_experiment_by_name(launch.experiment).experiment_id,
+        launch.launch_id,
+        lambda _: "interrupted",
     )
-    close_launch(uri, parent_run_id, status="KILLED", launch_status="interrupted")
+    close_launch(launch.uri, parent_run_id, status="KILLED", launch_status="interrupted")
 
 
-def launch_trial_runs(uri: str, experiment: str, launch_id: str) -> list:
+def launch_trial_runs(launch: TrackedLaunch) -> list:
     """Every trial run of a launch, all pages, in the order they started: where trials tie on the
     selection metric, the first best in this order answers (the earliest, as Optuna's
     study.best_trial takes the first of its tied trials), whatever order the store returns."""
-    mlflow = client(uri)
-    exp = mlflow.get_experiment_by_name(experiment)
+    mlflow = client(launch.uri)
+    exp = mlflow.get_experiment_by_name(launch.experiment)
     if exp is None:
         return []
     runs, token = [], None
     while True:
         page = mlflow.search_runs(
             [exp.experiment_id],
-            filter_string=f"tags.launch_id = '{launch_id}' and tags.kind = 'trial'",
+            filter_string=f"tags.launch_id = '{launch.launch_id}' and tags.kind = 'trial'",
             max_results=1000,
             order_by=["attributes.start_time ASC", "attributes.run_id ASC"],
             page_token=token,

@@ -33,6 +33,16 @@ class DamagedLaunch(ValueError):
     """A launch.json that does not load (a hand edit, a partial copy, another tool's file)."""
 
 
+@dataclass(frozen=True)
+class TrackedLaunch:
+    """Where a launch's runs are: its tracking store, its MLflow experiment, and the launch_id tag
+    its runs carry (LaunchState.tracked; a launch registering has no state yet)."""
+
+    uri: str
+    experiment: str
+    launch_id: str
+
+
 @dataclass
 class LaunchState:
     launch_id: str
@@ -165,6 +175,10 @@ class LaunchState:
             for key in {**before, **after}
             if before.get(key, MISSING) != after.get(key, MISSING)
         ]
+
+    @property
+    def tracked(self) -> TrackedLaunch:
+        return TrackedLaunch(self.tracking_uri, self.experiment, self.launch_id)
 
     def optuna_study_name(self, pair: str) -> str:
         """The Optuna study of a search's pair, in optuna_store.search_storage."""

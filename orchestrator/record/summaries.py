@@ -25,6 +25,7 @@ from .runs import (
     launch_trial_runs,
     pair_run,
 )
+from .state import TrackedLaunch
 from .stores import client
 
 
@@ -35,7 +36,7 @@ def metric_name(*parts: str) -> str:
 
 
 def summarize_pairs(
-    uri: str, parent_run_id: str, launch_id: str, metric: str, headline: str, summaries: dict[str, dict]
+    launch: TrackedLaunch, parent_run_id: str, metric: str, headline: str, summaries: dict[str, dict]
 ) -> None:
     """A search's answer (`summaries`: pair_summaries) where MLflow's runs table shows it at a
     glance: on the launch's run, each pair's best `metric` and that trial's test score, and the
@@ -45,7 +46,7 @@ def summarize_pairs(
     # Importing this module (cell_name, confirmed_text: status, best) loads no MLflow: seconds.
     from mlflow.entities import Metric, Param  # noqa: PLC0415
 
-    mlflow = client(uri)
+    mlflow = client(launch.uri)
     exp_id = mlflow.get_run(parent_run_id).info.experiment_id
     now = int(time.time() * 1000)
     on_parent = []
@@ -67,7 +68,7 @@ def summarize_pairs(
         )
         values = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
         on_parent += [Metric(metric_name(pair, k), v, now, 0) for k, v in values.items()]
-        run_id = pair_run(mlflow, exp_id, parent_run_id, launch_id, pair)
+        run_id = pair_run(mlflow, exp_id, parent_run_id, launch.launch_id, pair)
         # the confirmed candidate's, where there is one
         answer = confirmed.get("config") or summary["best_config"]
         params = [
@@ -154,14 +155,14 @@ def outcome_text(tags: dict[str, str]) -> str:
     return status
 
 
-def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> tuple[int, int]:
+def ended_runs(launch: TrackedLaunch, phase: str) -> tuple[int, int]:
     """How many runs of a launch's phase ("search" or "confirm") have ended (completed, stopped
     early, diverged or failed), and of those, failed for good: a trial of stacked members counts
     once per member. From the record, over every driver the launch had: a resume's Tune run knows
     only its own trials' errors."""
     statuses = [
         run.data.tags.get(STATUS_TAG, "running")
-        for run in launch_trial_runs(uri, experiment, launch_id)
+        for run in launch_trial_runs(launch)
         if run.data.tags.get("phase", "search") == phase
     ]
     ended = sum(1 for status in statuses if kind_of(status) not in (None, "running"))
@@ -169,13 +170,13 @@ def ended_runs(uri: str, experiment: str, launch_id: str, phase: str) -> tuple[i
 
 
 def cell_summaries(
-    uri: str, experiment: str, launch_id: str, metric: str, score: str, headline: str | None = None
+    launch: TrackedLaunch, metric: str, score: str, headline: str | None = None
 ) -> dict[str, dict[str, dict]]:
     """An ablation's progress per pair and grid cell (its runs' `cell` tag): seed runs done,
     running and failed (and of those, diverged), and the done ones' `metric` and `headline` test
     score (test_<score>_at_best where not given)."""
     out: dict[str, dict[str, dict]] = {}
-    for run in launch_trial_runs(uri, experiment, launch_id):
+    for run in launch_trial_runs(launch):
         kind = status_kind(run)
         if kind is None:
             continue
@@ -268,9 +269,7 @@ def fall_text(model: str, fall: dict, headline: str) -> str:
 
 
 def pair_summaries(
-    uri: str,
-    experiment: str,
-    launch_id: str,
+    launch: TrackedLaunch,
     metric: str,
     score: str,
     runs: list | None = None,
@@ -283,7 +282,7 @@ def pair_summaries(
     headline = headline or f"test_{score}_at_best"
     ranking = Ranking.of(metric, score)
     out: dict[str, dict] = {}
-    runs = launch_trial_runs(uri, experiment, launch_id) if runs is None else runs
+    runs = launch_trial_runs(launch) if runs is None else runs
     for run in runs:
         if run.data.tags.get("phase") == "confirm":
             continue
@@ -384,14 +383,12 @@ def confirmed_text(confirmed: dict | None) -> str:
     )
 
 
-def top_configs(
-    uri: str, experiment: str, launch_id: str, metric: str, score: str, k: int
-) -> dict[str, list[dict]]:
+def top_configs(launch: TrackedLaunch, metric: str, score: str, k: int) -> dict[str, list[dict]]:
     """Per pair, the full configs (seed left out) of its k best completed search trials, best first
     (ranking.Ranking's rule): what a confirmation trains again. Trials ASHA stopped early or that
     diverged are no candidates."""
     found: dict[str, list] = {}
-    for run in launch_trial_runs(uri, experiment, launch_id):
+    for run in launch_trial_runs(launch):
         if (
             run.data.tags.get("phase") == "confirm"
             or run.data.tags.get(STATUS_TAG) != "completed"

@@ -28,8 +28,7 @@ def launch_table(state, plan: dict, running: str, summaries: dict | None = None)
     driver, "unfinished"). `summaries`: pair_summaries' of a search, where already read."""
 
     def read(summarize) -> dict:
-        args = (state.tracking_uri, state.experiment, state.launch_id, plan["metric"], plan["score"])
-        return summarize(*args, headline=headline_of(plan))
+        return summarize(state.tracked, plan["metric"], plan["score"], headline=headline_of(plan))
 
     if plan["ablation"]:
         return cell_table(plan, read(cell_summaries), running)

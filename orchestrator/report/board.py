@@ -268,9 +268,7 @@ def iid_metrics(claim: Claim) -> tuple[str, str]:
 def launch_rows(state: LaunchState, claims: list[Claim], ui_url: str | None) -> list[tuple[Claim, Row]]:
     """(claim, row) for each row of a finished launch on a claim's column, by the report's statistics."""
     study = state.study()
-    frame = completed(
-        runs_frame(state, launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id), ENDED)
-    )
+    frame = completed(runs_frame(state, launch_trial_runs(state.tracked), ENDED))
     if not len(frame):
         return []
     launch = launch_info(state, client(state.tracking_uri), study, ui_url)

@@ -44,9 +44,7 @@ def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("co
     one of `statuses`: pair, model, task, variant, status, its full config's grid keys and seed,
     and every metric MLflow holds for it (the last value of each)."""
     rows = []
-    for run in (
-        launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id) if runs is None else runs
-    ):
+    for run in launch_trial_runs(state.tracked) if runs is None else runs:
         status = run.data.tags.get(STATUS_TAG)
         if status not in statuses:
             continue

@@ -87,7 +87,7 @@ def night_frames(state, frame: pd.DataFrame, history: list | None) -> list | Non
 
 def read_launch(state, previous_state, history: list | None, ui_url: str | None = None) -> LaunchData:
     study = state.study()
-    trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+    trial_runs = launch_trial_runs(state.tracked)
     frame_ended = runs_frame(state, trial_runs, ENDED)
     frame = completed(frame_ended)
     nights = night_frames(state, frame, history)

@@ -170,14 +170,7 @@ class Launch:
         """A search's confirmation phase: its best trials again over new seeds. -> as run_phase."""
         state, study = self.state, self.study
         if state.candidates is None:  # chosen once: a resumed confirmation repeats the same trials
-            state.candidates = top_configs(
-                state.tracking_uri,
-                state.experiment,
-                state.launch_id,
-                study.metric,
-                study.score,
-                study.confirm.top_k,
-            )
+            state.candidates = top_configs(state.tracked, study.metric, study.score, study.confirm.top_k)
             state.save()
         print(
             f"[launch] confirming: the {study.confirm.top_k} best trials of each pair again with seeds "
@@ -191,9 +184,7 @@ class Launch:
         state = self.state
         total = sum(phase_runs(self.study, phase_cells(self.stacking, state, phase)).values())
         # Counted from our records: Tune's clean-up after Ctrl-C marks unfinished trials TERMINATED.
-        ended, failed = ended_runs(
-            state.tracking_uri, state.experiment, state.launch_id, "confirm" if phase == CONFIRM else "search"
-        )
+        ended, failed = ended_runs(state.tracked, "confirm" if phase == CONFIRM else "search")
         if ended < total:
             self.mark_interrupted(
                 f"with {ended} of {total} {'confirmation ' if phase == CONFIRM else ''}runs ended"
@@ -206,7 +197,7 @@ class Launch:
         launch.json, and the closing lines. -> the exit status (see run)."""
         state, study = self.state, self.study
         written, regressions, summaries = self.write_answer()
-        fallen = fallen_pairs(launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id))
+        fallen = fallen_pairs(launch_trial_runs(state.tracked))
         close_launch(state.tracking_uri, state.parent_run_id, launch_status="finished")
         state.state = "finished"
         # A first night compared with none: no verdict.
@@ -237,7 +228,7 @@ class Launch:
             written, regressions = write_launch_report(state)
             return written, regressions, None
         storage = optuna_storage(state)
-        trial_runs = launch_trial_runs(state.tracking_uri, state.experiment, state.launch_id)
+        trial_runs = launch_trial_runs(state.tracked)
         for pair in study.pairs:
             searched = [
                 r
@@ -247,9 +238,7 @@ class Launch:
             settle_proposals(storage, optuna_study_name(state, pair), searched, study.metric)
         summaries = summaries_of(state, trial_runs)
         written = write_best(state, summaries)
-        summarize_pairs(
-            state.tracking_uri, state.parent_run_id, state.launch_id, study.metric, study.headline, summaries
-        )
+        summarize_pairs(state.tracked, state.parent_run_id, study.metric, study.headline, summaries)
         written += write_report(state)[0]
         return written, [], summaries
 
@@ -266,7 +255,7 @@ class Launch:
         reason = str(error)
         if isinstance(error, DiskFull):
             with contextlib.suppress(StoreUnavailable):  # the store's own disk may be the full one
-                interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
+                interrupt_launch(state.tracked, state.parent_run_id)
             if " MiB free" not in reason:  # a store's write that failed: where, and how much is left
                 fs, storage_path, _ = experiment_location(state)
                 reason += f"; {least_free(watched_places(state, fs, storage_path))}"
@@ -283,7 +272,7 @@ class Launch:
         state = self.state
         state.state = "interrupted"
         state.save()
-        interrupt_launch(state.tracking_uri, state.experiment, state.parent_run_id, state.launch_id)
+        interrupt_launch(state.tracked, state.parent_run_id)
         how = f" {how}" if how else ""
         print(f"[launch] interrupted{how}; nothing is lost: orchestrator resume {state.dir}", flush=True)
 

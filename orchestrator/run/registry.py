@@ -17,7 +17,7 @@ from typing import IO
 from ..plan.study import Study
 from ..record.runs import close_launch, open_launch, running_launch_runs
 from ..record.secrets import redact_text
-from ..record.state import SNAPSHOT_MODULES, LaunchState, plan_of
+from ..record.state import SNAPSHOT_MODULES, LaunchState, TrackedLaunch, plan_of
 from ..record.stores import normalize_store, remember
 from .stacking import Stacking, decide
 
@@ -45,9 +45,8 @@ def register(
     spec_text = redact_text(spec_text, uri)
     try:
         end_unregistered_launches(stored_uri, study, launch_id)
-        parent = open_launch(
-            stored_uri, study.experiment, launch_id, str(study.path), spec_text, Path(study.storage_path)
-        )
+        tracked = TrackedLaunch(stored_uri, study.experiment, launch_id)
+        parent = open_launch(tracked, str(study.path), spec_text, Path(study.storage_path))
     except BaseException:  # nothing registered: the id's claim goes, so it can be given again
         lock.close()
         raise
