@@ -1276,7 +1276,7 @@ def test_a_regression_stays_flagged_until_it_is_fixed_or_accepted(tmp_path, uri)
     first = night("night-1", 0, scores_for(0, rng_seed=1))
     second = night("night-2", 1, scores_for(3, shift=0.2, rng_seed=2))
     assert len(report.write_night(second)[1]) == len(LAYERS)
-    second.regressed = True  # the verdict launch.execute records
+    second.regressed = True  # the verdict Launch.answer records
     second.save()
     third = night("night-3", 2, scores_for(6, shift=0.2, rng_seed=3))
     _, regressions = report.write_night(third)

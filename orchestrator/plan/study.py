@@ -144,7 +144,7 @@ class Budget:
     max_failures: int = 3  # times a trial restarts from its last checkpoint after its node or process died
     # The most members one stacked trial trains (batch_seeds): a search's TPE suggestions, an
     # ablation's or a confirmation's seeds and cells. auto: where trials get a GPU, the size past
-    # which a measured throughput curve stops rising (launch.measure_stack_sizes); on CPUs a
+    # which a measured throughput curve stops rising (preflight.measure_stack_sizes); on CPUs a
     # search stacks nothing and an ablation stacks whole cell groups.
     stack_size: int | str = "auto"
 

@@ -62,7 +62,7 @@ def cell_tags(trial, member: int | None = None) -> dict[str, str]:
 
 def trial_error(trial) -> str:
     """The trial's failures as Tune wrote them to its file, each with its traceback; "" where none.
-    Tune's own log of them is kept off the console (launch.quiet_ray)."""
+    Tune's own log of them is kept off the console (ray_start.quiet_ray)."""
     path = getattr(trial, "error_file", None)
     return Path(path).read_text() if path and os.path.exists(path) else ""
 
@@ -251,7 +251,7 @@ class TrialTracker(Callback):
         if result.get("status") in ("diverged", "failed"):
             # No evaluation ran: the loss went NaN or infinite since the last one, whose scores MLflow
             # has at their own step (a stack goes on reporting a diverged member's, unchanged), or the
-            # trial raised as on its try before (launch.run_trial).
+            # trial raised as on its try before (trial.run_trial).
             return
         step = int(result.get("iteration", result.get("training_iteration", 0)))
         if step <= self.logged_until(run_id):
@@ -291,7 +291,7 @@ class TrialTracker(Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """Its node or process died, or it raised; Tune starts it again from its last checkpoint (afresh
-        where it had none), maybe elsewhere. One that raises as on this try ends (launch.run_trial)."""
+        where it had none), maybe elsewhere. One that raises as on this try ends (trial.run_trial)."""
         print(
             f"[launch] trial {trial.trial_id} failed ({trial.run_metadata.num_failures} time(s))"
             f"{error_words(trial_error(trial))}; restarting it "
@@ -339,7 +339,7 @@ class TrialTracker(Callback):
             return
         try:
             end(self.mlflow.unretried)
-        except Exception:  # the store is down; launch.stopped_by_outage says so
+        except Exception:  # the store is down; Launch.stopped_by_outage says so
             pass
 
 
@@ -361,7 +361,7 @@ class ProgressLines(Callback):
             n_iters,
             every_s,
         )
-        self.stack_of = stack_of  # what a stacked trial's metric is of its members' (launch.run_trial)
+        self.stack_of = stack_of  # what a stacked trial's metric is of its members' (trial.run_trial)
         self.phase = f"{phase} " if phase else ""  # "confirmation " for a search's confirmation trials
         self.numbers: dict[str, int] = {}  # trial id -> the number of its (first) run within its pair
         self.counts: dict[str, int] = {}  # pair -> runs seen

@@ -172,7 +172,7 @@ def on_node(needs_cuda: bool, measure, *args) -> tuple:
 class Calibration:
     """Where a dry run times trials: here, one measurement after another, or on the nodes of the
     joined cluster (`cluster`) as Ray tasks with a trial's CPUs and custom resources and, where its
-    trials train on GPUs, a whole GPU (as launch.measure_stack_sizes: a measurement beside others is
+    trials train on GPUs, a whole GPU (as preflight.measure_stack_sizes: a measurement beside others is
     timed by them), since the cluster's nodes, not the driver's machine, train them. There, every
     measurement is submitted first (submit), so that a cluster's GPUs take them side by side, and
     collected in the plan's order (result)."""
@@ -309,7 +309,7 @@ def stacked_step_time(
     stacking: Stacking, pair: Pair, size: int | None, device: str, calibration: Calibration | None = None
 ) -> tuple[float | None, str, int]:
     """Where the pair's trials stack `size` members (None: the throughput curve's knee, as
-    launch.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
+    preflight.measure_stack_sizes takes it): (seconds per member-step, in words, the size), from the
     curve measured here or where `calibration` says. None where the stack does not fit the device."""
     (flat, sizes), most = curve_args(stacking, pair, size), stacking.most_stacked(pair)
     measured_curve, where = (calibration or Calibration(False)).result(pair, device, stack_curve, flat, sizes)

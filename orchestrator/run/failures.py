@@ -3,7 +3,7 @@
 Tune restarts a trial whose process raised as it restarts one whose node died, up to
 budget.max_failures times. Restored from the same checkpoint, a trial that raised the same error
 before its next evaluation as on its try before would only raise it again: it ends instead, status
-failed, with that error as its last result (launch.run_trial). Tune's retries are left to lost
+failed, with that error as its last result (trial.run_trial). Tune's retries are left to lost
 nodes and processes, and to errors of the machine or of Ray (an OSError: a full disk, a dropped
 connection; a RayError), which a restart may not meet again. Each trial's last failure is kept in
 the launch's trial storage, which every node reaches (a restart may land on another node).

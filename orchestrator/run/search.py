@@ -239,7 +239,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
                 continue
             own = member_result(result or {}, member)
             value = own.get(self.metric) if own.get("status") == "completed" else None
-            # A trial that ended failed (launch.run_trial) is as one Tune ended with an error.
+            # A trial that ended failed (trial.run_trial) is as one Tune ended with an error.
             failed = error or own.get("status") == "failed"
             state = (
                 TrialState.COMPLETE if value is not None else TrialState.FAIL if failed else TrialState.PRUNED
@@ -378,7 +378,7 @@ class ResumeFailed(BaseException):
     """A resume that could not read its state back. Tune meets any Exception in a resume by
     starting the experiment afresh in the same folder: its next snapshot lists no trial, and every
     resume after it fails (a chaos soak resumed during a database outage and looped so). A
-    BaseException passes Tune's handler; launch.run_phase stops the launch, its state untouched."""
+    BaseException passes Tune's handler; Launch.run_phase stops the launch, its state untouched."""
 
 
 class PairScheduler(FIFOScheduler):

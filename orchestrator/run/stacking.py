@@ -104,7 +104,7 @@ class Stacking:
 
     def measures_stack_size(self, pair: Pair, use_gpu: bool) -> bool:
         """Whether a launch times the pair's throughput curve for its stack size: budget.stack_size
-        auto, where its trials get a GPU and some of them stack (launch.measure_stack_sizes)."""
+        auto, where its trials get a GPU and some of them stack (preflight.measure_stack_sizes)."""
         auto = self.study.budget.stack_size == "auto"
         return auto and use_gpu and pair.resources.gpu > 0 and self.most_stacked(pair) > 1
 
@@ -220,7 +220,7 @@ class Stacking:
 def decide(study: Study, use_gpu: bool | None, stack_sizes: dict[str, int] | None = None) -> Stacking:
     """The study's stacking where trials get GPUs or not (`use_gpu`; None before that is known, as
     for the plan printed before a launch: batch_seeds auto stays undecided), with budget.stack_size
-    auto as measured per pair (`stack_sizes`, launch.measure_stack_sizes)."""
+    auto as measured per pair (`stack_sizes`, preflight.measure_stack_sizes)."""
     batch_seeds = study.batch_seeds
     if batch_seeds == "auto" and use_gpu is not None:
         # On CPUs a stacked model of N seeds steps slower than N runs in turn
@@ -261,7 +261,7 @@ def holds(pair: Pair, use_gpu: bool, nodes: list[dict[str, float]]) -> bool:
 
 def misfits(study: Study, use_gpu: bool, nodes: list[dict[str, float]]) -> list[str]:
     """Why a cluster of `nodes` (each one's resources by Ray's names) cannot run a pair's trials:
-    a line per reason, naming the file's key at fault (launch.check_fits refuses the first)."""
+    a line per reason, naming the file's key at fault (preflight.check_fits refuses the first)."""
     problems = []
     for pair in study.pairs:
         if holds(pair, use_gpu, nodes):
