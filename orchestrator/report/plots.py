@@ -292,12 +292,13 @@ def learning_curves(
 
 
 def slices(
-    pair: str, trials: list[dict], params: dict[str, tuple], metric: str, chance: str, out_dir: Path
+    pair: str, trials: list[dict], space: dict, metric: str, chance: str, out_dir: Path
 ) -> tuple[Path, str] | None:
     """The selection metric of each trial against each searched hyperparameter (Optuna's slice
-    plot) over its searched range, on a log axis where it was searched log-uniformly; `params`:
-    name -> (its distribution's kind, its values). Completed trials filled, the others hollow."""
-    shown = [name for name in params if any(name in t["params"] for t in trials)]
+    plot) over its searched range, on a log axis where it was searched log-uniformly; `space`:
+    name -> its distribution (plan.space: its span, none for a choice, and its scale). Completed
+    trials filled, the others hollow."""
+    shown = [name for name in space if any(name in t["params"] for t in trials)]
     if not shown:
         return None
     plt = pyplot()
@@ -315,23 +316,22 @@ def slices(
             if points:
                 xs, ys = zip(*points)
                 ax.scatter(
-                    [str(x) if params[name][0] == "choice" else x for x in xs],
+                    [x if space[name].span else str(x) for x in xs],
                     ys,
                     s=28,
                     facecolors="C0" if completed else "none",
                     edgecolors="C0",
                     label="completed" if completed else "stopped / other",
                 )
-        kind, bounds = params[name]
-        if kind == "loguniform":
+        if space[name].log_scale:
             from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: PLC0415 - see pyplot
 
             ax.set_xscale("log")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.xaxis.set_minor_locator(NullLocator())  # labelled minor ticks overlap over a short range
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
-        if kind != "choice":
-            ax.set_xlim(*bounds)  # where in the searched range the trials fell
+        if space[name].span:
+            ax.set_xlim(*space[name].span)  # where in the searched range the trials fell
         ax.tick_params(axis="x", labelsize=7)
         draw_chance(ax, chance, metric)
         ax.set_xlabel(name)

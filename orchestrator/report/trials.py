@@ -104,7 +104,7 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     sliced = plots.slices(
         pair.name,
         trials,
-        {k: (d.kind, d.values) for k, d in pair.space.items()},
+        pair.space,
         study.metric,
         chance,
         out_dir,
