@@ -17,7 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainables.config import parse_trial_config, presets
-from trainables.kinds import AUTOREGRESSIVE_SEQ2SEQ, KINDS, SEQUENCE_TO_SEQUENCE, SET_REGRESSION
+from trainables.kinds import (
+    AUTOREGRESSIVE_SEQ2SEQ,
+    IMAGE_CLASSIFICATION,
+    IMAGE_SEQUENCE_CLASSIFICATION,
+    KINDS,
+    SEQUENCE_CLASSIFICATION,
+    SEQUENCE_TO_SEQUENCE,
+    SET_REGRESSION,
+)
 from trainables.scores import SCORES
 from trainables.tasks import (
     TASKS,
@@ -701,3 +709,25 @@ def test_the_data_hash_is_the_splits_content_and_a_drawn_batch(tmp_path, monkeyp
     drawn = load_task("copy", {"eval_size": 8})
     other_draw = dataclasses.replace(drawn, draw_train=lambda rng, n: drawn.draw_train(rng, n + 1))
     assert drawn.data_hash != other_draw.data_hash
+
+
+def test_each_kind_names_an_attention_maps_columns_and_captions_its_example():
+    """What report/maps.py draws, asked of the task's kind: tokens between <bos> and <eos>, an
+    image's summary token and patch grid, ESBN's objects by position and id."""
+    vocab, classes = ["<pad>", "<bos>", "<eos>", "a", "b"], ["no", "yes"]
+    task = Task(name="t", kind=SEQUENCE_CLASSIFICATION, splits={}, vocab=vocab, classes=classes)
+    split = Split(
+        {
+            "tokens": np.array([[3, 4, 0]]),
+            "lengths": np.array([2]),
+            "labels": np.array([1]),
+            "image_ids": np.array([[5, 7]]),
+            "depths": np.array([1]),
+        }
+    )
+    assert SEQUENCE_CLASSIFICATION.legend(task, split, 0, 4) == (["<bos>", "a", "b", "<eos>"], "a b")
+    assert SEQUENCE_CLASSIFICATION.symbols(task, split, 0) == ["a", "b"]
+    grid = ["summary", "r1c1", "r1c2", "r2c1", "r2c2"]
+    assert IMAGE_CLASSIFICATION.legend(task, split, 0, 5) == (grid, "a test image, answer: yes")
+    objects = ["1: object 5", "2: object 7"]
+    assert IMAGE_SEQUENCE_CLASSIFICATION.legend(task, split, 0, 2) == (objects, "a test trial, answer: yes")
