@@ -144,7 +144,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         (with_(space={"lr": {"gaussian": [0, 1]}}), "space.lr: unknown distribution 'gaussian'"),
         (
             with_(space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}),
-            "space.n_heads: 3 heads do not divide d_model 128",
+            "space.d_model=128, space.n_heads=3 (fwd__ndr): d_model=128 is not divisible by n_heads=3",
         ),
         (with_(budget={"trials": 0}), "budget.trials: must be a finite positive number"),
         (with_(budget={"trails": 3}), "budget.trails: unknown key (did you mean 'trials'?)"),
@@ -243,7 +243,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         ),
         (
             with_(per_pair={"fwd__lstm": {"fixed": {"n_heads": 2}}}),
-            "per_pair.fwd__lstm.fixed.n_heads: not a parameter of lstm",
+            "per_pair.fwd__lstm.fixed.n_heads: not an option of model 'lstm' or of training",
         ),
         (
             with_(per_pair={"fwd__lstm": {"lr": 0.1}}),
@@ -278,7 +278,7 @@ def test_warm_start_is_moved_into_the_space(tmp_path):
         # space may not.
         (
             with_(per_model={"lstm": {"space": {"n_heads": {"choice": [1, 2]}}}}),
-            "per_model.lstm.space.n_heads: not a parameter of lstm",
+            "per_model.lstm.space.n_heads: not an option of model 'lstm' or of training",
         ),
         # Mann-Whitney's smallest p, 1/C(2n, n), Holm-corrected over the cells: 3 seeds reach 1/20 at best.
         (
@@ -573,8 +573,8 @@ def test_a_models_own_grid_adds_to_the_files(tmp_path):
     )  # the preset's S and R
     with pytest.raises(
         SpecError,
-        match=r"per_model\.transformer\.grid\.n_hedas: not a parameter of transformer "
-        r"\(did you mean 'n_heads'\?\)",
+        match=r"per_model\.transformer\.grid\.n_hedas: not an option of model 'transformer' or of "
+        r"training \(did you mean 'n_heads'\?\)",
     ):
         load_study(write(tmp_path, with_(**retrieval, per_model={"transformer": {"grid": {"n_hedas": [2]}}})))
     with pytest.raises(SpecError, match=r"seeds: missing: an ablation trains each grid cell once per seed"):
@@ -1766,7 +1766,7 @@ REFUSALS_SHOWN = {
     "space.dropout=1.5 (fwd__ndr): dropout: must be at least 0 and less than 1, got 1.5": with_(
         space={"dropout": {"uniform": [0.0, 1.5]}}
     ),
-    "space.n_heads: 3 heads do not divide d_model 128": with_(
+    "space.d_model=128, space.n_heads=3 (fwd__ndr): d_model=128 is not divisible by n_heads=3": with_(
         space={"d_model": {"choice": [128]}, "n_heads": {"choice": [3]}}
     ),
     "metric: best_ood_valid_acc does not exist for task 'copy', which reports "

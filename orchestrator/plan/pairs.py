@@ -1,26 +1,29 @@
 """The pairs of a file: its tasks and models, which model runs which task, and each pair's
-config, space and grid (what its trials train), built before launch (plan.probes)."""
+config, space and grid (what its trials train), judged and built before launch (plan.probes)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from trainables.config import (
-    TRAIN_KEYS,
     ConfigError,
+    check,
     closest,
     defaults,
+    keys_of,
+    model_problem,
     parse_trial_config,
     preset,
     presets,
     protocol_keys,
+    task_problem,
 )
-from trainables.models import MODELS, ModelError, model_fields, model_spec
+from trainables.models import MODELS, model_spec
 from trainables.models import canonical as canonical_model
 from trainables.models import label as model_label
 from trainables.tasks import TASKS, task_config
 
-from .probes import check_builds_of
+from .probes import check_trials, refuse
 from .sections import parse_grid, parse_resources, refuse_set_elsewhere
 from .source import SpecError, safe_name
 from .space import Distribution, parse_space
@@ -48,12 +51,8 @@ def parse_tasks(raw, path) -> list[TaskEntry]:
                     "valid: task, variant, options",
                 )
         name = entry["task"]
-        if not isinstance(name, str) or name not in TASKS:
-            raise SpecError(
-                path,
-                f"{where}.task",
-                f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}",
-            )
+        if reason := task_problem(name):
+            raise SpecError(path, f"{where}.task", reason)
         options = entry.get("options") or {}
         if not isinstance(options, dict):
             raise SpecError(path, f"{where}.options", f"expected a mapping of task options, got {options!r}")
@@ -73,33 +72,14 @@ def parse_tasks(raw, path) -> list[TaskEntry]:
     return out
 
 
-def _check_model(name, path, key: str) -> None:
-    """A model the registry finds: one of the package's, a model file's class or an entry point
-    (trainables.models.model_spec), stated rightly."""
-    if isinstance(name, str) and name in MODELS:
-        return
-    try:
-        if not isinstance(name, str):
-            raise ModelError("")
-        model_spec(name)
-    except ModelError as e:
-        if isinstance(name, str) and ":" in name:
-            raise SpecError(path, key, str(e)) from None
-        raise SpecError(
-            path,
-            key,
-            f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
-            "or a model of your own as path/to/file.py:Class",
-        ) from None
-
-
 def parse_models(raw, path) -> list[str]:
     if raw == "all":
         return list(MODELS)
     if not raw or not isinstance(raw, list):
         raise SpecError(path, "models", "expected a list of model names or 'all'")
     for k, name in enumerate(raw):
-        _check_model(name, path, f"models[{k}]")
+        if reason := model_problem(name):
+            raise SpecError(path, f"models[{k}]", reason)
         if name in raw[:k] or model_label(name) in map(model_label, raw[:k]):
             raise SpecError(
                 path, f"models[{k}]", f"{name} appears twice: its pairs would share one name, study and runs"
@@ -170,15 +150,7 @@ def parse_per_pair(raw, tasks: list[TaskEntry], models: list[str], path) -> dict
             raise SpecError(
                 path, f"per_pair.{name}", f"expected {{fixed: {{key: value, ...}}}}, got {entry!r}"
             )
-        model = name.rsplit("__", 1)[1]
         refuse_set_elsewhere(entry.get("fixed") or {}, f"per_pair.{name}.fixed", path)
-        for key in entry.get("fixed") or {}:
-            if key not in TRAIN_KEYS | model_fields(model):
-                raise SpecError(
-                    path,
-                    f"per_pair.{name}.fixed.{key}",
-                    f"not a parameter of {model}{closest(str(key), model_fields(model))}",
-                )
         out[name] = dict(entry.get("fixed") or {})
     return out
 
@@ -209,12 +181,11 @@ def parse_pairs(
     for model in models:
         overrides = per_model.get(model) or {}
         own_space = parse_space(overrides.get("space") or {}, f"per_model.{model}.space", path)
-        space = {**shared.space, **_model_keys(own_space, model, f"per_model.{model}.space", path)}
         for task in tasks:
             if (task.variant, model) in incompatible:
                 continue
             own_fixed = per_pair.get(f"{task.variant}__{model}", {})
-            pairs.append(_make_pair(task, model, space, overrides, own_fixed, shared, path))
+            pairs.append(_make_pair(task, model, overrides, own_space, own_fixed, shared, path))
     return pairs
 
 
@@ -226,7 +197,7 @@ def check_named_keys(models: list[str], per_model: dict, space: dict, fixed: dic
             raise SpecError(
                 path, f"per_model.{model}", f"model is not in this file's models{closest(str(model), models)}"
             )
-    valid = TRAIN_KEYS.union(*(model_fields(m) for m in models))
+    valid = set().union(*map(keys_of, models))
     for section, keys in (("space", space), ("fixed", fixed), ("grid", grid)):
         for key in keys:
             if key not in valid:
@@ -237,37 +208,42 @@ def check_named_keys(models: list[str], per_model: dict, space: dict, fixed: dic
                 )
 
 
-def _model_keys(values: dict, model: str, where: str, path) -> dict:
-    """`values` (a model's own space or grid), each key a parameter the model has: the file's may
-    hold keys one of its models lacks, a model's own may not."""
-    for key in values:
-        if key not in TRAIN_KEYS | model_fields(model):
-            hint = closest(key, model_fields(model))
-            raise SpecError(path, f"{where}.{key}", f"not a parameter of {model}{hint}")
-    return values
+def _taken(values: dict, model: str) -> dict:
+    """The keys of the file's own section (space, fixed, grid) that `model` has: the file's may hold
+    keys one of its models lacks (heads of an LSTM), a model's own sections may not."""
+    return {k: v for k, v in values.items() if k in keys_of(model)}
 
 
 def _make_pair(
-    task: TaskEntry, model: str, space: dict, overrides: dict, own_fixed: dict, shared: Shared, path
+    task: TaskEntry, model: str, overrides: dict, own_space: dict, own_fixed: dict, shared: Shared, path
 ) -> Pair:
     """One model on one task: its config and space (_pair_config) under its model's fixed values
-    and then its own (per_pair), its model's resources and grid; built in every grid cell and at
-    its space's extremes (check_builds_of)."""
+    and then its own (per_pair), its model's resources and grid; its trials judged in every grid
+    cell and at its space's extremes (check_trials)."""
+    name = f"{task.variant}__{model}"
+    where = f"per_model.{model}.grid"
+    # A model's own grid (Table 6's head counts for multi-head attention only) adds to the file's.
+    own_grid = parse_grid({"grid": overrides.get("grid")}, path, where)[0]
+    # The file's key of each key a model's own section gives that the model lacks: the judge's
+    # reason is said there.
+    given = [
+        (own_fixed, f"per_pair.{name}.fixed"),
+        (own_space, f"per_model.{model}.space"),
+        (own_grid, where),
+    ]
+    labels = {k: f"{section}.{k}" for values, section in given for k in values if k not in keys_of(model)}
+    space = {**_taken(shared.space, model), **own_space}
     model_fixed = overrides.get("fixed") or {}
-    base, own_space, warm = _pair_config(
-        task, model, space, shared.fixed, {**model_fixed, **own_fixed}, shared.budget, shared.seed, path
+    base, warm = _pair_config(
+        task, model, space, _taken(shared.fixed, model), {**model_fixed, **own_fixed}, shared, labels, path
     )
     resources = parse_resources(
         overrides.get("resources"), shared.resources, f"per_model.{model}.resources", path
     )
-    # A grid key the model lacks (heads of an LSTM) does not apply to it; a model's own grid
-    # (Table 6's head counts for multi-head attention only) adds to the file's.
-    where = f"per_model.{model}.grid"
-    own_grid = _model_keys(parse_grid({"grid": overrides.get("grid")}, path, where)[0], model, where, path)
-    grid = {k: v for k, v in {**shared.grid, **own_grid}.items() if k in TRAIN_KEYS | model_fields(model)}
+    grid = {**_taken(shared.grid, model), **own_grid}
     base = {k: v for k, v in base.items() if k not in grid}
     from_preset, from_defaults = _protocol_origins(
-        task, model, base, {**shared.fixed, **model_fixed, **own_fixed}, {*own_space, *grid}, shared.budget
+        task, model, base, {**shared.fixed, **model_fixed, **own_fixed}, {*space, *grid}, shared.budget
     )
     # The threads a trial runs on are in its config, recorded and re-run with it (best/<pair>.yaml):
     # on a CPU they change the sums' order, hence the numbers. The file's, else its CPU share.
@@ -277,7 +253,7 @@ def _make_pair(
     pair = Pair(
         task=task,
         model=model,
-        space=own_space,
+        space=space,
         base=base,
         warm_start=warm,
         grid=grid,
@@ -296,7 +272,7 @@ def _make_pair(
             f"{device} needs a GPU, and {asked}.gpu gives its trials none "
             "(Ray hides the GPUs from a trial that asks for none)",
         )
-    check_builds_of(path, pair)
+    check_trials(path, pair, labels)
     return pair
 
 
@@ -319,12 +295,18 @@ def _protocol_origins(
 
 
 def _pair_config(
-    task: TaskEntry, model: str, space, fixed: dict, model_fixed: dict, budget: Budget, seed: int, path
-) -> tuple[dict, dict[str, Distribution], dict | None]:
-    """(the pair's flat trial config without its searched keys, its space: the keys of `space` the
-    model has, the paper's setting of them moved into the space, or None)."""
-    valid = TRAIN_KEYS | model_fields(model)
-    own_space = {k: v for k, v in space.items() if k in valid}  # e.g. an LSTM has no heads
+    task: TaskEntry,
+    model: str,
+    space: dict,
+    fixed: dict,
+    model_fixed: dict,
+    shared: Shared,
+    labels: dict,
+    path,
+) -> tuple[dict, dict | None]:
+    """(the pair's flat trial config without its searched keys, the paper's setting of its space's
+    keys moved into the space, or None); `fixed`: the file's fixed values the model has,
+    `model_fixed` its model's and its own (per_pair)."""
     try:
         base = (
             preset(task.task, model, task.options)
@@ -334,45 +316,25 @@ def _pair_config(
     except ConfigError as e:
         raise SpecError(path, "models", str(e)) from None
     model_defaults = defaults(model)
-    paper_setting = {k: base.get(k, model_defaults.get(k)) for k in own_space}
-    base.update({k: v for k, v in fixed.items() if k in valid})
+    paper_setting = {k: base.get(k, model_defaults.get(k)) for k in space}
+    base.update(fixed)
     base.update(model_fixed)
+    where = f"fixed ({task.variant}__{model})"
     if not isinstance(base.get("task_options", {}), dict):
         raise SpecError(
-            path,
-            f"fixed ({task.variant}__{model})",
-            f"task_options: expected a mapping of task options, got {base['task_options']!r}",
+            path, where, f"task_options: expected a mapping of task options, got {base['task_options']!r}"
         )
-    base.update(task_options={**base.get("task_options", {}), **task.options}, seed=seed)
-    if budget.n_iters:
-        base["n_iters"] = budget.n_iters
-    if budget.eval_every:
-        base["eval_every"] = budget.eval_every
-    try:  # every value of `fixed` passes a trial's checks, one the pair's space replaces too
-        trial = parse_trial_config(base)
-    except ConfigError as e:
-        raise SpecError(path, f"fixed ({task.variant}__{model})", str(e)) from None
+    base.update(task_options={**base.get("task_options", {}), **task.options}, seed=shared.seed)
+    if shared.budget.n_iters:
+        base["n_iters"] = shared.budget.n_iters
+    if shared.budget.eval_every:
+        base["eval_every"] = shared.budget.eval_every
+    # Every value of `fixed` passes the judge, one the pair's space replaces too.
+    refuse(path, f"{task.variant}__{model}", check(base), labels, {}, {}, "fixed")
     # A pair without a paper setting (no preset) trains the trial's default length: ASHA's horizon,
     # the cost and the report need it said.
-    base.setdefault("n_iters", trial.n_iters)
-    for key in list(own_space):
+    base.setdefault("n_iters", parse_trial_config(base).n_iters)
+    for key in space:
         base.pop(key, None)
-    warm = {k: own_space[k].nearest(v) for k, v in paper_setting.items()}
-    # Wrong keys and values in `fixed` are found by check_builds_of, which builds every trial's extremes.
-    if (
-        "d_model" in own_space
-        and "n_heads" in own_space
-        and own_space["d_model"].choices
-        and own_space["n_heads"].choices
-    ):
-        # Other values fail the build check.
-        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
-        bad = [
-            (d, h)
-            for d in own_space["d_model"].choices
-            for h in own_space["n_heads"].choices
-            if whole(d) and whole(h) and d % h
-        ]
-        if bad:
-            raise SpecError(path, "space.n_heads", f"{bad[0][1]} heads do not divide d_model {bad[0][0]}")
-    return base, own_space, warm or None
+    warm = {k: space[k].nearest(v) for k, v in paper_setting.items()}
+    return base, warm or None

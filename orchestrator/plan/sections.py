@@ -342,7 +342,7 @@ def is_ablation(grid: dict, seeds: list, space: dict, per_model: dict, path, nee
     """Whether the file is an ablation (it names a grid or seeds); SpecError where it has a search
     space too, or (`needs_seeds`) no seeds: a grid without them would run one seed, a file with
     neither seeds nor a space a search of identical trials."""
-    own = lambda part: any((per_model.get(m) or {}).get(part) for m in per_model)  # noqa: E731
+    own = lambda part: any((per_model.get(m) or {}).get(part) for m in per_model)
     searched, gridded = bool(space or own("space")), bool(grid or own("grid"))
     if (grid or seeds) and searched:
         raise SpecError(
