@@ -932,8 +932,8 @@ def test_a_model_may_ask_for_its_own_share_of_the_resources(tmp_path, monkeypatc
     for a stacked NDR, a quarter for an LSTM."""
     from orchestrator.cli.describe import describe_study
     from orchestrator.run import cost
-    from orchestrator.run.tuner import SEARCH, make_trainable
     from orchestrator.run.search import PAIR_KEY
+    from orchestrator.run.tuner import SEARCH, make_trainable
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     stored_step_rates(uri, [("ndr", "ctl", "cuda:0", 100.0), ("lstm", "ctl", "cuda:0", 200.0)])
@@ -1446,8 +1446,8 @@ def test_cells_that_differ_only_in_what_members_may_have_of_their_own_share_a_st
     """Issue 21 item 3: every seed of every cell whose model shape is the same, differing in learning
     rate, weight decay or clipping, trains in one trial; a shape key (n_layers) starts another. A
     member's config keeps the grid's key order (its run's `cell` tag is the planned one)."""
-    from orchestrator.run.tuner import SEARCH, phase_cells
     from orchestrator.run.search import member_config
+    from orchestrator.run.tuner import SEARCH, phase_cells
 
     ablation = with_(
         space={},
