@@ -3,7 +3,7 @@
   python benchmarks/nightly_family.py [deploy/nightly.yaml] [--nights 1000] [--sd 0.03]
 
 Reads the nightly file as `orchestrator nightly` does (each listed ablation with the file's budget
-and its share of alpha: cli.plans.nightly_files), counts each ablation's cells (its pairs x grid cells)
+and its share of alpha: plan.nightly), counts each ablation's cells (its pairs x grid cells)
 and seeds, and draws pairs of unchanged nights: every seed's test score normal around the same mean
 with standard deviation --sd on both nights. Each file's comparison is stats.regressions at the
 file's alpha (Holm over its cells, minimum effect); a night exits 1 when any file flags a cell.
@@ -19,8 +19,8 @@ import warnings
 
 import numpy as np
 
-from orchestrator.cli.plans import nightly_files
 from orchestrator.plan.load import load_study
+from orchestrator.plan.nightly import nightly_files
 from orchestrator.report import stats
 
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from orchestrator.cli.plans import nightly_files
 from orchestrator.cli.process import main
+from orchestrator.plan.nightly import nightly_files
 from orchestrator.record import runs, stores
 from orchestrator.record.runs import artifact_root
 from orchestrator.record.state import LaunchState

@@ -311,7 +311,7 @@ def test_mann_whitney_is_taken_where_it_can_flag_a_regression(tmp_path):
 def test_a_nightly_of_several_files_shares_its_false_alarm_rate_among_them(tmp_path):
     """The night exits 1 when any file regresses: each of k files is tested at alpha / k (Holm
     within each), so an unchanged night raises a flag at most at alpha, not k times it."""
-    from orchestrator.cli.plans import nightly_files
+    from orchestrator.plan.nightly import nightly_files
 
     for name, alpha in (("a.yaml", None), ("b.yaml", 0.1)):
         write(

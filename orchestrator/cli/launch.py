@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..plan.source import name_problem
+from ..plan.nightly import nightly_files
+from ..plan.source import SpecError, name_problem
 from ..plan.storage import StorageError
 from ..record.optuna_store import search_store
 from ..record.runs import launch_trial_runs
@@ -14,7 +15,7 @@ from ..run import launch, preflight, ray_start, registry
 from .describe import print_cost, print_plan
 from .inputs import UsageError, load_state
 from .launchable import check_address, check_launchable
-from .plans import nightly_files, validated
+from .plans import validated
 
 
 def cmd_launch(args) -> int:
@@ -64,8 +65,12 @@ def refresh_board(storage: Path) -> None:
 def checked_plans(args, nightly: bool) -> list[tuple]:
     """(study, text, night) of each file the command launches (night: None but for `nightly`),
     every one validated before anything launches."""
+    try:
+        files = nightly_files(args.file) if nightly else [(args.file, None)]
+    except SpecError as e:
+        raise UsageError.of_spec(e) from None
     plans = []
-    for file, text in nightly_files(args.file) if nightly else [(args.file, None)]:
+    for file, text in files:
         study, text = validated(file, args.tracking_uri, args.storage, text)
         args.store_uri = study.tracking.uri
         check_launchable(args, file, study, nightly)

@@ -1,5 +1,5 @@
-"""The files a launch or a trial is given, read and checked: a YAML file, a search or ablation
-file's Study with the command line's overrides, and the ablations a nightly file lists."""
+"""The files a launch or a trial is given, read and checked: a YAML file, and a search or ablation
+file's Study with the command line's overrides."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ import dataclasses
 import os
 from pathlib import Path
 
-import yaml
-
 from ..plan import source
 from ..plan.load import load_study
-from ..plan.sections import parse_budget
 from ..plan.source import SpecError
 from ..plan.storage import TrialStorage
-from ..plan.study import Report
 from ..record.secrets import redact
 from ..record.stores import TrackingError, check_store, normalize_store
 from .inputs import UsageError
@@ -67,58 +63,3 @@ def validated(
         )
         raise UsageError(f"{where}: {e}") from None
     return study, text if text is not None else Path(spec_file).read_text()
-
-
-NIGHTLY_KEYS = {"ablations", "budget"}
-
-
-def nightly_files(path: str) -> list[tuple[str, str | None]]:
-    """(file, text) of each ablation a nightly run covers: FILE itself (text None: read as is), or
-    the files FILE lists under `ablations` (relative to FILE's folder), each with FILE's `budget`
-    over its own."""
-    try:
-        raw = read_yaml(Path(path))
-    except UsageError:
-        raw = None  # load_study reports it, with its line or reason
-    if not isinstance(raw, dict) or "ablations" not in raw:
-        return [(path, None)]
-    for key in raw:
-        if key not in NIGHTLY_KEYS:
-            raise UsageError(f"{path}: {key}: unknown key in a nightly file; valid: ablations, budget")
-    files, budget = raw["ablations"], raw.get("budget") or {}
-    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        raise UsageError(f"{path}: ablations: expected a list of ablation files, got {files!r}")
-    if not isinstance(budget, dict):
-        raise UsageError(
-            f"{path}: budget: expected a mapping (n_iters, eval_every, max_concurrent, ...), got {budget!r}"
-        )
-    try:  # here, or the first listed file would be blamed for it
-        parse_budget(budget, path)
-    except SpecError as e:
-        raise UsageError.of_spec(e) from None
-    out = []
-    for k, name in enumerate(files):
-        listed = Path(os.path.normpath(Path(path).parent / name))
-        if not listed.exists():
-            raise UsageError(f"{path}: ablations: no such file {name} (looked in {listed.parent})")
-        if str(listed) in (file for file, _ in out):  # its night would run twice, on the same seeds
-            raise UsageError(f"{path}: ablations[{k}]: {name} is listed twice")
-        data = read_yaml(listed)
-        if (
-            isinstance(data, dict) and budget and isinstance(data.get("budget") or {}, dict)
-        ):  # else load_study names the bad budget
-            data["budget"] = {**(data.get("budget") or {}), **budget}
-        own = data.get("report") if isinstance(data, dict) else None
-        alpha = (own or {}).get("alpha", Report.alpha) if isinstance(own or {}, dict) else None
-        if len(files) > 1 and isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
-            # A night exits 1 when any file regresses: the files share its false-alarm rate.
-            data["report"] = {**(own or {}), "alpha": alpha / len(files)}
-        out.append(
-            (
-                str(listed),
-                f"# {listed} with the budget of {path}"
-                f"{' and 1/' + str(len(files)) + ' of its alpha' if len(files) > 1 else ''}\n"
-                + yaml.safe_dump(data, sort_keys=False),
-            )
-        )
-    return out

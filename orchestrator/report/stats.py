@@ -5,7 +5,7 @@ interval of the mean, the solved rate (fraction of seeds at or past a threshold,
 length-generalization papers report) and the best seed. A regression is decided by a one-sided
 test across seeds (Welch's t or Mann-Whitney U) at a level, Holm-corrected over every cell tested
 in one comparison so that a night of many cells keeps its false-alarm rate at that level (a nightly
-of k files tests each at level / k: cli.plans.nightly_files), and only when the mean moved by at least a
+of k files tests each at level / k: plan.nightly), and only when the mean moved by at least a
 minimum effect.
 """
 
