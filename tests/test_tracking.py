@@ -83,6 +83,24 @@ def driver_died_after_logging(tmp_path, monkeypatch, steps):
     return uri, first_driver, pickle.loads(pickle.dumps(first_driver)), a
 
 
+def test_a_driver_searches_the_store_for_its_trials_runs_once_not_per_trial(tmp_path, monkeypatch):
+    """Twelve trials start, report and end: one search of the experiment for the launch's trial
+    runs and one for the pair's run (per trial, a search would grow with the store), and the runs
+    numbered #1 to #12."""
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    searches = []
+    search = tracker.mlflow.search_runs
+    monkeypatch.setattr(tracker.mlflow, "search_runs", lambda *a, **k: searches.append(k) or search(*a, **k))
+    trials = [trial(str(k)) for k in range(12)]
+    for k, t in enumerate(trials):
+        tracker.on_trial_start(0, trials[: k + 1], t)
+        tracker.on_trial_result(0, trials[: k + 1], t, result(10, 0.5))
+        tracker.on_trial_complete(0, trials[: k + 1], t)
+    assert ["kind = 'trial'" in k["filter_string"] for k in searches] == [True, False]
+    names = sorted(MlflowClient(uri).get_run(r).info.run_name.split()[0] for r in tracker.runs.values())
+    assert names == sorted(f"#{k}" for k in range(1, 13))
+
+
 def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeypatch):
     # The driver dies; Tune's checkpoint held the tracker as it was, and the trial restarts from its
     # iteration-10 checkpoint, so iteration 20 is reported again (with the same values).

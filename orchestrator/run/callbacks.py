@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from ray.tune import Callback
@@ -40,6 +41,8 @@ from ..record.runs import (
 from ..record.stores import client
 from ..record.summaries import cell_name
 from .search import CANDIDATE_KEY, PAIR_KEY, member_config, trial_members
+
+SEARCH_PAGE = 10_000  # runs a page of the launch's trial runs holds
 
 
 def cell_tags(trial, member: int | None = None) -> dict[str, str]:
@@ -97,6 +100,9 @@ class TrialTracker(Callback):
         self.known: set[str] = (
             set()
         )  # the trials this driver's Tune holds (restored from its snapshot, or started since)
+        # (trial id[/member]) -> run, and pair -> trial runs that count toward a trial's number:
+        # read from the store once per driver (stored_runs), then kept as this driver creates runs
+        self.stored: tuple[dict[str, str], Counter] | None = None
         self._client = None
         self._experiment_id = None
 
@@ -107,10 +113,11 @@ class TrialTracker(Callback):
             "last_step": {},
             "pair_runs": {},
             "known": set(),
+            "stored": None,
         }
 
     def __setstate__(self, state):  # a launch started before `ended` existed resumes too
-        self.__dict__.update({"ended": set(), "known": set(), **state})
+        self.__dict__.update({"ended": set(), "known": set(), "stored": None, **state})
 
     @property
     def mlflow(self):
@@ -118,19 +125,42 @@ class TrialTracker(Callback):
             self._client = client(self.uri)
         return self._client
 
+    def stored_runs(self) -> tuple[dict[str, str], Counter]:
+        """This launch's trial runs in the store, read in one search when the driver first needs
+        them (a resumed driver's trials have runs already): per trial a search of the experiment
+        would grow with it. Counted per pair: the runs of trials this driver's Tune knows, not lost
+        (see short_name)."""
+        if self.stored is None:
+            runs, numbered, token = {}, Counter(), None
+            while True:
+                page = self.mlflow.search_runs(
+                    [self.experiment_id()],
+                    filter_string=f"tags.launch_id = '{self.launch_id}' and tags.kind = 'trial'",
+                    max_results=SEARCH_PAGE,
+                    page_token=token,
+                )
+                for run in page:
+                    tags = run.data.tags
+                    runs.setdefault(tags["trial_id"], run.info.run_id)
+                    if "member" in tags:
+                        runs.setdefault(f"{tags['trial_id']}/{tags['member']}", run.info.run_id)
+                    if tags.get(STATUS_TAG) != "lost" and (not self.known or tags["trial_id"] in self.known):
+                        numbered[tags["pair"]] += 1
+                token = page.token
+                if not token:
+                    break
+            self.stored = runs, numbered
+        return self.stored
+
     def run_id(self, trial, member: int | None = None) -> str:
         key = trial.trial_id if member is None else f"{trial.trial_id}/{member}"
         if key in self.runs:
             return self.runs[key]
-        found = self.mlflow.search_runs(
-            [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and tags.trial_id = '{trial.trial_id}'"
-            + (f" and tags.member = '{member}'" if member is not None else ""),
-        )
+        stored, numbered = self.stored_runs()
         pair = trial.config[PAIR_KEY]
         config = {**self.base_configs[pair], **member_config(trial.config, member)}
-        if found:
-            run_id = found[0].info.run_id
+        if key in stored:
+            run_id = stored[key]
             self.mlflow.update_run(run_id, status="RUNNING")
             self.mlflow.set_tag(run_id, STATUS_TAG, "running")  # it may have been interrupted
         else:
@@ -150,7 +180,8 @@ class TrialTracker(Callback):
                     **cell_tags(trial, member),
                 },
             )
-            run_id = run.info.run_id
+            run_id = stored[key] = run.info.run_id
+            numbered[pair] += 1
             self.last_step[run_id] = -1
         # MLflow takes seconds to import: the driver imports it beside Ray's start (stores.warm_up),
         # and the trial workers, which import this module too, never need it.
@@ -183,26 +214,15 @@ class TrialTracker(Callback):
         cell = cell_tags(trial, member)
         if "cell" in cell:
             return f"{cell['cell']} s{cell['seed']} {pair}"
-        earlier = self.mlflow.search_runs(
-            [self.experiment_id()],
-            filter_string=f"tags.launch_id = '{self.launch_id}' and "
-            f"tags.kind = 'trial' and tags.pair = '{pair}'",
-            max_results=10_000,
-        )
         # Not the runs of trials this driver's Tune does not know: a killed driver's trials that
         # started after Tune's last snapshot, whose proposals the resumed search makes again (their
         # runs end lost). Their replacements take their numbers, as the console's do (ProgressLines).
-        earlier = [
-            run
-            for run in earlier
-            if run.data.tags.get(STATUS_TAG) != "lost"
-            and (not self.known or run.data.tags.get("trial_id") in self.known)
-        ]
+        earlier = self.stored_runs()[1][pair]
         chosen = " ".join(
             f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in member_config(trial.config, member).items()
         )
-        return f"#{len(earlier) + 1} {chosen} {pair}".replace("  ", " ")
+        return f"#{earlier + 1} {chosen} {pair}".replace("  ", " ")
 
     def experiment_id(self, mlflow=None) -> str:
         if self._experiment_id is None:
