@@ -36,6 +36,7 @@ RAN_AS = (
     "code_version",
     "data_hash",
     "device",
+    "cpu_kernels",
     "compile",
     "bf16",
 )  # tags after the identity: the code, and how the trial ran
@@ -86,6 +87,7 @@ def search_launch(tmp_path, uri: str, launch_id: str = "search-1") -> tuple[Laun
             "code_version": "abc1234",
             "data_hash": "3fa85f6457174562",
             "device": "cuda:0",
+            "cpu_kernels": "AVX2",
             "compile": "default",
             "bf16": "true",
             **cell,

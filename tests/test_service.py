@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 from nodes import free_port
@@ -260,11 +261,15 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     )
     for metric in ("best_ood_valid_acc", "test_acc_at_best", "loss"):
         assert again[metric] == round(run.data.metrics[metric], 4), metric
-    assert "[train] --set" not in trained.stdout and "the data differ" not in trained.stdout
+    assert written["cpu_kernels"] == run.data.tags["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
+    assert not any(f"[train] {words}" in trained.stdout for words in ("--set", "the data", "this CPU"))
+    elsewhere = tmp_path / "from_another_cpu.yaml"  # as if the launch ran on other vector units
+    elsewhere.write_text(yaml.safe_dump({**written, "cpu_kernels": "AVX512_BF16"}))
     changed = orchestrator(
-        "train", str(best), "--set", "threads=2", "--set", "n_iters=1", cwd=tmp_path
+        "train", str(elsewhere), "--set", "threads=2", "--set", "n_iters=1", cwd=tmp_path
     ).stdout
     assert "[train] --set changes the launch's trial (n_iters 20 -> 1, threads 1 -> 2)" in changed
+    assert "the launch's trial ran on AVX512_BF16: they round otherwise" in changed
 
 
 def test_launch_on_postgresql(tmp_path):

@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+import torch
+
 from trainables.config import (
     ConfigError,
     check_builds,
@@ -25,22 +27,23 @@ from .inputs import UsageError
 from .plans import read_yaml
 
 
-def load_trial_source(source: str) -> tuple[dict, str | None]:
+def load_trial_source(source: str) -> tuple[dict, dict]:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model';
-    with the hash of the data its trial ran on, where the file records it (a best file does)."""
+    with what its trial ran on where the file records it (a best file: data_hash, cpu_kernels)."""
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.exists():
         data = read_yaml(path)
         if not isinstance(data, dict):
             raise UsageError(f"{source}: expected a mapping of trial config keys")
-        return data.get("config", data), data.get("data_hash") if "config" in data else None
+        ran_on = {key: data[key] for key in ("data_hash", "cpu_kernels") if "config" in data and key in data}
+        return data.get("config", data), ran_on
     if "/" not in source:
         raise UsageError(f"{source}: neither a YAML file nor a preset 'task/model' (e.g. ctl/ndr)")
     task, model = source.split("/", 1)
     if is_file_model(model):  # a model of one's own has no paper's setting: the training defaults
-        return {"task": task, "model": model}, None
+        return {"task": task, "model": model}, {}
     try:
-        return preset(task, model), None
+        return preset(task, model), {}
     except ConfigError as e:
         raise UsageError(str(e)) from None
 
@@ -63,7 +66,7 @@ def say_what_differs(recorded: dict, flat: dict) -> None:
 
 def cmd_train(args) -> int:
 
-    flat, launch_data = load_trial_source(args.source)
+    flat, ran_on = load_trial_source(args.source)
     recorded = copy.deepcopy(flat)
     try:
         for assignment in args.set or []:
@@ -89,12 +92,20 @@ def cmd_train(args) -> int:
         ),
         flush=True,
     )
-    if launch_data:
+    if ran_on:
         say_what_differs(recorded, flat)
-    metrics = train(cfg)
-    if launch_data and metrics["data_hash"] != launch_data:
+    kernels = torch.backends.cpu.get_cpu_capability()
+    if device.type == "cpu" and ran_on.get("cpu_kernels", kernels) != kernels:
         print(
-            f"[train] the data differ from the launch's (data_hash {launch_data} there, "
+            f"[train] this CPU's kernels are {kernels}, the launch's trial ran on {ran_on['cpu_kernels']}: "
+            "they round otherwise, so the metric may not re-run to the file's number "
+            "(docs/troubleshooting.md#numbers)",
+            flush=True,
+        )
+    metrics = train(cfg)
+    if "data_hash" in ran_on and metrics["data_hash"] != ran_on["data_hash"]:
+        print(
+            f"[train] the data differ from the launch's (data_hash {ran_on['data_hash']} there, "
             f"{metrics['data_hash']} here): the metric does not re-run to the file's number",
             flush=True,
         )

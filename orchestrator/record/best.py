@@ -29,11 +29,11 @@ def summaries_of(state: LaunchState, runs: list | None = None) -> dict:
 
 def best_configs(
     state: LaunchState, summaries: dict | None = None
-) -> dict[str, tuple[dict, str, str | None]]:
+) -> dict[str, tuple[dict, str, dict[str, str]]]:
     """Per pair with a result, (its answer's config as the trial ran it, threads included, a header
-    saying where it comes from, the hash of its data): the confirmed candidate where the search was
-    confirmed (the best mean over new seeds), else the best trial. `summaries`: summaries_of(state),
-    if read already."""
+    saying where it comes from, what it ran on as recorded: the hash of its data, its CPU's
+    kernels): the confirmed candidate where the search was confirmed (the best mean over new
+    seeds), else the best trial. `summaries`: summaries_of(state), if read already."""
     plan = state.the_plan()
     metric = plan["metric"]
     summaries = summaries or summaries_of(state)
@@ -55,24 +55,25 @@ def best_configs(
                 f"# Written: its confirmed candidate {confirmed['candidate'] + 1} of {top_k}, "
                 f"{metric} {confirmed['metric']:.4f} on average, {confirmed_text(confirmed)}.\n"
             )
-        if summary.get("best_data"):  # `orchestrator train` says so where it reads other data
-            header += f"# Data: data_hash {summary['best_data']}.\n"
-        out[pair_name] = (config, header, summary.get("best_data"))
+        # `orchestrator train` says so where it reads other data, or its CPU rounds otherwise
+        recorded = {"data_hash": summary.get("best_data"), "cpu_kernels": summary.get("best_kernels")}
+        recorded = {key: value for key, value in recorded.items() if value}
+        if recorded:
+            header += f"# Ran on: {', '.join(f'{k} {v}' for k, v in recorded.items())}.\n"
+        out[pair_name] = (config, header, recorded)
     return out
 
 
 def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     """Per pair, `best/<pair>.yaml` (best_configs), which `orchestrator train` runs again."""
     out = []
-    for pair_name, (config, header, data_hash) in best_configs(state, summaries).items():
+    for pair_name, (config, header, recorded) in best_configs(state, summaries).items():
         path = state.dir / "best" / f"{pair_name}.yaml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(
             header
             + f"# Run it again with: orchestrator train {path}\n"
-            + yaml.safe_dump(
-                {"config": config, **({"data_hash": data_hash} if data_hash else {})}, sort_keys=True
-            )
+            + yaml.safe_dump({"config": config, **recorded}, sort_keys=True)
         )
         out.append(path)
     return out

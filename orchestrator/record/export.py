@@ -15,6 +15,7 @@ from .runs import (
     DATA_HASH_TAG,
     DIVERGED_AT_TAG,
     ERROR_TAG,
+    KERNELS_TAG,
     STATUS_TAG,
     error_line,
     launch_trial_runs,
@@ -22,8 +23,8 @@ from .runs import (
 
 FORMATS = ("csv", "parquet")
 # The tags that place a run, in this order; cell, candidate and seed only where the launch has them;
-# then how it ran (its device, and the compile and bf16 that `auto` chose there). A failed run's
-# error is its last line (the traceback is its MLflow run's tag).
+# then how it ran (its device, its CPU's kernels, and the compile and bf16 that `auto` chose
+# there). A failed run's error is its last line (the traceback is its MLflow run's tag).
 TAGS = (
     "trial_id",
     "pair",
@@ -41,6 +42,7 @@ TAGS = (
     "code_version",
     DATA_HASH_TAG,
     "device",
+    KERNELS_TAG,
     "compile",
     "bf16",
 )

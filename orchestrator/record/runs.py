@@ -40,6 +40,9 @@ CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchest
 # Task.data_hash: the data a run trained and was tested on, under this key in its trial's results
 # (trainables.train.run's reports) and as its run's tag.
 DATA_HASH_TAG = "data_hash"
+# torch's CPU capability where the trial ran (AVX2, AVX512, ...): CPUs of other vector units round
+# otherwise, and a run grows it (docs/troubleshooting.md#numbers)
+KERNELS_TAG = "cpu_kernels"
 
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call

@@ -28,6 +28,7 @@ from ..record.runs import (
     DATA_HASH_TAG,
     DIVERGED_AT_TAG,
     ERROR_TAG,
+    KERNELS_TAG,
     MAX_BATCH,
     REPLAY_KEY,
     STATUS_TAG,
@@ -258,7 +259,10 @@ class TrialTracker(Callback):
             own = member_result(result, member)
             where = {
                 "node": result.get("hostname", ""),
-                **{key: result.get(key, "") for key in ("node_ip", "device", "node_id", "compile", "bf16")},
+                **{
+                    key: result.get(key, "")
+                    for key in ("node_ip", "device", KERNELS_TAG, "node_id", "compile", "bf16")
+                },
                 **({DATA_HASH_TAG: own[DATA_HASH_TAG]} if DATA_HASH_TAG in own else {}),
             }
             if self.located.get(run_id) != where:

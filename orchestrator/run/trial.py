@@ -25,7 +25,7 @@ from trainables.config import parse_trial_config
 from trainables.fields import yaml_word
 from trainables.train import pick_device, train
 
-from ..record.runs import ERROR_TAG, REPLAY_KEY, member_key
+from ..record.runs import ERROR_TAG, KERNELS_TAG, REPLAY_KEY, member_key
 from .failures import FailureLog, error_text
 from .search import PAIR_KEY, own_config
 from .stacking import MEMBERS_KEY
@@ -69,6 +69,8 @@ def where_it_runs(device, ran_as) -> dict:
     `auto`, which depends on the device and the stack."""
     return {
         "device": str(device),
+        # the CPU's vector units, which decide how its kernels round (docs/troubleshooting.md#numbers)
+        KERNELS_TAG: torch.backends.cpu.get_cpu_capability(),
         "node_id": ray.get_runtime_context().get_node_id(),
         "compile": ran_as.compile_mode or "off",
         "bf16": yaml_word(ran_as.bf16),
