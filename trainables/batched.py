@@ -22,8 +22,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -50,7 +48,7 @@ from .train import (
     run,
     set_lr,
     setup_device,
-    synchronize,
+    step_seconds,
     where,
 )
 
@@ -366,12 +364,7 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
     for n in sizes:
         try:
             stack = Stack(cfg, [{"seed": seed} for seed in range(n)], task, device)
-            times = []
-            for _ in range(steps + 1):
-                start = time.perf_counter()
-                stack.step()
-                synchronize(device)
-                times.append(time.perf_counter() - start)
+            seconds = step_seconds(stack.step, device, steps)
         except torch.cuda.OutOfMemoryError:
             break
         finally:
@@ -379,7 +372,7 @@ def member_steps_per_second(cfg: TrainConfig, sizes: list[int], steps: int = 3) 
             free_what_finished_trials_left(
                 device
             )  # before the next size: a stack outlives its last reference
-        curve.append((n, n / statistics.median(times[1:])))
+        curve.append((n, n / seconds))
     return curve
 
 

@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -561,14 +561,55 @@ def restore_random_states(saved: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(saved["cuda_rng"], device)
 
 
+class Learner(Protocol):
+    """What the protocol (`run`) trains: a lone trial (Single) or N members at once (batched.Stack).
+    Per member: its config, label, batch generator and length buckets (None: no bucketing)."""
+
+    cfg: TrainConfig
+    device: torch.device
+    task: Task
+    configs: list[TrainConfig]
+    labels: list[str]
+    rngs: list[np.random.Generator]
+    buckets: list[LengthBuckets | None]
+    log: Callable[[str], None] | None  # `run` sets it: its lines go through its progress bar
+
+    @property
+    def compiled(self) -> bool:
+        """Whether its step still runs compiled (a stack's compile: auto falls back)."""
+
+    def step(self) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """One training step of every member on its next batch: -> (each member's loss, each
+        member's score sums)."""
+
+    def schedule(self, factor: float) -> None:
+        """Every member's learning rate at `factor` of its own (lr_factor)."""
+
+    def member_model(self, k: int) -> torch.nn.Module:
+        """Member k's model, for evaluation."""
+
+    def weights(self) -> dict:
+        """The weights and optimizer state a checkpoint keeps."""
+
+    def load_weights(self, saved: dict) -> None:
+        """What `weights` returned, back in place."""
+
+    def pack(self, common: dict, members: list[dict]) -> dict:
+        """A checkpoint of `common` state and each member's."""
+
+    def unpack(self, saved: dict) -> list[dict]:
+        """Each member's state in a checkpoint `pack` made."""
+
+
 class Single:
     """One model and its optimizer: what `train` runs through the protocol (`run`), as a stack of
-    one member. batched.Stack offers the same few methods for N members trained at once."""
+    one member (a Learner, as batched.Stack is for N members trained at once)."""
 
     def __init__(self, cfg: TrainConfig, device: torch.device, log: Callable[[str], None] | None = None):
         cfg = cfg.settled(device.type)
         torch.manual_seed(cfg.seed)
         self.cfg, self.device, self.configs, self.labels = cfg, device, [cfg], [f"{cfg.task}/{cfg.model}"]
+        self.log = log
         self.rngs = [np.random.default_rng(cfg.seed)]
         if log:
             log(
@@ -620,7 +661,7 @@ class Single:
 
 
 def run(
-    learner,
+    learner: Learner,
     report: MembersReporter | None = None,
     resume_state: dict | None = None,
     log: Callable[[str], None] | None = print,
@@ -667,13 +708,13 @@ def run(
     return finals(learner, selections)
 
 
-def finals(learner, selections: list[Selection]) -> list[dict[str, Any]]:
+def finals(learner: Learner, selections: list[Selection]) -> list[dict[str, Any]]:
     """Each member's metrics so far, with the hash of the data it trains and is tested on (its run's
     data_hash tag)."""
     return [{**selection.metrics, "data_hash": learner.task.data_hash} for selection in selections]
 
 
-def evaluate_members(learner, selections: list[Selection], iteration: int, window: Window) -> None:
+def evaluate_members(learner: Learner, selections: list[Selection], iteration: int, window: Window) -> None:
     """Each member's evaluation at `iteration`, but a diverged member's: it keeps its last metrics."""
     mean_losses, train_scores, rate = (
         window.close()
@@ -683,7 +724,7 @@ def evaluate_members(learner, selections: list[Selection], iteration: int, windo
             selection(learner.member_model(k), iteration, mean_losses[k], train_scores[k], rate)
 
 
-def snapshot(learner, selections: list[Selection], iteration: int) -> dict:
+def snapshot(learner: Learner, selections: list[Selection], iteration: int) -> dict:
     """A resumable checkpoint of the run at `iteration` (resume reads it)."""
     members = [
         {
@@ -698,7 +739,7 @@ def snapshot(learner, selections: list[Selection], iteration: int) -> dict:
     return copy.deepcopy(learner.pack(common, members))
 
 
-def resume(learner, selections: list[Selection], saved: dict) -> int:
+def resume(learner: Learner, selections: list[Selection], saved: dict) -> int:
     """`learner` and `selections` as `saved` left them; -> the iteration it was taken at."""
     learner.load_weights(saved)
     restore_random_states(saved, learner.device)
@@ -766,11 +807,22 @@ def synchronize(device: torch.device) -> None:
 def seconds_per_step(
     cfg: TrainConfig, steps: int = 3, before_timing: Callable[[], None] | None = None
 ) -> float:
-    """Seconds per training step of `cfg` on this machine: the median of `steps` steps, each timed
-    to its device's end, after one warm-up step, evaluations left out: what `launch --dry-run` turns
-    into a cost estimate. A median, so that one step slowed by other work on a shared machine does
-    not move the estimate. `before_timing` runs between the warm-up and the timing (a benchmark's barrier)."""
+    """Seconds per training step of `cfg` on this machine (step_seconds), evaluations left out: what
+    `launch --dry-run` turns into a cost estimate. `before_timing` runs between the warm-up and the
+    timing (a benchmark's barrier)."""
     step, device = training_step(cfg)
+    return step_seconds(step, device, steps, before_timing)
+
+
+def step_seconds(
+    step: Callable[[], Any],
+    device: torch.device,
+    steps: int,
+    before_timing: Callable[[], None] | None = None,
+) -> float:
+    """The median seconds of `steps` calls of `step`, each timed to its device's end, after one
+    warm-up call. A median, so that one step slowed by other work on a shared machine does not
+    move the estimate."""
     step()
     synchronize(device)
     if before_timing:
