@@ -3,6 +3,9 @@ without building anything."""
 
 import dataclasses
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,8 @@ from trainables.models import MODELS, model_fields
 from trainables.models.enc_dec import EncDecConfig
 from trainables.models.panm import PANMConfig
 from trainables.models.transformer import TransformerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def package_configs() -> set[type]:
@@ -95,3 +100,9 @@ def test_names_keys_and_whole_configs():
     assert check([1]) == [("", "a trial config is a mapping of keys to values, got [1]")]
     assert check({"model": "ndr"}) == [("task", "missing")]
     assert check({"task": "ctl", "model": "ndr", "task_options": {"nope": 1}})[0][0] == "task_options"
+
+
+def test_the_fields_import_no_torch():
+    """The plan may read what a field takes without torch."""
+    code = "import sys, trainables.fields; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
