@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 from dataclasses import dataclass, field
 from importlib import resources
@@ -33,18 +32,13 @@ from typing import Any
 import torch
 import yaml
 
-from .fields import chosen, hints, matching, problem_text, problems, ranged, refusal, validate
-from .models import MODELS, ModelError, build_model, is_file_model, model_fields, model_spec
-from .tasks import TASKS, task_config
+from .fields import chosen, closest, hints, matching, problem_text, problems, ranged, refusal, validate
+from .models import ModelError, build_model, model_fields, model_spec, unknown_model
+from .tasks import TASKS, task_config, unknown_task
 
 
 class ConfigError(ValueError):
     """A config key or value that cannot work; the message names the key and the reason."""
-
-
-def closest(word: str, options) -> str:
-    match = difflib.get_close_matches(word, list(options), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -187,26 +181,20 @@ def coerce(cls: type, key: str, value: Any) -> tuple[Any, str | None]:
 
 
 def task_problem(name) -> str | None:
-    """Why `name` names no task, or None where it names one."""
-    if isinstance(name, str) and name in TASKS:
-        return None
-    return f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}"
+    """Why `name` names no task (tasks.unknown_task), or None where it names one."""
+    return None if isinstance(name, str) and name in TASKS else unknown_task(name)
 
 
 def model_problem(name) -> str | None:
     """Why `name` names no model (models.model_spec: one of MODELS, a model file's class or an entry
     point), or None where it names one: a model file's own fault, else the names there are."""
-    if isinstance(name, str):
-        try:
-            model_spec(name)
-            return None
-        except ModelError as e:
-            if is_file_model(name):
-                return str(e)
-    return (
-        f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
-        "or a model file's class as path/to/file.py:Class"
-    )
+    if not isinstance(name, str):
+        return unknown_model(name)
+    try:
+        model_spec(name)
+        return None
+    except ModelError as e:
+        return str(e)
 
 
 def keys_of(model: str) -> set[str]:

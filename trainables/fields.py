@@ -25,6 +25,7 @@ Imports no torch: the plan reads these checks without building anything.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import re
@@ -38,6 +39,12 @@ from typing import Any
 # took minutes: an LSTM of 10^6 layers most of the memory, a PANM of 10^6 Mode-2 heads more than 20 s
 # (mutations in tests/test_bad_input.py draw such counts).
 MOST_MODULES = 1000
+
+
+def closest(word: str, options) -> str:
+    """A hint at the option `word` was probably meant to be, or ""."""
+    match = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ import dataclasses
 import math
 import re
 
-from trainables.config import ConfigError, check_range, closest
+from trainables.config import ConfigError, check_range
+from trainables.fields import closest
 from trainables.scores import LOWER_IS_BETTER, SCORES
 from trainables.tasks import TASKS
 

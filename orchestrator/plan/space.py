@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from trainables.config import closest
+from trainables.fields import closest
 
 from .source import SpecError, yaml_number
 

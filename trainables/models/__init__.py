@@ -27,6 +27,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ..fields import closest
 from ..kinds import (
     AUTOREGRESSIVE_SEQ2SEQ,
     IMAGE_CLASSIFICATION,
@@ -318,6 +319,14 @@ def spec_of_class(cls: type, name: str) -> ModelSpec:
     )
 
 
+def unknown_model(name) -> str:
+    """What to say of a name that names no model."""
+    return (
+        f"unknown model {name!r}{closest(str(name), MODELS)}; known: {', '.join(MODELS)}, "
+        f"a file's model as path/to/file.py:Class, or an entry point of {ENTRY_POINTS}"
+    )
+
+
 def model_spec(name: str) -> ModelSpec:
     """The model `name` names: one of MODELS, a `file.py:Class`, or an entry point of ENTRY_POINTS."""
     if name in MODELS:
@@ -326,10 +335,7 @@ def model_spec(name: str) -> ModelSpec:
     if key not in _BROUGHT:
         cls = _load_file_class(key) if is_file_model(key) else _entry_point_class(key)
         if cls is None:
-            raise ModelError(
-                f"unknown model {name!r}; known: {', '.join(MODELS)}, "
-                f"a file's model as path/to/file.py:Class, or an entry point of {ENTRY_POINTS}"
-            )
+            raise ModelError(unknown_model(name))
         _BROUGHT[key] = spec_of_class(cls, label(key))
     return _BROUGHT[key]
 

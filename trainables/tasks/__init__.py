@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..fields import closest
 from ..kinds import Kind
 from . import (
     algorithmic,
@@ -88,11 +89,16 @@ TASKS: dict[str, TaskSpec] = {
 }
 
 
+def unknown_task(name) -> str:
+    """What to say of a name that names no task."""
+    return f"unknown task {name!r}{closest(str(name), TASKS)}; known: {', '.join(TASKS)}"
+
+
 def task_config(name: str, options: dict | None = None):
     """Typed config for a task from YAML options; unknown names and keys raise KeyError/TypeError,
     values no generator can take ValueError."""
     if name not in TASKS:
-        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}")
+        raise KeyError(unknown_task(name))
     cls = TASKS[name].config
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
