@@ -14,8 +14,8 @@ from ray.tune.search import Searcher
 
 from orchestrator.plan.load import load_study
 from orchestrator.plan.source import SpecError
-from orchestrator.run.trial import newest_existing_checkpoint
 from orchestrator.run.search import PAIR_KEY, CellSearch, PairScheduler, PairSearch
+from orchestrator.run.trial import newest_existing_checkpoint
 
 
 class Counting(Searcher):
@@ -515,8 +515,8 @@ def test_an_optuna_trial_whose_end_was_never_told_is_settled_from_its_mlflow_run
     import optuna
 
     from orchestrator.record.runs import STATUS_TAG
-    from orchestrator.run.tuner import settle_proposals
     from orchestrator.run.search import RUN_ATTR
+    from orchestrator.run.tuner import settle_proposals
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
     search = stacked_searcher(storage, stack=2, runs=5)
