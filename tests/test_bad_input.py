@@ -546,7 +546,7 @@ def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_pat
     """The damaged-store handler (any Exception, re-raised unless SQLite calls the file damaged) once
     stood before this one and re-raised StoreUnavailable past it, as a traceback with status 1."""
     from orchestrator.record.retries import StoreUnavailable
-    from orchestrator.run.launch import EXIT_STORE_UNREACHABLE
+    from orchestrator.run.exits import EXIT_STORE_UNREACHABLE
 
     def unreachable(args):
         raise StoreUnavailable("tracking store sqlite:///x.db unreachable for 31 s")

@@ -12,6 +12,7 @@ from ..record.runs import launch_trial_runs
 from ..record.state import SNAPSHOT_MODULES, driver, misplaced, readable_launches
 from ..report import board
 from ..run import launch, preflight, ray_start, registry
+from ..run.exits import EXIT_REGRESSION, EXIT_TRIALS_FAILED
 from .describe import print_cost, print_plan
 from .inputs import UsageError, load_state
 from .launchable import check_address, check_launchable
@@ -48,12 +49,12 @@ def launch_plans(args, nightly: bool) -> int:
             raise UsageError(f"{study.path}: {e}") from None
         except registry.LaunchExists as e:
             raise UsageError(f"--launch-id: {e}") from None
-        if code not in (0, launch.EXIT_REGRESSION, launch.EXIT_TRIALS_FAILED):
+        if code not in (0, EXIT_REGRESSION, EXIT_TRIALS_FAILED):
             return code  # interrupted or failed: the nights after it wait for `resume`
         codes.add(code)
     if nightly and not args.dry_run:
         refresh_board(Path(plans[0][0].storage_path))
-    return launch.EXIT_REGRESSION if launch.EXIT_REGRESSION in codes else max(codes)  # a regression says most
+    return EXIT_REGRESSION if EXIT_REGRESSION in codes else max(codes)  # a regression says most
 
 
 def refresh_board(storage: Path) -> None:
