@@ -19,7 +19,7 @@ from torch import nn
 
 from trainables.config import parse_trial_config
 from trainables.models.dropout import Dropout
-from trainables.train import seconds_per_step
+from trainables.timing import seconds_per_step
 
 OURS = Dropout.forward
 

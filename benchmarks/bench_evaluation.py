@@ -1,6 +1,6 @@
 """Two measurements of evaluation, alternated in one process:
 
-What scoring a shared validation split once saves: one evaluation (trainables.train.Selection,
+What scoring a shared validation split once saves: one evaluation (trainables.evaluation.Selection,
 the first, so a new best that scores the test set too) of a small SCAN model, whose IID hold-out
 fills both validation slots, against the same task with the OOD slot a copy (as every evaluation
 scored it before); median seconds of --repeats.
@@ -29,8 +29,10 @@ import yaml
 
 from orchestrator.run import cost_model
 from trainables.config import parse_trial_config, preset, set_override
+from trainables.evaluation import Selection, evaluate
+from trainables.learners import Single
+from trainables.steps import make_model
 from trainables.tasks import eval_sizes, load_task
-from trainables.train import Selection, Single, evaluate, make_model
 
 
 def shared_split(repeats: int, eval_size: int) -> None:

@@ -7,7 +7,7 @@
 Runs on a GPU or, slower and with other conclusions, on the CPU. Sections:
 
   models   training steps/s of every model through the training loop's own step
-           (trainables.train.training_step: device-resident splits, no host sync), each step waited
+           (trainables.timing.training_step: device-resident splits, no host sync), each step waited
            for: eager and, on CUDA, each step one CUDA graph replay (cuda_graphs: auto; with
            --compile also torch.compile and its compile seconds); the faster of eager and graphed
            back to back, as a trial queues its steps, with its kernels per step and the fraction of
@@ -47,19 +47,14 @@ from profile_step import WARMUP_STEPS
 from orchestrator.run.stacking import knee
 from trainables.batched import Stack, member_steps_per_second, train_members, train_seeds
 from trainables.config import COMPILE_MODES, parse_trial_config, set_override
+from trainables.devices import pick_device, setup_device, synchronize
+from trainables.evaluation import Selection
 from trainables.graphs import graphs_unused_because
 from trainables.models import batchable
+from trainables.steps import make_model
 from trainables.tasks import load_task
-from trainables.train import (
-    Selection,
-    make_model,
-    pick_device,
-    seconds_per_step,
-    setup_device,
-    synchronize,
-    train,
-    training_step,
-)
+from trainables.timing import seconds_per_step, training_step
+from trainables.train import train
 
 
 def trial_config(flat: dict, args, **more) -> dict:
@@ -117,7 +112,7 @@ def back_to_back(cfg, steps: int) -> tuple[float, float | None, float | None]:
 
 def evaluation_seconds(cfg) -> float:
     """Seconds of one evaluation of `cfg`'s untrained model as a trial makes it on a new best (both
-    validation splits and every test split, trainables.train.Selection), after one warm-up."""
+    validation splits and every test split, trainables.evaluation.Selection), after one warm-up."""
     device = pick_device(cfg.device)
     task = load_task(cfg.task, cfg.task_options)
     model = make_model(cfg, task).to(device)

@@ -28,8 +28,9 @@ from torch._dynamo.utils import counters
 
 from trainables.batched import Stack
 from trainables.config import TrainConfig, parse_trial_config, set_override
+from trainables.devices import setup_device, synchronize
 from trainables.tasks import load_task
-from trainables.train import setup_device, synchronize, train
+from trainables.train import train
 
 SEARCH_LIKE = (
     "dropout=0.1; dropout=0.3; d_model=32; dropout=0.2 d_model=32; n_layers=3; dropout=0.45 n_layers=3"

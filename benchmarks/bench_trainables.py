@@ -19,11 +19,13 @@ import time
 import numpy as np
 import torch
 
+from trainables.batches import batch_tensors
 from trainables.config import TRAIN_KEYS, parse_trial_config, preset, presets
+from trainables.devices import synchronize
 from trainables.models import model_fields
 from trainables.models.transformer import Layer, TransformerConfig
+from trainables.steps import make_model
 from trainables.tasks import listops, load_task
-from trainables.train import batch_tensors, make_model, synchronize
 
 SMALL = {"d_model": 64, "n_layers": 4, "batch_size": 64}
 # The other papers' models: (task, task options, model, small-size overrides); "paper" is the preset.

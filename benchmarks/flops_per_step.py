@@ -19,9 +19,10 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from trainables.batches import batch_source, batch_tensors
 from trainables.config import parse_trial_config, preset
+from trainables.steps import forward_loss, make_model
 from trainables.tasks import load_task
-from trainables.train import batch_source, batch_tensors, forward_loss, make_model
 
 
 def step_gflop(task_model: str, batches: int) -> tuple[int, list[int], list[float]]:

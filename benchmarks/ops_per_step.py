@@ -39,8 +39,8 @@ from torch.utils._pytree import tree_leaves
 
 from trainables.batched import Stack
 from trainables.config import parse_trial_config, preset, set_override
+from trainables.devices import setup_device
 from trainables.tasks import load_task
-from trainables.train import setup_device
 
 WARMUP_STEPS = 3
 MODEL_FRAME = re.compile(r'File "[^"]*/trainables/models/([^"]+)", line (\d+), in \w+\n\s*(.*)')

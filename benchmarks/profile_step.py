@@ -19,8 +19,8 @@ import torch
 
 from trainables.batched import Stack
 from trainables.config import parse_trial_config, preset, set_override
+from trainables.devices import setup_device, synchronize
 from trainables.tasks import load_task
-from trainables.train import setup_device, synchronize
 
 WARMUP_STEPS = (
     12  # usually past the captures of every length bucket (graphs.N_BUCKETS; batches are drawn at random)

@@ -219,7 +219,7 @@ def test_the_presets_panm_has_the_papers_pointer_units_beside_the_stack_rnns_cor
     """App. C: 256-dimensional GRUs for the Pointer Units "in all experiments"; the Controller's core
     is the stack RNN it is compared with, at marnns's 8 units."""
     from trainables.config import parse_trial_config, preset
-    from trainables.train import make_model
+    from trainables.steps import make_model
 
     cfg = parse_trial_config(preset("dyck", "panm"))
     net = make_model(cfg, load_task("dyck", {"train_size": 20, "eval_size": 20}))
@@ -289,7 +289,7 @@ def test_the_stack_rnn_learns_dyck2_and_is_scored_per_test_length():
 def test_the_reports_pointer_map_reads_panm_on_a_dyck_string(tmp_path):
     from orchestrator.report.maps import activations_of, plot_pointers
     from trainables.config import parse_trial_config
-    from trainables.train import make_model
+    from trainables.steps import make_model
 
     config = {
         "task": "dyck",

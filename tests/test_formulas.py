@@ -1055,7 +1055,7 @@ def test_cosine_learning_rate_is_loshchilov_and_hutters_annealing_to_zero():
     torch's CosineAnnealingLR stepped once per training step, as the triangles' authors step theirs
     once per epoch."""
     from trainables.config import parse_trial_config
-    from trainables.train import lr_factor
+    from trainables.steps import lr_factor
 
     cfg = parse_trial_config(
         {"task": "copy", "model": "lstm_seq2seq", "lr": 3e-3, "n_iters": 50, "lr_schedule": "cosine"}

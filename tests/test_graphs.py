@@ -9,11 +9,13 @@ import torch
 from test_batched import NO_DROPOUT, close
 from test_train import tiny
 
-from trainables import graphs
-from trainables import train as train_module
+from trainables import graphs, steps
+from trainables.batches import batch_tensors
+from trainables.devices import pick_device
 from trainables.models import BATCHABLE_MODELS
+from trainables.steps import forward_loss, make_model
 from trainables.tasks import load_task
-from trainables.train import batch_tensors, forward_loss, make_model, pick_device, train
+from trainables.train import train
 
 
 def test_bucket_widths_are_a_few_fixed_steps_up_to_the_longest():
@@ -68,7 +70,7 @@ def test_the_graphed_step_machinery_trains_as_the_eager_step_does(model, optimiz
         **NO_DROPOUT,
     }
     eager = train(tiny(model, **settings), log=None)
-    monkeypatch.setattr(train_module, "graphs_unused_because", lambda cfg, device: None)
+    monkeypatch.setattr(steps, "graphs_unused_because", lambda cfg, device: None)
     captured = []
     monkeypatch.setattr(
         graphs.GraphedStep,
@@ -130,7 +132,7 @@ def test_a_graphed_run_with_dropout_resumes_exactly(stacked, monkeypatch):
     from trainables import batched
 
     cfg, states = tiny("ndr", length_bucketed=True, dropout=0.3, gate_drop=0.2), {}
-    monkeypatch.setattr(train_module, "graphs_unused_because", lambda cfg, device: None)
+    monkeypatch.setattr(steps, "graphs_unused_because", lambda cfg, device: None)
     monkeypatch.setattr(batched, "graphs_unused_because", lambda cfg, device, stacked: None)
     if stacked:
         members = [{"seed": 0, "lr": 1e-3}, {"seed": 1, "lr": 3e-3}]

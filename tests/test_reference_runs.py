@@ -25,8 +25,7 @@ import torch
 from test_multi30k import write_sentences
 from test_train import TINY_SIZES
 
-from trainables import batched
-from trainables import train as train_module
+from trainables import batched, learners
 from trainables.batched import train_members
 from trainables.config import model_fields, parse_trial_config
 from trainables.models import BATCHABLE_MODELS, MODELS
@@ -158,7 +157,7 @@ def pinned() -> dict:
 
 def nudged_model(monkeypatch) -> None:
     """Every model built from here on has its initial weights times 1 + NUDGE."""
-    make = train_module.make_model
+    make = learners.make_model
 
     def nudged(cfg, task):
         model = make(cfg, task)
@@ -167,7 +166,7 @@ def nudged_model(monkeypatch) -> None:
                 p.mul_(1 + NUDGE)
         return model
 
-    monkeypatch.setattr(train_module, "make_model", nudged)
+    monkeypatch.setattr(learners, "make_model", nudged)
     monkeypatch.setattr(batched, "make_model", nudged, raising=False)
 
 

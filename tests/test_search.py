@@ -393,7 +393,7 @@ def test_a_trial_that_failed_for_good_and_runs_again_after_a_resume_is_told_to_o
 
 def test_a_member_that_diverged_before_its_first_evaluation_has_no_score_of_its_stack(tmp_path):
     """The stack's own score (its best member's, for ASHA) is no member's: a member whose loss
-    went NaN before it was evaluated (its best NaN: trainables.train.Selection) reports no value to
+    went NaN before it was evaluated (its best NaN: trainables.evaluation.Selection) reports no value to
     Optuna and logs none to MLflow; nor does a lone trial that did so."""
     import optuna
 

@@ -172,9 +172,9 @@ def test_images_show_the_scenes(split):
 
 def test_question_types_are_scored_separately_by_the_trainer():
     """Depth is the question type: evaluate(by_depth) gives the paper's three columns."""
+    from trainables.batches import batch_tensors
+    from trainables.evaluation import evaluate as evaluate_split
     from trainables.models import build_model
-    from trainables.train import batch_tensors
-    from trainables.train import evaluate as evaluate_split
 
     config = soc.SortOfClevrConfig(train_images=2, eval_images=4)
     task = soc.build(config)
@@ -194,7 +194,7 @@ def test_each_question_type_is_reported_at_its_own_best_validation_epoch(monkeyp
     """The authors keep, per question type, the test accuracy at that type's best validation epoch
     (strictly better: a tie keeps the earlier one); the pooled accuracy keeps one checkpoint."""
     from trainables.config import parse_trial_config
-    from trainables.train import Selection
+    from trainables.evaluation import Selection
 
     config = soc.SortOfClevrConfig(train_images=2, eval_images=4)
     task = soc.build(config)
@@ -227,8 +227,8 @@ def test_each_question_type_is_reported_at_its_own_best_validation_epoch(monkeyp
 def test_the_reports_attention_map_reads_a_question_about_an_image(tmp_path):
     from orchestrator.report.maps import activations_of, plot_transformer
     from trainables.config import parse_trial_config
+    from trainables.steps import make_model
     from trainables.tasks import load_task
-    from trainables.train import make_model
 
     config = {
         "task": "sort_of_clevr",

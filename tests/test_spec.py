@@ -707,16 +707,16 @@ def test_calibration_takes_the_median_step(monkeypatch):
     test's own: each step advances it by its duration)."""
     import torch
 
-    from trainables import train
+    from trainables import timing
 
     clock, durations = [0.0], iter([0.0, 0.01, 0.01, 0.3, 0.01, 0.01])  # the warm-up, then five timed steps
 
     def step() -> None:
         clock[0] += next(durations)
 
-    monkeypatch.setattr(train, "training_step", lambda cfg: (step, torch.device("cpu")))
-    monkeypatch.setattr(train.time, "perf_counter", lambda: clock[0])
-    assert train.seconds_per_step(None, steps=5) == pytest.approx(0.01)
+    monkeypatch.setattr(timing, "training_step", lambda cfg: (step, torch.device("cpu")))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    assert timing.seconds_per_step(None, steps=5) == pytest.approx(0.01)
 
 
 def stored_step_rates(uri: str, rates, stacked: int = 1) -> None:

@@ -368,7 +368,7 @@ def test_cache_roundtrip(tmp_path, monkeypatch):
 def test_a_split_filling_both_validation_slots_is_stored_once_and_scored_once(tmp_path, monkeypatch):
     """SCAN's IID hold-out is its OOD validation set too: the cache stores it once and loads one
     Split for both, so Selection evaluates it once per evaluation, not twice."""
-    from trainables import train as train_module
+    from trainables import evaluation
 
     monkeypatch.setenv("SYSGEN_DATA_CACHE", str(tmp_path))
     for _ in ("built", "from the cache"):
@@ -378,11 +378,11 @@ def test_a_split_filling_both_validation_slots_is_stored_once_and_scored_once(tm
         assert not any(name.startswith("ood_valid.") for name in stored.files)
     scored = []
     monkeypatch.setattr(
-        train_module,
+        evaluation,
         "evaluate",
         lambda model, task, split, *args: scored.append(split) or {"seq_acc": 0.0, "token_acc": 0.0},
     )
-    selection = train_module.Selection(
+    selection = evaluation.Selection(
         parse_trial_config(
             {"task": "scan", "model": "transformer_enc_dec", "task_options": {"eval_size": 50}}
         ),

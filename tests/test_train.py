@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from trainables.batches import LengthBuckets
 from trainables.config import ConfigError, TrainConfig, parse_trial_config, preset, presets
+from trainables.evaluation import Selection, ratios
 from trainables.kinds import (
     AUTOREGRESSIVE_SEQ2SEQ,
     NEXT_SYMBOL_SETS,
@@ -22,9 +24,10 @@ from trainables.kinds import (
     VISUAL_QUESTION_ANSWERING,
 )
 from trainables.models import MODELS, build_model, model_fields
+from trainables.steps import make_model
 from trainables.tasks import TASKS, load_task
 from trainables.tasks.base import SPECIAL_TOKENS, Task
-from trainables.train import LengthBuckets, Selection, make_model, ratios, train
+from trainables.train import train
 
 # A 10-token vocabulary (pad, bos, eos first) and 4 classes, for building models without data.
 TOY = Task(
@@ -162,7 +165,8 @@ def test_accuracy_per_test_depth_pools_to_the_test_accuracy():
 @pytest.mark.parametrize("act", ["graves", "dehghani"])
 def test_act_transformer_trains_with_its_ponder_cost(act):
     """The training loss is the task's loss plus the ponder cost (App. A: L + alpha L_ACT)."""
-    from trainables.train import batch_tensors, forward_loss, make_model
+    from trainables.batches import batch_tensors
+    from trainables.steps import forward_loss
 
     cfg = tiny("transformer_rel", act=act)
     task = load_task(cfg.task, cfg.task_options)
@@ -671,7 +675,7 @@ def test_optimiser_and_clipping_keys():
 
 
 def test_clipping_by_value_bounds_every_gradient_entry():
-    from trainables.train import clip_gradients
+    from trainables.steps import clip_gradients
 
     weight = torch.nn.Parameter(torch.zeros(3))
     weight.grad = torch.tensor([30.0, -0.5, -12.0])

@@ -10,7 +10,7 @@ a search's suggestions of them. Each member keeps what a run of its own would ha
 initialisation (the model built after `torch.manual_seed(seed)`, as `train` does), its data order
 (its own batch generator and length buckets), its own dropout masks at its own rates (vmap's
 randomness="different"), its own gradient clipping (the norm per member), its own optimizer step
-(MemberOptimizer) and its own checkpoint selection and metrics (train.Selection). Without dropout
+(MemberOptimizer) and its own checkpoint selection and metrics (evaluation.Selection). Without dropout
 the result equals N separate runs within floating-point rounding (tests/test_batched.py); with
 dropout each member draws other masks than its separate run would, from the same distribution.
 
@@ -31,33 +31,23 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
+from .batches import batch_source, batch_tensors
 from .config import MEMBER_KEYS, RATE_KEYS, TrainConfig, parse_trial_config
+from .devices import free_what_finished_trials_left, setup_device, where
 from .graphs import N_BUCKETS, GraphedStep, graphs_unused_because
 from .models import batchable
 from .models.dropout import rates_in_tensors
+from .steps import load_optimizer_state, make_model, make_optimizer, room_for_compiles, set_lr
 from .tasks import load_task
-from .train import (
-    MembersReporter,
-    batch_source,
-    batch_tensors,
-    free_what_finished_trials_left,
-    load_optimizer_state,
-    make_model,
-    make_optimizer,
-    room_for_compiles,
-    run,
-    set_lr,
-    setup_device,
-    step_seconds,
-    where,
-)
+from .timing import step_seconds
+from .train import MembersReporter, run
 
 
 def stacked_batch(
     parts: list[tuple[Any, np.ndarray]], device: torch.device, bucketed: bool = False
 ) -> dict[str, torch.Tensor]:
     """One batch per seed (each seed's own rows, trimmed to its own longest, or padded to its bucket
-    width: train.batch_tensors), padded to the widest of them and stacked along a new first
+    width: batches.batch_tensors), padded to the widest of them and stacked along a new first
     dimension. Padding is 0, the pad token's id; the models mask it, so a seed's result does not
     depend on the other seeds' lengths."""
     batches = [batch_tensors(split, index, device, bucketed) for split, index in parts]
@@ -95,7 +85,7 @@ def clip_per_member(grad_clip_by: str, limits: torch.Tensor, grads: list[torch.T
 
 
 class MemberOptimizer:
-    """The configured optimizer (train.make_optimizer) over stacked parameters, each member stepping
+    """The configured optimizer (steps.make_optimizer) over stacked parameters, each member stepping
     with its own learning rate and weight decay. Adam, AdamW and RMSprop update each entry from its
     own gradient alone, and their step is proportional to the learning rate: so the optimizer runs
     at lr 1 without decay, and each member's slice of the step is scaled by its own lr afterwards.
@@ -139,7 +129,7 @@ class MemberOptimizer:
             p.copy_(shrunk + lr * (p - old))
 
     def schedule(self, factor: float) -> None:
-        """Every member's learning rate at `factor` of its own (train.lr_factor)."""
+        """Every member's learning rate at `factor` of its own (steps.lr_factor)."""
         self.factor = factor
         if self.shared:
             set_lr(self.optimizer, self.base_lr * factor)
@@ -345,7 +335,7 @@ class Stack:
         return saved["member_states"]
 
     def member_model(self, k: int) -> torch.nn.Module:
-        """Member k's parameters in a module of its own, for evaluation (train.evaluate runs it)."""
+        """Member k's parameters in a module of its own, for evaluation (evaluation.evaluate runs it)."""
         with torch.no_grad():
             for name, p in self.models[k].named_parameters():
                 p.copy_(self.params[name][k])

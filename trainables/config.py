@@ -56,7 +56,7 @@ class TrainConfig:
     lr_schedule: str = chosen("constant", ("constant", "cosine"))
     weight_decay: float = ranged(0.0, 0)
     batch_size: int = ranged(512, 1)
-    # batches of similar input lengths (the authors' sampler; see train.LengthBuckets)
+    # batches of similar input lengths (the authors' sampler; see batches.LengthBuckets)
     length_bucketed: bool = False
     n_iters: int = ranged(30_000, 1)
     optimizer: str = chosen("adamw", ("adamw", "adam", "rmsprop"))  # rmsprop: the PANM authors'

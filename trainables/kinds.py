@@ -246,7 +246,7 @@ class Translation(SequenceOutput):
         return model(batch["tokens"], batch["lengths"], batch["targets"].shape[1], batch["targets"], **extra)
 
     def score_sums(self, out, batch):
-        # perplexity: e to the mean negative log-likelihood of the target tokens (train.ratios)
+        # perplexity: e to the mean negative log-likelihood of the target tokens (evaluation.ratios)
         mask = target_mask(batch)
         nll = (token_losses(out, batch["targets"]) * mask).sum()
         return {

@@ -18,9 +18,10 @@ from trainables.config import (
     preset,
     set_override,
 )
+from trainables.devices import pick_device
 from trainables.models import is_file_model
 from trainables.tasks import eval_sizes
-from trainables.train import pick_device, train
+from trainables.train import train
 
 from ..run.cost_model import training_cost
 from .inputs import UsageError

@@ -47,9 +47,10 @@ def activations_of(config: dict, model_state: dict):
     # torch and the models take seconds to import; only drawing maps needs them.
     import torch  # noqa: PLC0415
 
+    from trainables.batches import batch_tensors  # noqa: PLC0415
     from trainables.config import parse_trial_config  # noqa: PLC0415
+    from trainables.steps import make_model  # noqa: PLC0415
     from trainables.tasks import load_task  # noqa: PLC0415
-    from trainables.train import batch_tensors, make_model  # noqa: PLC0415
 
     cfg = parse_trial_config(config)
     task = load_task(cfg.task, cfg.task_options)

@@ -24,7 +24,7 @@ from trainables.fields import yaml_word
 from trainables.models import batchable
 from trainables.tasks import eval_sizes, small_copy_options
 from trainables.tasks.base import throwaway_data_cache
-from trainables.train import seconds_per_step as train_seconds_per_step
+from trainables.timing import seconds_per_step as train_seconds_per_step
 
 from ..plan.storage import last_line
 from ..plan.study import Pair, Study

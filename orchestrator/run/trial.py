@@ -22,8 +22,9 @@ from ray.tune import Checkpoint
 
 from trainables.batched import train_members
 from trainables.config import parse_trial_config
+from trainables.devices import pick_device
 from trainables.fields import yaml_word
-from trainables.train import pick_device, train
+from trainables.train import train
 
 from ..record.runs import ERROR_TAG, KERNELS_TAG, REPLAY_KEY, member_key
 from .failures import FailureLog, error_text

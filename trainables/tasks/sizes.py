@@ -28,7 +28,7 @@ class EvalSet:
 @dataclass(frozen=True)
 class EvalSizes:
     """A task's evaluation sets: `validation`, scored at every evaluation (a set that fills both
-    validation slots once), and `tests`, scored where a checkpoint is kept (train.Selection)."""
+    validation slots once), and `tests`, scored where a checkpoint is kept (evaluation.Selection)."""
 
     train_length: float  # a training sample's mean positions
     validation: tuple[EvalSet, ...]

@@ -1,0 +1,64 @@
+"""The device a trial trains on: picked and set up (CPU threads, matmul precision), cleared of what
+finished trials left, and waited for."""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+from .config import ConfigError, TrainConfig
+
+
+def pick_device(name: str) -> torch.device:
+    """`name`'s device; ConfigError where torch here has none such (a GPU launch's best config re-run
+    on a laptop, a trial on a node without CUDA), before torch fails somewhere inside the trial."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device: {name}, but torch finds {torch.cuda.device_count()} CUDA device(s) here "
+            "(device=auto trains on what there is)"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            f"device: {name}, but torch finds no MPS device here (device=auto trains on what there is)"
+        )
+    return device
+
+
+def where(cfg: TrainConfig, device: torch.device) -> str:
+    """The device and how a settled config runs on it, for a trial's first log line: its compile
+    and bf16 may have been decided by `auto`, which the recorded parameters keep."""
+    return str(device) + "".join(
+        f", {word}" for word, on in (("compiled", cfg.compile), ("bf16 autocast", cfg.bf16)) if on
+    )
+
+
+def setup_device(cfg: TrainConfig) -> torch.device:
+    """The trial's device, with its CPU threads and, on CUDA, its matmul precision (`tf32`) set."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
+    return device
+
+
+def free_what_finished_trials_left(device: torch.device) -> None:
+    """Frees what finished trials left in this process (Tune hands one process trial after trial),
+    and on CUDA counts gpu_memory_mib from here. A stack is garbage in a reference cycle (its step
+    refers to it), which only Python's occasional full collection frees: its weights, optimizer
+    state and CUDA graphs stayed allocated into the next trial. And the allocator keeps freed
+    blocks reserved, which the next trial's gpu_memory_mib (peak reserved) counted as its own."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work: a timer read before it would time the host's queueing."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
