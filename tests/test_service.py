@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 from mlflow.tracking import MlflowClient
 from nodes import free_port
 
+from trainables.devices import cpu_kernels
 from trainables.tasks import load_task
 
 pytestmark = pytest.mark.slow
@@ -261,7 +261,7 @@ def test_launch_on_sqlite_with_eight_concurrent_trials(tmp_path):
     )
     for metric in ("best_ood_valid_acc", "test_acc_at_best", "loss"):
         assert again[metric] == round(run.data.metrics[metric], 4), metric
-    assert written["cpu_kernels"] == run.data.tags["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
+    assert written["cpu_kernels"] == run.data.tags["cpu_kernels"] == cpu_kernels()
     assert not any(f"[train] {words}" in trained.stdout for words in ("--set", "the data", "this CPU"))
     elsewhere = tmp_path / "from_another_cpu.yaml"  # as if the launch ran on other vector units
     elsewhere.write_text(yaml.safe_dump({**written, "cpu_kernels": "AVX512_BF16"}))

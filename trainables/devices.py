@@ -4,10 +4,31 @@ finished trials left, and waited for."""
 from __future__ import annotations
 
 import gc
+import hashlib
+import re
+from pathlib import Path
 
 import torch
 
 from .config import ConfigError, TrainConfig
+
+# The CPU features the math libraries pick their code paths by (ATen's vector width, MKL's and
+# oneDNN's kernels): another set rounds otherwise (docs/troubleshooting.md#numbers).
+VECTOR_FLAGS = re.compile(r"avx\w*|sse\w*|ssse3|fma\w*|f16c|amx\w*|\w*vnni\w*|vaes|vpclmulqdq|gfni")
+
+
+def cpu_kernels() -> str:
+    """The CPU's vector units as the kernels see them: torch's CPU capability (AVX2, AVX512, ...) and
+    8 hex digits of the CPU's vector features (two CPUs of one capability may still take other
+    MKL or oneDNN paths), e.g. `AVX2 3f2a9c1e`; the capability alone where the CPU's features
+    cannot be read (no /proc/cpuinfo)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split("\nflags", 1)[1].split("\n", 1)[0].split()
+    except (OSError, IndexError):
+        return capability
+    vector = " ".join(sorted(flag for flag in flags if VECTOR_FLAGS.fullmatch(flag)))
+    return f"{capability} {hashlib.sha256(vector.encode()).hexdigest()[:8]}"
 
 
 def pick_device(name: str) -> torch.device:

@@ -8,8 +8,6 @@ import json
 import math
 from pathlib import Path
 
-import torch
-
 from trainables.config import (
     ConfigError,
     check_builds,
@@ -18,7 +16,7 @@ from trainables.config import (
     preset,
     set_override,
 )
-from trainables.devices import pick_device
+from trainables.devices import cpu_kernels, pick_device
 from trainables.models import is_file_model
 from trainables.tasks import eval_sizes
 from trainables.train import train
@@ -95,7 +93,7 @@ def cmd_train(args) -> int:
     )
     if ran_on:
         say_what_differs(recorded, flat)
-    kernels = torch.backends.cpu.get_cpu_capability()
+    kernels = cpu_kernels()
     if device.type == "cpu" and ran_on.get("cpu_kernels", kernels) != kernels:
         print(
             f"[train] this CPU's kernels are {kernels}, the launch's trial ran on {ran_on['cpu_kernels']}: "

@@ -22,7 +22,7 @@ from ray.tune import Checkpoint
 
 from trainables.batched import train_members
 from trainables.config import parse_trial_config
-from trainables.devices import pick_device
+from trainables.devices import cpu_kernels, pick_device
 from trainables.fields import yaml_word
 from trainables.train import train
 
@@ -71,7 +71,7 @@ def where_it_runs(device, ran_as) -> dict:
     return {
         "device": str(device),
         # the CPU's vector units, which decide how its kernels round (docs/troubleshooting.md#numbers)
-        KERNELS_TAG: torch.backends.cpu.get_cpu_capability(),
+        KERNELS_TAG: cpu_kernels(),
         "node_id": ray.get_runtime_context().get_node_id(),
         "compile": ran_as.compile_mode or "off",
         "bf16": yaml_word(ran_as.bf16),
