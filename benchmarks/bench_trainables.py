@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from trainables.batches import batch_tensors
-from trainables.config import TRAIN_KEYS, parse_trial_config, preset, presets
+from trainables.config import keys_of, parse_trial_config, preset, presets
 from trainables.devices import synchronize
-from trainables.models import model_fields
 from trainables.models.transformer import Layer, TransformerConfig
 from trainables.steps import make_model
 from trainables.tasks import listops, load_task
@@ -74,7 +73,7 @@ def model_rows() -> list[tuple[str, str, dict, str, dict]]:
     rows = []
     for name in presets("ctl")["models"]:
         paper = {**preset("ctl", name), "task_options": ctl_options}
-        small = {**paper, **{k: v for k, v in SMALL.items() if k in model_fields(name) or k in TRAIN_KEYS}}
+        small = {**paper, **{k: v for k, v in SMALL.items() if k in keys_of(name)}}
         if "n_heads" in small:
             small["n_heads"] = min(small["n_heads"], 4)
         rows += [

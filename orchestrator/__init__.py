@@ -1,6 +1,7 @@
 """The search service: everything that is not a model or a task.
 
-  plan/    what a launch file asks for, checked before anything starts (spec, storage)
+  plan/    what a launch file asks for, checked before anything starts (load, sections, space, pairs,
+           probes, study, storage)
   run/     launching it on Ray Tune: searchers, callbacks, the dry run's cost (launch, search,
            callbacks, cost)
   record/  what a launch leaves: MLflow and Optuna glue, the launch folder, best and export

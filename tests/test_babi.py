@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from orchestrator.cli.process import main
+from trainables.config import TrainConfig
 from trainables.tasks import babi, load_task, task_config
-from trainables.train import TrainConfig, train
+from trainables.train import train
 
 PEOPLE, PLACES, THINGS = (
     ["Mary", "John", "Sandra", "Daniel"],

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from trainables.config import TrainConfig
 from trainables.kinds import NEXT_SYMBOL_SETS, SEQUENCE_TO_SEQUENCE
 from trainables.models import build_model
 from trainables.tasks import dyck, load_task, task_config
-from trainables.train import TrainConfig, train
+from trainables.train import train
 
 PAIRS = {"(": ")", "[": "]", "{": "}"}
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+from trainables.config import TrainConfig
 from trainables.models import build_model
 from trainables.models.esbn import context_norm
 from trainables.tasks import esbn, load_task, task_config
-from trainables.train import TrainConfig, train
+from trainables.train import train
 
 CELLS = list(itertools.product(esbn.PROBLEMS, (0, 50, 85, 95)))
 

@@ -10,11 +10,12 @@ import random
 import pytest
 import torch
 
+from trainables.config import TrainConfig
 from trainables.evaluation import ratios
 from trainables.kinds import TRANSLATION
 from trainables.tasks import load_task, multi30k, task_config
 from trainables.tasks.base import Task
-from trainables.train import TrainConfig, train
+from trainables.train import train
 
 NOUNS = [("dog", "hund"), ("man", "mann"), ("woman", "frau"), ("ball", "ball"), ("street", "straße")]
 

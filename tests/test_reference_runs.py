@@ -27,8 +27,8 @@ from test_train import TINY_SIZES
 
 from trainables import batched, learners
 from trainables.batched import train_members
-from trainables.config import model_fields, parse_trial_config
-from trainables.models import BATCHABLE_MODELS, MODELS
+from trainables.config import parse_trial_config
+from trainables.models import BATCHABLE_MODELS, MODELS, model_fields
 from trainables.train import train
 
 PINNED = Path(__file__).with_name("reference_runs.json")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainables.config import parse_trial_config, preset
+from trainables.config import TrainConfig, parse_trial_config, preset
 from trainables.models import build_model
 from trainables.models.transformer import sinusoids
 from trainables.tasks import load_task, scan, task_config
-from trainables.train import TrainConfig, train
+from trainables.train import train
 
 ACTION = {"walk": "I_WALK", "look": "I_LOOK", "run": "I_RUN", "jump": "I_JUMP"}
 

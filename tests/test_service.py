@@ -990,7 +990,7 @@ def test_a_search_confirms_its_best_trials_over_new_seeds(tmp_path):
         f"confirmed {np.mean(tests):.3f} ± {np.std(tests, ddof=1):.3f} over 2 seeds (candidate {chosen + 1})"
         in out.stdout
     )
-    # Crowned only past chance over its two seeds (report.answer_lines): 100 steps may not get there.
+    # Crowned only past chance over its two seeds (answer.answer_lines): 100 steps may not get there.
     assert (
         re.search(
             r"\[launch\] answer on tiny: (lstm generalizes best, test_acc_at_best|no model generalizes "

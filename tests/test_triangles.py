@@ -10,9 +10,10 @@ import pytest
 from scipy import ndimage
 
 from trainables.batches import batch_source
+from trainables.config import TrainConfig
 from trainables.models import build_model
 from trainables.tasks import load_task, task_config, triangles
-from trainables.train import TrainConfig, train
+from trainables.train import train
 
 # Truncating the third vertex moves it by under 1 pixel per coordinate, so each side to it is off
 # by under sqrt(2): one such side may be longer, the other shorter.

@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from .fields import chosen, closest, hints, matching, problem_text, problems, ranged, refusal, validate
+from .fields import defaults as field_defaults
 from .models import ModelError, build_model, model_fields, model_spec, unknown_model
 from .tasks import TASKS, task_config, unknown_task
 
@@ -230,7 +231,7 @@ def _typed(flat: dict, known_model: bool) -> tuple[dict, dict, list[tuple[str, s
         elif key in own:
             target, cls = model, config
         elif known_model:
-            hint = closest(key, TRAIN_KEYS | own)
+            hint = closest(key, keys_of(flat["model"]))
             found.append((key, f"not an option of model {flat['model']!r} or of training{hint}"))
             continue
         else:
@@ -305,9 +306,10 @@ def parameter_count(cfg: TrainConfig) -> int:
 
 def defaults(model: str) -> dict[str, Any]:
     """Every key a trial of `model` can take, with its default value."""
-    out = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
-    out.update({f.name: f.default for f in dataclasses.fields(model_spec(model).config)})
-    return out
+    train = {
+        k: v for k, v in field_defaults(TrainConfig).items() if k not in ("task_options", "model_options")
+    }
+    return {**train, **field_defaults(model_spec(model).config)}
 
 
 def set_override(flat: dict[str, Any], assignment: str) -> None:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from trainables.config import (
     ConfigError,
     check,
-    closest,
     defaults,
     keys_of,
     model_problem,
@@ -18,6 +17,7 @@ from trainables.config import (
     protocol_keys,
     task_problem,
 )
+from trainables.fields import closest
 from trainables.models import MODELS, model_spec
 from trainables.models import canonical as canonical_model
 from trainables.models import label as model_label

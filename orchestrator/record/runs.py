@@ -40,8 +40,9 @@ CONFIG_TAG = "trial_config"  # the full flat trial config as JSON, what `orchest
 # Task.data_hash: the data a run trained and was tested on, under this key in its trial's results
 # (trainables.train.run's reports) and as its run's tag.
 DATA_HASH_TAG = "data_hash"
-# torch's CPU capability where the trial ran (AVX2, AVX512, ...): CPUs of other vector units round
-# otherwise, and a run grows it (docs/troubleshooting.md#numbers)
+# The CPU's vector units where the trial ran (trainables.devices.cpu_kernels: torch's capability and
+# a hash of the CPU's vector flags): CPUs of other vector units round otherwise, and a run grows it
+# (docs/troubleshooting.md#numbers)
 KERNELS_TAG = "cpu_kernels"
 
 

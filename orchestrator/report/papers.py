@@ -195,7 +195,7 @@ def training_unlike_the_paper(cell: dict, model: str, task: str, config: dict) -
     a longer one gets it, said."""
     paper = paper_value(cell, model, task, config, "n_iters")
     # An early column's score is the best within early_budget, or within the whole run where that is
-    # shorter (train.py).
+    # shorter (trainables.evaluation.Selection).
     early, n_iters = config.get("early_budget"), config.get("n_iters")
     early_column = (
         cell.get("checkpoint") == "early" and early is not None and (n_iters is None or early <= n_iters)

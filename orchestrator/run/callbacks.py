@@ -1,4 +1,4 @@
-"""The launch's Tune callbacks, the driver's only Ray glue besides launch.py.
+"""The launch's Tune callbacks: what the driver does as Tune reports each trial.
 
 TrialTracker mirrors every trial of a launch into MLflow, as a child of the launch's run: all
 writes happen in the driver, so eight concurrent trials never contend for SQLite's write lock and
