@@ -2,7 +2,9 @@
 the killed one left behind. (The whole kill-and-resume path runs in test_service.py; the moments
 tested here are too brief to hit reliably by killing a process.)"""
 
+import errno
 import json
+import os
 import pickle
 import re
 import time
@@ -989,10 +991,10 @@ def test_a_launch_id_whose_registration_did_not_finish_can_be_given_again(tmp_pa
     lock.close()
 
 
-def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_run(tmp_path):
-    """The parent run is made before launch.json: a write that fails there (here launch.json's
-    temporary name is a folder; a full disk, a kill) left MLflow a launch RUNNING for good, which
-    no `status` or `resume` could reach. It ends KILLED and the id is free again."""
+def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_run(tmp_path, monkeypatch):
+    """The parent run is made before launch.json: a write that fails there (here its rename, as on
+    a full disk; a kill) left MLflow a launch RUNNING for good, which no `status` or `resume` could
+    reach. It ends KILLED and the id is free again."""
     from orchestrator.plan.load import load_study
     from orchestrator.run import registry
 
@@ -1011,8 +1013,15 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
             }
         )
     )
-    (tmp_path / "runs/team-z/launch.json.tmp").mkdir(parents=True)
-    with pytest.raises(IsADirectoryError):
+    rename = os.replace
+
+    def full_disk(source, target):
+        if Path(target).name == "launch.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        rename(source, target)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
         registry.register(load_study(path), path.read_text(), "team-z")
     [run] = MlflowClient(uri).search_runs(
         [MlflowClient(uri).get_experiment_by_name("team").experiment_id],
@@ -1020,7 +1029,8 @@ def test_a_launch_whose_launch_json_cannot_be_written_leaves_no_running_mlflow_r
     )
     assert run.info.status == "KILLED" and run.data.tags["launch_status"] == "never registered"
     assert not driver(tmp_path / "runs/team-z")[0] and not (tmp_path / "runs/team-z/launch.json").exists()
-    (tmp_path / "runs/team-z/launch.json.tmp").rmdir()
+    monkeypatch.setattr(os, "replace", rename)
+    assert [p.name for p in (tmp_path / "runs/team-z").iterdir() if p.name.endswith(".tmp")] == []
     state, lock = registry.register(load_study(path), path.read_text(), "team-z")
     assert (
         state.parent_run_id == run.info.run_id

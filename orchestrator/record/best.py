@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from .files import write_atomically
 from .secrets import redact_secrets
 from .state import LaunchState, headline_of
 from .summaries import confirmed_text, pair_summaries
@@ -70,10 +71,11 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
     for pair_name, (config, header, recorded) in best_configs(state, summaries).items():
         path = state.dir / "best" / f"{pair_name}.yaml"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(
+        write_atomically(
+            path,
             header
             + f"# Run it again with: orchestrator train {path}\n"
-            + yaml.safe_dump({"config": config, **recorded}, sort_keys=True)
+            + yaml.safe_dump({"config": config, **recorded}, sort_keys=True),
         )
         out.append(path)
     return out
@@ -160,5 +162,5 @@ def write_ablation(
         load_study(path, text=text)
     except SpecError as e:
         raise ValueError(f"the file with the winners would not load: {e}") from None
-    path.write_text(text)
+    write_atomically(path, text)
     return path, lines

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .files import atomic_path
 from .runs import (
     CONFIG_TAG,
     DATA_HASH_TAG,
@@ -112,12 +113,15 @@ def launch_frame(state) -> pd.DataFrame:
 
 
 def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
-    if fmt == "csv":
-        frame.to_csv(path, index=False)
-        return
-    # A Parquet column has one type: a config key that is a number in one pair and text in another is
-    # written as text.
-    mixed = [
-        c for c in frame.columns if frame[c].dtype == object and frame[c].dropna().map(type).nunique() > 1
-    ]
-    frame.astype({c: "string" for c in mixed}).to_parquet(path, index=False)
+    if fmt == "parquet":
+        # A Parquet column has one type: a config key that is a number in one pair and text in another
+        # is written as text.
+        mixed = [
+            c for c in frame.columns if frame[c].dtype == object and frame[c].dropna().map(type).nunique() > 1
+        ]
+        frame = frame.astype({c: "string" for c in mixed})
+    with atomic_path(path) as temporary:
+        if fmt == "csv":
+            frame.to_csv(temporary, index=False)
+        else:
+            frame.to_parquet(temporary, index=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from ..plan.storage import TrialStorage
+from .files import write_atomically
 
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
 # Tune's snapshots and the searcher's name our classes by their modules (pickles refer to them so):
@@ -83,13 +84,7 @@ class LaunchState:
             for v in [getattr(self, f.name)]
         }
         data.update(self.recorded)
-        tmp = self.dir / "launch.json.tmp"
-        try:
-            tmp.write_text(json.dumps(data, indent=2))
-        except OSError:  # a full disk: launch.json stays as it was, whole
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, self.dir / "launch.json")
+        write_atomically(self.dir / "launch.json", json.dumps(data, indent=2))
 
     @classmethod
     def load(cls, launch_dir: Path) -> LaunchState:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from ..record.files import write_atomically
 from ..record.mlflow_ui import ui_address
 from ..record.runs import ENDED, git_state, launch_trial_runs
 from ..record.state import LaunchState, readable_launches
@@ -484,7 +485,7 @@ def write_docs(path: Path, launches: list[LaunchState], context: dict, command: 
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     block = f"{block.rstrip()}\n\n{DOCS_END}"
-    path.write_text(docs_page(path.read_text() if path.exists() else None, block))
+    write_atomically(path, docs_page(path.read_text() if path.exists() else None, block))
     return path
 
 
@@ -519,8 +520,8 @@ def write(
     context = build(storage_path, launches, out, ui_url)
     markdown, page = render(context, links)
     paths = [out / "board.md", out / "board.html"]
-    paths[0].write_text(markdown)
-    paths[1].write_text(page)
+    write_atomically(paths[0], markdown)
+    write_atomically(paths[1], page)
     store = tracking_uri or (max(launches, key=lambda s: s.created or 0).tracking_uri if launches else None)
     if store:
         log_board(store, paths, context["counts"])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..record.files import atomic_path
 from .frames import TEST_SPLIT, cell_name, numeric_key, numeric_order, split_order
 
 
@@ -31,7 +32,8 @@ def figure_png(fig, path: Path) -> str:
     """Save `fig` to `path`; -> the PNG as base64, for the HTML page to embed."""
     plt = pyplot()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=100, format="png")  # the temporary's name has no .png
     plt.close(fig)
     return base64.b64encode(path.read_bytes()).decode()
 

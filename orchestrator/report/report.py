@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..record.best import summaries_of
+from ..record.files import atomic_path, write_atomically
 from ..record.mlflow_ui import save_view, trials_view, ui_address, ui_links
 from ..record.ranking import Ranking
 from ..record.runs import ENDED, MAX_BATCH, STATUS_TAG, launch_trial_runs
@@ -330,7 +331,8 @@ def log_report_files(mlflow, state, paths: list[Path]) -> None:
     folder = state.here(local) / "report"
     folder.mkdir(parents=True, exist_ok=True)
     for path in paths:
-        shutil.copyfile(path, folder / path.name)
+        with atomic_path(folder / path.name) as temporary:
+            shutil.copyfile(path, temporary)
 
 
 def compared_words(context: dict, previous_state, passed_over) -> str:
@@ -379,8 +381,8 @@ def write_report(
     }
     markdown, page = render(context)
     out_dir = state.dir / "report"
-    (out_dir / "report.md").write_text(markdown)
-    (out_dir / "report.html").write_text(page)
+    write_atomically(out_dir / "report.md", markdown)
+    write_atomically(out_dir / "report.html", page)
     paths = [out_dir / "report.md", out_dir / "report.html"] + [
         path for entry in context["pairs"] for path, _ in entry["figures"]
     ]
@@ -393,8 +395,8 @@ def write_report(
         stamp = f"{datetime.datetime.fromtimestamp(state.created or 0):%Y-%m-%d_%H%M%S}_{state.launch_id}"
         markdown, _ = render(context, image_folder=f"{os.path.relpath(out_dir, dated_in)}/")
         paths += [dated_in / f"{stamp}.md", dated_in / f"{stamp}.html"]
-        paths[-2].write_text(markdown)
-        paths[-1].write_text(page)
+        write_atomically(paths[-2], markdown)
+        write_atomically(paths[-1], page)
     compared = None if previous_state is None else compared_words(context, previous_state, passed_over)
     return paths, Regressions(context["regressions"], compared)
 
