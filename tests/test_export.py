@@ -17,6 +17,7 @@ from nodes import free_port
 
 from orchestrator.cli.process import main
 from orchestrator.record import export
+from orchestrator.record.optuna_store import READ_ONLY
 from orchestrator.record.state import LaunchState
 
 IDENTITY = [
@@ -267,7 +268,8 @@ def test_export_refuses_bad_input_in_one_line(tmp_path, capsys, flags, message):
     assert out.err.splitlines() == [message.format(tmp=tmp_path)] and out.out == ""
 
 
-def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict | None]:
+def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, dict | str | None]:
+    """(status, the answer's JSON; or where refused, its text)."""
     data = None if body is None else json.dumps(body).encode()
     try:
         with urllib.request.urlopen(
@@ -275,12 +277,13 @@ def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[in
         ) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as e:
-        return e.code, None
+        return e.code, e.read().decode()
 
 
 def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_path):
     """The search store holds every launch's studies; the dashboard shows this launch's, and its
-    buttons that would create, rename, delete or tell are refused, with the store unchanged."""
+    buttons that would create, rename, delete or tell are refused (403, one line, no traceback in
+    its log), with the store unchanged."""
     pytest.importorskip("optuna_dashboard", reason="the `dashboard` extra: pip install -e '.[dashboard]'")
     import optuna
 
@@ -347,7 +350,7 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
             ("POST", f"/trials/{done}/user-attrs", {"user_attrs": {"a": 1}}),
             ("POST", f"/trials/{running}/tell", {"state": "Complete", "values": [0.5]}),
         ]:
-            assert request(api + path, method, body)[0] >= 400, (method, path)
+            assert request(api + path, method, body) == (403, READ_ONLY + "\n"), (method, path)
         after = optuna.get_all_study_summaries(store)
         assert sorted(s.study_name for s in after) == sorted(ids) and {
             s.study_name: s.n_trials for s in after
@@ -362,6 +365,7 @@ def test_dashboard_serves_the_launchs_optuna_studies_and_changes_nothing(tmp_pat
         server.terminate()
         output = server.communicate(timeout=30)[0]
     assert "  search_test/search-1/ctl__ndr\n  search_test/search-1/ctl__lstm\n" in output, output
+    assert "Traceback" not in output and "Exception" not in output, output
 
 
 def test_dashboard_without_the_extra_says_how_to_install_it(tmp_path, capsys, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..record.optuna_store import read_only_view, search_storage
+from ..record.optuna_store import READ_ONLY, read_only_view, search_storage
 from ..record.stores import TrackingError
 from .inputs import UsageError, load_state
 
@@ -12,6 +12,7 @@ from .inputs import UsageError, load_state
 def cmd_dashboard(args) -> int:
     """optuna-dashboard (an optional extra) on the Optuna storage of a search launch."""
     try:
+        import bottle  # noqa: PLC0415 - optuna-dashboard's web framework, installed with it
         import optuna_dashboard  # noqa: PLC0415 - an optional extra: only this command asks for it
     except ImportError:
         raise UsageError(
@@ -34,8 +35,24 @@ def cmd_dashboard(args) -> int:
     for pair in plan["pairs"]:
         print(f"  {state.optuna_study_name(pair['name'])}")
     sys.stdout.flush()  # before the dashboard's own lines (where it listens, how to quit) on stderr
-    try:
-        optuna_dashboard.run_server(storage, host=args.host, port=args.port)
+    try:  # Bottle's own server, as optuna_dashboard.run_server starts it, on the app refusing writes
+        bottle.run(refusing_writes(optuna_dashboard.wsgi(storage)), host=args.host, port=args.port)
     except OSError as e:  # the port is taken, or the host is not one of this machine's addresses
         raise UsageError(f"--port: cannot listen on {args.host}:{args.port} ({e.strerror or e})") from None
     return 0
+
+
+def refusing_writes(app):
+    """`app` (a WSGI application) answering every request but a read (GET, HEAD) with 403 and one line,
+    before optuna-dashboard sees it: its handlers log the storage's refusal (read_only_view) as a
+    traceback and answer 500."""
+
+    def app_read_only(environ, start_response):
+        if environ.get("REQUEST_METHOD", "GET") in ("GET", "HEAD"):
+            return app(environ, start_response)
+        body = f"{READ_ONLY}\n".encode()
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+        start_response("403 Forbidden", headers)
+        return [body]
+
+    return app_read_only

@@ -18,6 +18,7 @@ from .secrets import redact
 from .stores import TrackingError, missing_sqlite_file, reveal, schema_lock
 
 WHAT = "search store (Optuna)"
+READ_ONLY = "this dashboard is read-only: the launch's studies change only through the launch"
 
 
 def search_store(uri: str, launch_dir: Path, create: bool = True) -> tuple[str, dict]:
@@ -117,9 +118,7 @@ def read_only_view(storage, study_names: set[str]):
             raise KeyError(f"no trial with id {trial_id}")
 
     def refuse(self, *args, **kwargs):
-        raise optuna.exceptions.StorageInternalError(
-            "this dashboard is read-only: the launch's studies change only through the launch"
-        )
+        raise optuna.exceptions.StorageInternalError(READ_ONLY)
 
     for name in BaseStorage.__abstractmethods__ - set(vars(ReadOnlyStudies)):  # every write
         setattr(ReadOnlyStudies, name, refuse)
