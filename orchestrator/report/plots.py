@@ -1,4 +1,4 @@
-"""Figures shared by the reports (report.py) and the attention maps (maps.py): matplotlib set up
+"""Figures shared by the report's modules and the attention maps (maps.py): matplotlib set up
 without a display, a figure saved as a PNG and returned as base64 for the HTML page, titles wrapped
 to the figure's width, chance drawn on every accuracy axis; the test score by split of every model
 on one axis (the report's top); a pair's own figures (its cells against each swept key, its test
