@@ -101,7 +101,8 @@ def cmd_resume(args) -> int:
             f"{state.dir / 'launch.json'}: snapshot_modules: {state.snapshot_modules}, this service reads "
             f"{SNAPSHOT_MODULES}: Tune's "
             "snapshot of the launch names the modules of the service that began it (1: before the split into "
-            "plan/run/record/report, commit 1f0f7de); resume it with that service, or launch the file again "
+            "plan/run/record/report, commit 1f0f7de; 2: before 0.3.0, commit 77a76b2); resume it with that "
+            "service, or launch the file again "
             "(its MLflow runs stay where they are)"
         )
     alive, where = driver(state.dir)

@@ -21,6 +21,7 @@ from trainables.models import is_file_model
 from trainables.tasks import eval_sizes
 from trainables.train import train
 
+from ..record.runs import DATA_HASH_TAG, KERNELS_TAG
 from ..run.cost_model import training_cost
 from .inputs import UsageError
 from .plans import read_yaml
@@ -34,7 +35,7 @@ def load_trial_source(source: str) -> tuple[dict, dict]:
         data = read_yaml(path)
         if not isinstance(data, dict):
             raise UsageError(f"{source}: expected a mapping of trial config keys")
-        ran_on = {key: data[key] for key in ("data_hash", "cpu_kernels") if "config" in data and key in data}
+        ran_on = {key: data[key] for key in (DATA_HASH_TAG, KERNELS_TAG) if "config" in data and key in data}
         return data.get("config", data), ran_on
     if "/" not in source:
         raise UsageError(f"{source}: neither a YAML file nor a preset 'task/model' (e.g. ctl/ndr)")
@@ -94,17 +95,17 @@ def cmd_train(args) -> int:
     if ran_on:
         say_what_differs(recorded, flat)
     kernels = cpu_kernels()
-    if device.type == "cpu" and ran_on.get("cpu_kernels", kernels) != kernels:
+    if device.type == "cpu" and ran_on.get(KERNELS_TAG, kernels) != kernels:
         print(
-            f"[train] this CPU's kernels are {kernels}, the launch's trial ran on {ran_on['cpu_kernels']}: "
+            f"[train] this CPU's kernels are {kernels}, the launch's trial ran on {ran_on[KERNELS_TAG]}: "
             "they round otherwise, so the metric may not re-run to the file's number "
             "(docs/troubleshooting.md#numbers)",
             flush=True,
         )
     metrics = train(cfg)
-    if "data_hash" in ran_on and metrics["data_hash"] != ran_on["data_hash"]:
+    if DATA_HASH_TAG in ran_on and metrics["data_hash"] != ran_on[DATA_HASH_TAG]:
         print(
-            f"[train] the data differ from the launch's (data_hash {ran_on['data_hash']} there, "
+            f"[train] the data differ from the launch's (data_hash {ran_on[DATA_HASH_TAG]} there, "
             f"{metrics['data_hash']} here): the metric does not re-run to the file's number",
             flush=True,
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from .files import write_atomically
+from .runs import DATA_HASH_TAG, KERNELS_TAG
 from .secrets import redact_secrets
 from .state import LaunchState, headline_of
 from .summaries import confirmed_text, pair_summaries
@@ -57,7 +58,7 @@ def best_configs(
                 f"{metric} {confirmed['metric']:.4f} on average, {confirmed_text(confirmed)}.\n"
             )
         # `orchestrator train` says so where it reads other data, or its CPU rounds otherwise
-        recorded = {"data_hash": summary.get("best_data"), "cpu_kernels": summary.get("best_kernels")}
+        recorded = {DATA_HASH_TAG: summary.get("best_data"), KERNELS_TAG: summary.get("best_kernels")}
         recorded = {key: value for key, value in recorded.items() if value}
         if recorded:
             header += f"# Ran on: {', '.join(f'{k} {v}' for k, v in recorded.items())}.\n"

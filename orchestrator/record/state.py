@@ -24,7 +24,8 @@ from .files import write_atomically
 SEED_STRIDE = 1000  # night k of a nightly job trains the file's seeds + k * SEED_STRIDE
 # Tune's snapshots and the searcher's name our classes by their modules (pickles refer to them so):
 # 1, orchestrator.<module>, before the split into plan/run/record/report; 2, run.launch's Tune
-# wiring; 3, run.tuner's (Tune's config names its trial_dirname).
+# wiring; 3, run.tuner's (Tune's config names its trial_dirname) and the plan's frozen values
+# (plan.study.FrozenDict in the searcher's and the trainable's configs).
 SNAPSHOT_MODULES = 3
 HEARTBEAT_S = 30.0
 SILENT_S = 4 * HEARTBEAT_S  # a driver elsewhere not heard from for this long is taken for dead

@@ -82,10 +82,6 @@ class Claim:
     def metric(self) -> str:
         return f"{self.split}_{self.score}_{self.when}"
 
-    @property
-    def iid_metric(self) -> str:
-        return f"iid_valid_{self.score}_{self.when}"
-
     def covers(self, task: str, known: dict) -> bool:
         return task == self.task and all(known.get(k) == v for k, v in self.options)
 
