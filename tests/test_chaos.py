@@ -16,6 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long  # 125 s; every fault it mixes is caused alone by a default test (test_edges, test_failures)
 def test_short_chaos_soak_audits_clean():
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "chaos.py"
     out = subprocess.run(

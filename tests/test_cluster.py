@@ -218,6 +218,7 @@ def test_a_driver_must_run_on_a_node_of_the_cluster(tmp_path, cluster):
     check_complete(uri, path, trials=2, n_iters=20, eval_every=10)
 
 
+@pytest.mark.long  # 126 s; test_a_driver_must_run_on_a_node_of_the_cluster also runs `ray start` nodes
 def test_storage_every_node_must_see(tmp_path, cluster, monkeypatch):
     """A worker in a private mount namespace cannot see the driver's launch folder: local storage
     is refused before anything is written; an S3-compatible object store on a loopback port

@@ -678,6 +678,7 @@ def test_launch_tracked_by_a_real_mlflow_server(tmp_path):
         check_store_contents(uri, path, trials=2)
 
 
+@pytest.mark.long  # 112 s; a real `mlflow server` also serves test_ui's browser check
 def test_a_team_server_with_authentication_tracks_a_launch_from_the_environment(tmp_path, monkeypatch):
     """deploy/mlflow-server.sh as a team runs it (SQLite here for the runs and the users): a request
     without credentials is refused, and so is a launch without them (one line, nothing written);

@@ -1285,6 +1285,7 @@ def test_dry_run_without_calibration_creates_no_store(tmp_path):
     assert step_rates(f"sqlite:///{empty}") == [] and empty.stat().st_size == 0
 
 
+@pytest.mark.long  # 53 s; test_service's planted password is checked in every file, record and output
 def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
     """The local PostgreSQL trusts every login, so a planted password connects and must not show;
     on the command line, where `ps` would show it, it is refused."""
