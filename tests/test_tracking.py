@@ -103,6 +103,37 @@ def test_a_driver_searches_the_store_for_its_trials_runs_once_not_per_trial(tmp_
     assert names == sorted(f"#{k}" for k in range(1, 13))
 
 
+def test_a_trials_writes_to_the_store_are_one_per_event(tmp_path, monkeypatch):
+    """The driver writes a trial's run one call after another, each a transaction: its start
+    (the run, its params), each evaluation (its metrics, with the tags that say where it ran at
+    the first) and its end (its status tags, then the end) are a fixed few calls, not one per tag."""
+    uri, tracker = tracker_with_parent(tmp_path, monkeypatch)
+    calls = []
+    for name in ("create_run", "log_batch", "set_tag", "set_terminated", "log_metric", "log_param"):
+        method = getattr(tracker.mlflow, name)
+        monkeypatch.setattr(
+            tracker.mlflow, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k)
+        )
+    tracker.run_ids(trial("warm"))  # the launch's pair run, made once for all its trials
+    calls.clear()
+    a = trial("a")
+    tracker.on_trial_start(0, [a], a)
+    assert calls == ["create_run", "log_batch"]
+    for step in (10, 20):
+        tracker.on_trial_result(0, [a], a, result(step, 0.5))
+    assert calls[2:] == ["log_batch", "log_batch"]
+    a.last_result = {**result(20, 0.5), "status": "diverged"}
+    tracker.on_trial_complete(0, [a], a)
+    assert calls[4:] == ["log_batch", "set_terminated"]
+    run = MlflowClient(uri).get_run(tracker.runs["a"])
+    assert (run.data.tags[STATUS_TAG], run.data.tags[DIVERGED_AT_TAG], run.data.tags["node"]) == (
+        "diverged",
+        "20",
+        "h",
+    )
+    assert run.data.metrics["loss"] == 0.5
+
+
 def test_an_evaluation_replayed_after_a_restart_is_logged_once(tmp_path, monkeypatch):
     # The driver dies; Tune's checkpoint held the tracker as it was, and the trial restarts from its
     # iteration-10 checkpoint, so iteration 20 is reported again (with the same values).

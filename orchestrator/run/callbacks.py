@@ -252,8 +252,7 @@ class TrialTracker(Callback):
             # A restored trial first replays the evaluations its checkpoint holds: the driver may have
             # died after the trial wrote a checkpoint and before it logged that evaluation.
             for record in json.loads(result.get(REPLAY_KEY) or "[]"):
-                self.log_evaluation(run_id, member_result(record, member))
-            self.log_evaluation(run_id, member_result(result, member))
+                self.log(run_id, self.evaluation(run_id, member_result(record, member)))
             # Once per run and driver, and again where they change: a resumed trial may land
             # elsewhere, a stack whose compiled step failed goes on uncompiled.
             own = member_result(result, member)
@@ -265,30 +264,41 @@ class TrialTracker(Callback):
                 },
                 **({DATA_HASH_TAG: own[DATA_HASH_TAG]} if DATA_HASH_TAG in own else {}),
             }
+            tags = []
             if self.located.get(run_id) != where:
                 self.located[run_id] = where
-                self.mlflow.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in where.items()])
+                tags = [RunTag(key, str(value)) for key, value in where.items()]
+            self.log(run_id, self.evaluation(run_id, own), tags)
 
-    def log_evaluation(self, run_id: str, result: dict) -> None:
+    def evaluation(self, run_id: str, result: dict) -> list:
+        """The metrics of one evaluation that MLflow does not have yet, as MLflow's Metrics."""
         from mlflow.entities import Metric  # noqa: PLC0415 - MLflow: seconds, as in run_id
 
         if result.get("status") in ("diverged", "failed"):
             # No evaluation ran: the loss went NaN or infinite since the last one, whose scores MLflow
             # has at their own step (a stack goes on reporting a diverged member's, unchanged), or the
             # trial raised as on its try before (trial.run_trial).
-            return
+            return []
         step = int(result.get("iteration", result.get("training_iteration", 0)))
         if step <= self.logged_until(run_id):
             # A trial restored from a checkpoint older than the last evaluation MLflow has
             # replays that evaluation exactly: log it once.
-            return
+            return []
         self.last_step[run_id] = step
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
-        for start in range(0, len(metrics), MAX_BATCH):
-            self.mlflow.log_batch(run_id, metrics=metrics[start : start + MAX_BATCH])
+        return [Metric(k, v, now, step) for k, v in numeric_metrics(result).items()]
+
+    def log(self, run_id: str, metrics: list, tags: list = ()) -> None:
+        """One write to the store where the batch fits MLflow's limits: each write is a transaction,
+        and the driver makes them one after another for every trial (docs/performance.md#scale)."""
+        tags = list(tags)
+        for start in range(0, max(len(metrics), 1 if tags else 0), MAX_BATCH):
+            batch = metrics[start : start + MAX_BATCH]
+            self.mlflow.log_batch(run_id, metrics=batch, tags=tags if start == 0 else [])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        from mlflow.entities import RunTag  # noqa: PLC0415 - MLflow: seconds, as in run_id
+
         self.ended.add(trial.trial_id)
         last_result = trial.last_result or {}
         if last_result.get("status") == "failed":
@@ -304,11 +314,12 @@ class TrialTracker(Callback):
             status = last.get("status", "completed")
             if status == "running":
                 status = "early_stopped"  # the scheduler ended it before its budget
+            tags = {STATUS_TAG: status}
             if status == "diverged" and "iteration" in last:  # its metrics stop at the evaluation before
-                self.mlflow.set_tag(run_id, DIVERGED_AT_TAG, str(last["iteration"]))
+                tags[DIVERGED_AT_TAG] = str(last["iteration"])
             if status == "failed":
-                self.mlflow.set_tag(run_id, ERROR_TAG, last.get(ERROR_TAG, ""))
-            self.mlflow.set_tag(run_id, STATUS_TAG, status)
+                tags[ERROR_TAG] = last.get(ERROR_TAG, "")
+            self.log(run_id, [], [RunTag(key, value) for key, value in tags.items()])
             self.mlflow.set_terminated(
                 run_id, status="FAILED" if status in ("diverged", "failed") else "FINISHED"
             )
