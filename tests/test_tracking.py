@@ -579,8 +579,15 @@ def test_opening_a_store_whose_connections_are_terminated_is_retried(
     monkeypatch.setattr(retries, "NOTICES", RetryNotices(every_s=0))
     database, uri, admin = postgres_database.name, postgres_database.uri, postgres_database.admin
 
+    def connected() -> bool:
+        found = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,))
+        return found.fetchone()[0] > 0
+
     def in_background(seconds: float, fault) -> threading.Thread:
-        def loop():
+        def loop():  # from the client's first connection on: a loaded machine may take seconds to get there
+            give_up = time.monotonic() + 60
+            while not connected() and time.monotonic() < give_up:
+                time.sleep(0.01)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 fault()

@@ -290,7 +290,8 @@ class TrialTracker(Callback):
 
     def log(self, run_id: str, metrics: list, tags: list = ()) -> None:
         """One write to the store where the batch fits MLflow's limits: each write is a transaction,
-        and the driver makes them one after another for every trial (docs/performance.md#scale)."""
+        and the driver makes them one after another for every trial
+        (docs/performance.md#orchestration-many-trials)."""
         tags = list(tags)
         for start in range(0, max(len(metrics), 1 if tags else 0), MAX_BATCH):
             batch = metrics[start : start + MAX_BATCH]
