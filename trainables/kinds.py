@@ -14,31 +14,46 @@ would stop a CUDA graph's capture (graphs.py).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
 
-Batch = dict[str, torch.Tensor]
+    Batch = dict[str, torch.Tensor]
+
+
+def _torch():
+    """torch, imported at a kind's first tensor call (a step, an evaluation, a map): what a plan and
+    the commands that read a launch ask of a kind (its name, scores, forward, chance) go without
+    torch's seconds of imports."""
+    import torch  # noqa: PLC0415 - see the docstring
+
+    return torch
 
 
 def count(n: int, like: torch.Tensor) -> torch.Tensor:
     """`n` as a float tensor on `like`'s device, made by a kernel (a copy from the host would stop a
     capture)."""
-    return torch.full((), float(n), device=like.device)
+    return _torch().full((), float(n), device=like.device)
 
 
 def target_mask(batch: Batch) -> torch.Tensor:
+    torch = _torch()
     positions = torch.arange(batch["targets"].shape[1], device=batch["targets"].device)
     return positions[None] < batch["target_lengths"][:, None]
 
 
 def token_losses(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Each target position's cross-entropy, (batch, positions)."""
-    return F.cross_entropy(out.float().flatten(0, -2), targets.flatten(), reduction="none").view_as(targets)
+    losses = _torch().nn.functional.cross_entropy(
+        out.float().flatten(0, -2), targets.flatten(), reduction="none"
+    )
+    return losses.view_as(targets)
 
 
 def position_accuracy(correct: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Token accuracy over the target positions `mask` keeps, and exact-sequence accuracy, as sums."""
+    torch = _torch()
     token_acc = torch.stack([(correct & mask).sum().float(), mask.sum().float()])
     seq_acc = torch.stack([(correct | ~mask).all(-1).sum().float(), count(len(correct), correct)])
     return {"token_acc": token_acc, "seq_acc": seq_acc}
@@ -118,14 +133,14 @@ class Classification(Kind):
     per_depth = True
 
     def loss(self, out, batch):
-        return F.cross_entropy(out.float(), batch["labels"])
+        return _torch().nn.functional.cross_entropy(out.float(), batch["labels"])
 
     def correct(self, out, batch):
         return out.argmax(-1) == batch["labels"]
 
     def score_sums(self, out, batch):
         correct = self.correct(out, batch).sum().float()
-        return {"acc": torch.stack([correct, count(len(batch["labels"]), correct)])}
+        return {"acc": _torch().stack([correct, count(len(batch["labels"]), correct)])}
 
 
 class SequenceClassification(Classification):
@@ -247,6 +262,7 @@ class Translation(SequenceOutput):
 
     def score_sums(self, out, batch):
         # perplexity: e to the mean negative log-likelihood of the target tokens (evaluation.ratios)
+        torch = _torch()
         mask = target_mask(batch)
         nll = (token_losses(out, batch["targets"]) * mask).sum()
         return {
@@ -266,7 +282,7 @@ class NextSymbolSets(Kind):
 
     def loss(self, out, batch):  # the Dyck authors' squared error of the sigmoid outputs
         mask = target_mask(batch)
-        squared = (torch.sigmoid(out.float()) - batch["targets"].float()) ** 2
+        squared = (_torch().sigmoid(out.float()) - batch["targets"].float()) ** 2
         return (squared * mask[..., None]).sum() / (mask.sum() * squared.shape[-1])
 
     def score_sums(self, out, batch):
@@ -290,6 +306,7 @@ class SetRegression(Kind):
         return (out.float() - batch["targets"]).abs().mean()
 
     def score_sums(self, out, batch):
+        torch = _torch()
         error = (out.float() - batch["targets"]).abs()
         n = count(len(error), error)
         # rel_l1: the L1 error over that of predicting zero (1.0 = no better than zero)

@@ -18,12 +18,10 @@ import tempfile
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # kinds imports torch; a task's cache and sizes do without it (the CLI's fast paths)
-    from ..kinds import Kind
+from ..kinds import Kind, kind_named
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
@@ -371,8 +369,6 @@ def cached(name: str, config, build: Callable[[], Task]) -> Task:
         meta = json.loads(str(f["meta"]))
         splits = {s: Split({k: f[f"{s}.{k}"] for k in names}) for s, names in meta.pop("splits").items()}
     splits.update({s: splits[same] for s, same in meta.pop("aliases", {}).items()})
-    from ..kinds import kind_named  # noqa: PLC0415 - kinds imports torch; see the TYPE_CHECKING import
-
     return Task(splits=splits, kind=kind_named(meta.pop("kind")), **meta)
 
 
