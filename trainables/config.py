@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import torch
 import yaml
 
 from .fields import chosen, closest, hints, matching, problem_text, problems, ranged, refusal, validate
@@ -288,9 +287,7 @@ def check_builds(cfg: TrainConfig) -> None:
     if built in BUILT:
         return
     try:
-        task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
-        with torch.device("meta"):
-            build_model(cfg.model, cfg.model_options, task)
+        _built_on_meta(cfg)
     except Exception as e:
         raise ConfigError((str(e) or type(e).__name__).splitlines()[0]) from None
     BUILT.add(built)
@@ -299,9 +296,17 @@ def check_builds(cfg: TrainConfig) -> None:
 def parameter_count(cfg: TrainConfig) -> int:
     """The parameters of the model a trial of `cfg` trains, built on the meta device (no data, no
     weights): what a dry run scales a measured step time by."""
+    return sum(p.numel() for p in _built_on_meta(cfg).parameters())
+
+
+def _built_on_meta(cfg: TrainConfig):
+    """The model a trial of `cfg` trains, built for its task's probe on the meta device."""
+    # torch is imported by a build alone: judging a config (check) and reading a launch go without.
+    import torch  # noqa: PLC0415
+
     task = TASKS[cfg.task].probe(task_config(cfg.task, cfg.task_options))
     with torch.device("meta"):
-        return sum(p.numel() for p in build_model(cfg.model, cfg.model_options, task).parameters())
+        return build_model(cfg.model, cfg.model_options, task)
 
 
 def defaults(model: str) -> dict[str, Any]:

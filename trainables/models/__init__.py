@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -24,8 +25,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from torch import nn
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..fields import closest
 from ..kinds import (
@@ -42,24 +43,23 @@ from ..kinds import (
     Kind,
 )
 from ..tasks.base import Task
-from .dnc import DNCClassifier, DNCConfig
-from .enc_dec import EncDecConfig, EncDecPANMConfig, TransformerEncoderDecoder, TransformerPANM
-from .esbn import ObjectSequenceTransformer
-from .lstm import LSTMClassifier, LSTMConfig, LSTMTagger
-from .panm import PANM, CausalPANM, PANMConfig
-from .seq2seq import LSTMSeq2Seq, Seq2SeqConfig, TransformerSeq2Seq
-from .set_attention import SetAttentionRegressor
-from .stack_rnn import StackRNNConfig, StackRNNTagger
-from .transformer import (
-    ImageQuestionTransformer,
+from .configs import (
+    DNCConfig,
+    EncDecConfig,
+    EncDecPANMConfig,
+    LSTMConfig,
+    PANMConfig,
+    Seq2SeqConfig,
+    StackRNNConfig,
     TransformerConfig,
-    UniversalTransformerClassifier,
-    UniversalTransformerSetRegressor,
 )
+
+if TYPE_CHECKING:
+    from torch import nn
 
 ENTRY_POINTS = "sysgen.models"  # the entry-point group an installed package names its models in
 
-Builder = Callable[..., nn.Module]  # (config, task) -> module
+Builder = Callable[..., "nn.Module"]  # (config, task) -> module
 
 
 class ModelError(ValueError):
@@ -84,6 +84,13 @@ class ModelSpec:
         return tuple(self.builders)
 
 
+def _nets(module: str) -> ModuleType:
+    """trainables.models.<module>, imported when a builder builds one of its models: the models'
+    modules import torch, and what only reads the registry (a plan, the commands that read a
+    launch) goes without it. Their configs are configs.py's."""
+    return importlib.import_module(f"{__name__}.{module}")
+
+
 def _token_ids(task: Task) -> dict:
     return {
         "vocab_size": len(task.vocab),
@@ -97,13 +104,13 @@ def _token_ids(task: Task) -> dict:
 def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
     def sets(cfg, task):
         if cfg.set_layer == "transformer":
-            return UniversalTransformerSetRegressor(cfg, attention, task.n_features)
+            return _nets("transformer").UniversalTransformerSetRegressor(cfg, attention, task.n_features)
         if cfg.fused_feed_forward:  # accepted and ignored, it would train what the file did not ask for
             raise ValueError(
                 "fused_feed_forward: the paper's set layer (set_layer: paper) has no feed-forward "
                 "of ours to fuse"
             )
-        return SetAttentionRegressor(
+        return _nets("set_attention").SetAttentionRegressor(
             cfg.d_model,
             cfg.n_heads,
             cfg.n_retrievals if attention == "compositional" else None,
@@ -111,7 +118,7 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
         )
 
     builders = {
-        SEQUENCE_CLASSIFICATION: lambda cfg, task: UniversalTransformerClassifier(
+        SEQUENCE_CLASSIFICATION: lambda cfg, task: _nets("transformer").UniversalTransformerClassifier(
             cfg, attention, gated, **_token_ids(task)
         )
     }
@@ -120,14 +127,14 @@ def _transformer(attention: str, gated: bool, description: str) -> ModelSpec:
     if attention in ("softmax", "compositional") and not gated:
         builders |= {
             SET_REGRESSION: sets,
-            VISUAL_QUESTION_ANSWERING: lambda cfg, task: ImageQuestionTransformer(
+            VISUAL_QUESTION_ANSWERING: lambda cfg, task: _nets("transformer").ImageQuestionTransformer(
                 cfg, attention, task.n_features, task.n_classes
             ),
             # the triangles' images: n_features channels, 4 x 4 patches
-            IMAGE_CLASSIFICATION: lambda cfg, task: ImageQuestionTransformer(
+            IMAGE_CLASSIFICATION: lambda cfg, task: _nets("transformer").ImageQuestionTransformer(
                 cfg, attention, 0, task.n_classes, patch=4, channels=task.n_features
             ),
-            IMAGE_SEQUENCE_CLASSIFICATION: lambda cfg, task: ObjectSequenceTransformer(
+            IMAGE_SEQUENCE_CLASSIFICATION: lambda cfg, task: _nets("esbn").ObjectSequenceTransformer(
                 cfg, attention, task.n_classes, channels=task.n_features
             ),
         }
@@ -148,10 +155,15 @@ def _checking_set_layer(build: Builder) -> Builder:
     return checked
 
 
-def _seq2seq(config: type, cls, description: str) -> ModelSpec:
+def _seq2seq(cls: str, description: str) -> ModelSpec:
+    """A baseline of seq2seq.py, its class `cls` named."""
     return ModelSpec(
-        config,
-        {SEQUENCE_TO_SEQUENCE: lambda cfg, task: cls(cfg, len(task.vocab), task.n_features)},
+        Seq2SeqConfig,
+        {
+            SEQUENCE_TO_SEQUENCE: lambda cfg, task: getattr(_nets("seq2seq"), cls)(
+                cfg, len(task.vocab), task.n_features
+            )
+        },
         description,
     )
 
@@ -173,51 +185,69 @@ MODELS: dict[str, ModelSpec] = {
     "panm": ModelSpec(
         PANMConfig,
         {
-            SEQUENCE_TO_SEQUENCE: lambda cfg, task: PANM(cfg, len(task.vocab), task.n_features),
-            NEXT_SYMBOL_SETS: lambda cfg, task: CausalPANM(cfg, len(task.vocab), task.n_classes),
+            SEQUENCE_TO_SEQUENCE: lambda cfg, task: _nets("panm").PANM(cfg, len(task.vocab), task.n_features),
+            NEXT_SYMBOL_SETS: lambda cfg, task: _nets("panm").CausalPANM(
+                cfg, len(task.vocab), task.n_classes
+            ),
         },
         "Pointer-Augmented Neural Memory (Le et al.)",
     ),
-    "lstm_seq2seq": _seq2seq(Seq2SeqConfig, LSTMSeq2Seq, "LSTM encoder-decoder"),
+    "lstm_seq2seq": _seq2seq("LSTMSeq2Seq", "LSTM encoder-decoder"),
     "transformer_seq2seq": _seq2seq(
-        Seq2SeqConfig, TransformerSeq2Seq, "Transformer encoder only: the output read at blank positions"
+        "TransformerSeq2Seq", "Transformer encoder only: the output read at blank positions"
     ),
     "transformer_enc_dec": _enc_dec(
         EncDecConfig,
-        lambda cfg, task: TransformerEncoderDecoder(cfg, "softmax", len(task.vocab), task.bos_id),
+        lambda cfg, task: _nets("enc_dec").TransformerEncoderDecoder(
+            cfg, "softmax", len(task.vocab), task.bos_id
+        ),
         "Transformer encoder-decoder (Csordás et al. 2021)",
     ),
     "transformer_enc_dec_compositional": _enc_dec(
         EncDecConfig,
-        lambda cfg, task: TransformerEncoderDecoder(cfg, "compositional", len(task.vocab), task.bos_id),
+        lambda cfg, task: _nets("enc_dec").TransformerEncoderDecoder(
+            cfg, "compositional", len(task.vocab), task.bos_id
+        ),
         "Transformer encoder-decoder with compositional attention",
     ),
     "transformer_enc_dec_panm": _enc_dec(
         EncDecPANMConfig,
-        lambda cfg, task: TransformerPANM(cfg, len(task.vocab), task.bos_id),
+        lambda cfg, task: _nets("enc_dec").TransformerPANM(cfg, len(task.vocab), task.bos_id),
         "Transformer encoder, PANM's Controller on a Transformer decoder (Le et al., App. D.3)",
     ),
     "lstm": ModelSpec(
         LSTMConfig,
         {
-            SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, False, **_token_ids(task)),
-            NEXT_SYMBOL_SETS: lambda cfg, task: LSTMTagger(cfg, len(task.vocab), task.n_classes, task.pad_id),
+            SEQUENCE_CLASSIFICATION: lambda cfg, task: _nets("lstm").LSTMClassifier(
+                cfg, False, **_token_ids(task)
+            ),
+            NEXT_SYMBOL_SETS: lambda cfg, task: _nets("lstm").LSTMTagger(
+                cfg, len(task.vocab), task.n_classes, task.pad_id
+            ),
         },
         "LSTM",
     ),
     "stack_rnn": ModelSpec(
         StackRNNConfig,
-        {NEXT_SYMBOL_SETS: lambda cfg, task: StackRNNTagger(cfg, len(task.vocab), task.n_classes)},
+        {
+            NEXT_SYMBOL_SETS: lambda cfg, task: _nets("stack_rnn").StackRNNTagger(
+                cfg, len(task.vocab), task.n_classes
+            )
+        },
         "stack RNN with a softmax push/pop gate (Suzgun et al. 2019)",
     ),
     "dnc": ModelSpec(
         DNCConfig,
-        {SEQUENCE_CLASSIFICATION: lambda cfg, task: DNCClassifier(cfg, **_token_ids(task))},
+        {SEQUENCE_CLASSIFICATION: lambda cfg, task: _nets("dnc").DNCClassifier(cfg, **_token_ids(task))},
         "DNC with the improvements of Csordás & Schmidhuber (2019)",
     ),
     "bilstm": ModelSpec(
         LSTMConfig,
-        {SEQUENCE_CLASSIFICATION: lambda cfg, task: LSTMClassifier(cfg, True, **_token_ids(task))},
+        {
+            SEQUENCE_CLASSIFICATION: lambda cfg, task: _nets("lstm").LSTMClassifier(
+                cfg, True, **_token_ids(task)
+            )
+        },
         "bidirectional LSTM",
     ),
 }
@@ -279,6 +309,10 @@ def _forward_takes(cls: type, kind: Kind) -> bool:
 def spec_of_class(cls: type, name: str) -> ModelSpec:
     """The registry's entry for a model class brought from outside the package, or ModelError
     saying in one line what the class states wrongly."""
+    # Here, not at the top: the registry's own models reach torch only when one is built (_nets); a
+    # class brought from outside is a Module of torch's, which its file imported already.
+    from torch import nn  # noqa: PLC0415
+
     config, kinds = getattr(cls, "Config", None), getattr(cls, "kinds", None)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ModelError(f"{name}: not a torch.nn.Module class")

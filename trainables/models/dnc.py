@@ -15,33 +15,14 @@ the output at the last real token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fields import ranged, rate, validate
+from .configs import DNCConfig
 from .dropout import Dropout
 
 EPS = 1e-6
-
-
-@dataclass
-class DNCConfig:
-    d_model: int = ranged(200, 1)  # controller LSTM size (Table 7)
-    n_cells: int = ranged(21, 1)
-    word_size: int | None = ranged(None, 1)  # None: d_model, as the authors'
-    n_read_heads: int = ranged(4, 1)
-    embedding_size: int = ranged(16, 1)  # the authors' token embedding
-    dropout: float = rate(0.5)  # on the embeddings
-    deallocate: bool = True
-    sharpen_links: bool = True
-    masked_addressing: bool = False
-    clip_controls: float = ranged(20.0, 0, low_inclusive=False)  # the interface vector is clipped to +-20
-
-    def __post_init__(self):
-        validate(self)
 
 
 def oneplus(x: torch.Tensor) -> torch.Tensor:

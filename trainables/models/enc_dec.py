@@ -27,58 +27,20 @@ decoding step by step with a cache; tested) while PANM's Controller takes one st
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..fields import MOST_MODULES, ranged, rate, validate
+from .configs import EncDecConfig, EncDecPANMConfig, TransformerConfig
 from .dropout import Dropout
-from .panm import PANMConfig, PointerDecoder
+from .panm import PointerDecoder
 from .transformer import (
     RETRIEVAL_SCORES,
     FeedForward,
     Layer,
-    TransformerConfig,
     attention_of,
-    heads_problems,
     sinusoids,
 )
-
-
-@dataclass
-class EncDecConfig:
-    d_model: int = ranged(128, 1)
-    n_heads: int = ranged(8, 1)  # compositional attention: the searches S
-    ff_multiplier: float = ranged(2.0, 0, low_inclusive=False)
-    encoder_layers: int = ranged(3, 1, MOST_MODULES)
-    decoder_layers: int = ranged(3, 1, MOST_MODULES)
-    universal: bool = True
-    relative_positions: bool = False
-    dropout: float = rate(0.5)
-    n_retrievals: int = ranged(1, 1)  # compositional attention: R
-    retrieval_dim: int = ranged(32, 1)  # compositional attention: size of retrieval queries and keys
-    retrieval_scores: str = "dot"  # compositional attention: "dot" or "mlp"
-
-    def __post_init__(self):
-        validate(self)
-
-    joint_problems = staticmethod(heads_problems)
-
-    def layer_config(self, attention: str) -> TransformerConfig:
-        # Csordas et al.'s multi-head attention drops attention weights at the model's rate; the
-        # Compositional Attention authors' SCAN attention (merged_attention) drops none.
-        return TransformerConfig(
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            ff_multiplier=self.ff_multiplier,
-            dropout=self.dropout,
-            attention_dropout=0.0 if attention == "compositional" else self.dropout,
-            query_dropout=0.0,
-            n_retrievals=self.n_retrievals,
-            retrieval_dim=self.retrieval_dim,
-            retrieval_scores=self.retrieval_scores,
-        )
 
 
 class DecoderLayer(nn.Module):
@@ -174,33 +136,6 @@ class TransformerEncoderDecoder(nn.Module):
             steps.append(self.output(self.decode(previous, memory, padding)[:, -1:], state)[:, 0])
             previous = torch.cat([previous, steps[-1].argmax(-1, keepdim=True)], 1)
         return torch.stack(steps, 1)
-
-
-@dataclass
-class EncDecPANMConfig(EncDecConfig):
-    universal: bool = False  # PANM's SCAN row builds on TRM, the Transformer without shared layers
-    # App. D.3 keeps PANM's parameter count at the baseline's: 64 gives 1,012,760 against TRM's 998,294.
-    hidden: int = ranged(64, 1)  # Pointer Unit and Controller GRU size
-    mlp_hidden: int = ranged(64, 1)
-    address_bits: int = ranged(10, 1, 62)
-    mode1_heads: int = ranged(2, 0, 3)  # H^a (PANMConfig.mode1_heads)
-    mode2_heads: int = ranged(1, 0, MOST_MODULES)  # H^c
-    sharpness: float = ranged(10.0, 0, low_inclusive=False)
-    controller_start: str = "sum"
-    controller_reads_mode2: bool = True
-
-    def pointer_config(self) -> PANMConfig:
-        return PANMConfig(
-            d_model=self.d_model,
-            hidden=self.hidden,
-            mlp_hidden=self.mlp_hidden,
-            address_bits=self.address_bits,
-            mode1_heads=self.mode1_heads,
-            mode2_heads=self.mode2_heads,
-            sharpness=self.sharpness,
-            controller_start=self.controller_start,
-            controller_reads_mode2=self.controller_reads_mode2,
-        )
 
 
 class TransformerPANM(TransformerEncoderDecoder):

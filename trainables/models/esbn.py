@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .transformer import Layer, TransformerConfig, sinusoids
+from .configs import TransformerConfig
+from .transformer import Layer, sinusoids
 
 CONTEXT_NORMS = ("sequence", "pairs", "none")
 

@@ -3,13 +3,11 @@ and an LSTM that answers after every token (Dyck)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
-from ..fields import MOST_MODULES, ranged, rate, validate
+from .configs import LSTMConfig
 from .dropout import Dropout
 
 
@@ -25,16 +23,6 @@ class LSTM(nn.LSTM):
         with torch.autocast("cpu", enabled=False):
             input = input._replace(data=data.float()) if isinstance(input, PackedSequence) else data.float()
             return super().forward(input, None if hx is None else tuple(h.float() for h in hx))
-
-
-@dataclass
-class LSTMConfig:
-    d_model: int = ranged(200, 1)  # the state size; a bidirectional LSTM gives each direction half of it
-    n_layers: int = ranged(1, 1, MOST_MODULES)
-    dropout: float = rate(0.5)
-
-    def __post_init__(self):
-        validate(self)
 
 
 class LSTMClassifier(nn.Module):

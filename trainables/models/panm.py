@@ -29,45 +29,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fields import MOST_MODULES, ranged, rate, validate
+from .configs import PANMConfig
 from .dropout import Dropout
 from .lstm import LSTM
 from .stack_rnn import StackRNNCell
 from .transformer import sinusoids
-
-
-@dataclass
-class PANMConfig:
-    encoder: str = "lstm"  # or "transformer"
-    d_model: int = ranged(256, 1)  # memory slot size (the encoder's output)
-    n_layers: int = ranged(1, 1, MOST_MODULES)  # encoder layers
-    n_heads: int = ranged(4, 1)  # Transformer encoder heads
-    hidden: int = ranged(256, 1)  # Controller GRU size, and the Pointer Units' unless pointer_hidden says
-    pointer_hidden: int | None = ranged(None, 1)  # Pointer Unit GRU size (Dyck: 256 beside the stack RNN's 8)
-    mlp_hidden: int = ranged(128, 1)
-    address_bits: int = ranged(10, 1, 62)
-    mode1_heads: int = ranged(2, 0, 3)  # H^a: the pointers start at base, end and middle addresses
-    mode2_heads: int = ranged(1, 0, MOST_MODULES)  # H^c
-    dropout: float = rate(0.0)
-    # initial inverse temperature of the cosine attentions
-    sharpness: float = ranged(10.0, 0, low_inclusive=False)
-    # h_0^c: "sum" of the memory slots (Eq. 7) or the "last" slot (the authors' code)
-    controller_start: str = "sum"
-    # the Controller's core reads the Mode-2 values (Eq. 7), or only g^o does (the authors' code)
-    controller_reads_mode2: bool = True
-    # the Controller's recurrent core: "gru" (Eq. 7), "lstm", or "srnn" (the Dyck stack RNN)
-    controller: str = "gru"
-    stack_size: int = ranged(104, 1)  # srnn: the stack's cells
-    stack_dim: int = ranged(5, 1)  # srnn: each cell's size
-
-    def __post_init__(self):
-        validate(self)
 
 
 def address_bank(base: torch.Tensor, length: int, bits: int) -> torch.Tensor:

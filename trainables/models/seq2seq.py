@@ -12,30 +12,15 @@ Like PANM here, neither gets the target as input (no teacher forcing).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from ..fields import MOST_MODULES, ranged, rate, validate
+from .configs import Seq2SeqConfig
 from .dropout import Dropout
 from .lstm import LSTM
 from .transformer import sinusoids
-
-
-@dataclass
-class Seq2SeqConfig:
-    d_model: int = ranged(512, 1)  # LSTM units (the authors' 512) or Transformer width (the authors' 256)
-    # the PANM paper found 1 layer best for its LSTM baseline on Copy
-    n_layers: int = ranged(1, 1, MOST_MODULES)
-    n_heads: int = ranged(8, 1)  # Transformer only
-    ff_multiplier: float = ranged(2.0, 0, low_inclusive=False)  # Transformer only
-    dropout: float = rate(0.0)
-
-    def __post_init__(self):
-        validate(self)
 
 
 class LSTMSeq2Seq(nn.Module):

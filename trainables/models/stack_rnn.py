@@ -14,23 +14,11 @@ The stack has `stack_size` cells of `stack_dim` (the authors' 104 and 5); the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fields import ranged, validate
-
-
-@dataclass
-class StackRNNConfig:
-    hidden: int = ranged(8, 1)
-    stack_size: int = ranged(104, 1)
-    stack_dim: int = ranged(5, 1)
-
-    def __post_init__(self):
-        validate(self)
+from .configs import StackRNNConfig
 
 
 class StackRNNCell(nn.Module):

@@ -18,7 +18,6 @@ ImageQuestionTransformer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -26,72 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..fields import MOST_MODULES, finite, ranged, rate, validate
 from . import feed_forward_op
+from .configs import TransformerConfig
 from .dropout import Dropout, GateDrop
 
 ATTENTION_KINDS = ("softmax", "rel", "absrel", "geometric", "compositional")
 RETRIEVAL_SCORES = ("dot", "mlp")
 ACT_VARIANTS = ("none", "graves", "dehghani")
-
-
-def heads_problems(values: dict) -> list[tuple[str, str]]:
-    """The heads split d_model evenly (the attention's d_head = d_model / n_heads)."""
-    d_model, n_heads = values["d_model"], values["n_heads"]
-    return [("", f"d_model={d_model} is not divisible by n_heads={n_heads}")] if d_model % n_heads else []
-
-
-@dataclass
-class TransformerConfig:
-    d_model: int = ranged(256, 1)
-    n_heads: int = ranged(4, 1)
-    # d_FF = ff_multiplier * d_model, as in the paper's Table 10
-    ff_multiplier: float = ranged(2.0, 0, low_inclusive=False)
-    n_layers: int = ranged(14, 1, MOST_MODULES)
-    dropout: float = rate(0.1)
-    attention_dropout: float = rate(0.0)  # on the attention weights (the authors never use it)
-    # on the content and position queries (App. C.3; Table 10's "attention dropout"), as the paper
-    # says; the authors' code drops the content and position keys instead
-    query_dropout: float = rate(0.1)
-    # on the input embeddings: none in the authors' gated and relative models
-    input_dropout: float = rate(0.0)
-    # gated models: probability that a column's gate is forced shut for one layer step
-    gate_drop: float = rate(0.0)
-    gate_ff_dropout: bool = True  # gated models: `dropout` inside the gate's feed-forward, as the authors'
-    # gated models: `dropout` between the update feed-forward and its LayerNorm/tanh
-    update_dropout: bool = False
-    # geometric attention: L1-normalise the weights (the "+geom. att." baseline)
-    normalize_geometric: bool = False
-    # geometric attention: one alpha, beta, gamma for all heads, as the authors'
-    shared_geometric_scale: bool = True
-    readout: str = "last"  # "last" column (the end token) or "first" (Table 5)
-    # more layers at evaluation than in training (App. C.1)
-    eval_n_layers: int | None = ranged(None, 1, MOST_MODULES)
-    gate_bias_init: float = finite(-3.0)
-    n_retrievals: int = ranged(2, 1)  # compositional attention: R (n_heads is the number of searches S)
-    retrieval_dim: int = ranged(32, 1)  # compositional attention: d_r, size of retrieval queries and keys
-    retrieval_scores: str = "dot"  # compositional attention: "dot" (Eq. 13) or "mlp" (Table 8)
-    mask_self: bool = False  # sets: no element attends to itself (contextual retrieval searches j != i)
-    # Sets: "paper", the Compositional Attention paper's one attention layer between two MLPs
-    # (set_attention.py; uses d_model, n_heads and n_retrievals only), or "transformer", these
-    # shared-weight layers (UniversalTransformerSetRegressor).
-    set_layer: str = "paper"
-    # ESBN tasks (esbn.py): standardise the objects' codes over the "sequence", over "pairs", or "none"
-    context_norm: str = "sequence"
-    act: str = "none"  # adaptive computation time (App. A, Table 6): "graves" (their "A") or "dehghani" ("U")
-    # a column halts when its summed halting probabilities reach this (1 - epsilon)
-    act_threshold: float = ranged(0.99, 0, 1, low_inclusive=False)
-    # alpha of the ponder cost L_ACT (the authors' best of their search)
-    act_loss_weight: float = ranged(0.03, 0)
-    # Issue 21: each of a layer's feed-forwards as one op, on CUDA Triton kernels of our own
-    # (feed_forward_op.py). Off: on an H200 it made NDR's stack slower (257.8 member-steps/s against
-    # 441.2), and its dropout masks are drawn otherwise than torch's (learning curves not compared).
-    fused_feed_forward: bool = False
-
-    def __post_init__(self):
-        validate(self)
-
-    joint_problems = staticmethod(heads_problems)
 
 
 def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
