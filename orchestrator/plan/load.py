@@ -77,7 +77,7 @@ def load_study(path: str | Path, text: str | None = None, recorded: bool = False
     batch_seeds = parse_batch_seeds(raw, path)
     storage_path = parse_storage_path(raw, path)
     shared = Shared(space, fixed, grid, resources, budget, seed)
-    pairs = parse_pairs(tasks, models, per_model, per_pair, shared, incompatible, path)
+    pairs = parse_pairs(tasks, models, per_model, per_pair, shared, incompatible, path, recorded)
     check_named_keys(models, per_model, space, fixed, grid, path)
     skipped = skipped_pairs(incompatible, pairs, path)
     check_detectable(path, report, pairs, seeds)

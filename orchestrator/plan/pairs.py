@@ -175,8 +175,10 @@ def parse_pairs(
     shared: Shared,
     incompatible: dict,
     path,
+    recorded: bool,
 ) -> list[Pair]:
-    """Each model on each task it runs (not those `incompatible` holds)."""
+    """Each model on each task it runs (not those `incompatible` holds); a `recorded` launch's
+    pairs are judged, not built (check_trials)."""
     pairs = []
     for model in models:
         overrides = per_model.get(model) or {}
@@ -185,7 +187,7 @@ def parse_pairs(
             if (task.variant, model) in incompatible:
                 continue
             own_fixed = per_pair.get(f"{task.variant}__{model}", {})
-            pairs.append(_make_pair(task, model, overrides, own_space, own_fixed, shared, path))
+            pairs.append(_make_pair(task, model, overrides, own_space, own_fixed, shared, path, recorded))
     return pairs
 
 
@@ -215,7 +217,14 @@ def _taken(values: dict, model: str) -> dict:
 
 
 def _make_pair(
-    task: TaskEntry, model: str, overrides: dict, own_space: dict, own_fixed: dict, shared: Shared, path
+    task: TaskEntry,
+    model: str,
+    overrides: dict,
+    own_space: dict,
+    own_fixed: dict,
+    shared: Shared,
+    path,
+    recorded: bool,
 ) -> Pair:
     """One model on one task: its config and space (_pair_config) under its model's fixed values
     and then its own (per_pair), its model's resources and grid; its trials judged in every grid
@@ -263,8 +272,16 @@ def _make_pair(
         from_preset=from_preset,
         from_defaults=from_defaults,
     )
+    _check_gpu(pair, overrides, path)
+    check_trials(path, pair, labels, build=not recorded)
+    return pair
+
+
+def _check_gpu(pair: Pair, overrides: dict, path) -> None:
+    """A pair whose device is CUDA has a GPU per trial (`overrides`: its model's per_model entry)."""
     if pair.needs_gpu and pair.resources.gpu == 0:
-        asked = f"per_model.{model}.resources" if "gpu" in (overrides.get("resources") or {}) else "resources"
+        given = "gpu" in (overrides.get("resources") or {})
+        asked = f"per_model.{pair.model}.resources" if given else "resources"
         key, device = pair.cuda_device
         raise SpecError(
             path,
@@ -272,8 +289,6 @@ def _make_pair(
             f"{device} needs a GPU, and {asked}.gpu gives its trials none "
             "(Ray hides the GPUs from a trial that asks for none)",
         )
-    check_trials(path, pair, labels)
-    return pair
 
 
 def _protocol_origins(

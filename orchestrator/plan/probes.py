@@ -19,12 +19,13 @@ from .study import Pair
 CHOICE_COMBINATIONS = 1000
 
 
-def check_trials(path, pair: Pair, labels: dict[str, str]) -> None:
+def check_trials(path, pair: Pair, labels: dict[str, str], build: bool) -> None:
     """Judge (trainables.config.check) every grid cell, each with the space at its first values, and
     every value a distribution's probe_values tries, one key at a time, in the first cell, then
     every combination of the space's choices (up to CHOICE_COMBINATIONS); then build each cell and
     probed value: a grid's keys combine (d_model 12 builds, 8 heads build, the two together do not).
-    `labels`: the file's key of each key a model's own section gives that the model lacks."""
+    `labels`: the file's key of each key a model's own section gives that the model lacks. Not
+    `build`: a launch's plan read again, which built at launch, builds nothing (and needs no torch)."""
     tried = {k: d.probe_values() for k, d in pair.space.items()}
     first_values = {k: values[0] for k, values in tried.items()}
     cells = [dict(zip(pair.grid, values)) for values in itertools.product(*pair.grid.values())]
@@ -46,7 +47,7 @@ def check_trials(path, pair: Pair, labels: dict[str, str]) -> None:
     ]
     for cell, searched, where in judged:
         refuse(path, pair.name, check({**pair.base, **searched, **cell}), labels, cell, searched, where)
-    for cell, searched, where in probes:
+    for cell, searched, where in probes if build else ():
         try:
             check_builds(parse_trial_config({**pair.base, **searched, **cell}))
         except ConfigError as e:
