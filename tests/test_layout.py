@@ -3,6 +3,9 @@ import one way (plan <- record <- report <- run <- cli), and no module of either
 itself through the modules it imports."""
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,3 +150,38 @@ def test_no_function_is_longer_than_a_reader_can_hold():
                     f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
                 )
     assert not too_long, too_long
+
+
+# The commands that read launches: as quick as their files and the tracking store, without torch.
+READERS = ("list", "status", "best", "accept", "report", "export", "board")
+
+
+def test_the_commands_that_read_launches_and_the_plans_they_read_import_no_torch():
+    """Their modules, and each shipped file's plan read again as a launch ran it (judged, not built),
+    go without torch's seconds of imports: a kind, a task and a model's config reach torch only
+    where a step, a build or an attention map needs it. In a process of its own, as this one has
+    torch already; the shipped files that need no data of their own name every model."""
+    code = f"""
+        import glob, importlib, sys
+        from orchestrator.cli.parser import COMMANDS
+        from orchestrator.plan.load import load_study
+        from orchestrator.plan.source import SpecError
+        from trainables.models import MODELS
+
+        for command in COMMANDS:
+            if command.name in {READERS!r}:
+                importlib.import_module("orchestrator.cli." + command.run.split(":")[0])
+        models = set()
+        for path in sorted(glob.glob("ablations/*.yaml") + glob.glob("search_spaces/*.yaml")):
+            try:
+                models |= {{pair.model for pair in load_study(path, recorded=True).pairs}}
+            except SpecError:  # a task's data folder (bAbI, Multi30K) this machine lacks
+                pass
+        assert models == set(MODELS), set(MODELS) - models
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "torch"))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"torch imported: {done.stdout}"

@@ -133,7 +133,8 @@ class LaunchState:
         """The launch's Study; a night of the nightly job trains its own seeds (same code, new
         seeds: what a regression test across seeds compares). How it stacks is batch_seeds' and
         stack_sizes' (run.stacking.launched)."""
-        # plan imports torch (through trainables): status and best read launch.json alone.
+        # Here, not at the top: the plan imports the task and model registries (numpy, each task's
+        # module: 0.3 s), which `--help`, `status` and `best` go without (launch.json is theirs).
         from ..plan.load import load_study  # noqa: PLC0415
         from ..plan.source import SpecError  # noqa: PLC0415
 

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from trainables.config import parse_trial_config
+from trainables.tasks import load_task
+
 from ..record.runs import CONFIG_TAG
 from .plots import figure_png, pyplot
 
@@ -21,11 +24,7 @@ MAX_LAYER_PANELS = 14
 
 def last_model_state(state, run) -> dict | None:
     """The model weights of the run's newest checkpoint in the trial storage, or None."""
-    # Drawing maps alone needs torch and the models; pyarrow (Ray's and MLflow's) reads the checkpoint.
-    import pyarrow.fs  # noqa: PLC0415
-    import torch  # noqa: PLC0415
-
-    from trainables.batched import member_state_dict  # noqa: PLC0415
+    import pyarrow.fs  # noqa: PLC0415 - Ray's and MLflow's, seconds to import: maps alone read checkpoints
 
     fs, root = state.trial_storage().filesystem()
     fs = fs or pyarrow.fs.LocalFileSystem()
@@ -35,6 +34,11 @@ def last_model_state(state, run) -> dict | None:
     checkpoints = sorted(info.path for info in found if info.base_name.startswith("checkpoint_"))
     if not checkpoints:
         return None
+    # torch takes seconds to import: a report imports it only where there is a checkpoint to draw.
+    import torch  # noqa: PLC0415
+
+    from trainables.batched import member_state_dict  # noqa: PLC0415 - as torch
+
     with fs.open_input_stream(f"{checkpoints[-1]}/state.pt") as f:
         saved = torch.load(io.BytesIO(f.read()), weights_only=False, map_location="cpu")
     # A trial of stacked members holds every member's weights, stacked: take this run's.
@@ -47,10 +51,8 @@ def activations_of(config: dict, model_state: dict):
     # torch and the models take seconds to import; only drawing maps needs them.
     import torch  # noqa: PLC0415
 
-    from trainables.batches import batch_tensors  # noqa: PLC0415
-    from trainables.config import parse_trial_config  # noqa: PLC0415
-    from trainables.steps import make_model  # noqa: PLC0415
-    from trainables.tasks import load_task  # noqa: PLC0415
+    from trainables.batches import batch_tensors  # noqa: PLC0415 - as torch
+    from trainables.steps import make_model  # noqa: PLC0415 - as torch
 
     cfg = parse_trial_config(config)
     task = load_task(cfg.task, cfg.task_options)
@@ -113,17 +115,12 @@ def plot_transformer(
 def plot_pointers(pair: str, labels: list[str], trace: dict, out_dir: Path) -> tuple[Path, str] | None:
     """PANM's pointer attention: per decoding step, each Mode-1 and Mode-2 head's weights over
     the memory slots (the input)."""
-    import torch  # noqa: PLC0415 - seconds to import; only drawing maps needs it
-
     heads = []
     for mode in ("mode1", "mode2"):
         steps = [w for w in trace.get(mode, []) if w is not None]
         if steps:
-            stacked = torch.stack(steps, 0)[:, 0]  # (steps, heads, slots)
-            heads += [
-                (f"{mode} head {h + 1}", stacked[:, h, : len(labels)].numpy())
-                for h in range(stacked.shape[1])
-            ]
+            stacked = np.stack([w[0].numpy() for w in steps])  # (steps, heads, slots)
+            heads += [(f"{mode} head {h + 1}", stacked[:, h, : len(labels)]) for h in range(stacked.shape[1])]
     if not heads:
         return None
     plt = pyplot()

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from trainables.config import ConfigError, defaults, preset
+from trainables.tasks import TASKS
+
 from . import stats
 from .frames import row_rank
 
@@ -32,8 +35,6 @@ PAPER_NAMES = {
 @cache
 def task_fields(task: str) -> tuple[dataclasses.Field, ...]:
     """A task's config fields; none for a task the registry lacks (a published table's, not ours)."""
-    from trainables.tasks import TASKS  # noqa: PLC0415 - it imports torch, which `report` goes without
-
     return dataclasses.fields(TASKS[task].config) if task in TASKS else ()
 
 
@@ -97,8 +98,6 @@ def paper_setting(model: str, task: str, config: dict) -> dict:
     """The values the papers' tables hold fixed where a cell does not name them, for the keys some
     cell of the model and task varies (NDR's layers in Table 4, ACT in Table 6): the preset's, else
     the model's and the task's defaults. Empty where we have no preset for the pair."""
-    from trainables.config import ConfigError, defaults, preset  # noqa: PLC0415 - it imports torch
-
     varied = varied_keys().get((model, task), frozenset())
     try:
         paper = preset(task, model, config.get("task_options"))
@@ -111,8 +110,6 @@ def paper_setting(model: str, task: str, config: dict) -> dict:
 def known_values(task: str, config: dict, model: str | None = None) -> dict:
     """A trial's values as a published cell or a claim names them: its config, its task options and
     the task's defaults, and with `model` the model's defaults (an NDR row's act: none)."""
-    from trainables.config import defaults  # noqa: PLC0415 - it imports torch
-
     return {
         **(defaults(model) if model else {}),
         **task_defaults(task),
@@ -176,8 +173,6 @@ def published_for(
 def paper_value(cell: dict | None, model: str, task: str, config: dict, key: str):
     """The paper's value of `key` (n_iters, d_model) behind a number: the published cell's own where
     it names one, else the preset's (trainables/presets); None where neither says."""
-    from trainables.config import ConfigError, preset  # noqa: PLC0415 - it imports torch
-
     if cell and cell.get(key) is not None:
         return cell[key]
     try:
