@@ -32,7 +32,7 @@ from ..record.summaries import ended_runs, fallen_pairs, summarize_pairs, top_co
 from ..record.tables import launch_table
 from ..report.answer import answer_lines
 from ..report.report import verdict_lines, write_launch_report, write_report
-from .disk import least_free
+from .disk import as_disk_full, least_free
 from .exits import EXIT_INTERRUPTED, EXIT_REGRESSION, EXIT_STORE_UNREACHABLE, EXIT_TRIALS_FAILED, EXIT_USAGE
 from .interruption import CalmStop
 from .preflight import check_cuda, check_fits, check_storage, measure_stack_sizes
@@ -129,6 +129,10 @@ class Launch:
                 return self.run_phases()
             except StoreUnavailable as e:  # outside Tune's run: registering, summarizing, reporting
                 return self.stopped_by_outage(e)
+            except OSError as e:  # a file of the launch (launch.json, its answer's) on a full disk
+                if (full := as_disk_full(e)) is None:
+                    raise
+                return self.stopped_by_outage(full)
             except KeyboardInterrupt:  # Ctrl-C outside Tune's run (which stops calmly by itself)
                 if state.state != "finished":  # else only the closing lines were cut short
                     # A further one would cut the record short.
@@ -160,7 +164,8 @@ class Launch:
             try:
                 tuner.fit()
             except (ResumeFailed, Exception) as e:
-                unavailable = store_outage(e)
+                # A store's outage or full disk, or a write of Tune's or a trial's on a full disk
+                unavailable = store_outage(e) or as_disk_full(e)
                 if unavailable is None:
                     raise
                 return self.stopped_by_outage(unavailable), 0
@@ -248,9 +253,8 @@ class Launch:
         -> EXIT_STORE_UNREACHABLE."""
         state = self.state
         state.state = "interrupted" if isinstance(error, DiskFull) else "failed"
-        with contextlib.suppress(
-            OSError
-        ):  # its disk may be the full one: it then says "running", driver gone
+        # Its disk may be the full one: launch.json then says "running", and `status` the driver gone.
+        with contextlib.suppress(OSError):
             state.save()
         reason = str(error)
         if isinstance(error, DiskFull):

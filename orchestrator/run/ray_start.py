@@ -10,6 +10,7 @@ import os
 import optuna
 import ray
 
+from ..record.retries import disk_full
 from .cluster import join
 
 try:  # Ray's forwarder of its processes' output (quiet_ray): private, so not in every Ray
@@ -55,12 +56,15 @@ def superseded_sync(record: logging.LogRecord) -> bool:
     copying: Tune writes the next snapshot into its staging folder while the previous upload may
     still run (ray/tune/execution/experiment_state.py), and a temporary file of that write
     ("-tmp-searcher-state-...") is renamed under the upload. The snapshot after it is uploaded in
-    full (the last one waits for its upload), so the lost copy costs nothing."""
+    full (the last one waits for its upload), so the lost copy costs nothing. False too for an
+    upload that found the disk full: the launch stops on it in one line (disk.DiskWatch), and
+    resume puts back what it cut short (disk.put_back_whole)."""
     error = record.exc_info[1] if record.exc_info else None
     return not (
-        record.getMessage().startswith("Saving experiment state to storage")
-        and isinstance(error, FileNotFoundError)
-        and "-tmp-" in str(error)
+        record.getMessage().startswith(
+            ("Saving experiment state to storage", "Experiment state snapshotting")
+        )
+        and (isinstance(error, FileNotFoundError) and "-tmp-" in str(error) or disk_full(error) is not None)
     )
 
 
@@ -80,6 +84,7 @@ def quiet_ray() -> None:
     Ray has no switch for its forwarding: its handlers are wrapped, where the installed Ray has them."""
     logging.getLogger("ray.tune.execution.tune_controller").addFilter(restated)
     logging.getLogger("ray.tune.tune").addFilter(restated)
+    logging.getLogger("ray.tune.tune").addFilter(superseded_sync)
     logging.getLogger("ray.tune.execution.experiment_state").addFilter(superseded_sync)
     logging.getLogger("ray._private.worker").addFilter(uncollected)
     dispatcher = global_worker_stdstream_dispatcher

@@ -26,7 +26,7 @@ from ..record.optuna_store import search_storage
 from ..record.runs import STATUS_TAG
 from ..record.state import DamagedLaunch, LaunchState
 from .callbacks import ProgressLines, TrialTracker
-from .disk import DiskWatch
+from .disk import DiskWatch, put_back_whole
 from .failures import FailureLog
 from .search import (
     CANDIDATE_KEY,
@@ -320,14 +320,21 @@ def has_snapshot(experiment: str, fs) -> bool:
     a moment later; restored from a driver killed in between, Tune "restarts" with a searcher that
     ends after one trial. Without a snapshot no trial has reported, so the phase starts afresh: the
     Optuna study adopts what the killed driver proposed (search.TruncationAwareOptunaSearch.suggest),
-    and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end). DamagedLaunch
-    where the newest snapshot does not parse."""
+    and runs it started are marked lost (callbacks.TrialTracker.on_experiment_end). A file of a
+    local snapshot that a full disk cut short is put back from its last whole copy
+    (disk.put_back_whole); DamagedLaunch where the newest snapshot still does not parse."""
+    if fs is None:
+        for name in put_back_whole(Path(experiment)):
+            print(
+                f"[launch] {experiment}/{name} was cut short by a full disk: resuming from its whole copy",
+                flush=True,
+            )
     fs = fs or pyarrow.fs.LocalFileSystem()
     found = fs.get_file_info(pyarrow.fs.FileSelector(experiment, allow_not_found=True))
     snapshots = sorted(
         f.path for f in found if f.base_name.startswith("experiment_state-") and f.base_name.endswith(".json")
     )
-    if snapshots:  # Tune reads the newest; one cut short (a full disk) it drops, restarting the phase
+    if snapshots:  # Tune reads the newest; one cut short it drops, restarting the phase
         try:
             with fs.open_input_stream(snapshots[-1]) as f:
                 json.loads(f.read())

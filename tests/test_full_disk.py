@@ -1,0 +1,248 @@
+"""A disk filled to the last byte by another writer while a launch runs (docs/guide/faults.md#a-disk-
+fills-up), caused for real: a small tmpfs in a mount namespace of its own (nothing mounted on the
+machine, nothing left mounted by a test that fails) holding the SQLite stores, the launch folder and
+the trial storage. The launch stops in one line, exit 4; once space is freed, resume runs every pair
+to its budget and leaves no run or Optuna trial RUNNING."""
+
+import errno
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.fs
+import pytest
+import yaml
+from test_service import foreign_lines, optuna_trial_states, spec, trial_runs
+
+from orchestrator.run.disk import KEPT, keep_whole, whole
+from orchestrator.run.tuner import has_snapshot
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")]
+
+
+class PrivateDisk:
+    """A tmpfs of `size` at `folder`, seen by the commands `run` starts (in the mount namespace of a
+    process holding it) and by the test through `outside` (/proc/<holder>/root)."""
+
+    def __init__(self, folder: Path, size: str):
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.holder = subprocess.Popen(
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f'mount -t tmpfs -o size={size} tmpfs "{folder}" && echo mounted && exec sleep infinity',
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.holder.stdout.readline() == "mounted\n"
+
+    def outside(self, path: Path) -> Path:
+        return Path(f"/proc/{self.holder.pid}/root{path}")
+
+    def command(self, *args) -> list[str]:
+        return [
+            "nsenter",
+            f"--mount=/proc/{self.holder.pid}/ns/mnt",
+            f"--wd={self.folder.parent}",
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            *args,
+        ]
+
+    def run(self, *args, **kw) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
+        return subprocess.run(self.command(*args), capture_output=True, text=True, env=env, timeout=300, **kw)
+
+    def popen(self, *args) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
+        return subprocess.Popen(
+            self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+
+    def close(self) -> None:
+        self.holder.kill()  # the namespace, and its tmpfs, go with its last process
+        self.holder.wait()
+
+
+class Filler(threading.Thread):
+    """Another job's writer: once `ready()` holds, fills the disk of `folder` to its last byte and
+    keeps it full (taking whatever the launch frees) until stopped; then removes its file."""
+
+    def __init__(self, folder: Path, ready):
+        super().__init__(daemon=True)
+        self.path, self.ready = folder / "filler", ready
+        self.full, self.stopping = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        while not self.ready():
+            if self.stopping.wait(0.05):
+                return
+        with open(self.path, "wb", buffering=0) as f:
+            while not self.stopping.is_set():
+                if not self.top_up(f):
+                    self.full.set()
+                    self.stopping.wait(0.02)
+
+    @staticmethod
+    def top_up(f) -> bool:
+        """Writes what still fits; False once nothing does (0 bytes free)."""
+        wrote = False
+        for chunk in (1 << 20, 1 << 12, 1):
+            while True:
+                try:
+                    f.write(b"\0" * chunk)
+                    wrote = True
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+        return wrote
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+        self.path.unlink()
+
+
+def cut_short(snapshot: Path, staging: Path) -> None:
+    """A larger snapshot copied over `snapshot` on its full disk as Tune copies it onto its storage
+    (pyarrow's copy_files, in place): the copy fails, leaving a prefix of the new file."""
+    bigger = staging / snapshot.name
+    bigger.write_text(json.dumps({"padding": "x" * (1 << 20), **json.loads(snapshot.read_text())}))
+    with pytest.raises(OSError, match="No space left on device"):
+        pyarrow.fs.copy_files(str(bigger), str(snapshot))
+    assert not whole(snapshot)
+
+
+def audit(uri: str, optuna_uri: str, experiment: str, pairs: list[str], trials: int, steps: list[int]):
+    """Every pair at its budget: one completed run and one COMPLETE Optuna trial per trial, none left
+    RUNNING, every evaluation logged once."""
+    client, parents, runs = trial_runs(uri, experiment)
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
+    for pair in pairs:
+        own = [r for r in runs if r.data.tags["pair"] == pair]
+        assert len(own) == trials and len({r.data.tags["trial_id"] for r in own}) == trials, pair
+        assert all(r.data.tags["trial_status"] == "completed" for r in own), pair
+        for run in own:
+            assert [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")] == steps
+    assert optuna_trial_states(optuna_uri, experiment) == {pair: ["COMPLETE"] * trials for pair in pairs}
+
+
+def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(tmp_path):
+    """The store, the launch folder and the trial storage share a 64 MB disk that another writer
+    fills to 0 bytes free once the first trials have checkpointed and Tune has written its snapshot,
+    and keeps full: one line, exit 4, no traceback; launch.json interrupted, or, where its disk took
+    no write, `status` shows the driver gone. Space freed, resume runs every pair to its budget."""
+    disk = PrivateDisk(tmp_path / "disk", "64M")
+    filler = None
+    try:
+        uri = f"sqlite:///{disk.folder}/mlflow.db"
+        path = spec(tmp_path, uri, trials=2, concurrent=2, n_iters=40, eval_every=20, models=("ndr", "lstm"))
+        data = yaml.safe_load(path.read_text())
+        data["storage_path"] = str(disk.folder / "runs")
+        path.write_text(yaml.safe_dump(data))
+        runs = disk.outside(disk.folder / "runs")
+
+        def checkpointed() -> bool:  # a trial has checkpointed, and Tune's snapshot has its whole copy
+            return bool(list(runs.glob(f"*/tune/{KEPT}/experiment_state-*.json"))) and bool(
+                list(runs.glob("*/tune/*/checkpoint_*"))
+            )
+
+        filler = Filler(disk.outside(disk.folder), checkpointed)
+        filler.start()
+        started = time.monotonic()
+        driver = disk.popen("launch", str(path))
+        out, _ = driver.communicate(timeout=300)
+        assert filler.full.is_set(), out[-3000:]
+        print(f"launch stopped after {time.monotonic() - started:.0f} s\n{out}")
+        assert driver.returncode == 4, out[-3000:]
+        assert foreign_lines(out, path) == [], out[-3000:]
+        last = out.strip().splitlines()[-1]
+        assert re.fullmatch(
+            r"orchestrator: error: .*: 0\.00 MiB free.*; every trial is checkpointed: free space, then "
+            r"continue with `orchestrator resume \S+`",
+            last,
+        ), last
+        launch_dir = next(runs.glob("*/launch.json")).parent
+        inside_dir = disk.folder / "runs" / launch_dir.name
+        recorded = json.loads((launch_dir / "launch.json").read_text())["state"]
+        assert recorded in ("interrupted", "running")
+        status = disk.run("status", str(inside_dir))
+        assert status.returncode == 0 and status.stderr == "", status.stdout + status.stderr
+        if recorded == "running":
+            assert "driver" in status.stdout.splitlines()[0], status.stdout
+
+        # Tune's next copy of its snapshot onto the full disk, in place as Tune makes it: cut short.
+        snapshot = max(launch_dir.glob("tune/experiment_state-*.json"))
+        cut_short(snapshot, tmp_path)
+        filler.stop()
+        filler = None
+        resumed = disk.run("resume", str(inside_dir))
+        print(f"launch and resume took {time.monotonic() - started:.0f} s\n{resumed.stdout}{resumed.stderr}")
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        assert f"{snapshot.name} was cut short by a full disk: resuming from its whole copy" in resumed.stdout
+        assert foreign_lines(resumed.stdout + resumed.stderr, path) == [], resumed.stdout[-3000:]
+        # Read from copies: SQLite resolves /proc/<holder>/root to / (the host's folder, not the tmpfs).
+        copies = tmp_path / "stores"
+        copies.mkdir()
+        for name in ("mlflow.db", "mlflow.optuna.db"):
+            shutil.copyfile(disk.outside(disk.folder / name), copies / name)
+        audit(
+            f"sqlite:///{copies}/mlflow.db",
+            f"sqlite:///{copies}/mlflow.optuna.db",
+            data["name"],
+            ["tiny__ndr", "tiny__lstm"],
+            2,
+            [20, 40],
+        )
+    finally:
+        if filler is not None:
+            filler.stop()
+        disk.close()
+
+
+def test_a_snapshot_cut_short_by_a_full_disk_is_put_back_from_its_whole_copy(tmp_path):
+    """Tune copies its snapshot onto the storage in place (pyarrow's copy_files): on a full disk the
+    copy is cut short where the old file's space ran out. Its last whole copy stays, and is put
+    back as the launch resumes."""
+    disk = PrivateDisk(tmp_path / "disk", "1M")
+    try:
+        experiment = disk.outside(disk.folder / "tune")
+        experiment.mkdir()
+        state = experiment / "experiment_state-2026-12-07_02-00-00.json"
+        state.write_text(json.dumps({"trial_data": [["a" * 100] * 100]}))
+        searcher = experiment / "searcher-state-2026-12-07_02-00-00.pkl"
+        searcher.write_bytes(pickle.dumps(list(range(1000))))
+        generator = experiment / "search_gen_state-2026-12-07_02-00-00.json"  # a pickle, whatever its name
+        generator.write_bytes(pickle.dumps({"counter": 4}))
+        kept = {}
+        keep_whole(experiment, kept)
+        assert {p.name for p in (experiment / KEPT).iterdir()} == {state.name, searcher.name, generator.name}
+        first = state.read_bytes()
+        with open(disk.outside(disk.folder / "filler"), "wb", buffering=0) as f:
+            Filler.top_up(f)
+        cut_short(state, tmp_path)
+        keep_whole(experiment, kept)  # a snapshot cut short is not copied over the whole one
+        assert (experiment / KEPT / state.name).read_bytes() == first
+
+        disk.outside(disk.folder / "filler").unlink()
+        assert has_snapshot(str(experiment), None)
+        assert state.read_bytes() == first and whole(searcher) and whole(generator)
+    finally:
+        disk.close()
