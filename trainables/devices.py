@@ -3,6 +3,7 @@ finished trials left, and waited for."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import re
@@ -67,12 +68,23 @@ def setup_device(cfg: TrainConfig) -> torch.device:
     return device
 
 
+@functools.cache
+def leave_the_imports_out_of_collections() -> None:
+    """Once a process: what lives before its first trial (torch's, Ray's and the modules' objects,
+    some 350,000) is left out of later full collections, which then scan only what trials made. A
+    full collection of all of it took 0.3-0.5 s on the CPU machine, paid before every trial that
+    Tune hands a reused process (docs/performance.md#orchestration-many-trials)."""
+    gc.collect()
+    gc.freeze()
+
+
 def free_what_finished_trials_left(device: torch.device) -> None:
     """Frees what finished trials left in this process (Tune hands one process trial after trial),
     and on CUDA counts gpu_memory_mib from here. A stack is garbage in a reference cycle (its step
     refers to it), which only Python's occasional full collection frees: its weights, optimizer
     state and CUDA graphs stayed allocated into the next trial. And the allocator keeps freed
     blocks reserved, which the next trial's gpu_memory_mib (peak reserved) counted as its own."""
+    leave_the_imports_out_of_collections()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
