@@ -54,8 +54,8 @@ def test_two_drivers_and_a_resume_see_every_trial_as_the_database_holds_it(tmp_p
 
 
 def reads_of_five_suggestions(url: str, stored: int, monkeypatch) -> dict[str, int]:
-    """How often five asks and tells read the whole study and one trial, after `stored` trials and
-    with 3 trials that other workers still train."""
+    """How often five asks and tells read the whole study, its unfinished trials (one query) and one
+    trial, after `stored` trials and with 3 trials that other workers still train."""
     storage = RetryingStorage(url)
     study = optuna.create_study(storage=storage, study_name=f"s{stored}", sampler=sampler())
     for _ in range(stored):
@@ -63,15 +63,19 @@ def reads_of_five_suggestions(url: str, stored: int, monkeypatch) -> dict[str, i
         study.tell(trial, trial.params["x"])
     for _ in range(3):
         study.ask(SPACE)
-    reads = {"get_all_trials": 0, "get_trial": 0}
-    for name in reads:
-        method = getattr(storage.rdb, name)
+    reads = {"whole study": 0, "unfinished trials": 0, "one trial": 0}
+    all_trials, one_trial = storage.rdb.get_all_trials, storage.rdb.get_trial
 
-        def counted(*args, name=name, method=method, **kwargs):
-            reads[name] += 1
-            return method(*args, **kwargs)
+    def some_trials(*args, **kwargs):
+        reads["whole study" if kwargs.get("states") is None else "unfinished trials"] += 1
+        return all_trials(*args, **kwargs)
 
-        monkeypatch.setattr(storage.rdb, name, counted)
+    def a_trial(*args, **kwargs):
+        reads["one trial"] += 1
+        return one_trial(*args, **kwargs)
+
+    monkeypatch.setattr(storage.rdb, "get_all_trials", some_trials)
+    monkeypatch.setattr(storage.rdb, "get_trial", a_trial)
     for _ in range(5):
         trial = study.ask(SPACE)
         study.tell(trial, trial.params["x"])
@@ -82,7 +86,7 @@ def test_a_suggestion_reads_the_same_few_trials_in_a_small_study_and_a_large_one
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     small, large = (reads_of_five_suggestions(url, stored, monkeypatch) for stored in (10, 100))
     assert small == large
-    assert small["get_all_trials"] == 0
+    assert small["whole study"] == 0
 
 
 def test_more_trials_to_read_than_one_by_one_pays_are_read_in_one_query(tmp_path, monkeypatch):

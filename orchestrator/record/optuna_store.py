@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from .retries import retried
 from .secrets import redact
@@ -160,6 +160,7 @@ SESSION_METHODS = (
 # Past this many trials to read one by one (those unfinished at the last read, and the new ones),
 # one query for the whole study is cheaper.
 READ_ONE_BY_ONE = 64
+UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
 
 
 class RetryingStorage(BaseStorage):
@@ -222,19 +223,23 @@ class RetryingStorage(BaseStorage):
         return sorted([*finished.values(), *unfinished.values()], key=lambda t: t.number)
 
     def read_since(self, study_id, again: list[int], counted: int) -> list[FrozenTrial] | None:
-        """The trials numbered `again` and those from `counted` on, one by one; None where they are
+        """The trials numbered `again` (unfinished at the last read) and those from `counted` on: the
+        unfinished ones in one query, those that finished since one by one; None where those are
         more than READ_ONE_BY_ONE (the whole study in one query is cheaper then)."""
-        if len(again) > READ_ONE_BY_ONE:
+        unfinished = self.call("get_all_trials")(study_id, deepcopy=False, states=UNFINISHED)
+        known = {t.number for t in unfinished}
+        after = max(counted, max(known, default=-1) + 1)
+        ended = [n for n in [*again, *range(counted, after)] if n not in known]
+        if len(ended) > READ_ONE_BY_ONE:
             return None
         number_id = self.call("get_trial_id_from_study_id_trial_number")
-        ids = [number_id(study_id, number) for number in again]
-        number = counted
+        ids = [number_id(study_id, number) for number in ended]
         while len(ids) <= READ_ONE_BY_ONE:
             try:
-                ids.append(number_id(study_id, number))
+                ids.append(number_id(study_id, after))
             except KeyError:  # no trial of that number yet
-                return [self.call("get_trial")(trial_id) for trial_id in ids]
-            number += 1
+                return [*unfinished, *(self.call("get_trial")(trial_id) for trial_id in ids)]
+            after += 1
         return None
 
 
