@@ -13,9 +13,7 @@ from trainables import config
 from trainables.config import ConfigError, check, keys_of, model_problem, parse_trial_config, task_problem
 from trainables.fields import hints, problem_text, type_range
 from trainables.models import MODELS, model_fields
-from trainables.models.enc_dec import EncDecConfig
-from trainables.models.panm import PANMConfig
-from trainables.models.transformer import TransformerConfig
+from trainables.models.configs import EncDecConfig, PANMConfig, TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -228,7 +228,8 @@ def test_every_model_that_takes_the_key_runs_its_feed_forwards_through_the_op():
     from trainables.config import parse_trial_config
     from trainables.kinds import SET_REGRESSION
     from trainables.models import MODELS, build_model
-    from trainables.models.transformer import FeedForward, TransformerConfig
+    from trainables.models.configs import TransformerConfig
+    from trainables.models.transformer import FeedForward
 
     for name, spec in MODELS.items():
         # the task kinds with a small task here; the image tasks' models are built of VQA's layers and Layer

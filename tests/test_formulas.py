@@ -584,7 +584,8 @@ def test_pointer_initialisation(heads):
 
 
 def test_panm_heads_are_configurable_including_zero():
-    from trainables.models.panm import PANM, PANMConfig
+    from trainables.models.configs import PANMConfig
+    from trainables.models.panm import PANM
 
     tokens, lengths = torch.randint(3, 13, (2, 6)), torch.tensor([6, 4])
     for mode1, mode2 in [(0, 0), (0, 1), (1, 0), (2, 1), (3, 2)]:
@@ -688,7 +689,8 @@ def slow_panm_decode(
 
 @pytest.mark.parametrize("mode1,mode2", [(2, 1), (1, 2)])
 def test_panm_decoding_against_its_equations(mode1, mode2):
-    from trainables.models.panm import PANM, PANMConfig
+    from trainables.models.configs import PANMConfig
+    from trainables.models.panm import PANM
 
     torch.manual_seed(0)
     model = PANM(
@@ -716,7 +718,8 @@ def test_panm_training_base_no_mode1_heads_and_a_decoder_input_against_its_equat
     """What evaluation never shows: the random base address of training (Sec. 2.2: the bank is
     p_B, p_B + 1, ... mod 2^b), a PANM without Mode-1 heads (its Mode-2 query reads the Controller,
     App. D.5), and a decoder input z_t in the Controller's input (SCAN's z_t = Decoder(y_<t), App. D.3)."""
-    from trainables.models.panm import PANMConfig, PointerDecoder
+    from trainables.models.configs import PANMConfig
+    from trainables.models.panm import PointerDecoder
 
     torch.manual_seed(0)
     memory, lengths, z = torch.randn(2, 5, 6), torch.tensor([5, 3]), torch.randn(4, 2, 3)
@@ -847,7 +850,8 @@ def slow_dnc_step(state: dict, xi: dict, deallocate: bool, sharpen_links: bool) 
 
 @pytest.mark.parametrize("deallocate,sharpen_links", [(True, True), (False, False)])
 def test_dnc_memory_step_matches_its_equations(deallocate, sharpen_links):
-    from trainables.models.dnc import DNCConfig, DNCMemory
+    from trainables.models.configs import DNCConfig
+    from trainables.models.dnc import DNCMemory
 
     torch.manual_seed(4)
     memory = DNCMemory(
@@ -877,7 +881,8 @@ def test_dnc_interface_squashes_each_field_as_the_papers_say():
     Csordas & Schmidhuber's link sharpness (2R) and masks (R x W, W); strengths and sharpness
     oneplus(x) = 1 + log(1 + e^x), gates, erase and masks the logistic sigmoid, each head's read
     modes a softmax over (backward, content, forward); keys and the write vector as they are."""
-    from trainables.models.dnc import DNCConfig, DNCMemory
+    from trainables.models.configs import DNCConfig
+    from trainables.models.dnc import DNCMemory
 
     R, W = 2, 3
     memory = DNCMemory(

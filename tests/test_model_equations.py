@@ -16,11 +16,12 @@ import pytest
 import torch
 from torch import nn
 
+from trainables.models.configs import DNCConfig, EncDecPANMConfig, PANMConfig, TransformerConfig
 from trainables.models.dnc import EPS as DNC_EPS
-from trainables.models.dnc import DNCClassifier, DNCConfig
-from trainables.models.enc_dec import EncDecPANMConfig, TransformerPANM
-from trainables.models.panm import CausalPANM, PANMConfig
-from trainables.models.transformer import Attention, TransformerConfig, UniversalTransformerClassifier
+from trainables.models.dnc import DNCClassifier
+from trainables.models.enc_dec import TransformerPANM
+from trainables.models.panm import CausalPANM
+from trainables.models.transformer import Attention, UniversalTransformerClassifier
 
 
 @pytest.fixture()

@@ -259,7 +259,8 @@ def test_the_image_model_against_its_equations(n_question, channels, patch):
     x + FF(LN x), multi-head softmax attention by hand; the summary token's column classified."""
     from test_scan import slow_attention
 
-    from trainables.models.transformer import ImageQuestionTransformer, TransformerConfig, sinusoids
+    from trainables.models.configs import TransformerConfig
+    from trainables.models.transformer import ImageQuestionTransformer, sinusoids
 
     torch.manual_seed(0)
     d, heads, side = 8, 2, 2 * patch

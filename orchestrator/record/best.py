@@ -85,7 +85,8 @@ def write_best(state: LaunchState, summaries: dict | None = None) -> list[Path]:
 def searched_and_ablation(state: LaunchState, ablation: Path):
     """(the launch's search, the ablation file's study): ValueError (a SpecError naming the file's
     key) where the file does not load, or the two are not a search and an ablation."""
-    from ..plan.load import load_study  # noqa: PLC0415 - it imports torch (trainables); `best` goes without
+    # The plan and its registries: 0.3 s that `status` and `best` without --ablation go without.
+    from ..plan.load import load_study  # noqa: PLC0415
 
     search, study = state.study(), load_study(ablation)
     if search.is_ablation or not study.is_ablation:
@@ -139,8 +140,8 @@ def write_ablation(
     keys, but those the ablation's grid sweeps) as `per_pair.<pair>.fixed`, over the file's own; ->
     (the file, a line per pair saying what it got). ValueError where either file is no such
     launch's or the result would not load. `studies`: searched_and_ablation's, where already read."""
-    from ..plan.load import load_study  # noqa: PLC0415 - as searched_and_ablation's
-    from ..plan.source import SpecError  # noqa: PLC0415 - as searched_and_ablation's
+    from ..plan.load import load_study  # noqa: PLC0415 - as in searched_and_ablation
+    from ..plan.source import SpecError  # noqa: PLC0415 - as in searched_and_ablation
 
     search, study = studies or searched_and_ablation(state, ablation)
     winners = best_configs(state, summaries)
