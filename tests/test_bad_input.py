@@ -1,68 +1,19 @@
-"""Bad input never gets through: mutated shipped files are launchable or refused with one line."""
+"""Bad input never gets through: each case a fuzzer or a review found, refused in one line (the fuzzer
+itself: test_fuzz.py)."""
 
 import contextlib
 import io
 import json
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from orchestrator.cli import readers
 from orchestrator.cli.process import main
-
-ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted([*(ROOT / "search_spaces").glob("*.yaml"), *(ROOT / "ablations").glob("*.yaml")])
-
-odd_values = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-5, 10**6),
-    st.floats(-2.0, 2.0, allow_nan=False),
-    st.sampled_from(["", "it's", "../x", "a b", "ndr", "copy", "lstm", "sqlite:///x.db", "1e-3", "a\"b"]),
-    st.lists(st.integers(-3, 100), max_size=3),
-    st.dictionaries(st.sampled_from(["low", "x", "uniform"]), st.integers(-1, 3), max_size=2),
-)
-
-
-def paths_of(node, prefix=()):
-    """Every (path to a key or item) in a parsed YAML document."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield (*prefix, k)
-            yield from paths_of(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield (*prefix, i)
-            yield from paths_of(v, (*prefix, i))
-
-
-@st.composite
-def mutated_files(draw):
-    source = draw(st.sampled_from(SHIPPED))
-    data = yaml.safe_load(source.read_text())
-    for _ in range(draw(st.integers(1, 2))):
-        paths = list(paths_of(data))
-        where = draw(st.sampled_from(paths))
-        parent = data
-        for step in where[:-1]:
-            parent = parent[step]
-        last = where[-1]
-        action = draw(st.sampled_from(["value", "delete", "rename", "reverse"]))
-        if action == "delete":
-            del parent[last]
-        elif action == "rename" and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["nme", "modles", "n_layer", "lr ", "grid", "optimiser"]))] = (
-                parent.pop(last)
-            )
-        elif action == "reverse" and isinstance(parent[last], list):
-            parent[last] = parent[last][::-1]
-        else:
-            parent[last] = draw(odd_values)
-    return source.name, yaml.safe_dump(data)
 
 
 def run_in(folder: Path, argv: list[str]) -> tuple[int, io.StringIO, io.StringIO]:
@@ -73,30 +24,10 @@ def run_in(folder: Path, argv: list[str]) -> tuple[int, io.StringIO, io.StringIO
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             return main(argv), out, err
+    except SystemExit as e:  # argparse's refusal
+        return e.code, out, err
     finally:
         os.chdir(cwd)
-
-
-@settings(
-    max_examples=int(os.environ.get("BAD_INPUT_EXAMPLES", 60)),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(mutated_files())
-def test_a_mutated_file_is_launchable_or_refused_in_one_line_with_nothing_written(tmp_path_factory, case):
-    name, text = case
-    folder = tmp_path_factory.mktemp("case")
-    path = folder / name
-    path.write_text(text)
-    before = set(os.listdir(folder))
-    code, out, err = run_in(folder, ["launch", str(path), "--dry-run", "--no-calibrate"])
-    if code == 0:
-        assert err.getvalue() == "", err.getvalue()
-        return
-    assert code == 2
-    lines = err.getvalue().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"orchestrator: error: {path}"), err.getvalue()
-    assert set(os.listdir(folder)) == before, "a refused file wrote something"
 
 
 GOOD = {
@@ -557,3 +488,181 @@ def test_a_store_unreachable_before_a_launch_is_registered_still_exits_4(tmp_pat
         "orchestrator: error: tracking store sqlite:///x.db unreachable for 31 s; nothing was started: run "
         "the command again once the store answers"
     ]
+
+
+# Found by the fuzzer (test_fuzz.py): each a traceback, a hang, a wrong reason or a wrong exit before.
+def test_a_file_named_that_no_read_can_take_is_one_line(tmp_path):
+    """A name too long (a traceback from the existence check), a symlink loop ("no such file"), a
+    NUL in the name, a device (/dev/zero never ends): each refused before it is read."""
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")
+    cases = {
+        str(tmp_path / ("x" * 300 + ".yaml")): "file: File name too long",
+        str(tmp_path / "loop.yaml"): "file: Too many levels of symbolic links",
+        str(tmp_path / "a\x00b.yaml"): "file: embedded null byte",
+        "/dev/zero": "file: not a regular file",
+        "/dev/null": "file: not a regular file",
+    }
+    for path, reason in cases.items():
+        for argv in (["launch", path, "--dry-run", "--no-calibrate"], ["train", path]):
+            line = refused(tmp_path, argv)
+            assert line.startswith(f"orchestrator: error: {path}: {reason}"), (argv, line)
+
+
+def test_a_file_past_a_megabyte_is_refused_before_it_is_parsed(tmp_path):
+    """200,000 keys took PyYAML 22 s to parse, before the first unknown key was named."""
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(GOOD) + "".join(f"k{i}: {i}\n" for i in range(200_000)))
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert line.startswith(f"orchestrator: error: {path}: file: 2,") and "at most 1,048,576" in line, line
+
+
+def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path):
+    """Billion laughs: nine levels of ten aliases, 10^9 values, once a message printed one of them."""
+    levels = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 10))
+    path = tmp_path / "space.yaml"
+    path.write_text("l0: &l0 [lol]\n" + levels + yaml.safe_dump(GOOD))
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert line == (
+        f"orchestrator: error: {path}: file: malformed YAML: its aliases expand to more than 1,000,000 values"
+    ), line
+
+
+def test_a_merge_key_gives_the_keys_a_mapping_lacks(tmp_path):
+    """`<<: *defaults` was refused as a tag with no constructor ("malformed YAML")."""
+    path = tmp_path / "space.yaml"
+    text = yaml.safe_dump({k: v for k, v in GOOD.items() if k != "space"})
+    path.write_text(
+        "space: {lr: &range {loguniform: [1.0e-4, 1.0e-3]}}\n"
+        "per_model: {lstm: {space: {lr: {<<: *range}}}}\n" + text
+    )
+    code, out, err = run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert code == 0 and err.getvalue() == "", err.getvalue()
+    path.write_text(
+        "space: {lr: {<<: {int: [1, 2]}, loguniform: [1.0e-4, 1.0e-3], loguniform: [1, 2]}}\n" + text
+    )
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert "malformed YAML: duplicate key 'loguniform'" in line, line
+
+
+def test_a_nul_in_a_file_is_one_line_naming_its_line(tmp_path):
+    """PyYAML's reader error spans two lines ('in "<unicode string>", position 350')."""
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(GOOD).replace("models:", "models:\x00", 1))
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert line.startswith(f"orchestrator: error: {path}: line ") and "character #x0000" in line, line
+
+
+def test_folders_no_file_system_can_name_are_one_line(tmp_path):
+    """A NUL or a name past NAME_MAX in storage or storage_path raised ValueError or OSError."""
+    for key, value in [("storage", "a\x00b"), ("storage_path", "a\x00b"), ("storage_path", "x" * 5000)]:
+        path = tmp_path / "space.yaml"
+        path.write_text(yaml.safe_dump({**GOOD, key: value}))
+        line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+        assert line.startswith(f"orchestrator: error: {path}: {key}: cannot ") and "not a usable path" in (
+            line
+        ), line
+
+
+def test_a_tracking_uri_no_connection_can_take_is_refused_at_once(tmp_path, monkeypatch):
+    """A port past 65535 was retried for 32 s as an outage and ended in exit 4; an open bracket, a NUL
+    or a name too long were tracebacks."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cases = {
+        "http://127.0.0.1:99999": "malformed: Port out of range 0-65535",
+        "postgresql://u@127.0.0.1:99999/db": "malformed: Port out of range 0-65535",
+        "http://127.0.0.1:0": "malformed: port 0 takes no connection",
+        "http://[::1": "malformed: Invalid IPv6 URL",
+        "http://": "malformed: no host",
+        "sqlite:///a\x00b.db": "it holds a control character",
+        "sqlite:///" + "x" * 300 + "/m.db": "not a usable path (File name too long)",
+    }
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    run_in(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])  # the imports, before the clock
+    for uri, reason in cases.items():
+        path.write_text(yaml.safe_dump({**GOOD, "tracking": {"uri": uri}}))
+        for argv, where in (
+            (["launch", str(path), "--dry-run", "--no-calibrate"], f"{path}: tracking.uri"),
+            (["launch", str(path), "--dry-run", "--no-calibrate", "--tracking-uri", uri], "--tracking-uri"),
+        ):
+            start = time.monotonic()
+            line = refused(tmp_path, argv)
+            assert time.monotonic() - start < 5 and line.startswith(f"orchestrator: error: {where}: "), line
+            assert line.endswith(reason) or reason in line, (uri, line)
+
+
+def test_another_programs_sqlite_database_is_no_tracking_store(tmp_path):
+    """A launch checked only the file's first 16 bytes: MLflow would have written its tables among an
+    application's; a header over zeros passed the dry run and failed the launch."""
+    path = tmp_path / "space.yaml"
+    with contextlib.closing(sqlite3.connect(tmp_path / "app.db")) as db:
+        db.execute("CREATE TABLE accounts (id INTEGER)")
+        db.commit()
+    (tmp_path / "zeros.db").write_bytes(b"SQLite format 3\x00" + bytes(4096))
+    os.mkfifo(tmp_path / "fifo.db")
+    for name, reason in {
+        "app.db": "is another program's SQLite database (tables: accounts), not an MLflow store",
+        "zeros.db": "the tracking store's database is damaged: file is not a database",
+        "fifo.db": "is not a regular file (a FIFO, a socket or a device)",
+    }.items():
+        path.write_text(yaml.safe_dump({**GOOD, "tracking": {"uri": f"sqlite:///{name}"}}))
+        line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+        separator = ": " if name == "zeros.db" else " "
+        assert line == f"orchestrator: error: {path}: tracking.uri: {tmp_path / name}{separator}{reason}", (
+            line
+        )
+
+
+def test_a_tag_its_value_does_not_fit_is_one_line(tmp_path):
+    """PyYAML's constructors raised KeyError (`!!bool`), AttributeError (`!!timestamp`) or TypeError
+    (`!!map` over a list): tracebacks."""
+    path = tmp_path / "space.yaml"
+    for value, reason in {
+        "!!bool name": "line 1: malformed YAML: 'name' cannot be read as tag:yaml.org,2002:bool",
+        "!!timestamp x": "line 1: malformed YAML: 'x' cannot be read as tag:yaml.org,2002:timestamp",
+        "!!map [1]": "file: malformed YAML: cannot unpack non-iterable ScalarNode object",
+    }.items():
+        path.write_text(f"name: {value}\n" + yaml.safe_dump(GOOD))
+        line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+        assert line == f"orchestrator: error: {path}: {reason}", line
+
+
+def test_a_reason_that_quotes_a_large_value_keeps_its_start_and_end(tmp_path):
+    """A list of 5,000 seeds (or an alias bomb's thousands of values) was quoted whole: a line of 30 KB."""
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "seed": list(range(5000))}))
+    line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+    assert line.startswith(f"orchestrator: error: {path}: seed: expected one value, got a list [0, 1, 2"), (
+        line
+    )
+    assert " ... " in line and line.endswith("(did you mean 'seeds'?)") and len(line) < 800, line
+
+
+def test_a_line_break_in_a_name_given_stays_on_the_one_line(tmp_path):
+    """`orchestrator accept $'\\r'`: the launch name was echoed as it was given, over three lines."""
+    for name in ("\r", "a\nb"):
+        for command in ("status", "accept", "report"):
+            line = refused(tmp_path, [command, name])
+            assert line.startswith(f"orchestrator: error: no launch {name!r}"), line
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="trainables.models loads a model file catching Exception only: its sys.exit() ends the command "
+    "with that status and no line (trainables/ is another change's to edit)",
+)
+def test_a_model_file_that_exits_on_import_is_one_line(tmp_path):
+    (tmp_path / "m.py").write_text("import sys\nsys.exit(3)\n")
+    line = refused(tmp_path, ["train", "ctl/m.py:Net", "--set", "n_iters=1"])
+    assert "does not load: SystemExit" in line, line
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="trainables.config.set_override reads a value with yaml.safe_load, whose RecursionError on "
+    "nesting past the limit is no ConfigError (orchestrator's parse_yaml turns it into one)",
+)
+def test_a_set_value_nested_past_the_recursion_limit_is_one_line(tmp_path):
+    line = refused(tmp_path, ["train", "ctl/lstm", "--set", "lr=" + "[" * 3000])
+    assert "the value is not YAML" in line, line

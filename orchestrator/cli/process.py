@@ -5,6 +5,7 @@ that outlive their reader."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -18,6 +19,8 @@ from ..run.cluster import ClusterUnreachable
 from ..run.exits import EXIT_INTERRUPTED, EXIT_READER_GONE, EXIT_STORE_UNREACHABLE, EXIT_USAGE
 from .inputs import UsageError
 from .parser import build_parser, chosen, runs_trials
+
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # all but the tab
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         ClusterUnreachable,
     ) as e:  # a message may echo a bad value, secrets and all
         where, message = (e.where, e.message) if isinstance(e, UsageError) else ("", str(e))
-        print(f"orchestrator: error: {where}{redact_secrets(message)}", file=sys.stderr)
+        print(one_line(f"orchestrator: error: {where}{redact_secrets(message)}"), file=sys.stderr)
         return EXIT_USAGE
     except (
         FileExistsError,
@@ -71,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped: a name or a value the user gave may hold a line
+    break, and an error is one line."""
+    return CONTROL.sub(lambda found: repr(found[0])[1:-1], text)
 
 
 def to_devnull(stream) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from pathlib import Path
 
 from trainables.config import (
@@ -31,7 +32,7 @@ def load_trial_source(source: str) -> tuple[dict, dict]:
     """A YAML trial config file (e.g. written by `orchestrator best`), or a preset 'task/model';
     with what its trial ran on where the file records it (a best file: data_hash, cpu_kernels)."""
     path = Path(source)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or os.path.exists(source):  # False, not OSError, for a name too long
         data = read_yaml(path)
         if not isinstance(data, dict):
             raise UsageError(f"{source}: expected a mapping of trial config keys")

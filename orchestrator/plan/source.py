@@ -5,23 +5,35 @@ Names a file gives are checked here too: they go into filter strings, run names 
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
 import yaml
 
+SHOWN_CHARS = 600  # of a reason: one that quotes a large value keeps its start and its end
+
 
 class SpecError(ValueError):
     def __init__(self, path, key: str, reason: str):
+        if len(reason) > SHOWN_CHARS:
+            reason = f"{reason[: SHOWN_CHARS - 200]} ... {reason[-200:]}"
         super().__init__(f"{path}: {key}: {reason}")
         self.path, self.key, self.reason = path, key, reason
 
 
+MAX_BYTES = 1 << 20  # 400 times the largest shipped file; PyYAML reads about 100 KB a second
+MAX_VALUES = 1_000_000  # values a document's aliases may expand to (a billion laughs expands to 10^9)
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
-    """YAML where a key given twice in one mapping is an error, not "the last one wins"."""
+    """YAML where a key given twice in one mapping is an error, not "the last one wins"; a merge
+    key (`<<: *defaults`) gives the keys the mapping does not give itself, as YAML defines it."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (list, dict, set)):
                 raise yaml.constructor.ConstructorError(
@@ -34,27 +46,67 @@ class UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_object(self, node, deep=False):
+        """A value its tag does not fit (`!!bool name`, `!!timestamp x`, an integer past Python's digit
+        limit), as a YAML error with its line: PyYAML's constructors raise KeyError, AttributeError or
+        ValueError for these."""
+        try:
+            return super().construct_object(node, deep)
+        except (KeyError, AttributeError, TypeError, ValueError):
+            what = repr(node.value)[:80] if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{what} cannot be read as {node.tag}", node.start_mark
+            ) from None
+
+
+def expanded_size(node, sizes: dict) -> int:
+    """How many values `node` stands for with its aliases expanded (each node worked out once, in `sizes`)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # a node that holds itself counts once
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = 1 + sum(expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
+
 
 def parse_yaml(text: str):
     """A file's YAML (UniqueKeyLoader), with what PyYAML lets through as other errors (nesting too
-    deep for the recursion limit, an integer too long to convert) raised as YAML errors too."""
+    deep for the recursion limit, a tag its value does not fit) raised as YAML errors too, and
+    aliases that expand past MAX_VALUES refused before anything walks them."""
+    loader = UniqueKeyLoader(text)
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)
-    except (RecursionError, ValueError) as e:
+        node = loader.get_single_node()
+        if node is not None and expanded_size(node, {}) > MAX_VALUES:
+            raise yaml.YAMLError(f"its aliases expand to more than {MAX_VALUES:,} values")
+        return None if node is None else loader.construct_document(node)
+    except (RecursionError, ValueError, KeyError, AttributeError, TypeError) as e:  # past construct_object
         raise yaml.YAMLError(
-            "nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+            "nested too deep" if isinstance(e, RecursionError) else (str(e).splitlines() or [repr(e)])[0]
         ) from None
+    finally:
+        loader.dispose()
 
 
 def read_spec(path: str | Path) -> str:
-    """A spec file's text; SpecError where it is missing, a folder, unreadable or not UTF-8."""
+    """A spec file's text; SpecError where it is missing, not a regular file (a folder, a FIFO, a
+    device: reading one blocks or never ends), larger than MAX_BYTES, unreadable or not UTF-8."""
     path = Path(path)
-    if not path.exists():
-        raise SpecError(path, "file", "no such file")
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        raise SpecError(path, "file", "no such file") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the name
+        raise SpecError(path, "file", getattr(e, "strerror", None) or str(e)) from None
+    if stat.S_ISDIR(found.st_mode):
+        raise SpecError(path, "file", "a folder, not a file")
+    if not stat.S_ISREG(found.st_mode):
+        raise SpecError(path, "file", "not a regular file (a FIFO, a socket or a device)")
+    if found.st_size > MAX_BYTES:
+        raise SpecError(path, "file", f"{found.st_size:,} bytes; a file read here is at most {MAX_BYTES:,}")
     try:
         return path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise SpecError(path, "file", "a folder, not a file") from None
     except UnicodeDecodeError as e:
         raise SpecError(path, "file", f"not UTF-8 text (byte {e.start})") from None
     except OSError as e:
@@ -64,8 +116,12 @@ def read_spec(path: str | Path) -> str:
 def read_yaml(path: str | Path, text: str | None = None):
     """A YAML file's data (of `text`, read as that file), or a SpecError naming the file, the line and
     the parser's reason."""
+    text = read_spec(Path(path)) if text is None else text
     try:
-        return parse_yaml(read_spec(Path(path)) if text is None else text)
+        return parse_yaml(text)
+    except yaml.reader.ReaderError as e:  # its text spans lines; the character and its place say it
+        where = f"line {text.count(chr(10), 0, e.position) + 1}"
+        raise SpecError(path, where, f"malformed YAML: character #x{e.character:04x}: {e.reason}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "file"

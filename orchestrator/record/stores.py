@@ -12,6 +12,7 @@ import os
 import sqlite3
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -30,7 +31,10 @@ def normalize_store(uri: str) -> str:
     """A relative SQLite path made absolute (so `resume` and `status` work from any folder), and a
     bare postgresql:// given the psycopg 3 driver we install (SQLAlchemy's default is psycopg2)."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+        try:
+            return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+        except (OSError, RuntimeError, ValueError):  # a NUL, a name too long, a loop: check_store says so
+            return uri
     if uri.startswith("postgresql://"):
         return "postgresql+psycopg://" + uri[len("postgresql://") :]
     return uri
@@ -63,9 +67,12 @@ def reveal(uri: str) -> str:
 
 def unwritable(folder: Path) -> str | None:
     """Why `folder` cannot be made or written (judged by its nearest existing ancestor), or None."""
-    existing = folder.resolve()
-    while not existing.exists():
-        existing = existing.parent
+    try:
+        existing = folder.resolve()
+        while not existing.exists():
+            existing = existing.parent
+    except (OSError, RuntimeError, ValueError) as e:  # a name too long, a NUL, a symlink loop
+        return f"not a usable path ({getattr(e, 'strerror', None) or e})"
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} is not a writable folder"
     try:  # root passes os.access everywhere, /proc and a root-squashed NFS mount included
@@ -80,21 +87,60 @@ def check_sqlite_store(uri: str) -> None:
     """A SQLite store's file, where it exists: a readable, writable SQLite database; else a folder
     where it can be made."""
     file = Path(uri[len("sqlite:///") :]).resolve()
+    if file.is_dir():
+        raise TrackingError(
+            f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)"
+        )
     if file.exists():
-        if not file.is_file():
-            raise TrackingError(
-                f"{file} is a folder, not a SQLite file (name the file: sqlite:///{file}/mlflow.db)"
-            )
+        if not file.is_file():  # a FIFO would block the read, a device never end
+            raise TrackingError(f"{file} is not a regular file (a FIFO, a socket or a device)")
         with open(file, "rb") as f:
             head = f.read(16)
         if head and head != b"SQLite format 3\x00":
             raise TrackingError(f"{file} is not a SQLite database")
         if not os.access(file, os.R_OK | os.W_OK):
             raise TrackingError(f"{file} is not readable and writable by this user")
+        tables = sqlite_tables(file) if head else set()
+        if tables and "experiments" not in tables:  # MLflow would write its tables among another's
+            raise TrackingError(
+                f"{file} is another program's SQLite database (tables: {', '.join(sorted(tables)[:5])}), "
+                "not an MLflow store"
+            )
         return
     problem = unwritable(file.parent)
     if problem:  # the folder itself is made at launch, once everything has been checked
         raise TrackingError(f"cannot create the SQLite store in {file.parent}: {problem}")
+
+
+def sqlite_tables(file: Path) -> set[str]:
+    """The tables of a SQLite file, read without writing; TrackingError where SQLite calls it damaged."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True)) as db:
+            return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as e:
+        raise TrackingError(f"{file}: the tracking store's database is damaged: {e}") from None
+
+
+def malformed(uri: str) -> str | None:
+    """What makes `uri` one no connection can ever take (a port past 65535, no host, a NUL), or None:
+    refused at once, not retried as an outage."""
+    if any(ord(c) < 32 for c in uri):
+        return "it holds a control character (a NUL, a line break)"
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        port = parts.port
+    except ValueError as e:  # an out-of-range or non-numeric port, a bracket left open
+        return f"malformed: {e}"
+    if port == 0:
+        return "malformed: port 0 takes no connection"
+    if parts.scheme in ("http", "https") and not parts.hostname:
+        return "malformed: no host"
+    if uri.startswith("sqlite:///"):
+        try:
+            Path(uri[len("sqlite:///") :]).resolve().exists()
+        except (OSError, RuntimeError, ValueError) as e:  # RuntimeError: a symlink loop
+            return f"not a usable path ({getattr(e, 'strerror', None) or e})"
+    return None
 
 
 def refusal(uri: str, error: urllib.error.HTTPError, from_environment: dict) -> TrackingError:
@@ -211,6 +257,9 @@ def check_store(uri: str, timeout_s: float = 5.0, server_timeout_s: float = 30.0
             f"{redact_secrets(uri)}: its password holds an @, which ends it where a driver reads it: "
             "write the @ as %40"
         )
+    problem = malformed(uri)
+    if problem:
+        raise TrackingError(f"{redact(uri)}: {problem}")
     if uri.startswith("sqlite:///"):
         check_sqlite_store(uri)
     elif uri.startswith(("http://", "https://")):
