@@ -45,6 +45,7 @@ class PrivateDisk:
                 f'mount -t tmpfs -o size={size} tmpfs "{folder}" && echo mounted && exec sleep infinity',
             ],
             stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )
         assert self.holder.stdout.readline() == "mounted\n"
@@ -63,15 +64,16 @@ class PrivateDisk:
             *args,
         ]
 
-    def run(self, *args, **kw) -> subprocess.CompletedProcess:
+    def run(self, *args) -> subprocess.CompletedProcess:
+        """`orchestrator ARGS` in the disk's namespace. Its output goes to a file: a pipe would be
+        held open past a timeout by the Ray processes it started."""
+        log = self.folder.parent / f"{args[0]}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
-        return subprocess.run(self.command(*args), capture_output=True, text=True, env=env, timeout=300, **kw)
-
-    def popen(self, *args) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
-        return subprocess.Popen(
-            self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-        )
+        with open(log, "w") as out:
+            done = subprocess.run(
+                self.command(*args), stdout=out, stderr=subprocess.STDOUT, env=env, timeout=300
+            )
+        return subprocess.CompletedProcess(args, done.returncode, log.read_text())
 
     def close(self) -> None:
         self.holder.kill()  # the namespace, and its tmpfs, go with its last process
@@ -115,7 +117,7 @@ class Filler(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join()
-        self.path.unlink()
+        self.path.unlink(missing_ok=True)
 
 
 def cut_short(snapshot: Path, staging: Path) -> None:
@@ -153,7 +155,7 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
     filler = None
     try:
         uri = f"sqlite:///{disk.folder}/mlflow.db"
-        path = spec(tmp_path, uri, trials=2, concurrent=2, n_iters=40, eval_every=20, models=("ndr", "lstm"))
+        path = spec(tmp_path, uri, trials=2, concurrent=2, n_iters=40, eval_every=20, models=("ndr",))
         data = yaml.safe_load(path.read_text())
         data["storage_path"] = str(disk.folder / "runs")
         path.write_text(yaml.safe_dump(data))
@@ -167,11 +169,11 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
         filler = Filler(disk.outside(disk.folder), checkpointed)
         filler.start()
         started = time.monotonic()
-        driver = disk.popen("launch", str(path))
-        out, _ = driver.communicate(timeout=300)
+        launched = disk.run("launch", str(path))
+        out = launched.stdout
         assert filler.full.is_set(), out[-3000:]
         print(f"launch stopped after {time.monotonic() - started:.0f} s\n{out}")
-        assert driver.returncode == 4, out[-3000:]
+        assert launched.returncode == 4, out[-3000:]
         assert foreign_lines(out, path) == [], out[-3000:]
         last = out.strip().splitlines()[-1]
         assert re.fullmatch(
@@ -182,9 +184,10 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
         launch_dir = next(runs.glob("*/launch.json")).parent
         inside_dir = disk.folder / "runs" / launch_dir.name
         recorded = json.loads((launch_dir / "launch.json").read_text())["state"]
+        print(f"launch.json: {recorded}")
         assert recorded in ("interrupted", "running")
         status = disk.run("status", str(inside_dir))
-        assert status.returncode == 0 and status.stderr == "", status.stdout + status.stderr
+        assert status.returncode == 0 and "Traceback" not in status.stdout, status.stdout
         if recorded == "running":
             assert "driver" in status.stdout.splitlines()[0], status.stdout
 
@@ -194,10 +197,10 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
         filler.stop()
         filler = None
         resumed = disk.run("resume", str(inside_dir))
-        print(f"launch and resume took {time.monotonic() - started:.0f} s\n{resumed.stdout}{resumed.stderr}")
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        print(f"launch and resume took {time.monotonic() - started:.0f} s\n{resumed.stdout}")
+        assert resumed.returncode == 0, resumed.stdout[-3000:]
         assert f"{snapshot.name} was cut short by a full disk: resuming from its whole copy" in resumed.stdout
-        assert foreign_lines(resumed.stdout + resumed.stderr, path) == [], resumed.stdout[-3000:]
+        assert foreign_lines(resumed.stdout, path) == [], resumed.stdout[-3000:]
         # Read from copies: SQLite resolves /proc/<holder>/root to / (the host's folder, not the tmpfs).
         copies = tmp_path / "stores"
         copies.mkdir()
@@ -207,14 +210,16 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
             f"sqlite:///{copies}/mlflow.db",
             f"sqlite:///{copies}/mlflow.optuna.db",
             data["name"],
-            ["tiny__ndr", "tiny__lstm"],
+            ["tiny__ndr"],
             2,
             [20, 40],
         )
     finally:
-        if filler is not None:
-            filler.stop()
-        disk.close()
+        try:
+            if filler is not None:
+                filler.stop()
+        finally:
+            disk.close()
 
 
 def test_a_snapshot_cut_short_by_a_full_disk_is_put_back_from_its_whole_copy(tmp_path):
