@@ -25,6 +25,10 @@ MIB = 1 << 20
 FLOOR = MIB  # room kept before anything is measured (and beside what is): SQLite's journal, a log line
 CHECK_EVERY_S = 1.0
 KEPT = ".whole"  # in a local Tune experiment's folder: the last whole copy of each file of its snapshot
+# The share of the driver's time the whole copies may take, as Tune's own snapshot's (its
+# TUNE_GLOBAL_CHECKPOINT_S auto): a copy reads and checks the whole snapshot, which grows with the
+# trials, so the next waits 1 / KEEP_SHARE times as long as the last took.
+KEEP_SHARE = 0.05
 
 
 def mib(size: float) -> str:
@@ -132,7 +136,7 @@ class DiskWatch(Callback):
 
     def __init__(self, places: dict[str, Path], experiment: str | None):
         self.places, self.experiment = places, experiment
-        self.largest_checkpoint, self.last_check = 0, 0.0
+        self.largest_checkpoint, self.last_check, self.next_keep = 0, 0.0, 0.0
         self.kept: dict[str, tuple[int, int]] = {}
 
     def __getstate__(self):  # pickled with the tuner: measured afresh on resume
@@ -165,8 +169,10 @@ class DiskWatch(Callback):
         if time.monotonic() - self.last_check < CHECK_EVERY_S:
             return
         self.check(trials)
-        if self.experiment is not None:
+        if self.experiment is not None and time.monotonic() >= self.next_keep:
+            began = time.monotonic()
             keep_whole(Path(self.experiment), self.kept)
+            self.next_keep = time.monotonic() + (time.monotonic() - began) / KEEP_SHARE
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         if checkpoint.filesystem.type_name == "local":
