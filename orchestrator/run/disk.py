@@ -76,16 +76,21 @@ def as_disk_full(error: BaseException) -> DiskFull | None:
 
 def snapshot_files(experiment: Path) -> list[Path]:
     """The files Tune restores a local experiment from (the .json and .pkl files its
-    sync_down_experiment_state takes): its trials' states, its searcher's and its callbacks'."""
+    sync_down_experiment_state takes): its trials' states, its searcher's and its callbacks'; not
+    the temporaries of its writes (".<uuid>-tmp-searcher-state-...")."""
     with contextlib.suppress(FileNotFoundError):
-        return sorted(p for p in experiment.iterdir() if p.suffix in (".json", ".pkl") and p.is_file())
+        return sorted(
+            p
+            for p in experiment.iterdir()
+            if p.suffix in (".json", ".pkl") and not p.name.startswith(".") and p.is_file()
+        )
     return []
 
 
-def whole(path: Path) -> bool:
-    """Whether a file of Tune's snapshot is whole: a pickle that reaches its end (whatever its name
-    says: search_gen_state-*.json is one), else JSON that parses. A copy cut short by a full disk
-    is a prefix of the file."""
+def whole(path: Path) -> bytes | None:
+    """The contents of a file of Tune's snapshot where they are whole, else None: a pickle that
+    reaches its end (whatever its name says: search_gen_state-*.json is one), else JSON that
+    parses. A copy cut short by a full disk is a prefix of the file."""
     try:
         data = path.read_bytes()
         if data[:1] == b"\x80":  # the PROTO opcode every pickle of protocol 2 or later begins with
@@ -94,8 +99,8 @@ def whole(path: Path) -> bool:
         else:
             json.loads(data)
     except (OSError, ValueError):
-        return False
-    return True
+        return None
+    return data
 
 
 def keep_whole(experiment: Path, kept: dict[str, tuple[int, int]]) -> None:
@@ -103,14 +108,14 @@ def keep_whole(experiment: Path, kept: dict[str, tuple[int, int]]) -> None:
     (mtime, size) copied) and is whole: one Tune is copying onto the storage now is not, and
     waits for the next call. A copy the disk has no room for leaves the one before."""
     for path in snapshot_files(experiment):
-        found = path.stat()
-        if kept.get(path.name) == (found.st_mtime_ns, found.st_size) or not whole(path):
-            continue
         try:
+            found = path.stat()
+            if kept.get(path.name) == (found.st_mtime_ns, found.st_size) or (data := whole(path)) is None:
+                continue
             (experiment / KEPT).mkdir(exist_ok=True)
-            write_atomically(experiment / KEPT / path.name, path.read_bytes())
-        except OSError:
-            continue  # the disk is full: DiskWatch stops the launch
+            write_atomically(experiment / KEPT / path.name, data)
+        except OSError:  # a full disk (DiskWatch stops the launch), or a file Tune has just removed
+            continue
         kept[path.name] = (found.st_mtime_ns, found.st_size)
 
 
@@ -119,9 +124,8 @@ def put_back_whole(experiment: Path) -> list[str]:
     it short) replaced by its last whole copy (KEPT), where there is one. -> the files put back."""
     put_back = []
     for path in snapshot_files(experiment):
-        copy = experiment / KEPT / path.name
-        if not whole(path) and whole(copy):
-            write_atomically(path, copy.read_bytes())
+        if whole(path) is None and (data := whole(experiment / KEPT / path.name)) is not None:
+            write_atomically(path, data)
             put_back.append(path.name)
     return put_back
 
