@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -505,7 +506,8 @@ def test_a_file_named_that_no_read_can_take_is_one_line(tmp_path):
     for path, reason in cases.items():
         for argv in (["launch", path, "--dry-run", "--no-calibrate"], ["train", path]):
             line = refused(tmp_path, argv)
-            assert line.startswith(f"orchestrator: error: {path}: {reason}"), (argv, line)
+            shown = path.replace("\x00", "\\x00")  # the one line escapes a control character
+            assert line.startswith(f"orchestrator: error: {shown}: {reason}"), (argv, line)
 
 
 def test_a_file_past_a_megabyte_is_refused_before_it_is_parsed(tmp_path):
@@ -666,3 +668,60 @@ def test_a_model_file_that_exits_on_import_is_one_line(tmp_path):
 def test_a_set_value_nested_past_the_recursion_limit_is_one_line(tmp_path):
     line = refused(tmp_path, ["train", "ctl/lstm", "--set", "lr=" + "[" * 3000])
     assert "the value is not YAML" in line, line
+
+
+def test_a_store_of_another_mlflow_schema_or_missing_tables_is_one_line(tmp_path):
+    """Readers on a store that a newer MLflow wrote (alembic's "Can't locate revision") or an older one
+    (MLflow's "out-of-date database schema") gave tracebacks; on one missing tables MLflow created
+    them, writing into a store a reader only reads."""
+    from test_status import SEARCH, launch
+
+    state = launch(tmp_path, SEARCH, {((), 0): ("completed", 0.5, 0.4)})
+    store = tmp_path / "copy.db"  # a store this process has not opened (MLflow keeps the ones it has)
+    shutil.copyfile(state.tracking_uri.removeprefix("sqlite:///"), store)
+    state.tracking_uri = f"sqlite:///{store}"
+    state.save()
+    for version, reason in {
+        "ffffffffffff": "its MLflow schema ffffffffffff is unknown to MLflow",
+        "451aebb31d03": "its MLflow schema 451aebb31d03 is older than MLflow",  # MLflow's first
+    }.items():
+        with contextlib.closing(sqlite3.connect(store)) as db:
+            db.execute("UPDATE alembic_version SET version_num = ?", (version,))
+            db.commit()
+        line = refused(tmp_path, ["status", "--storage-path", "runs", state.launch_id])
+        assert line.startswith(f"orchestrator: error: {state.tracking_uri}: {reason}"), line
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        db.execute("DROP TABLE latest_metrics")
+    before = store.stat().st_mtime_ns
+    line = refused(tmp_path, ["status", "--storage-path", "runs", state.launch_id])
+    assert "holds no MLflow store" in line and store.stat().st_mtime_ns == before, line
+
+
+def test_the_boards_store_and_folder_are_checked_before_it_is_built(tmp_path, monkeypatch):
+    """`board --tracking-uri` went unchecked to MLflow's client: a port past 65535 or an open bracket
+    was a traceback, `http://` a hang of retries; an --output name too long a traceback at mkdir."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "runs").mkdir()
+    for argv, reason in {
+        (
+            "--tracking-uri",
+            "http://127.0.0.1:99999",
+        ): "--tracking-uri: http://127.0.0.1:99999: malformed: Port",
+        ("--tracking-uri", "http://[::1"): "--tracking-uri: http://[::1: malformed: Invalid IPv6 URL",
+        ("--tracking-uri", "http://"): "--tracking-uri: http://: malformed: no host",
+        ("--output", "x" * 300): "--output: cannot write the board in xxx",
+        ("--storage-path", "x" * 300): "--storage-path: no such folder xxx",
+    }.items():
+        line = refused(
+            tmp_path, ["board", *(["--storage-path", "runs"] if "--storage-path" not in argv else []), *argv]
+        )
+        assert line.startswith(f"orchestrator: error: {reason}"), line
+
+
+def test_a_launch_name_no_file_system_takes_is_one_line(tmp_path):
+    """`orchestrator accept <5,000 characters>` was a traceback (ENAMETOOLONG) from the launch's lookup."""
+    for command in ("status", "accept", "best", "export", "report"):
+        line = refused(tmp_path, [command, "a" * 5000])
+        assert line.startswith("orchestrator: error: no launch 'aaa") and line.endswith(
+            ": File name too long"
+        ), line

@@ -8,6 +8,7 @@ CI runs a short, derandomized pass; BAD_INPUT_EXAMPLES=N runs N random cases a t
 long run, docs/guide/faults.md#bad-input)."""
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -824,3 +825,57 @@ def test_command_arguments(tmp_path_factory, a_launch, argv):
             answers(folder, argv, codes=(0, 1, 2, 4) if argv[0] == "report" else (0, 2, 4))
         except WouldTrain:
             pass
+
+
+def mlflow_store_with(change):
+    """A state of a copy of the launch's own MLflow store: `change(path)` applied to it."""
+
+    def made(path: Path, store: Path) -> None:
+        shutil.copyfile(store, path)
+        change(path)
+
+    return made
+
+
+def newer_schema(path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+        db.commit()
+
+
+def cut_in_half(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+LAUNCH_STORE_STATES = {
+    **{name: lambda path, store, make=make: make(path) for name, make in STORE_STATES.items()},
+    "a newer schema version": mlflow_store_with(newer_schema),
+    "cut in half": mlflow_store_with(cut_in_half),
+    "its tables dropped": mlflow_store_with(
+        lambda path: [sqlite3.connect(path).execute(f"DROP TABLE {t}") for t in ("metrics", "latest_metrics")]
+    ),
+    "missing": lambda path, store: None,
+}
+
+
+@fuzz(16)
+@given(
+    st.sampled_from(sorted(LAUNCH_STORE_STATES)),
+    st.sampled_from([["status"], ["best"], ["export"], ["report"], ["export", "--format", "parquet"]]),
+)
+def test_a_launchs_store_in_an_unexpected_state(tmp_path_factory, a_launch, state, command):
+    """The commands that read a launch, on its store in each state."""
+    source, launch_id = a_launch
+    folder = case_folder(tmp_path_factory)
+    shutil.copytree(source, folder, dirs_exist_ok=True, symlinks=True)
+    (folder / "mlflow.db").unlink()
+    record = folder / "runs" / launch_id / "launch.json"
+    fields = json.loads(record.read_text())
+    fields["tracking_uri"] = f"sqlite:///{folder / 'mlflow.db'}"
+    record.write_text(json.dumps(fields))
+    LAUNCH_STORE_STATES[state](folder / "mlflow.db", source / "mlflow.db")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SYSGEN_STORE_RETRY_S", "1")
+        env.delenv("MLFLOW_TRACKING_URI", raising=False)
+        answers(folder, [*command[:1], launch_id, *command[1:]])

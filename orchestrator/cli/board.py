@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from ..record.secrets import redact
-from ..record.stores import normalize_store
+from ..record.stores import TrackingError, check_store, normalize_store, unwritable
 from ..report import board
 from .inputs import UsageError
 
@@ -15,7 +15,7 @@ from .inputs import UsageError
 def cmd_board(args) -> int:
     """The reproduction board over the finished launches under --storage-path (report/board.py)."""
     storage = Path(args.storage_path)
-    if not storage.is_dir():
+    if not os.path.isdir(storage):  # False, not OSError, for a name too long
         raise UsageError(f"--storage-path: no such folder {storage}")
     if args.tracking_uri and redact(args.tracking_uri) != args.tracking_uri:
         raise UsageError(
@@ -25,6 +25,15 @@ def cmd_board(args) -> int:
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     args.store_uri = uri
     uri, output = uri and normalize_store(uri), Path(args.output) if args.output else None
+    if uri:  # the board is logged there: the check a launch's store gets
+        try:
+            check_store(uri)
+        except TrackingError as e:
+            raise UsageError(
+                f"{'--tracking-uri' if args.tracking_uri else 'MLFLOW_TRACKING_URI'}: {e}"
+            ) from None
+    if output and (problem := unwritable(output)):
+        raise UsageError(f"--output: cannot write the board in {output} ({problem})")
     docs = None
     if args.docs:
         problem = board.docs_problem(Path(args.docs))

@@ -55,7 +55,13 @@ def load_state(args, uses_store: bool = True, writes_store: bool = False):
     and with `writes_store` (`resume`) a SQLite file is writable too; with `uses_store` False
     (`accept`, which only writes launch.json) neither checked nor its password asked for."""
     try:
-        state = LaunchState.load(find_launch(args.storage_path, args.launch))
+        folder = find_launch(args.storage_path, args.launch)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    except (OSError, ValueError) as e:  # a name too long, a NUL: no launch folder can have it
+        raise UsageError(f"no launch {args.launch!r}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        state = LaunchState.load(folder)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     if not uses_store:

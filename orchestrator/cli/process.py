@@ -14,7 +14,7 @@ import traceback
 from ..record.retries import StoreUnavailable, retry_delays
 from ..record.secrets import redact_secrets
 from ..record.state import DamagedLaunch
-from ..record.stores import damaged_store
+from ..record.stores import damaged_store, schema_problem
 from ..run.cluster import ClusterUnreachable
 from ..run.exits import EXIT_INTERRUPTED, EXIT_READER_GONE, EXIT_STORE_UNREACHABLE, EXIT_USAGE
 from .inputs import UsageError
@@ -64,14 +64,17 @@ def main(argv: list[str] | None = None) -> int:
         print("orchestrator: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # last: an error of its own kind above is not re-raised from here
-        damage = damaged_store(e)
-        if damage is None:
-            raise
         store = getattr(args, "store_uri", None)  # the store the command opened: load_state and launch say
+        damage = damaged_store(e)
+        problem = (
+            f"the tracking store's database is damaged: {damage}"
+            if damage
+            else store and schema_problem(store)
+        )
+        if not problem:
+            raise
         print(
-            f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}the tracking store's "
-            f"database is damaged: {damage}",
-            file=sys.stderr,
+            f"orchestrator: error: {redact_secrets(store) + ': ' if store else ''}{problem}", file=sys.stderr
         )
         return EXIT_USAGE
 

@@ -286,8 +286,14 @@ def damaged_store(error: BaseException) -> str | None:
     return None
 
 
+# Tables every MLflow store has held since its first schema: a store without one of them is damaged,
+# and MLflow, opening it, would create the missing ones (an older store's later tables it migrates).
+MLFLOW_TABLES = ("experiments", "runs", "metrics", "latest_metrics", "params", "tags", "alembic_version")
+
+
 def store_exists(uri: str) -> bool:
-    """Whether the store exists and holds MLflow's tables: opening one that does not would create them."""
+    """Whether the store exists and holds MLflow's tables: opening one that does not (or holds only
+    some of MLFLOW_TABLES) would create them."""
     uri = reveal(uri)
     if uri.startswith(("http://", "https://")):
         return True  # a tracking server's database is its own business
@@ -297,11 +303,46 @@ def store_exists(uri: str) -> bool:
 
     engine = sqlalchemy.create_engine(uri)
     try:
-        return retried(
-            lambda: sqlalchemy.inspect(engine).has_table("experiments"), f"tracking store {redact(uri)}"
+        tables = retried(
+            lambda: set(sqlalchemy.inspect(engine).get_table_names()), f"tracking store {redact(uri)}"
         )()
+        return tables >= set(MLFLOW_TABLES)
     finally:
         engine.dispose()
+
+
+def schema_problem(uri: str) -> str | None:
+    """Why MLflow here cannot open the store's tables, where their schema is one it does not know (a
+    newer MLflow's) or an older one it refuses without `mlflow db upgrade`; else None. Asked only once
+    opening the store failed: reading MLflow's migrations takes seconds."""
+    import mlflow  # noqa: PLC0415 - as store_exists' sqlalchemy
+    import sqlalchemy  # noqa: PLC0415
+    from alembic.script import ScriptDirectory  # noqa: PLC0415
+    from alembic.util import CommandError  # noqa: PLC0415
+
+    try:
+        engine = sqlalchemy.create_engine(reveal(uri), poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                version = conn.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).scalar()
+        finally:
+            engine.dispose()
+    except Exception:  # no such table, no answer: not a schema this question is about
+        return None
+    scripts = ScriptDirectory(os.path.join(os.path.dirname(mlflow.__file__), "store", "db_migrations"))
+    head = scripts.get_current_head()
+    if version == head:
+        return None
+    try:
+        scripts.get_revision(version)
+    except CommandError:
+        return (
+            f"its MLflow schema {version} is unknown to MLflow {mlflow.__version__} here (a newer MLflow's?)"
+        )
+    return (
+        f"its MLflow schema {version} is older than MLflow {mlflow.__version__}'s ({head}): back the store "
+        f"up, then `mlflow db upgrade {redact(uri)}`"
+    )
 
 
 _OPENED: set[tuple[str, str]] = set()  # (whose tables, store) this process has opened: they exist
