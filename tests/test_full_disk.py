@@ -197,6 +197,10 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
         print(f"Tune's snapshot {'whole' if whole(snapshot) else 'cut short by Tune'} as the launch stopped")
         if whole(snapshot) is not None:
             cut_short(snapshot, tmp_path)
+        still_full = disk.run("resume", str(inside_dir))  # a fault still there: exit 4, nothing started
+        lines = still_full.stdout.strip().splitlines()
+        assert still_full.returncode == 4 and "No space left on device" in lines[-1], still_full.stdout
+        assert foreign_lines(still_full.stdout, path) == [], still_full.stdout
         filler.stop()
         filler = None
         resumed = disk.run("resume", str(inside_dir))

@@ -8,6 +8,7 @@ from ..plan.nightly import nightly_files
 from ..plan.source import SpecError, name_problem
 from ..plan.storage import StorageError
 from ..record.optuna_store import search_store
+from ..record.retries import DiskFull, disk_full
 from ..record.runs import launch_trial_runs
 from ..record.state import SNAPSHOT_MODULES, driver, misplaced, readable_launches
 from ..report import board
@@ -140,5 +141,7 @@ def cmd_resume(args) -> int:
     try:
         preflight.check_storage(storage, "storage")
     except StorageError as e:
+        if disk_full(e):  # still full: resumable once space is freed, as the launch said
+            raise DiskFull(f"{state.dir / 'launch.json'}: {e}") from None
         raise UsageError(f"{state.dir / 'launch.json'}: {e}") from None
     return launch.Launch(state, args.address, study).run()

@@ -121,9 +121,9 @@ def _write_marker(storage: TrialStorage, key: str) -> tuple:
     except (OSError, pyarrow.ArrowException) as e:
         with contextlib.suppress(OSError, pyarrow.ArrowException):  # a full disk leaves it empty, not gone
             local.delete_file(marker)
-        raise StorageError(
-            f"{key}: the driver cannot write to {storage.uri}: {str(e).splitlines()[0]}"
-        ) from None
+        # the cause kept: a disk that is full is a fault the caller may resume from, not bad input
+        problem = f"{key}: the driver cannot write to {storage.uri}: {str(e).splitlines()[0]}"
+        raise StorageError(problem) from e
     return fs, local, marker, token
 
 
