@@ -648,23 +648,12 @@ def test_a_line_break_in_a_name_given_stays_on_the_one_line(tmp_path):
             assert line.startswith(f"orchestrator: error: no launch {name!r}"), line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trainables.models loads a model file catching Exception only: its sys.exit() ends the command "
-    "with that status and no line (trainables/ is another change's to edit)",
-)
 def test_a_model_file_that_exits_on_import_is_one_line(tmp_path):
     (tmp_path / "m.py").write_text("import sys\nsys.exit(3)\n")
     line = refused(tmp_path, ["train", "ctl/m.py:Net", "--set", "n_iters=1"])
     assert "does not load: SystemExit" in line, line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="trainables.config.set_override reads a value with yaml.safe_load, whose RecursionError on "
-    "nesting past the limit is no ConfigError (orchestrator's parse_yaml turns it into one)",
-)
 def test_a_set_value_nested_past_the_recursion_limit_is_one_line(tmp_path):
     line = refused(tmp_path, ["train", "ctl/lstm", "--set", "lr=" + "[" * 3000])
     assert "the value is not YAML" in line, line

@@ -324,7 +324,7 @@ def set_override(flat: dict[str, Any], assignment: str) -> None:
     key, raw = assignment.split("=", 1)
     try:
         value = yaml.safe_load(raw)
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, RecursionError) as e:  # nested past Python's limit: PyYAML's recursion
         raise ConfigError(f"--set {assignment!r}: the value is not YAML ({str(e).splitlines()[0]})") from None
     *parents, last = key.strip().split(".")
     target = flat

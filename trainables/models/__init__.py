@@ -283,7 +283,8 @@ def _load_file_class(name: str) -> type:
     sys.modules[module_name] = module  # where dataclasses and pickle look a class's module up
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # whatever the file raises is said in one line: a syntax error, an import it lacks
+    # whatever the file raises is said in one line: a syntax error, an import it lacks, a sys.exit()
+    except (Exception, SystemExit) as e:
         del sys.modules[module_name]
         raise ModelError(
             f"{path} does not load: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
