@@ -714,3 +714,41 @@ def test_a_launch_name_no_file_system_takes_is_one_line(tmp_path):
         assert line.startswith("orchestrator: error: no launch 'aaa") and line.endswith(
             ": File name too long"
         ), line
+
+
+def test_an_integer_past_64_bits_is_refused_where_the_file_gives_it(tmp_path):
+    """budget.n_iters or resources.cpu of 400 digits: OverflowError (int too large to convert to float)
+    in the budget's check, the pairs' resources, the cost."""
+    path = tmp_path / "space.yaml"
+    for key in ("n_iters", "trials", "max_concurrent"):
+        text = yaml.safe_dump({**GOOD, "budget": {**GOOD["budget"], key: 7}})
+        path.write_text(text.replace(f"{key}: 7", f"{key}: {'1' * 400}"))
+        line = refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])
+        assert (
+            line.startswith(f"orchestrator: error: {path}: line ") and "is past a 64-bit integer" in line
+        ), line
+
+
+def test_the_boards_page_is_checked_before_anything_is_written(tmp_path):
+    """`board --output 0 --docs 0` wrote the folder, then failed on the page; a NUL or a name too long
+    in --docs was a traceback."""
+    (tmp_path / "runs").mkdir()
+    for docs, reason in {
+        "0": "the folder --output names",
+        "a\x00b": "not a usable path",
+        "x" * 300: "not a usable",
+    }.items():
+        line = refused(tmp_path, ["board", "--storage-path", "runs", "--output", "0", "--docs", docs])
+        assert line.startswith("orchestrator: error: --docs: ") and reason in line, line
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="a float batch_size of 1e308 passes trainables' checks and overflows the dry run's cost "
+    "(orchestrator/run/cost_model.py): trainables/ is another change's, run/ neither's",
+)
+def test_a_batch_size_past_any_machine_is_one_line(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "fixed": {"batch_size": 1e308}}))
+    refused(tmp_path, ["launch", str(path), "--dry-run", "--no-calibrate"])

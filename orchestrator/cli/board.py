@@ -36,7 +36,12 @@ def cmd_board(args) -> int:
         raise UsageError(f"--output: cannot write the board in {output} ({problem})")
     docs = None
     if args.docs:
-        problem = board.docs_problem(Path(args.docs))
+        try:
+            problem = board.docs_problem(Path(args.docs))
+            if not problem and output and Path(args.docs).resolve() == output.resolve():
+                problem = "the folder --output names, not a page"
+        except (OSError, RuntimeError, ValueError) as e:  # a name too long, a symlink loop, a NUL
+            problem = f"not a usable path ({getattr(e, 'strerror', None) or e})"
         if problem:
             raise UsageError(problem, f"--docs: {args.docs}: ")
         tracking = ["--tracking-uri", args.tracking_uri] if args.tracking_uri else []

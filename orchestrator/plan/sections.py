@@ -127,7 +127,7 @@ def _positive(path, key: str, value, allow_zero=False):
     ok = (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and (isinstance(value, int) or math.isfinite(value))  # an int past a float's range is finite
         and (value >= 0 if allow_zero else value > 0)
     )
     if not ok:

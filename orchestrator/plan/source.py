@@ -23,6 +23,7 @@ class SpecError(ValueError):
 
 MAX_BYTES = 1 << 20  # 400 times the largest shipped file; PyYAML reads about 100 KB a second
 MAX_VALUES = 1_000_000  # values a document's aliases may expand to (a billion laughs expands to 10^9)
+MAX_INT = 2**63 - 1  # no value of a file is larger: past a float's range, one broke the plan's arithmetic
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -46,6 +47,17 @@ class UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        value = super().construct_yaml_int(node)
+        if abs(value) > MAX_INT:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{node.value[:20]}... is past a 64-bit integer, which no value takes",
+                node.start_mark,
+            )
+        return value
+
     def construct_object(self, node, deep=False):
         """A value its tag does not fit (`!!bool name`, `!!timestamp x`, an integer past Python's digit
         limit), as a YAML error with its line: PyYAML's constructors raise KeyError, AttributeError or
@@ -57,6 +69,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{what} cannot be read as {node.tag}", node.start_mark
             ) from None
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
 
 
 def expanded_size(node, sizes: dict) -> int:
