@@ -200,6 +200,7 @@ def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(
         still_full = disk.run("resume", str(inside_dir))  # a fault still there: exit 4, nothing started
         lines = still_full.stdout.strip().splitlines()
         assert still_full.returncode == 4 and "No space left on device" in lines[-1], still_full.stdout
+        assert lines[-1].endswith("once space is freed"), lines[-1]
         assert foreign_lines(still_full.stdout, path) == [], still_full.stdout
         filler.stop()
         filler = None

@@ -31,7 +31,18 @@ from typing import Any
 
 import yaml
 
-from .fields import chosen, closest, hints, matching, problem_text, problems, ranged, refusal, validate
+from .fields import (
+    MOST_SAMPLES,
+    chosen,
+    closest,
+    hints,
+    matching,
+    problem_text,
+    problems,
+    ranged,
+    refusal,
+    validate,
+)
 from .fields import defaults as field_defaults
 from .models import ModelError, build_model, model_fields, model_spec, unknown_model
 from .tasks import TASKS, task_config, unknown_task
@@ -55,7 +66,7 @@ class TrainConfig:
     # compositional-attention authors anneal so on their triangles (per epoch, of 200).
     lr_schedule: str = chosen("constant", ("constant", "cosine"))
     weight_decay: float = ranged(0.0, 0)
-    batch_size: int = ranged(512, 1)
+    batch_size: int = ranged(512, 1, MOST_SAMPLES)
     # batches of similar input lengths (the authors' sampler; see batches.LengthBuckets)
     length_bucketed: bool = False
     n_iters: int = ranged(30_000, 1)
@@ -70,7 +81,7 @@ class TrainConfig:
     eval_every: int = ranged(1000, 1)
     # also report the best checkpoint within this many iterations (Table 2: 50K)
     early_budget: int | None = ranged(None, 1)
-    eval_batch_size: int = ranged(1024, 1)
+    eval_batch_size: int = ranged(1024, 1, MOST_SAMPLES)
     seed: int = ranged(0, 0, 2**32 - 1)
     # "auto" picks CUDA when there is one
     device: str = matching("auto", r"auto|cpu|cuda(:\d+)?|mps", "auto, cpu, cuda, cuda:N or mps")

@@ -39,6 +39,9 @@ from typing import Any
 # took minutes: an LSTM of 10^6 layers most of the memory, a PANM of 10^6 Mode-2 heads more than 20 s
 # (mutations in tests/test_bad_input.py draw such counts).
 MOST_MODULES = 1000
+# A batch of samples stops at 2^24, thousands of times the shipped files' largest (2,048): past that a
+# batch is a typo, and the dry run's cost of it (bytes moved, as floats) overflowed at 1e308.
+MOST_SAMPLES = 1 << 24
 
 
 def closest(word: str, options) -> str:

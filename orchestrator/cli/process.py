@@ -11,7 +11,7 @@ import sys
 import threading
 import traceback
 
-from ..record.retries import StoreUnavailable, retry_delays
+from ..record.retries import DiskFull, StoreUnavailable, retry_delays
 from ..record.secrets import redact_secrets
 from ..record.state import DamagedLaunch
 from ..record.stores import damaged_store, schema_problem
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except StoreUnavailable as e:  # before a launch is registered (Launch.run says how to resume one)
         print(
             f"orchestrator: error: {redact_secrets(str(e))}; nothing was started: run the command again "
-            "once the store answers",
+            f"once {'space is freed' if isinstance(e, DiskFull) else 'the store answers'}",
             file=sys.stderr,
         )
         return EXIT_STORE_UNREACHABLE
