@@ -21,13 +21,11 @@ Start times: the service's MLflow runs' start, the raw trainable's own clock at 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -183,7 +181,9 @@ def measure(trials: int, concurrent: int, steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, nargs="+", default=[40, 500, 2000])
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
