@@ -176,9 +176,10 @@ def test_a_storage_check_on_a_full_disk_leaves_no_marker(tmp_path):
 
 def audit(uri: str, optuna_store, experiment: str, pairs: list[str], trials: int, steps: list[int]) -> None:
     """Every pair ran exactly its budget: one completed run and one COMPLETE Optuna trial per trial,
-    no run duplicated, every evaluation logged once."""
+    no run duplicated or left RUNNING, every evaluation logged once."""
     client, parents, runs = trial_runs(uri, experiment)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert not [r for r in runs if r.info.status == "RUNNING"]
     runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
     for pair in pairs:
         own = [r for r in runs if r.data.tags["pair"] == pair]

@@ -19,7 +19,8 @@ from pathlib import Path
 import pyarrow.fs
 import pytest
 import yaml
-from test_service import foreign_lines, optuna_trial_states, spec, trial_runs
+from test_edges import audit
+from test_service import foreign_lines, spec
 
 from orchestrator.run.disk import KEPT, keep_whole, whole
 from orchestrator.run.tuner import has_snapshot
@@ -128,22 +129,6 @@ def cut_short(snapshot: Path, staging: Path) -> None:
     with pytest.raises(OSError, match="No space left on device"):
         pyarrow.fs.copy_files(str(bigger), str(snapshot))
     assert whole(snapshot) is None
-
-
-def audit(uri: str, optuna_uri: str, experiment: str, pairs: list[str], trials: int, steps: list[int]):
-    """Every pair at its budget: one completed run and one COMPLETE Optuna trial per trial, none left
-    RUNNING, every evaluation logged once."""
-    client, parents, runs = trial_runs(uri, experiment)
-    assert [p.info.status for p in parents] == ["FINISHED"]
-    assert not [r for r in runs if r.info.status == "RUNNING"]
-    runs = [r for r in runs if r.data.tags["trial_status"] != "lost"]
-    for pair in pairs:
-        own = [r for r in runs if r.data.tags["pair"] == pair]
-        assert len(own) == trials and len({r.data.tags["trial_id"] for r in own}) == trials, pair
-        assert all(r.data.tags["trial_status"] == "completed" for r in own), pair
-        for run in own:
-            assert [m.step for m in client.get_metric_history(run.info.run_id, "ood_valid_acc")] == steps
-    assert optuna_trial_states(optuna_uri, experiment) == {pair: ["COMPLETE"] * trials for pair in pairs}
 
 
 def test_a_disk_filled_to_the_last_byte_stops_the_launch_and_resume_finishes_it(tmp_path):
