@@ -8,13 +8,18 @@ then `orchestrator resume`; SIGINT to the driver's process group (a terminal's C
 `resume`; a worker node SIGKILLed and a new one started; every PostgreSQL backend of the launch's
 database terminated, five times in two seconds; and (not with --short) one PostgreSQL outage
 longer than the store retries (connections refused for 45 s): the driver must stop with one
-line, and `resume` goes on once the database is back.
+line, and `resume` goes on once the database is back. Each fault, once its time has come, waits
+(up to 120 s) for the state it is for: a trial in flight in the driver (a checkpoint, before the
+trial's last evaluation, written by that driver in the last seconds; for a node kill, on the node it
+kills). The fault log, printed at the end and kept as faults.json in the work folder, says what
+each found: the driver, the trials in flight, the trials checkpointed, the runs ended.
 
 The audit counts: trials lost (a trial of the budget without a finished run), duplicated (two
 runs or two Optuna trials for one), evaluation steps missing or repeated in MLflow, runs left in
 a wrong state (MLflow or Optuna), the launch not finished, drivers that exited otherwise than the
-fault implies, checkpoints missing, console lines that are not ours (tracebacks, library
-warnings), and faults that never fired (the launch finished first; reported, not failed on). It
+fault implies, fault kinds none of whose faults met a running trial (one that never fired
+included), checkpoints missing, console lines that are not ours (tracebacks, library warnings), and
+faults that never fired (the launch finished first; reported, not failed on). It
 prints them and exits 1 if any other is not zero. `--short` (4 trials of 100 steps per pair instead of
 20 of 300, one fault of each kind but the outage) is what tests/test_chaos.py runs in CI.
 """
@@ -22,6 +27,7 @@ prints them and exits 1 if any other is not zero. `--short` (4 trials of 100 ste
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -44,7 +50,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.record.optuna_store import search_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from nodes import Cluster, leave_free  # noqa: E402 - the cluster the tests start too
+from nodes import Cluster, available, leave_free  # noqa: E402 - the cluster the tests start too
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 TASK = {
@@ -56,11 +62,17 @@ TASK = {
 }
 MODELS = ("lstm", "transformer", "ndr")
 EVAL_EVERY = 20
+GRACE, REDUCTION = 2 * EVAL_EVERY, 2  # ASHA's
+RUNGS = {GRACE * REDUCTION**k for k in range(10)}  # the iterations at which ASHA may stop a trial
 OUTAGE_S = 45  # longer than retries.RETRY_DELAYS_S (31 s) in all
 # --short: a store retry window of 8 s (SYSGEN_STORE_RETRY_S), so that its outage can be 12 s
 SHORT_WINDOW_S, SHORT_OUTAGE_S = 8, 12
 OUTAGE_AT_START_S = 180  # the most an outage_at_start waits for its driver to give up
 PG_PATIENCE_S = 15  # the most a pg_terminate waits for a backend to terminate
+# A fault waits (after its delay, at most WAIT_S; --short SHORT_WAIT_S) for a trial in flight in the
+# driver it hits: one whose newest checkpoint was written by this driver in the last FRESH_S (an
+# evaluation takes about a second) at an evaluation after which it goes on (not its last, not a rung).
+WAIT_S, SHORT_WAIT_S, FRESH_S = 120, 60, 5
 DISK_SIZE, LEFT_FREE = "512M", 256 << 10  # the trial storage's tmpfs, and what a disk-full fault leaves
 EXPECTED_EXIT = {  # how a driver the fault hits ends
     "driver_kill": -signal.SIGKILL,
@@ -113,7 +125,8 @@ def schedule(rng: random.Random, short: bool, disk: bool) -> list[tuple[str, flo
     )
     kinds += ["disk_full"] * (disk * (1 if short else 2))
     rng.shuffle(kinds)
-    return [(kind, round(rng.uniform(5, 10), 1)) for kind in kinds]
+    # --short's launch trains for about 20 s in all: its faults come closer, or it would end first.
+    return [(kind, round(rng.uniform(*(1, 3) if short else (5, 10)), 1)) for kind in kinds]
 
 
 def write_spec(folder: Path, uri: str, trials_per_pair: int, n_iters: int, seed: int) -> Path:
@@ -128,7 +141,7 @@ def write_spec(folder: Path, uri: str, trials_per_pair: int, n_iters: int, seed:
             "eval_every": EVAL_EVERY,
             "max_failures": 20,
         },
-        "scheduler": {"name": "asha", "grace_period": 2 * EVAL_EVERY, "reduction_factor": 2},
+        "scheduler": {"name": "asha", "grace_period": GRACE, "reduction_factor": REDUCTION},
         "seed": seed,
         "resources": {"cpu": 1},
         "fixed": {"batch_size": 16},
@@ -158,21 +171,82 @@ def start_driver(args: list[str], folder: Path, env: dict, n: int):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    process.log, process.started = log, time.monotonic()
+    # started: what a fault's delay counts from (reset as each fault fires); born: what a checkpoint
+    # of a trial in this driver is newer than
+    process.log, process.started, process.born, process.number = log, time.monotonic(), time.time(), n
     return process
 
 
+def trials_in_flight(tune_dir: Path, n_iters: int, since: float) -> tuple[list[str], int]:
+    """(the trials in flight, "<trial dir> it <iteration>": a checkpoint written since `since` and in
+    the last FRESH_S, at an evaluation after which the trial goes on; the trials with a checkpoint)."""
+    now, flying, checkpointed = time.time(), [], set()
+    for checkpoint in tune_dir.glob("*/checkpoint_*"):
+        try:
+            written = checkpoint.stat().st_mtime
+            iteration = json.loads((checkpoint / "history.json").read_text())[-1]["iteration"]
+        except (OSError, ValueError, LookupError):
+            continue  # being written, or deleted as Tune registered a newer one
+        checkpointed.add(checkpoint.parent.name)
+        if since <= written and now - written < FRESH_S and iteration < n_iters and iteration not in RUNGS:
+            flying.append(f"{checkpoint.parent.name} it {iteration}")
+    return sorted(flying), len(checkpointed)
+
+
+def training_nodes(workers: list[int]) -> list[int]:
+    """The worker nodes with a trial's process training (ray::<trainable>.train). A node is known by
+    its process group, the session its `ray start` began, which its raylet's workers keep."""
+    busy = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes()
+            session = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[3])
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or one that ended
+        if title.startswith(b"ray::") and b".train" in title.split(b"\0")[0]:
+            busy.add(session)
+    return [worker for worker in workers if worker in busy]
+
+
+def last_progress(log: Path) -> str | None:
+    """The driver's last overall line's count: "runs ended 3/60"."""
+    found = re.findall(r"^\[launch\] pairs done \d+/\d+, (runs ended \d+/\d+)", log.read_text(), re.M)
+    return found[-1] if found else None
+
+
 class Faults:
-    """Fires the soak's faults at a driver, and notes the ones that did nothing a driver's exit
-    would show (a termination that found no backend)."""
+    """Fires the soak's faults at a driver once it has a trial in flight, logs what each found, and
+    notes the ones that did nothing a driver's exit would show (a termination that found no
+    backend)."""
 
-    def __init__(self, cluster: Cluster, db: Database, disk: Path | None, outage_s: float):
-        self.cluster, self.db, self.disk, self.outage_s = cluster, db, disk, outage_s
-        self.refuse_next, self.filler, self.no_effect = False, None, []
+    def __init__(self, cluster: Cluster, db: Database, folder: Path, disk: bool, short: bool, n_iters: int):
+        self.cluster, self.db, self.n_iters = cluster, db, n_iters
+        self.disk, self.tune_dir = folder / "runs" if disk else None, folder / "runs" / "chaos" / "tune"
+        self.outage_s, self.wait_s = (SHORT_OUTAGE_S, SHORT_WAIT_S) if short else (OUTAGE_S, WAIT_S)
+        self.refuse_next, self.filler, self.no_effect, self.log, self.driver = False, None, [], [], None
 
-    def fire(self, kind: str, driver) -> str | None:
-        """-> the fault that ends `driver`, None where it goes on."""
-        print(f"[chaos] {time.strftime('%H:%M:%S')} {kind}", flush=True)
+    def scene(self, kind: str, driver) -> dict:
+        """What `kind` fired at `driver` now would meet; "met" says whether that is a trial in flight
+        (for node_kill: on a node training one, which it kills)."""
+        flying, checkpointed = trials_in_flight(self.tune_dir, self.n_iters, driver.born)
+        found = {"kind": kind, "driver": driver.number, "in flight": flying, "checkpointed": checkpointed}
+        found["pairs"] = sorted({name.rsplit("_", 1)[0] for name in flying})
+        found["met"] = bool(flying)
+        if kind == "node_kill":
+            found["nodes training"] = len(training_nodes(self.cluster.workers))
+            found["met"] = bool(flying and found["nodes training"])
+        return found
+
+    def fire(self, kind: str, driver, found: dict, waited_s: float) -> str | None:
+        """Fires `kind` and logs what it `found`. -> the fault that ends `driver`, None where it goes on."""
+        found |= {"at": time.strftime("%H:%M:%S"), "waited s": round(waited_s, 1)}
+        found["progress"] = last_progress(driver.log)
+        self.log.append(found)
+        ends = self.strike(kind, driver, found)
+        print(f"[chaos] {describe(found)}", flush=True)
+        return ends
+
+    def strike(self, kind: str, driver, found: dict) -> str | None:
         if kind == "driver_kill":
             os.killpg(driver.pid, signal.SIGKILL)
         elif kind in ("sigint", "outage_at_start"):
@@ -180,7 +254,8 @@ class Faults:
             self.refuse_next = kind == "outage_at_start"
             return "sigint"
         elif kind == "node_kill":
-            victim = self.cluster.workers.pop(0)
+            victim = (training_nodes(self.cluster.workers) or self.cluster.workers)[0]
+            self.cluster.workers.remove(victim)
             self.cluster.kill(victim)
             self.cluster.workers.append(self.cluster.worker())
         elif kind == "pg_terminate":
@@ -189,6 +264,7 @@ class Faults:
             self.outage()
         elif kind == "disk_full":
             self.filler = leave_free(self.disk, LEFT_FREE)
+            found["left free KiB"] = available(self.disk) >> 10
         return kind if kind in EXPECTED_EXIT else None
 
     def terminate(self, driver) -> None:
@@ -227,6 +303,14 @@ class Faults:
             self.filler.unlink()
             self.filler = None
 
+    def stop_driver(self) -> None:
+        """The running driver's process group killed, and the driver waited for: what a failing soak
+        does before it stops the cluster or unmounts the disk the driver writes to."""
+        if self.driver is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.driver.pid, signal.SIGKILL)
+            self.driver.wait()
+
 
 def run_with_faults(faults: Faults, pending: list, folder: Path, path: Path, deadline_s: float) -> list[dict]:
     """Launch, then fire the `pending` faults while drivers run, resuming after each driver fault,
@@ -240,12 +324,15 @@ def run_with_faults(faults: Faults, pending: list, folder: Path, path: Path, dea
         if faults.refuse_next:  # refused from before the driver starts
             faults.db.allow(False)
             faults.db.terminate()
-        driver = start_driver(command, folder, env, len(drivers))
+        driver = faults.driver = start_driver(command, folder, env, len(drivers))
         record = {"fault": faults.at_start(driver), "log": driver.log}
         while driver.poll() is None and time.monotonic() < deadline and record["fault"] is None:
-            if pending and time.monotonic() - driver.started >= pending[0][1]:
-                record["fault"] = faults.fire(pending.pop(0)[0], driver)
-                driver.started = time.monotonic()  # the next fault's delay counts from here
+            waited = time.monotonic() - driver.started - (pending[0][1] if pending else 0)
+            if pending and waited >= 0:
+                found = faults.scene(pending[0][0], driver)
+                if found["met"] or waited >= faults.wait_s:  # else wait for a trial in flight
+                    record["fault"] = faults.fire(pending.pop(0)[0], driver, found, waited)
+                    driver.started = time.monotonic()  # the next fault's delay counts from here
             time.sleep(0.2)
         try:
             record["exit"] = driver.wait(timeout=max(1, deadline - time.monotonic()))
@@ -282,7 +369,7 @@ def audit(
     trials_per_pair: int,
     n_iters: int,
     unfired: list,
-    no_effect: list[str],
+    faults: Faults,
 ) -> dict[str, int]:
     spec = yaml.safe_load(path.read_text())
     client = MlflowClient(uri)
@@ -303,6 +390,7 @@ def audit(
             "launch not finished",
             "drivers ended wrongly",
             "faults without effect",
+            "kinds that met no running trial",
             "checkpoints missing",
             "console lines not ours",
             "faults not fired",
@@ -353,7 +441,12 @@ def audit(
         states = [t.state.name for t in optuna.load_study(study_name=name, storage=storage).trials]
         counts["optuna trials in a wrong state"] += sum(s not in ("COMPLETE", "PRUNED") for s in states)
         counts["optuna trials duplicated"] += max(0, len(states) - trials_per_pair)
-    audit_drivers(drivers, no_effect, counts)
+    audit_drivers(drivers, faults.no_effect, counts)
+    met = {fault["kind"] for fault in faults.log if fault["met"]}
+    never = sorted(({fault["kind"] for fault in faults.log} | {kind for kind, _ in unfired}) - met)
+    counts["kinds that met no running trial"] = len(never)
+    if never:
+        print(f"[audit] no {', no '.join(never)} met a running trial", flush=True)
     for record in drivers:
         foreign = [line for line in record["log"].read_text().splitlines() if not ours(line, path)]
         counts["console lines not ours"] += len(foreign)
@@ -380,6 +473,25 @@ def audit_drivers(drivers: list[dict], no_effect: list[str], counts: dict[str, i
         if record["fault"] in EFFECT and EFFECT[record["fault"]] not in log:
             counts["faults without effect"] += 1
             print(f"[audit] {record['fault']} left no trace in {record['log']}", flush=True)
+
+
+def describe(fault: dict) -> str:
+    """A fault log's entry in a line: time, kind, driver, trials in flight, trials checkpointed,
+    the driver's last count of runs ended, and what the kind found of its own."""
+    flying = ", ".join(fault["in flight"]) or "no running trial"
+    own = "".join(f"; {key} {fault[key]}" for key in ("nodes training", "left free KiB") if key in fault)
+    return (
+        f"{fault['at']} {fault['kind']} at driver {fault['driver']} after {fault['waited s']} s: {flying}; "
+        f"{fault['checkpointed']} trials checkpointed; {fault['progress'] or 'no runs ended line'}{own}"
+    )
+
+
+def print_fault_log(log: list[dict], path: Path) -> None:
+    """What each fault found as it fired, in order; kept in the work folder as JSON."""
+    path.write_text(json.dumps(log, indent=1))
+    print("[chaos] fault log:", flush=True)
+    for fault in log:
+        print(f"  {describe(fault)}", flush=True)
 
 
 def main() -> int:
@@ -416,15 +528,14 @@ def main() -> int:
         )
     window = {"SYSGEN_STORE_RETRY_S": str(SHORT_WINDOW_S)} if args.short else {}
     db, cluster = Database(), Cluster(workers=2, env=window)
-    faults = Faults(
-        cluster, db, folder / "runs" if disk else None, SHORT_OUTAGE_S if args.short else OUTAGE_S
-    )
+    faults = Faults(cluster, db, folder, disk, args.short, n_iters)
     started = time.monotonic()
     try:
         path = write_spec(folder, db.uri, trials_per_pair, n_iters, args.seed)
         drivers = run_with_faults(faults, pending, folder, path, deadline_s=600 if args.short else 1800)
-        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters, pending, faults.no_effect)
-    finally:
+        counts = audit(folder, path, db.uri, drivers, trials_per_pair, n_iters, pending, faults)
+    finally:  # in this order: nothing is killed or unmounted under a running driver
+        faults.stop_driver()
         cluster.stop()
         if disk:
             subprocess.run(["umount", "-l", str(folder / "runs")], check=False)
@@ -434,6 +545,7 @@ def main() -> int:
         f"[chaos] {len(drivers)} drivers, {(time.monotonic() - started) / 60:.1f} min; work folder {folder}",
         flush=True,
     )
+    print_fault_log(faults.log, folder / "faults.json")
     for name, count in counts.items():
         print(f"  {name:32s} {count}", flush=True)
     if not args.keep:

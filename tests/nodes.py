@@ -4,6 +4,7 @@ stopped by killing that group: never with `ray stop`, which would stop every Ray
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -106,11 +107,21 @@ class Cluster:
 
 def leave_free(folder: Path, free: int) -> Path:
     """Fills the disk of `folder` until `free` bytes are left: a neighbour's job filling the disk
-    (the chaos soak's disk_full fault and tests/test_edges.py)."""
-    stats = os.statvfs(folder)
+    (the chaos soak's disk_full fault and tests/test_edges.py). Other writers may share the disk (a
+    driver writing checkpoints): the free space is measured again before each chunk, and a write
+    that finds the disk full (another writer took the last of it) ends the filling."""
     filler = folder / "filler"
-    with open(filler, "wb") as f:
-        left = stats.f_bavail * stats.f_frsize - free
-        while left > 0:
-            left -= f.write(b"\0" * min(left, 1 << 20))
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: no write left for close to fail on
+        while (left := available(folder) - free) > 0:
+            try:
+                f.write(b"\0" * min(left, 1 << 20))
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
+                break
     return filler
+
+
+def available(folder: Path) -> int:
+    stats = os.statvfs(folder)
+    return stats.f_bavail * stats.f_frsize
