@@ -40,8 +40,8 @@ NUDGED = ("ndr/ctl", "panm/copy", "lstm/ctl", "transformer/esbn")
 # The kernels a CPU run's sums go through depend on the CPU: ATen's vector width, MKL's and oneDNN's
 # code paths. Training amplifies their rounding (transformer/esbn's loss agrees to 1e-7 after its
 # first step and differs by 1% after its second, AVX2 against no vector unit), so the runs run in a
-# child process on the code paths every x86-64 CPU takes alike, and without oneDNN, whose kernels
-# differ between CPUs even at one instruction set (docs/design/architecture.md#reference-runs).
+# child process on the code paths every x86-64 CPU takes alike, and without oneDNN and NNPACK, whose
+# kernels differ between CPUs even at one instruction set (docs/design/architecture.md#reference-runs).
 PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 
 TASKS = {  # one small task of each kind
@@ -172,7 +172,9 @@ def nudged_model(monkeypatch) -> None:
 
 def emit(out: Path) -> None:
     """Run every reference run and the nudged ones in this process; write them to `out`."""
-    torch.backends.mkldnn.enabled = False  # convolutions and LSTMs through ATen's own kernels and MKL
+    # convolutions and LSTMs through ATen's own kernels and MKL
+    torch.backends.mkldnn.enabled = False
+    torch.backends.nnpack.set_flags(False)
     with tempfile.TemporaryDirectory() as folder:
         os.environ["SYSGEN_DATA_CACHE"] = str(Path(folder) / "data")
         os.environ["MULTI30K_DATA"] = str(write_sentences(Path(folder) / "multi30k"))
