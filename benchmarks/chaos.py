@@ -9,10 +9,11 @@ then `orchestrator resume`; SIGINT to the driver's process group (a terminal's C
 database terminated, five times in two seconds; and (not with --short) one PostgreSQL outage
 longer than the store retries (connections refused for 45 s): the driver must stop with one
 line, and `resume` goes on once the database is back. Each fault, once its time has come, waits
-(up to 120 s) for the state it is for: a trial in flight in the driver (a checkpoint, before the
-trial's last evaluation, written by that driver in the last seconds; for a node kill, on the node it
-kills). The fault log, printed at the end and kept as faults.json in the work folder, says what
-each found: the driver, the trials in flight, the trials checkpointed, the runs ended.
+(up to 120 s; 60 with --short) for the state it is for: a trial in flight in the driver it hits
+(a checkpoint that driver wrote in the last seconds, at an evaluation the trial goes on from; for a
+node kill, on the node it kills). The fault log, printed at the end and kept as faults.json in the
+work folder, says what each found: the driver, the trials in flight and checkpointed, the runs
+ended.
 
 The audit counts: trials lost (a trial of the budget without a finished run), duplicated (two
 runs or two Optuna trials for one), evaluation steps missing or repeated in MLflow, runs left in
