@@ -170,6 +170,33 @@ def test_a_proposal_a_killed_driver_left_is_adopted_not_duplicated(tmp_path):
     assert [t.state.name for t in trials] == ["COMPLETE"] and trials[0].params == orphan
 
 
+def test_a_driver_reads_what_killed_drivers_left_in_its_study_once(tmp_path, monkeypatch):
+    """Proposals no trial took and trials told of their end come only from drivers before this
+    one (the launch's driver lock keeps others out): one read of the study, however many trials."""
+    import optuna
+
+    from orchestrator.run.search import TruncationAwareOptunaSearch
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    searcher = TruncationAwareOptunaSearch(
+        space={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)},
+        storage=storage,
+        study_name="s",
+        metric="acc",
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=0),
+    )
+    reads = []
+    monkeypatch.setattr(optuna.Study, "get_trials", lambda study, *a, **k: reads.append(1) or [])
+    for k in range(5):
+        searcher.suggest(f"t{k}")
+        searcher.on_trial_complete(f"t{k}", {"acc": 0.5, "status": "completed"})
+    assert len(reads) == 1
+    monkeypatch.undo()
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 5
+
+
 def stacked_searcher(storage, stack: int, runs: int, space=None, base=None):
     import optuna
 

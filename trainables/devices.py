@@ -3,7 +3,7 @@ finished trials left, and waited for."""
 
 from __future__ import annotations
 
-import functools
+import atexit
 import gc
 import hashlib
 import re
@@ -68,14 +68,10 @@ def setup_device(cfg: TrainConfig) -> torch.device:
     return device
 
 
-@functools.cache
-def leave_the_imports_out_of_collections() -> None:
-    """Once a process: what lives before its first trial (torch's, Ray's and the modules' objects,
-    some 350,000) is left out of later full collections, which then scan only what trials made. A
-    full collection of all of it took 0.3-0.5 s on the CPU machine, paid before every trial that
-    Tune hands a reused process (docs/performance.md#orchestration-many-trials)."""
-    gc.collect()
-    gc.freeze()
+# What free_what_finished_trials_left leaves out of collections goes back in at exit, for the
+# interpreter's last collection: extensions that count their objects (nanobind's) print a warning
+# for each one it did not free.
+atexit.register(gc.unfreeze)
 
 
 def free_what_finished_trials_left(device: torch.device) -> None:
@@ -83,9 +79,16 @@ def free_what_finished_trials_left(device: torch.device) -> None:
     and on CUDA counts gpu_memory_mib from here. A stack is garbage in a reference cycle (its step
     refers to it), which only Python's occasional full collection frees: its weights, optimizer
     state and CUDA graphs stayed allocated into the next trial. And the allocator keeps freed
-    blocks reserved, which the next trial's gpu_memory_mib (peak reserved) counted as its own."""
-    leave_the_imports_out_of_collections()
+    blocks reserved, which the next trial's gpu_memory_mib (peak reserved) counted as its own.
+
+    What survives the collection is the process's own (torch's, Ray's and the modules' objects,
+    imported before the first trial or during it, and their caches): it is left out of later
+    collections (gc.freeze), which then scan only what the next trial made. Scanning it all took
+    0.1-0.5 s on the CPU machine, before every trial (docs/performance.md#orchestration-many-trials).
+    A frozen object is still freed when its last reference goes; only a cycle among frozen objects
+    would outlive its use, and a finished trial's (its model, optimizer and stack) is garbage here."""
     gc.collect()
+    gc.freeze()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)

@@ -14,9 +14,10 @@ import math
 import pickle
 import time
 import warnings
+from typing import NamedTuple
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
@@ -67,6 +68,13 @@ def stored_trials(storage, study_name: str) -> int:
     return len(storage.get_all_trials(study_id, deepcopy=False))
 
 
+class Found(NamedTuple):
+    """What a driver found in its pair's study (TruncationAwareOptunaSearch.found_trials)."""
+
+    running: list[FrozenTrial]  # proposals of killed drivers, and trials Tune's snapshot holds
+    ended: frozenset[int]  # the numbers of trials told of their end
+
+
 class TruncationAwareOptunaSearch(OptunaSearch):
     """Ray tells Optuna a trial that ASHA stopped is COMPLETE with its truncated score, so TPE would
     learn from scores of unequal budgets. We tell it PRUNED instead (and the same for a diverged
@@ -88,6 +96,8 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         super().__init__(*args, **kwargs)
         self.stack, self.runs_left, self.base = stack, runs, base or {}
         self.members: dict[str, list] = {}  # trial id -> the Optuna trials of its stacked members
+        self.found: Found | None = None  # the study as this driver found it (found_trials)
+        self.told: set[int] = set()  # the Optuna trials this searcher told of their end
 
     def _setup_study(self, mode):
         if stored_trials(self._storage, self._study_name):
@@ -100,11 +110,25 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             self._seed = None  # where Ray makes the sampler itself
         super()._setup_study(mode)
 
-    def draw_afresh(self) -> None:
+    def resumed(self) -> None:
         """After a resume from Tune's snapshot: the sampler's random state is the snapshot's, so
         its next draws would repeat the proposals the killed driver made after it (which adopted
-        trials now hold)."""
+        trials now hold); and what the killed driver found in the study is older than its end."""
         self._ot_study.sampler.reseed_rng()
+        self.found = None
+
+    def found_trials(self) -> Found:
+        """The study as this driver found it, read once: the launch's driver lock keeps any other
+        driver out of the study while this one runs, so what the killed drivers before it left
+        (proposals no trial took, trials told of their end) is all there is to find, and a
+        suggestion need not read the study for it again."""
+        if self.found is None:
+            trials = self._ot_study.get_trials(deepcopy=False)
+            self.found = Found(
+                [t for t in trials if t.state == TrialState.RUNNING],
+                frozenset(t.number for t in trials if t.state.is_finished()),
+            )
+        return self.found
 
     def trials_of(self, trial_id) -> list[tuple]:
         """(Optuna trial, member index or None) of each run a Tune trial trains."""
@@ -140,11 +164,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
             | {t.number for ts in self.members.values() for t in ts}
             | taken
         )
-        return [
-            t
-            for t in self._ot_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.number not in mine
-        ]
+        return [t for t in self.found_trials().running if t.number not in mine]
 
     def suggest(self, trial_id):
         """TPE's next proposal (or a stack of them); first, one a killed driver made and no trial
@@ -220,8 +240,13 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         self.label(trial_id)
 
     def told_already(self, trial) -> bool:
-        """Whether Optuna's storage has this trial finished: a driver killed after telling Optuna and
-        before Tune's snapshot recorded the end sees the trial end again after its resume."""
+        """Whether this trial was told of its end, by this searcher or by a driver killed after
+        telling Optuna and before Tune's snapshot recorded the end (the resumed one sees the trial
+        end again)."""
+        return trial.number in self.told or trial.number in self.found_trials().ended
+
+    def told_in_store(self, trial) -> bool:
+        """Whether Optuna's storage has this trial finished, read now."""
         return trial.number in {
             t.number
             for t in self._ot_study.get_trials(
@@ -254,13 +279,14 @@ class TruncationAwareOptunaSearch(OptunaSearch):
         for delay in (*retry_delays(), None):
             try:
                 self._ot_study.tell(trial, value, state=state)
-                return
+                break
             except Exception as e:
                 if not transient(e) or delay is None:
                     raise
                 time.sleep(delay)
-                if self.told_already(trial):
-                    return
+                if self.told_in_store(trial):
+                    break
+        self.told.add(trial.number)
 
 
 class CellSearch(Searcher):
@@ -371,7 +397,7 @@ class PairSearch(Searcher):
         for name, state in saved["searchers"].items():
             self.searchers[name].__dict__.update(state)
             if isinstance(self.searchers[name], TruncationAwareOptunaSearch):
-                self.searchers[name].draw_afresh()
+                self.searchers[name].resumed()
 
 
 class ResumeFailed(BaseException):

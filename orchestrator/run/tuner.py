@@ -289,9 +289,12 @@ def run_config(study: Study, state: LaunchState, phase: str, budgets: dict[str, 
                 stack_of=stack_of(study, phase),
             ),
         ],
-        # Tune deletes the previous checkpoint as it registers a new one; a resume that finds the
-        # named one gone falls back to the newest that exists (newest_existing_checkpoint).
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        # Two a trial, not one: Tune rewrites its whole experiment snapshot (linear in the trials)
+        # each time a trial has checkpointed num_to_keep times since the last one, so with one kept
+        # every checkpoint forced a rewrite (docs/performance.md#orchestration-many-trials). Tune
+        # deletes the oldest as it registers a new one; a resume that finds the named one gone falls
+        # back to the newest that exists (newest_existing_checkpoint).
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         # A trial whose node dies (or whose process fails) starts again from its last checkpoint; one
         # that raised as on its try before ends instead (failures.FailureLog).
         failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
