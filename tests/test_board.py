@@ -215,6 +215,18 @@ def evidence_of(rows: dict, paper_scale: bool = False) -> board.Evidence:
     return board.Evidence(launch, tuple(made.values()), ((made["ndr"], made["transformer"], p, right),))
 
 
+def test_a_run_tagged_as_a_trial_that_no_tracker_wrote_is_left_out_of_the_report_and_the_board(tmp_path, uri):
+    """A run in the launch's experiment with its id and kind but none of the tags the tracker writes
+    (a hand-logged or scripted one): the report and the board read the launch without it."""
+    plant(tmp_path, uri, "l1", ctl_ablation(), {"ndr": [1.0, 1.0, 1.0], "transformer": [0.1, 0.1, 0.1]})
+    client = MlflowClient(uri)
+    exp_id = client.get_experiment_by_name("ctl_test").experiment_id
+    run = client.create_run(exp_id, tags={"launch_id": "l1", "kind": "trial", "trial_status": "completed"})
+    client.log_metric(run.info.run_id, "best_ood_valid_acc", 0.5, step=10)
+    assert main(["report", str(tmp_path / "runs" / "l1")]) == 0
+    assert main(["board", "--storage-path", str(tmp_path / "runs")]) == 0
+
+
 def test_a_verdict_follows_the_scale_the_order_and_the_papers_numbers():
     strong = {"ndr": ([1.0, 0.99, 1.0], 0.9), "transformer": ([0.1, 0.12, 0.11], 0.8)}
     assert board.decide(evidence_of(strong))[0] == "ordering shown"

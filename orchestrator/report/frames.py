@@ -46,7 +46,8 @@ def runs_frame(state, runs: list | None = None, statuses: tuple[str, ...] = ("co
     rows = []
     for run in launch_trial_runs(state.tracked) if runs is None else runs:
         status = run.data.tags.get(STATUS_TAG)
-        if status not in statuses:
+        # a run tagged as the launch's trial that the tracker did not write (no pair, no config)
+        if status not in statuses or not {"pair", CONFIG_TAG} <= run.data.tags.keys():
             continue
         config = json.loads(run.data.tags[CONFIG_TAG])
         if "candidate" in run.data.tags:  # a confirmation run: its candidate is its cell
