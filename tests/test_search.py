@@ -197,6 +197,28 @@ def test_a_driver_reads_what_killed_drivers_left_in_its_study_once(tmp_path, mon
     assert [t.state.name for t in trials] == ["COMPLETE"] * 5
 
 
+def test_a_searcher_an_earlier_version_pickled_ends_its_trials(tmp_path):
+    """Tune unpickles the searcher of a launch begun by an earlier version (tuner.pkl) without
+    calling __init__: attributes added since must not fail its resume."""
+    import optuna
+
+    from orchestrator.run.search import TruncationAwareOptunaSearch
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/optuna.db")
+    searcher = TruncationAwareOptunaSearch(
+        space={"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)},
+        storage=storage,
+        study_name="s",
+        metric="acc",
+        mode="max",
+    )
+    searcher.suggest("t0")
+    older = object.__new__(TruncationAwareOptunaSearch)
+    older.__dict__.update({k: v for k, v in searcher.__dict__.items() if k not in ("found", "told")})
+    older.on_trial_complete("t0", {"acc": 0.5, "status": "completed"})
+    assert [t.state.name for t in optuna.load_study(study_name="s", storage=storage).trials] == ["COMPLETE"]
+
+
 def stacked_searcher(storage, stack: int, runs: int, space=None, base=None):
     import optuna
 

@@ -92,12 +92,15 @@ class TruncationAwareOptunaSearch(OptunaSearch):
     their model shapes are one. `runs` is then the pair's budget in suggestions, and `base` the
     pair's config, which says whether a suggestion's model stacks at all."""
 
+    # On the class, not set in __init__: Tune unpickles the searcher of a launch that an earlier
+    # version began (tuner.pkl) without calling __init__, and a resume must not fail on them.
+    found: Found | None = None  # the study as this driver found it (found_trials)
+    told: frozenset[int] = frozenset()  # the Optuna trials this searcher told of their end
+
     def __init__(self, *args, stack: int = 1, runs: int = 0, base: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.stack, self.runs_left, self.base = stack, runs, base or {}
         self.members: dict[str, list] = {}  # trial id -> the Optuna trials of its stacked members
-        self.found: Found | None = None  # the study as this driver found it (found_trials)
-        self.told: set[int] = set()  # the Optuna trials this searcher told of their end
 
     def _setup_study(self, mode):
         if stored_trials(self._storage, self._study_name):
@@ -286,7 +289,7 @@ class TruncationAwareOptunaSearch(OptunaSearch):
                 time.sleep(delay)
                 if self.told_in_store(trial):
                     break
-        self.told.add(trial.number)
+        self.told |= {trial.number}
 
 
 class CellSearch(Searcher):
