@@ -22,7 +22,7 @@ fault implies, fault kinds none of whose faults met a running trial (one that ne
 included), checkpoints missing, console lines that are not ours (tracebacks, library warnings), and
 faults that never fired (the launch finished first; reported, not failed on). It
 prints them and exits 1 if any other is not zero. `--short` (4 trials of 100 steps per pair instead of
-20 of 300, one fault of each kind but the outage) is what tests/test_chaos.py runs in CI.
+20 of 300, one fault of each kind but the outage) is what tests/test_chaos.py runs (marked long).
 """
 
 from __future__ import annotations
