@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -737,7 +738,8 @@ def test_train_set_values(tmp_path_factory, source, assignments):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Command arguments: every command but the servers (dashboard, ui), on a launch of a real store
+# Command arguments: every command, on a launch of a real store; the servers (dashboard, ui) up to
+# where they would serve
 
 
 @pytest.fixture(scope="module")
@@ -773,8 +775,9 @@ OPTIONS = {
     "launch": ["--address", "--tracking-uri", "--storage", "--launch-id"],
     "nightly": ["--address", "--tracking-uri", "--storage", "--launch-id"],
     "train": ["--set"],
+    "dashboard": ["--storage-path", "--host", "--port"],
+    "ui": ["--storage-path", "--port"],
 }
-SERVERS = {"dashboard", "ui"}
 
 
 @st.composite
@@ -798,6 +801,10 @@ def command_lines(draw):
                 option,
                 draw(st.sampled_from(["127.0.0.1:9", "127.0.0.1:99999", "x:y", ":", "[::1", "auto"])),
             ]
+        elif option == "--port":
+            argv += [option, draw(st.one_of(st.sampled_from(["0", "1", "65535", "65536", "-1", "x"]), NAMES))]
+        elif option == "--host":
+            argv += [option, draw(st.one_of(st.sampled_from(["127.0.0.1", "0.0.0.0", "::1", "x y"]), NAMES))]
         elif option in ("--tracking-uri", "--mlflow-url"):
             argv += [option, draw(st.sampled_from(NEVER + MAYBE_LATER + ["http://127.0.0.1:5000"]))]
         else:
@@ -805,8 +812,26 @@ def command_lines(draw):
     return argv
 
 
-def test_the_fuzzed_commands_are_every_command_but_the_servers():
-    assert set(OPTIONS) | SERVERS == {command.name for command in COMMANDS}
+def test_the_fuzzed_commands_are_every_command():
+    assert set(OPTIONS) == {command.name for command in COMMANDS}
+
+
+class WouldServe(Exception):
+    """Raised where a server command would start serving: every input was checked by then."""
+
+
+def dashboard_bound(app, host, port):
+    """Where bottle.run would serve: it binds first, which fails as bottle's own bind would."""
+    socket.create_server((host, port)).close()
+    raise WouldServe
+
+
+class UiServer:
+    def __init__(self, uri, port):
+        pass
+
+    def __enter__(self):
+        raise WouldServe
 
 
 @fuzz(25)
@@ -822,9 +847,11 @@ def test_command_arguments(tmp_path_factory, a_launch, argv):
         env.setenv("SYSGEN_STORE_RETRY_S", "1")
         env.delenv("MLFLOW_TRACKING_URI", raising=False)
         env.setattr("orchestrator.cli.train.train", reached_training)
+        env.setattr("bottle.run", dashboard_bound)
+        env.setattr("orchestrator.cli.ui.Server", UiServer)
         try:
             answers(folder, argv, codes=(0, 1, 2, 4) if argv[0] == "report" else (0, 2, 4))
-        except WouldTrain:
+        except (WouldTrain, WouldServe):
             pass
 
 
