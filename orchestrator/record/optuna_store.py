@@ -198,6 +198,10 @@ class RetryingStorage(BaseStorage):
         return retried(getattr(self.rdb, name), WHAT, reset=self.fresh_session)
 
     def get_all_trials(self, study_id, deepcopy=True, states=None):
+        if states is not None and not any(state.is_finished() for state in states):
+            # None of them is cached: asked for alone (Optuna asks for the waiting ones at every
+            # suggestion, and a study seldom has any), they are one short query.
+            return self.call("get_all_trials")(study_id, deepcopy=deepcopy, states=states)
         with self.lock:
             trials = self.read_trials(study_id)
         trials = [t for t in trials if states is None or t.state in states]
