@@ -78,13 +78,23 @@ def snapshot_files(experiment: Path) -> list[Path]:
     """The files Tune restores a local experiment from (the .json and .pkl files its
     sync_down_experiment_state takes): its trials' states, its searcher's and its callbacks'; not
     the temporaries of its writes (".<uuid>-tmp-searcher-state-...")."""
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(FileNotFoundError), os.scandir(experiment) as entries:
+        # a directory entry says whether it is a file: the folder's thousands of trial folders
+        # (one a trial) are not each asked
         return sorted(
-            p
-            for p in experiment.iterdir()
-            if p.suffix in (".json", ".pkl") and not p.name.startswith(".") and p.is_file()
+            experiment / e.name
+            for e in entries
+            if e.name.endswith((".json", ".pkl")) and not e.name.startswith(".") and e.is_file()
         )
     return []
+
+
+def snapshot_size(experiment: Path) -> int:
+    size = 0
+    for path in snapshot_files(experiment):
+        with contextlib.suppress(FileNotFoundError):  # one Tune has just replaced
+            size += path.stat().st_size
+    return size
 
 
 def whole(path: Path) -> bytes | None:
@@ -150,12 +160,7 @@ class DiskWatch(Callback):
         self.__init__(**state)
 
     def needed(self, running: int) -> int:
-        snapshot = 0
-        if self.experiment is not None:
-            found = pyarrow.fs.LocalFileSystem().get_file_info(
-                pyarrow.fs.FileSelector(self.experiment, allow_not_found=True)
-            )
-            snapshot = sum(f.size or 0 for f in found if f.type == pyarrow.fs.FileType.File)
+        snapshot = snapshot_size(Path(self.experiment)) if self.experiment is not None else 0
         return 2 * (self.largest_checkpoint * max(running, 1) + snapshot) + FLOOR
 
     def check(self, trials) -> None:
