@@ -269,6 +269,7 @@ def test_losses_of_per_position_outputs_against_their_sums():
     assert SEQUENCE_TO_SEQUENCE.loss(out, batch).item() == pytest.approx(nll / count, rel=1e-6)
 
 
+@pytest.mark.long
 def test_the_stack_rnn_learns_dyck2_and_is_scored_per_test_length():
     cfg = TrainConfig(
         task="dyck",

@@ -55,6 +55,7 @@ def allow_connections(admin, database: str, allowed: bool) -> None:
         admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
 
 
+@pytest.mark.long
 def test_sigterm_stops_a_launch_and_a_resume_in_an_outage_waits_for_the_store(tmp_path, postgres_database):
     """SIGTERM (a scheduler's stop) stops the driver as Ctrl-C does: exit 130, resumable. A resume
     that starts while the database refuses connections exits 4 once its retry window is spent (not

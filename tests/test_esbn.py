@@ -281,6 +281,7 @@ def test_the_model_wires_its_parts_as_the_authors():
         torch.testing.assert_close(logits[b], expected)
 
 
+@pytest.mark.long
 def test_same_different_is_learnt_in_a_few_hundred_steps():
     """At m = 50 (50 training objects) both attentions tell same from different on unseen objects."""
     for model in ("transformer", "transformer_compositional"):

@@ -264,6 +264,7 @@ def test_relative_positions_only_with_softmax_attention():
         build_model("transformer_enc_dec_compositional", {"relative_positions": True}, load_task("scan", {}))
 
 
+@pytest.mark.long
 def test_the_trainer_learns_the_short_commands():
     """A few hundred steps of a small model: greedy decoding's tokens beat always answering the most
     frequent one, and the scores the papers report (exact match at the last step) are there."""

@@ -416,6 +416,7 @@ def test_a_trial_that_fails_for_good_is_recorded_and_the_exit_status_says_so(tmp
     assert sorted(states) == ["COMPLETE", "COMPLETE", "FAIL"]
 
 
+@pytest.mark.long
 def test_a_launch_outlives_the_reader_of_its_console(tmp_path):
     """`orchestrator launch FILE | less`, then q: the pipe closed, and the next progress line's
     BrokenPipeError killed the driver (exit 1, its trials left RUNNING). The launch now goes on to

@@ -1361,6 +1361,7 @@ def test_a_key_named_like_a_secret_is_refused_in_words_not_masked(tmp_path):
     assert "planted-Pa55word" not in out.stdout + out.stderr
 
 
+@pytest.mark.long
 def test_an_unreachable_address_or_unwritable_storage_is_refused_within_seconds(tmp_path):
     out = run_cli("launch", str(write(tmp_path, GOOD)), "--dry-run", "--address", "127.0.0.1:1", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith(

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
@@ -417,6 +418,7 @@ def test_best_hands_no_winner_to_a_pair_of_other_task_options_and_writes_no_pass
     }
 
 
+@pytest.mark.long
 def test_a_damaged_store_or_a_launch_folder_made_a_file_is_one_line(tmp_path):
     """A store cut short or overwritten gave SQLAlchemy's 50-line traceback; an emptied one was
     read as a store of no trials, MLflow writing its tables into it; `best` with its folder made a
