@@ -1314,6 +1314,7 @@ def test_a_password_in_the_tracking_uri_is_never_printed(tmp_path):
         )
 
 
+@pytest.mark.long
 def test_a_value_refused_for_its_shape_is_not_echoed_with_its_secrets(tmp_path):
     """A refusal quotes the value it refuses: a URI with a scheme we do not take, a tracking section
     written as a bare URI, a storage mapping holding a key, an endpoint holding credentials."""
