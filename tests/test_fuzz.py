@@ -745,15 +745,21 @@ def test_train_set_values(tmp_path_factory, source, assignments):
 @pytest.fixture(scope="module")
 def a_launch(tmp_path_factory):
     """A finished search launch in a SQLite MLflow store (test_status.launch, with the tags a launch's
-    trials carry): its folder, and its id."""
+    trials carry) and its pair's Optuna study (what the dashboard serves): its folder, and its id."""
+    import optuna
     from mlflow.tracking import MlflowClient
     from test_status import SEARCH, launch
+
+    from orchestrator.record.optuna_store import search_storage
 
     folder = tmp_path_factory.mktemp("launch")
     runs = {((), seed): ("completed", 0.5 + seed / 10, 0.4) for seed in range(3)}
     state = launch(folder, SEARCH, runs)
     client = MlflowClient(state.tracking_uri)
     pair = state.study().pairs[0]
+    optuna.create_study(
+        study_name=state.optuna_study_name(pair.name), storage=search_storage(state.tracking_uri, state.dir)
+    )
     for run in client.search_runs([client.get_experiment_by_name(state.experiment).experiment_id]):
         for key, value in {"model": pair.model, "task": pair.task.task, "variant": pair.task.variant}.items():
             client.set_tag(run.info.run_id, key, value)
@@ -837,9 +843,8 @@ class UiServer:
         return False
 
 
-@fuzz(25)
-@given(command_lines())
-def test_command_arguments(tmp_path_factory, a_launch, argv):
+def answers_up_to_serving(tmp_path_factory, a_launch, argv) -> bool:
+    """The command's answer, or True where it reached a server's serving line (or trained)."""
     source, launch_id = a_launch
     folder = case_folder(tmp_path_factory)
     shutil.copytree(source, folder, dirs_exist_ok=True, symlinks=True)
@@ -855,7 +860,25 @@ def test_command_arguments(tmp_path_factory, a_launch, argv):
         try:
             answers(folder, argv, codes=(0, 1, 2, 4) if argv[0] == "report" else (0, 2, 4))
         except (WouldTrain, WouldServe):
-            pass
+            return True
+    return False
+
+
+@fuzz(25)
+@given(command_lines())
+def test_command_arguments(tmp_path_factory, a_launch, argv):
+    answers_up_to_serving(tmp_path_factory, a_launch, argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["ui", "{launch}", "--port", "0"], ["dashboard", "{launch}", "--host", "127.0.0.1", "--port", "0"]],
+    ids=["ui", "dashboard"],
+)
+def test_the_servers_are_reached_with_good_arguments(tmp_path_factory, a_launch, argv):
+    """Few drawn cases get every argument of a server right: these do, so the stubs above are known to
+    stand where each server would serve."""
+    assert answers_up_to_serving(tmp_path_factory, a_launch, argv)
 
 
 def mlflow_store_with(change):
