@@ -67,6 +67,12 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
         ("nightly_family.py", ["--nights", "20"], "unchanged nights"),
         ("check_intervals.py", ["--draws", "20"], "Student-t"),
         pytest.param(
+            "bench_scale.py",
+            ["--trials", "3", "--steps", "2"],
+            "service/raw wall time",
+            marks=pytest.mark.long,  # two launches on Ray and the five reads: a minute and more
+        ),
+        pytest.param(
             "bench_recompiles.py",
             [
                 "--set",

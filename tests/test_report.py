@@ -16,6 +16,7 @@ from orchestrator.record import runs, stores
 from orchestrator.record.runs import DIVERGED_AT_TAG, artifact_root
 from orchestrator.record.state import SNAPSHOT_MODULES, LaunchState
 from orchestrator.report import cells, compare, frames, pages, papers, report, stats
+from orchestrator.report.trials import CURVES_DRAWN, drawn
 
 LAYERS = [4, 6, 8, 10, 12, 14]  # as text, 10 would sort before 4
 
@@ -1130,6 +1131,18 @@ def fake_copy_search(tmp_path, uri: str) -> LaunchState:
     state.state = "finished"
     state.save()
     return state
+
+
+def test_the_curves_of_many_trials_are_the_best_and_an_even_spread_in_start_order():
+    trials = [{"number": n} for n in range(1, 2001)]
+    best = trials[1233]
+    shown = drawn(trials, best)
+    assert len(shown) == CURVES_DRAWN and best in shown
+    numbers = [t["number"] for t in shown]
+    assert numbers == sorted(numbers) and numbers[0] == 1 and numbers[-1] == 2000
+    spread = [n for n in numbers if n != best["number"]]
+    assert max(b - a for a, b in zip(spread, spread[1:])) <= 1999 / (CURVES_DRAWN - 2) + 1
+    assert drawn(trials[:CURVES_DRAWN], best) == trials[:CURVES_DRAWN]
 
 
 def test_a_report_opens_with_one_picture_and_table_across_models(tmp_path, uri, chromium):

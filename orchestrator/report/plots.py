@@ -253,11 +253,12 @@ def plot_history(
 
 
 def learning_curves(
-    pair: str, trials: list[dict], score: str, chance: str, out_dir: Path
+    pair: str, trials: list[dict], of: int, score: str, chance: str, out_dir: Path
 ) -> tuple[Path, str]:
     """Per trial, its OOD and IID validation score against iterations (a panel each); a trial
     ASHA stopped is dashed and ends in an x, the best trial drawn thicker. `trials`: dicts with
-    `label`, `status`, `best` and `curves` ({metric name: [(step, value), ...]})."""
+    `label`, `status`, `best` and `curves` ({metric name: [(step, value), ...]}), drawn from `of`
+    trials in all (the title says so where they are fewer)."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -285,10 +286,12 @@ def learning_curves(
         set_title(ax, f"{'OOD' if split == 'ood_valid' else 'IID'} validation")
     if len(trials) <= 12:
         axes[0][0].legend(fontsize=6, loc="best")
-    set_suptitle(
-        fig,
-        f"{pair}: every trial's learning curve (dashed, x: stopped early or not completed; thick: the best)",
+    which = (
+        "every trial's learning curve"
+        if len(trials) == of
+        else f"{len(trials)} of {of} trials' learning curves (the best and an even spread in start order)"
     )
+    set_suptitle(fig, f"{pair}: {which} (dashed, x: stopped early or not completed; thick: the best)")
     path = out_dir / f"{pair}_curves.png"
     return path, figure_png(fig, path)
 

@@ -18,6 +18,8 @@ from ..record.runs import CONFIG_TAG, DIVERGED_AT_TAG, STATUS_TAG
 from ..record.summaries import may_answer, outcome_text
 from . import plots
 
+CURVES_DRAWN = 100  # the learning-curve figure's most trials
+
 
 def trial_entry(run, pair, study, mlflow) -> dict | None:
     """A search trial's row: its run, the values TPE chose, status, last iteration, selection metric
@@ -28,13 +30,9 @@ def trial_entry(run, pair, study, mlflow) -> dict | None:
     if status == "lost":  # replaced by another trial on resume
         return None
     config = json.loads(run.data.tags.get(CONFIG_TAG, "{}"))
-    curves = {
-        name: [
-            (m.step, m.value)
-            for m in sorted(mlflow.get_metric_history(run.info.run_id, name), key=lambda m: m.step)
-        ]
-        for name in (f"ood_valid_{study.score}", f"iid_valid_{study.score}")
-    }
+    # The IID curve is read only for the trials the figure draws (with_iid_curves): a read a curve,
+    # thousands of them at thousands of trials. Both scores are logged at each evaluation.
+    curves = {f"ood_valid_{study.score}": curve(mlflow, run.info.run_id, f"ood_valid_{study.score}")}
     steps = [step for points in curves.values() for step, _ in points]
     if DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
         steps.append(int(run.data.tags[DIVERGED_AT_TAG]))
@@ -51,6 +49,26 @@ def trial_entry(run, pair, study, mlflow) -> dict | None:
         "curves": curves,
         "start": run.info.start_time,
     }
+
+
+def curve(mlflow, run_id: str, name: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in sorted(mlflow.get_metric_history(run_id, name), key=lambda m: m.step)]
+
+
+def drawn(trials: list[dict], best: dict | None) -> list[dict]:
+    """The trials whose learning curves the figure draws: every one up to CURVES_DRAWN, else the best
+    and an even spread of the rest in the order they started (more lines are one smear)."""
+    if len(trials) <= CURVES_DRAWN:
+        return trials
+    every = (len(trials) - 1) / (CURVES_DRAWN - 2)
+    picked = {int(round(k * every)) for k in range(CURVES_DRAWN - 1)}
+    return [t for n, t in enumerate(trials) if n in picked or t is best]
+
+
+def with_iid_curves(trials: list[dict], mlflow, score: str) -> list[dict]:
+    for trial in trials:
+        trial["curves"][f"iid_valid_{score}"] = curve(mlflow, trial["run_id"], f"iid_valid_{score}")
+    return trials
 
 
 def number_trials(trials: list[dict], best: dict | None) -> None:
@@ -91,8 +109,8 @@ def tie_at_best(scored: list[dict], best: dict | None, decided_by: str | None) -
 def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict:
     """A search pair's trials as the report shows them: every trial (its number, the values TPE
     chose, status, last iteration, selection metric and test score), the winning config, Optuna's
-    hyperparameter importances from the stored study, and figures: every trial's learning curve
-    and the metric against each searched hyperparameter."""
+    hyperparameter importances from the stored study, and figures: the trials' learning curves (up
+    to CURVES_DRAWN of them) and the metric against each searched hyperparameter."""
     trials = [t for t in (trial_entry(run, pair, study, mlflow) for run in runs) if t is not None]
     # Of those that may answer, by ranking.Ranking's rule: as summaries.pair_summaries and answer_runs.
     scored = [t for t in trials if t["metric"] is not None and may_answer(t["status"])]
@@ -100,7 +118,10 @@ def search_trials(state, study, pair, runs: list, mlflow, out_dir: Path) -> dict
     best = scored[choice.index] if choice else None
     number_trials(trials, best)
     chance = pair.chance(study.score)
-    figures = [plots.learning_curves(pair.name, trials, study.score, chance, out_dir)] if trials else []
+    figures = []
+    if trials:
+        shown = with_iid_curves(drawn(trials, best), mlflow, study.score)
+        figures.append(plots.learning_curves(pair.name, shown, len(trials), study.score, chance, out_dir))
     sliced = plots.slices(
         pair.name,
         trials,
