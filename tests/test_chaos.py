@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.long  # 200 s; every fault it mixes is caused alone by a default test (test_edges, test_failures)
+@pytest.mark.long  # 200 s; node death, Ctrl-C and an outage mid-launch are long alone too: `pytest -m long`
 def test_short_chaos_soak_audits_clean():
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "chaos.py"
     out = subprocess.run(

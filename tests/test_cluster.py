@@ -347,7 +347,7 @@ def test_storage_on_a_path_every_node_sees(tmp_path, cluster):
         shutil.rmtree(shared, ignore_errors=True)
 
 
-@pytest.mark.long  # the chaos soak (default run) kills a node mid-trial and audits every trial and step
+@pytest.mark.long  # the short chaos soak (long too) kills a node mid-trial and audits every trial and step
 def test_trial_survives_the_death_of_its_node(tmp_path, cluster):
     """SIGKILL every process of the node running the only trial: Tune restarts it from its last
     checkpoint on the other node; one MLflow run, every evaluation step exactly once."""
@@ -407,7 +407,7 @@ except KeyboardInterrupt:
     assert "Exception ignored" not in out.stderr
 
 
-@pytest.mark.long  # the chaos soak (default run) sends SIGINT mid-launch, resumes and audits the records
+@pytest.mark.long  # the short chaos soak (long too) sends SIGINT mid-launch, resumes and audits the records
 def test_ctrl_c_pressed_until_the_driver_exits_then_resume(tmp_path):
     """Ctrl-C as a terminal sends it (to the driver's whole process group, its local Ray too),
     again and again from the moment the third of three trials runs and the first two have ended:
@@ -495,7 +495,7 @@ def test_resume_after_the_driver_dies_as_a_checkpoint_is_pruned(tmp_path):
     check_complete(uri, path, trials=2, n_iters=n_iters, eval_every=every)
 
 
-@pytest.mark.long  # the short chaos soak (default run) terminates every backend mid-launch too, and audits it
+@pytest.mark.long  # so is the short chaos soak, which does it too; test_tracking's retries are default
 def test_launch_survives_postgresql_dropping_its_connections(tmp_path, postgres_database):
     """Terminate every server connection of the launch's database, repeatedly, mid-launch: MLflow
     and the Optuna storage reconnect, the console says so in our lines only, and the launch completes."""

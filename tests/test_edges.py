@@ -192,7 +192,7 @@ def audit(uri: str, optuna_store, experiment: str, pairs: list[str], trials: int
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
-@pytest.mark.long  # 80-100 s each; the short chaos soak (default run) fills the trial storage's disk too
+@pytest.mark.long  # 80-100 s each; test_full_disk (default) fills the store's, launch's and trials' disk
 @pytest.mark.parametrize("what", ["trial storage", "store"])
 def test_a_disk_that_fills_up_stops_the_launch_and_resume_finishes_it(tmp_path, what):
     """Another job fills the disk of the launch's trial storage (or of its SQLite store and launch

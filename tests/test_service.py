@@ -447,7 +447,7 @@ def test_a_launch_outlives_the_reader_of_its_console(tmp_path):
     assert json.loads(next((tmp_path / "runs").glob("*/launch.json")).read_text())["state"] == "finished"
 
 
-@pytest.mark.long  # the chaos soak (default run) kills a driver and audits every trial, step and Optuna state
+@pytest.mark.long  # a stacked search's driver kill (default, below) and the short chaos soak (long) cause it
 def test_resume_after_the_driver_is_killed(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     path = spec(tmp_path, uri, trials=4, concurrent=2, n_iters=300, eval_every=50)
@@ -502,7 +502,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
             assert run.info.end_time < parents[0].info.end_time  # not run again
 
 
-@pytest.mark.long  # the chaos soak (default run) kills drivers at random moments, this one among them
+@pytest.mark.long  # the short chaos soak (long) kills drivers at random moments, this one among them
 def test_resume_after_the_driver_is_killed_before_tunes_first_snapshot(tmp_path):
     """Tune writes tuner.pkl as its run starts and its first snapshot a moment later; a driver
     killed in between (CI's chaos soak did so) used to leave a launch whose every resume ran one
