@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from orchestrator.record import runs, stores
 from orchestrator.record.runs import DIVERGED_AT_TAG, artifact_root
 from orchestrator.record.state import SNAPSHOT_MODULES, LaunchState
-from orchestrator.report import cells, compare, frames, pages, papers, report, stats
+from orchestrator.report import cells, compare, frames, pages, papers, plots, report, stats
 from orchestrator.report.trials import CURVES_DRAWN, drawn
 
 LAYERS = [4, 6, 8, 10, 12, 14]  # as text, 10 would sort before 4
@@ -1143,6 +1143,17 @@ def test_the_curves_of_many_trials_are_the_best_and_an_even_spread_in_start_orde
     spread = [n for n in numbers if n != best["number"]]
     assert max(b - a for a, b in zip(spread, spread[1:])) <= 1999 / (CURVES_DRAWN - 2) + 1
     assert drawn(trials[:CURVES_DRAWN], best) == trials[:CURVES_DRAWN]
+
+
+def test_a_trial_of_one_evaluation_is_a_point_on_the_curves(tmp_path, monkeypatch):
+    drawn_figures = []
+    monkeypatch.setattr(plots, "figure_png", lambda fig, path: drawn_figures.append(fig) or "")
+    curves = {"ood_valid_acc": [(20, 0.4)], "iid_valid_acc": [(20, 0.9)]}
+    trial = {"label": "#1", "status": "completed", "best": True, "curves": curves}
+    plots.learning_curves("tiny__ndr", [trial], 1, "acc", "0.125", tmp_path)
+    for ax in drawn_figures[0].axes:
+        (line,) = [line for line in ax.get_lines() if list(line.get_xdata()) == [20]]
+        assert line.get_marker() == "o"
 
 
 def test_a_report_opens_with_one_picture_and_table_across_models(tmp_path, uri, chromium):

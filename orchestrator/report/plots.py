@@ -276,6 +276,7 @@ def learning_curves(
                 color=colors[k % len(colors)],
                 linestyle="--" if stopped else "-",
                 linewidth=2.5 if trial["best"] else 1.2,
+                marker="o" if len(steps) == 1 else None,  # one evaluation: a point, which no line shows
                 label=trial["label"] if split == "ood_valid" else None,
             )
             if stopped:
