@@ -243,6 +243,11 @@ def test_export_writes_every_trial_run_as_csv_and_parquet(tmp_path):
     }  # p is a float in one run
     assert (parquet["end_time"] >= parquet["start_time"]).all()
 
+    packed = tmp_path / "runs.csv.gz"  # a CSV compressed as its name says, as pandas reads it back
+    assert main(["export", "search-1", "--storage-path", str(tmp_path), "--output", str(packed)]) == 0
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"
+    check_table(pd.read_csv(packed), expected)
+
 
 @pytest.mark.parametrize(
     "flags, message",

@@ -112,6 +112,10 @@ def launch_frame(state) -> pd.DataFrame:
     ]
 
 
+# A CSV's compression, by the name's last suffix, as pandas infers it: its temporary's name has none.
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zip": "zip", ".xz": "xz", ".zst": "zstd"}
+
+
 def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "parquet":
         # A Parquet column has one type: a config key that is a number in one pair and text in another
@@ -122,6 +126,6 @@ def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
         frame = frame.astype({c: "string" for c in mixed})
     with atomic_path(path) as temporary:
         if fmt == "csv":
-            frame.to_csv(temporary, index=False)
+            frame.to_csv(temporary, index=False, compression=COMPRESSIONS.get(Path(path).suffix))
         else:
             frame.to_parquet(temporary, index=False)
