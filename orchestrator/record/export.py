@@ -113,7 +113,7 @@ def launch_frame(state) -> pd.DataFrame:
 
 
 # A CSV's compression, by the name's last suffix, as pandas infers it: its temporary's name has none.
-COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zip": "zip", ".xz": "xz", ".zst": "zstd"}
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zip": "zip", ".xz": "xz"}  # the standard library's
 
 
 def write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
