@@ -32,8 +32,8 @@ def trial_entry(run, pair, study, mlflow) -> dict | None:
     config = json.loads(run.data.tags.get(CONFIG_TAG, "{}"))
     # The IID curve is read only for the trials the figure draws (with_iid_curves): a read a curve,
     # thousands of them at thousands of trials. Both scores are logged at each evaluation.
-    curves = {f"ood_valid_{study.score}": curve(mlflow, run.info.run_id, f"ood_valid_{study.score}")}
-    steps = [step for points in curves.values() for step, _ in points]
+    ood = curve(mlflow, run.info.run_id, f"ood_valid_{study.score}")
+    steps = [step for step, _ in ood]
     if DIVERGED_AT_TAG in run.data.tags:  # where it stopped, past its last evaluation
         steps.append(int(run.data.tags[DIVERGED_AT_TAG]))
     return {
@@ -46,7 +46,7 @@ def trial_entry(run, pair, study, mlflow) -> dict | None:
         "metric": run.data.metrics.get(study.metric),
         "test": run.data.metrics.get(study.headline),
         "metrics": dict(run.data.metrics),
-        "curves": curves,
+        "curves": {f"ood_valid_{study.score}": ood},
         "start": run.info.start_time,
     }
 
@@ -61,7 +61,7 @@ def drawn(trials: list[dict], best: dict | None) -> list[dict]:
     if len(trials) <= CURVES_DRAWN:
         return trials
     every = (len(trials) - 1) / (CURVES_DRAWN - 2)
-    picked = {int(round(k * every)) for k in range(CURVES_DRAWN - 1)}
+    picked = {round(k * every) for k in range(CURVES_DRAWN - 1)}
     return [t for n, t in enumerate(trials) if n in picked or t is best]
 
 
